@@ -1,0 +1,63 @@
+# Every target creates what it needs: the virtual environment, the pinned packages and the CDK CLI.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CDK := node_modules/.bin/cdk
+ENGINE_SRC := layers/engine/python
+
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
+export CDK_DISABLE_VERSION_CHECK := 1
+
+.PHONY: help setup test unit synth lint typecheck snapshots lock clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers/engine/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
+	@# The engine library is used in place (tests, tools, the local runtime): a .pth file puts it on sys.path.
+	echo "$(CURDIR)/$(ENGINE_SRC)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outbox-engine.pth"
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environment and install the CDK CLI
+
+test: setup ## Run the whole test suite (lint, types, unit, functional, infrastructure)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest
+
+unit: setup ## Run only the fast tests (no synth)
+	$(PY) -m pytest tests/unit
+
+synth: setup ## Synthesize the app offline with cdk-nag (bundles the layer for Lambda with pip)
+	$(CDK) synth --no-notices --quiet
+
+snapshots: setup ## Rewrite the CDK template snapshots after an intended change
+	$(PY) -m pytest tests/infrastructure --snapshot-update
+
+lint: setup ## Format and lint the code in place
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: setup ## Type-check the engine, handlers and stacks
+	$(VENV)/bin/mypy
+
+lock: ## Regenerate constraints.txt from a fresh resolve of requirements-dev.txt
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -r requirements-dev.txt
+	(echo "# Full pin set of every transitive dependency (regenerate with: make lock)."; .lock-venv/bin/pip freeze) > constraints.txt
+	rm -rf .lock-venv
+
+clean: ## Remove everything the targets created
+	rm -rf $(VENV) node_modules cdk.out .local .build .pytest_cache .mypy_cache .ruff_cache

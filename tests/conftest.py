@@ -1,0 +1,55 @@
+"""Shared fixtures. The CDK app is synthesized once per test session (bundling skipped)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+# moto and current botocore disagree on the account-based DynamoDB Streams endpoint.
+os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """The cloud assembly of one synth: its folder and each stack's template as a dict."""
+
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+
+    def template(self, stack_name: str) -> dict[str, Any]:
+        return self.templates[stack_name]
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    from stacks.app_factory import build_app
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    # Skipping bundling keeps the suite offline and fast; `make synth` bundles for real.
+    assembly = build_app({"aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
+    templates = {
+        stack.stack_name: json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks
+    }
+    return Synthesized(outdir=outdir, templates=templates)
+
+
+@pytest.fixture
+def aws_credentials() -> Iterator[None]:
+    """Fake credentials so that no test can reach a real account."""
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
+    )
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

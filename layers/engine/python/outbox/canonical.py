@@ -1,0 +1,89 @@
+"""RFC 8785 canonical JSON, the hash chain, and the DynamoDB number round trip that keeps hashes stable."""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+from typing import Any
+
+import rfc8785
+
+# The chain of every tenant starts from this fixed value: sha256 of seq 1 is sha256(GENESIS + body).
+GENESIS_HASH = "0" * 64
+# I-JSON (RFC 7493) integers: what every JSON parser reads back exactly, and what RFC 8785 accepts.
+MAX_SAFE_INTEGER = 2**53 - 1
+# DynamoDB allows 32 levels of nesting; the payload map itself is one of them.
+MAX_PAYLOAD_DEPTH = 31
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 bytes of ``value``; raises ``rfc8785.CanonicalizationError`` for anything not JSON."""
+    return bytes(rfc8785.dumps(value))
+
+
+def chain_hash(prev_hash: str, body: dict[str, Any]) -> str:
+    """``sha256(prev_hash + canonical_json(body))`` as lowercase hex."""
+    digest = hashlib.sha256()
+    digest.update(prev_hash.encode("ascii"))
+    digest.update(canonical_json(body))
+    return digest.hexdigest()
+
+
+def to_dynamodb_numbers(value: Any) -> Any:
+    """Floats become Decimals (boto3 refuses floats); ``repr`` is the shortest exact round trip."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, dict):
+        return {key: to_dynamodb_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_dynamodb_numbers(item) for item in value]
+    return value
+
+
+def from_dynamodb_numbers(value: Any) -> Any:
+    """Decimals come back as the JSON number they were: an int when integral and safe, else a float.
+
+    RFC 8785 writes 3 and 3.0 the same way, so this choice never changes a hash.
+    """
+    if isinstance(value, Decimal):
+        if value == value.to_integral_value() and abs(value) <= MAX_SAFE_INTEGER:
+            return int(value)
+        return float(value)
+    if isinstance(value, dict):
+        return {key: from_dynamodb_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [from_dynamodb_numbers(item) for item in value]
+    return value
+
+
+def json_problem(value: Any, depth: int = 1, path: str = "payload") -> str | None:
+    """Why ``value`` cannot be stored and hashed as a JSON object, or None if it can."""
+    if depth > MAX_PAYLOAD_DEPTH:
+        return f"{path} nests deeper than DynamoDB's {MAX_PAYLOAD_DEPTH + 1} levels"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has a non-string key {key!r}"
+            if key == "":
+                return f"{path} has an empty key, which DynamoDB maps cannot hold"
+            problem = json_problem(item, depth + 1, f"{path}.{key}")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = json_problem(item, depth + 1, f"{path}[{index}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            return f"{path} is an integer outside ±(2**53-1), which JSON cannot carry exactly"
+        return None
+    if isinstance(value, float):
+        return None  # NaN and infinities are caught by the canonicaliser with a precise message
+    return f"{path} is a {type(value).__name__}, not a JSON value"

@@ -1,0 +1,123 @@
+"""The event envelope, its hash, and its shape as an events-table row."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+
+from outbox import keys
+from outbox.canonical import chain_hash, from_dynamodb_numbers, to_dynamodb_numbers
+from outbox.exceptions import EnvelopeParseError
+
+ULID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
+HASH_PATTERN = r"^[0-9a-f]{64}$"
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+# Attributes of an event row that are not envelope fields.
+ROW_ONLY_ATTRIBUTES = ("pk", "sk", "kind")
+
+
+def utc_now_ms() -> datetime:
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
+
+class Envelope(BaseModel):
+    """One event, self-contained: everything a consumer needs travels in the payload.
+
+    The hash covers every field but ``hash`` itself, chained through ``prev_hash``:
+    ``hash = sha256(prev_hash + canonical_json(body))`` where ``body`` is :meth:`hashed_body`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=ULID_PATTERN, description="ULID: unique and time-sortable")
+    type: str
+    tenant: str
+    seq: int = Field(ge=1, description="per-tenant sequence number, gap-free from 1")
+    correlation_id: str = Field(min_length=1, max_length=128)
+    causation_id: str | None = Field(default=None, min_length=1, max_length=128)
+    actor: str = Field(min_length=1, max_length=256)
+    occurred_at: datetime
+    schema_version: int = Field(ge=1)
+    payload: dict[str, Any]
+    prev_hash: str = Field(pattern=HASH_PATTERN)
+    hash: str = Field(pattern=HASH_PATTERN)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_format(cls, tenant: str) -> str:
+        if not keys.is_valid_tenant(tenant):
+            raise ValueError(f"tenant {tenant!r} must match {keys.TENANT_PATTERN.pattern}")
+        return tenant
+
+    @field_validator("type")
+    @classmethod
+    def _type_format(cls, event_type: str) -> str:
+        if not keys.is_valid_event_type(event_type):
+            raise ValueError(
+                f"event type {event_type!r} must be dotted names matching {keys.EVENT_TYPE_PATTERN.pattern}"
+                f" (at most {keys.EVENT_TYPE_MAX_LENGTH} characters)"
+            )
+        return event_type
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _utc_milliseconds(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() != UTC.utcoffset(None):
+            raise ValueError("occurred_at must be timezone-aware UTC")
+        if value.microsecond % 1000:
+            raise ValueError("occurred_at carries millisecond precision at most")
+        return value
+
+    @field_serializer("occurred_at")
+    def _format_timestamp(self, value: datetime) -> str:
+        return format_timestamp(value)
+
+    def hashed_body(self) -> dict[str, Any]:
+        """Every field except ``hash`` and ``prev_hash`` (the latter is prepended instead)."""
+        return self.model_dump(mode="json", exclude={"hash", "prev_hash"})
+
+    def computed_hash(self) -> str:
+        return chain_hash(self.prev_hash, self.hashed_body())
+
+    def to_item(self) -> dict[str, Any]:
+        """The event row in DynamoDB's typed JSON, keyed for an ordered per-tenant query."""
+        fields = to_dynamodb_numbers(self.model_dump(mode="json"))
+        row = {
+            "pk": keys.event_partition(self.tenant),
+            "sk": keys.seq_sort_key(self.seq),
+            "kind": keys.KIND_EVENT,
+            "event_id": fields.pop("id"),
+            **fields,
+        }
+        return {name: _serializer.serialize(value) for name, value in row.items()}
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Envelope:
+        """Parse an event row or a stream NewImage (typed DynamoDB JSON) back into an envelope."""
+        try:
+            plain = {name: _deserializer.deserialize(value) for name, value in item.items()}
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            raise EnvelopeParseError(f"not a DynamoDB image: {exc}") from exc
+        if plain.get("kind") != keys.KIND_EVENT:
+            raise EnvelopeParseError(f"not an event row (kind={plain.get('kind')!r})")
+        for name in ROW_ONLY_ATTRIBUTES:
+            plain.pop(name, None)
+        if "event_id" not in plain:
+            raise EnvelopeParseError("event row without event_id")
+        plain["id"] = plain.pop("event_id")
+        try:
+            return cls.model_validate(from_dynamodb_numbers(plain))
+        except ValidationError as exc:
+            raise EnvelopeParseError(f"event row is not a valid envelope: {exc}") from exc
+
+
+def format_timestamp(value: datetime) -> str:
+    return value.astimezone(UTC).strftime(TIMESTAMP_FORMAT)[:-3] + "Z"

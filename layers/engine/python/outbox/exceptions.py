@@ -1,0 +1,68 @@
+"""Every error the engine raises. Callers catch these, never botocore's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OutboxError(Exception):
+    """Base class of every error raised by the engine."""
+
+
+class OutboxValidationError(OutboxError, ValueError):
+    """Bad input, caught before any call to AWS; nothing was written."""
+
+
+class InvalidEventError(OutboxValidationError):
+    """The envelope would be invalid: tenant, type, ids, or a payload that is not canonical JSON."""
+
+
+class InvalidWriteError(OutboxValidationError):
+    """The caller's ``extra_writes`` cannot go into the transaction (shape, count, duplicates, size)."""
+
+
+class CallerWriteConditionFailedError(OutboxError):
+    """A condition on one of the caller's own writes failed; the transaction committed nothing.
+
+    ``index`` is the position of that write in ``extra_writes``.
+    """
+
+    def __init__(self, index: int, table_name: str, key: dict[str, Any], message: str) -> None:
+        self.index = index
+        self.table_name = table_name
+        self.key = key
+        super().__init__(
+            f"extra_writes[{index}] on table {table_name!r} key {key!r} failed its condition: {message}. "
+            "Nothing was committed: no entity change, no event, no chain head change."
+        )
+
+
+class ChainHeadContentionError(OutboxError):
+    """The tenant's chain head kept moving under us; the retries ran out and nothing was committed."""
+
+    def __init__(self, tenant: str, attempts: int) -> None:
+        self.tenant = tenant
+        self.attempts = attempts
+        super().__init__(
+            f"emit for tenant {tenant!r} lost the race for the chain head {attempts} times; nothing was "
+            "committed. Retry the request, or spread the tenant's writes (see README, emit under contention)."
+        )
+
+
+class ChainIntegrityError(OutboxError):
+    """The chain head and the log disagree (an event row exists at the head's next sequence number)."""
+
+
+class EventStoreUnavailableError(OutboxError):
+    """DynamoDB kept throttling or conflicting, or failed in a way that is not the caller's fault.
+
+    ``committed`` is ``None`` when the outcome is unknown (the request may have reached DynamoDB).
+    """
+
+    def __init__(self, message: str, committed: bool | None = False) -> None:
+        self.committed = committed
+        super().__init__(message)
+
+
+class EnvelopeParseError(OutboxError):
+    """A stored or delivered item could not be turned back into an envelope."""

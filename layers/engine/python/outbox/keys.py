@@ -1,0 +1,36 @@
+"""Key layout of the events table and the formats of the names that go into keys."""
+
+from __future__ import annotations
+
+import re
+
+# Tenants become part of keys (`#` is the separator) and the SQS FIFO MessageGroupId (<= 128 chars).
+TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# Dotted names, e.g. "payment.completed" or "record.profile.CONTACTADDRESS".
+EVENT_TYPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$")
+EVENT_TYPE_MAX_LENGTH = 128
+SEQ_WIDTH = 20  # zero-padded so that a plain query returns a tenant's log in order
+
+KIND_EVENT = "EVENT"
+KIND_HEAD = "HEAD"
+HEAD_SORT_KEY = "HEAD"
+
+
+def event_partition(tenant: str) -> str:
+    return f"TENANT#{tenant}#EVENT"
+
+
+def head_partition(tenant: str) -> str:
+    return f"TENANT#{tenant}#HEAD"
+
+
+def seq_sort_key(seq: int) -> str:
+    return str(seq).zfill(SEQ_WIDTH)
+
+
+def is_valid_tenant(tenant: str) -> bool:
+    return bool(TENANT_PATTERN.fullmatch(tenant))
+
+
+def is_valid_event_type(event_type: str) -> bool:
+    return len(event_type) <= EVENT_TYPE_MAX_LENGTH and bool(EVENT_TYPE_PATTERN.fullmatch(event_type))

@@ -1,0 +1,405 @@
+"""EventStore.emit(): the only writer of event rows."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from ulid import ULID
+
+from outbox import keys
+from outbox.canonical import GENESIS_HASH, MAX_SAFE_INTEGER, canonical_json, chain_hash, json_problem
+from outbox.chain import ChainHead, ChainReport, read_events, read_head, verify_chain
+from outbox.envelope import Envelope, format_timestamp, utc_now_ms
+from outbox.exceptions import (
+    CallerWriteConditionFailedError,
+    ChainHeadContentionError,
+    ChainIntegrityError,
+    EventStoreUnavailableError,
+    InvalidEventError,
+    InvalidWriteError,
+)
+from outbox.transaction import WriteTarget, check_transaction, describe_write, item_size
+
+logger = logging.getLogger(__name__)
+
+HEAD_INDEX, EVENT_INDEX, FIRST_EXTRA_INDEX = 0, 1, 2
+TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+TRANSIENT_ERRORS = frozenset(
+    {
+        "ThrottlingException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "TransactionInProgressException",
+    }
+)
+# The largest sequence number the hash can carry (an I-JSON integer), so that checks made before the
+# head is read are an upper bound for whatever seq the event finally gets.
+_WIDEST_SEQ = MAX_SAFE_INTEGER
+
+
+def default_client() -> Any:
+    return boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+
+
+class EventStore:
+    """Appends events to per-tenant hash chains, atomically with the caller's own writes.
+
+    Parameters
+    ----------
+    table_name:
+        The events table.
+    client:
+        A boto3 DynamoDB client (injected; one is made if omitted).
+    table_keys:
+        Key attribute names of the tables that ``extra_writes`` put items into, when they are not the
+        project convention ``("pk", "sk")``; used to find two actions on one item before calling AWS.
+    max_head_retries:
+        How often a lost race for the tenant's chain head is retried before ``ChainHeadContentionError``.
+
+    Example
+    -------
+    >>> store = EventStore("events")                                       # doctest: +SKIP
+    >>> store.emit("order.created", {"order_id": "o-1"}, tenant="acme", actor="user:42",
+    ...            extra_writes=[writes.put("orders", order, condition="attribute_not_exists(pk)")])
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        client: Any | None = None,
+        table_keys: Mapping[str, Sequence[str]] | None = None,
+        max_head_retries: int = 5,
+        max_transient_retries: int = 8,
+        backoff_base_seconds: float = 0.01,
+        backoff_cap_seconds: float = 0.5,
+        head_cache_size: int = 1024,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        clock: Callable[[], datetime] = utc_now_ms,
+        new_event_id: Callable[[], str] = lambda: str(ULID()),
+    ) -> None:
+        self.table_name = table_name
+        self.client = client if client is not None else default_client()
+        self.table_keys = dict(table_keys or {})
+        self.max_head_retries = max_head_retries
+        self.max_transient_retries = max_transient_retries
+        self._backoff = (backoff_base_seconds, backoff_cap_seconds)
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._new_event_id = new_event_id
+        # Heads seen by this process: a stale entry costs one failed condition, which returns the
+        # current head (ALL_OLD), so the cache saves a read per emit and can never corrupt the chain.
+        self._heads: OrderedDict[str, ChainHead] = OrderedDict()
+        self._heads_lock = threading.Lock()
+        self._head_cache_size = head_cache_size
+
+    # -- public API ---------------------------------------------------------------------------------
+
+    def emit(
+        self,
+        event_type: str,
+        payload: Mapping[str, Any],
+        *,
+        tenant: str,
+        actor: str,
+        extra_writes: Sequence[Mapping[str, Any]] = (),
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        schema_version: int = 1,
+    ) -> Envelope:
+        """Append one event and commit ``extra_writes`` with it in one TransactWriteItems.
+
+        Returns the committed envelope (with its seq and hash). Raises an ``OutboxValidationError``
+        before any AWS call for bad input, ``CallerWriteConditionFailedError`` when a condition on an
+        extra write fails, ``ChainHeadContentionError`` when the head retries run out, and
+        ``EventStoreUnavailableError`` for everything DynamoDB did wrong. Nothing is committed in any
+        of these cases (``EventStoreUnavailableError.committed`` is None when that is unknowable).
+        """
+        event_id = self._new_event_id()
+        draft = self._validated_draft(
+            event_id,
+            event_type,
+            payload,
+            tenant,
+            actor,
+            correlation_id or event_id,
+            causation_id,
+            schema_version,
+        )
+        extras = [
+            describe_write(index, write, self.table_keys, self.table_name)
+            for index, write in enumerate(extra_writes)
+        ]
+        self._check_limits(draft, extras)
+        return self._commit(draft, list(extra_writes))
+
+    def head(self, tenant: str) -> ChainHead:
+        """The tenant's chain head, read with a consistent read."""
+        return read_head(self.client, self.table_name, tenant)
+
+    def verify_chain(self, tenant: str) -> ChainReport:
+        return verify_chain(self.client, self.table_name, tenant)
+
+    def events(self, tenant: str, from_seq: int = 1) -> Any:
+        """The tenant's envelopes in sequence order (a lazy iterator)."""
+        return read_events(self.client, self.table_name, tenant, from_seq)
+
+    # -- validation ---------------------------------------------------------------------------------
+
+    def _validated_draft(
+        self,
+        event_id: str,
+        event_type: str,
+        payload: Mapping[str, Any],
+        tenant: str,
+        actor: str,
+        correlation_id: str,
+        causation_id: str | None,
+        schema_version: int,
+    ) -> dict[str, Any]:
+        if not isinstance(payload, Mapping):
+            raise InvalidEventError(
+                f"payload must be a JSON object (a mapping), not {type(payload).__name__}"
+            )
+        payload = dict(payload)
+        problem = json_problem(payload)
+        if problem is None:
+            try:
+                canonical_json(payload)
+            except ValueError as exc:
+                problem = f"payload is not canonical JSON: {exc}"
+        if problem:
+            raise InvalidEventError(problem)
+        draft = {
+            "id": event_id,
+            "type": event_type,
+            "tenant": tenant,
+            "correlation_id": correlation_id,
+            "causation_id": causation_id,
+            "actor": actor,
+            "occurred_at": self._clock(),
+            "schema_version": schema_version,
+            "payload": payload,
+        }
+        # Validate every field now, with the widest seq, so that bad input never reaches AWS.
+        self._seal(draft, ChainHead(tenant=tenant, last_seq=_WIDEST_SEQ - 1), validate=True)
+        return draft
+
+    def _check_limits(self, draft: dict[str, Any], extras: list[WriteTarget]) -> None:
+        widest = self._seal(draft, ChainHead(tenant=draft["tenant"], last_seq=_WIDEST_SEQ - 1))
+        event_item = widest.to_item()
+        size = item_size(event_item)
+        if size > 400 * 1024:
+            raise InvalidEventError(f"the event row would be {size} bytes; DynamoDB items are at most 409600")
+        head_key = {"pk": {"S": keys.head_partition(widest.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
+        own = [
+            WriteTarget("the chain head", "Update", self.table_name, head_key, 300),
+            WriteTarget(
+                "the event row",
+                "Put",
+                self.table_name,
+                {"pk": event_item["pk"], "sk": event_item["sk"]},
+                size,
+            ),
+        ]
+        check_transaction([*own, *extras])
+
+    @staticmethod
+    def _seal(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
+        """The envelope that would follow ``head``: next seq, linked and hashed."""
+        fields = {**draft, "seq": head.last_seq + 1, "prev_hash": head.last_hash, "hash": GENESIS_HASH}
+        try:
+            unsealed = Envelope.model_validate(fields)
+        except ValueError as exc:
+            if validate:
+                raise InvalidEventError(f"invalid event: {exc}") from exc
+            raise
+        return unsealed.model_copy(update={"hash": chain_hash(head.last_hash, unsealed.hashed_body())})
+
+    # -- the transaction ----------------------------------------------------------------------------
+
+    def _commit(self, draft: dict[str, Any], extra_writes: list[Mapping[str, Any]]) -> Envelope:
+        tenant = draft["tenant"]
+        head = self._cached_head(tenant)
+        attempted: dict[int, Envelope] = {}
+        head_retries = transient_retries = 0
+        token_serial = 0
+        while True:
+            envelope = self._seal(draft, head)
+            attempted[envelope.seq] = envelope
+            # A new token per distinct request; a request whose outcome is unknown is re-sent with the
+            # same token, which DynamoDB treats as idempotent for ten minutes.
+            outcome = self._transact(envelope, head, extra_writes, token=f"{envelope.id}-{token_serial}")
+            if outcome is None:
+                self._remember(tenant, ChainHead(tenant, envelope.seq, envelope.hash, envelope.id))
+                logger.debug("emitted %s seq %s for tenant %s", envelope.type, envelope.seq, tenant)
+                return envelope
+            kind, current = outcome
+            if kind == "head" and current is not None and current.last_event_id == envelope.id:
+                # An earlier attempt of this emit committed although its response was lost.
+                self._remember(tenant, current)
+                return attempted[current.last_seq]
+            if kind == "head":
+                head_retries += 1
+                if head_retries > self.max_head_retries:
+                    self._forget(tenant)
+                    raise ChainHeadContentionError(tenant, head_retries)
+                head = current if current is not None else self.head(tenant)
+                token_serial += 1
+            else:
+                transient_retries += 1
+                if transient_retries > self.max_transient_retries:
+                    raise EventStoreUnavailableError(
+                        f"DynamoDB kept failing emit for tenant {tenant!r}; "
+                        + ("it may have committed" if kind == "unknown" else "nothing was committed"),
+                        committed=None if kind == "unknown" else False,
+                    )
+                if kind == "transient":
+                    token_serial += 1
+            self._pause(head_retries + transient_retries)
+
+    def _transact(
+        self, envelope: Envelope, head: ChainHead, extra_writes: list[Mapping[str, Any]], token: str
+    ) -> tuple[str, ChainHead | None] | None:
+        """Run one attempt: None on commit, else why to retry.
+
+        ``("head", current_head)`` lost the race for the head; ``("transient", None)`` was refused
+        without effect (throttling, conflicts); ``("unknown", None)`` may or may not have committed.
+        """
+        items = [self._head_write(envelope, head), self._event_write(envelope), *extra_writes]
+        try:
+            self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
+            return None
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "TransactionCanceledException":
+                return self._cancelled(exc, envelope, extra_writes)
+            if code in TRANSIENT_ERRORS:
+                return "transient", None
+            if code == "ValidationException":
+                raise InvalidWriteError(f"DynamoDB rejected the transaction: {exc}") from exc
+            raise EventStoreUnavailableError(f"emit failed: {exc}", committed=False) from exc
+        except BotoCoreError as exc:
+            logger.warning(
+                "emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc
+            )
+            return "unknown", None
+
+    def _cancelled(
+        self, exc: ClientError, envelope: Envelope, extra_writes: list[Mapping[str, Any]]
+    ) -> tuple[str, ChainHead | None]:
+        reasons = exc.response.get("CancellationReasons") or []
+        codes = [reason.get("Code", "None") for reason in reasons]
+        for index, code in enumerate(codes[FIRST_EXTRA_INDEX:]):
+            if code == "ConditionalCheckFailed":
+                action, body = next(iter(extra_writes[index].items()))
+                key = body.get("Key") or {
+                    name: body["Item"][name]
+                    for name in self.table_keys.get(body["TableName"], ("pk", "sk"))
+                    if name in body["Item"]
+                }
+                raise CallerWriteConditionFailedError(
+                    index, body["TableName"], key, f"{action} condition"
+                ) from exc
+        if codes and codes[HEAD_INDEX] == "ConditionalCheckFailed":
+            current = reasons[HEAD_INDEX].get("Item")
+            return "head", ChainHead.from_item(envelope.tenant, current) if current else None
+        if len(codes) > EVENT_INDEX and codes[EVENT_INDEX] == "ConditionalCheckFailed":
+            raise ChainIntegrityError(
+                f"tenant {envelope.tenant!r}: the head is at seq {envelope.seq - 1} but an event row already "
+                f"exists at seq {envelope.seq}; run verify_chain"
+            ) from exc
+        if set(codes) - {"None"} <= TRANSIENT_REASONS:
+            return "transient", None
+        raise EventStoreUnavailableError(
+            f"emit cancelled for reasons {codes}: {exc}", committed=False
+        ) from exc
+
+    def _head_write(self, envelope: Envelope, head: ChainHead) -> dict[str, Any]:
+        values = {
+            ":seq": {"N": str(envelope.seq)},
+            ":hash": {"S": envelope.hash},
+            ":id": {"S": envelope.id},
+            ":now": {"S": format_timestamp(envelope.occurred_at)},
+        }
+        key = {"pk": {"S": keys.head_partition(envelope.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
+        if head.last_seq == 0:
+            item = {
+                **key,
+                "kind": {"S": keys.KIND_HEAD},
+                "tenant": {"S": envelope.tenant},
+                "last_seq": values[":seq"],
+                "last_hash": values[":hash"],
+                "last_event_id": values[":id"],
+                "updated_at": values[":now"],
+            }
+            return {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": key,
+                "UpdateExpression": (
+                    "SET last_seq = :seq, last_hash = :hash, last_event_id = :id, updated_at = :now"
+                ),
+                "ConditionExpression": "last_seq = :prev AND last_hash = :prev_hash",
+                "ExpressionAttributeValues": {
+                    **values,
+                    ":prev": {"N": str(head.last_seq)},
+                    ":prev_hash": {"S": head.last_hash},
+                },
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def _event_write(self, envelope: Envelope) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": envelope.to_item(),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+
+    # -- head cache and backoff ---------------------------------------------------------------------
+
+    def _cached_head(self, tenant: str) -> ChainHead:
+        with self._heads_lock:
+            cached = self._heads.get(tenant)
+        return cached if cached is not None else self.head(tenant)
+
+    def _remember(self, tenant: str, head: ChainHead) -> None:
+        with self._heads_lock:
+            current = self._heads.get(tenant)
+            if current is None or current.last_seq < head.last_seq:
+                self._heads[tenant] = head
+            self._heads.move_to_end(tenant)
+            while len(self._heads) > self._head_cache_size:
+                self._heads.popitem(last=False)
+
+    def _forget(self, tenant: str) -> None:
+        with self._heads_lock:
+            self._heads.pop(tenant, None)
+
+    def _pause(self, attempt: int) -> None:
+        base, cap = self._backoff
+        self._sleep(self._rng.uniform(0, min(cap, base * 2**attempt)))

@@ -1,0 +1,45 @@
+"""moto-backed DynamoDB with the events table and a module data table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from outbox import EventStore
+
+EVENTS_TABLE = "events"
+ORDERS_TABLE = "orders"
+
+
+def create_pk_sk_table(client: Any, name: str, stream: bool = False) -> None:
+    extra: dict[str, Any] = {}
+    if stream:
+        extra["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        **extra,
+    )
+
+
+@pytest.fixture
+def dynamodb(aws_credentials: None) -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_pk_sk_table(client, EVENTS_TABLE, stream=True)
+        create_pk_sk_table(client, ORDERS_TABLE)
+        yield client
+
+
+@pytest.fixture
+def store(dynamodb: Any) -> EventStore:
+    return EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _seconds: None)

@@ -1,0 +1,85 @@
+"""verify_chain() finds the first broken sequence number and says why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outbox import ChainBreak, EventStore
+from outbox.keys import event_partition, seq_sort_key
+from tests.functional.conftest import EVENTS_TABLE
+
+
+@pytest.fixture
+def chain(store: EventStore) -> EventStore:
+    for n in range(1, 11):
+        store.emit("counter.bumped", {"n": n}, tenant="acme", actor="system")
+    assert store.verify_chain("acme").intact
+    return store
+
+
+def event_key(seq: int) -> dict[str, Any]:
+    return {"pk": {"S": event_partition("acme")}, "sk": {"S": seq_sort_key(seq)}}
+
+
+def get_row(dynamodb: Any, seq: int) -> dict[str, Any]:
+    item: dict[str, Any] = dynamodb.get_item(TableName=EVENTS_TABLE, Key=event_key(seq))["Item"]
+    return item
+
+
+def test_an_edited_payload_is_reported_as_altered_at_its_seq(chain: EventStore, dynamodb: Any) -> None:
+    dynamodb.update_item(
+        TableName=EVENTS_TABLE,
+        Key=event_key(4),
+        UpdateExpression="SET payload.n = :forged",
+        ExpressionAttributeValues={":forged": {"N": "400"}},
+    )
+
+    report = chain.verify_chain("acme")
+
+    assert (report.intact, report.first_broken_seq, report.reason) == (False, 4, ChainBreak.ALTERED)
+    assert report.events_checked == 3
+
+
+def test_an_edit_that_also_recomputes_the_hash_breaks_the_next_link(chain: EventStore, dynamodb: Any) -> None:
+    from outbox import Envelope
+
+    forged = Envelope.from_item(get_row(dynamodb, 4)).model_copy(update={"payload": {"n": 400}})
+    forged = forged.model_copy(update={"hash": forged.computed_hash()})
+    dynamodb.put_item(TableName=EVENTS_TABLE, Item=forged.to_item())
+
+    report = chain.verify_chain("acme")
+
+    assert (report.first_broken_seq, report.reason) == (5, ChainBreak.BROKEN_LINK)
+
+
+def test_a_deleted_event_is_reported_as_a_gap(chain: EventStore, dynamodb: Any) -> None:
+    dynamodb.delete_item(TableName=EVENTS_TABLE, Key=event_key(6))
+
+    report = chain.verify_chain("acme")
+
+    assert (report.intact, report.first_broken_seq, report.reason) == (False, 6, ChainBreak.GAP)
+
+
+def test_a_deleted_last_event_is_reported_as_a_head_mismatch(chain: EventStore, dynamodb: Any) -> None:
+    dynamodb.delete_item(TableName=EVENTS_TABLE, Key=event_key(10))
+
+    report = chain.verify_chain("acme")
+
+    assert (report.intact, report.first_broken_seq, report.reason) == (False, 10, ChainBreak.HEAD_MISMATCH)
+
+
+def test_two_swapped_events_are_reported_as_reordered(chain: EventStore, dynamodb: Any) -> None:
+    third, seventh = get_row(dynamodb, 3), get_row(dynamodb, 7)
+    dynamodb.put_item(TableName=EVENTS_TABLE, Item={**seventh, "sk": third["sk"]})
+    dynamodb.put_item(TableName=EVENTS_TABLE, Item={**third, "sk": seventh["sk"]})
+
+    report = chain.verify_chain("acme")
+
+    assert (report.intact, report.first_broken_seq, report.reason) == (False, 3, ChainBreak.REORDERED)
+
+
+def test_an_unknown_tenant_has_an_empty_intact_chain(store: EventStore) -> None:
+    report = store.verify_chain("nobody")
+    assert (report.intact, report.events_checked, report.head_seq) == (True, 0, 0)

@@ -24,7 +24,7 @@ PIP_PLATFORM = "manylinux2014_aarch64"
 class PipForLambdaBundling:
     """Builds the layer without Docker: pip downloads wheels for the Lambda platform, not this one."""
 
-    def try_bundle(self, output_dir: str, **_options: Any) -> bool:
+    def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
         target = Path(output_dir) / "python"
         subprocess.run(
             [
@@ -45,6 +45,7 @@ class PipForLambdaBundling:
                 "--python-version",
                 RUNTIME.name.removeprefix("python"),
                 "--only-binary=:all:",
+                "--no-deps",
             ],
             check=True,
         )

@@ -1,1 +1,1 @@
-"""CDK code only. Nothing under lambdas/ or layers/ imports from here, and nothing here runs at Lambda time."""
+"""CDK code only. Nothing in lambdas/ or layers/ imports from here, and nothing here runs at Lambda time."""

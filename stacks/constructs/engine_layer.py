@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsii
 from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
@@ -70,7 +70,7 @@ class EngineLayer(Construct):
                 bundling=BundlingOptions(
                     # Only used if local bundling declines, which it never does; CDK requires an image.
                     image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.13"),
-                    local=PipForLambdaBundling(),
+                    local=cast(ILocalBundling, PipForLambdaBundling()),  # jsii.implements is invisible to mypy
                 ),
             ),
             compatible_runtimes=[RUNTIME],

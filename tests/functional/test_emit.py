@@ -103,9 +103,7 @@ def test_eight_concurrent_emitters_on_one_tenant_lose_nothing_and_stay_gapless(d
             for n in range(per_thread):
                 while True:
                     try:
-                        store.emit(
-                            "counter.bumped", {"worker": worker, "n": n}, tenant="acme", actor="system"
-                        )
+                        store.emit("counter.bumped", {"worker": worker, "n": n}, tenant="acme", actor="system")
                         break
                     except ChainHeadContentionError as exc:  # the caller's retry: nothing was committed
                         contention_errors.append(exc)
@@ -178,9 +176,7 @@ def test_a_stale_head_cache_costs_one_retry_and_never_breaks_the_chain(dynamodb:
 
 
 def test_a_failing_condition_on_a_caller_write_commits_nothing(store: EventStore, dynamodb: Any) -> None:
-    store.emit(
-        "order.created", {"order_id": "o-1"}, tenant="acme", actor="u", extra_writes=[order_put("o-1", 5)]
-    )
+    store.emit("order.created", {"order_id": "o-1"}, tenant="acme", actor="u", extra_writes=[order_put("o-1", 5)])
     head_before = store.head("acme")
 
     with pytest.raises(CallerWriteConditionFailedError) as raised:

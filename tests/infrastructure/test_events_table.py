@@ -80,16 +80,13 @@ def _actions(statement: dict[str, Any]) -> set[str]:
 
 def test_only_the_operator_role_may_mutate_event_rows(stack_template: dict[str, Any]) -> None:
     table_id = events_table_id(stack_template)
-    operator_roles = [
-        rid for rid in resources_of_type(stack_template, "AWS::IAM::Role") if "OperatorRole" in rid
-    ]
+    operator_roles = [rid for rid in resources_of_type(stack_template, "AWS::IAM::Role") if "OperatorRole" in rid]
     assert len(operator_roles) == 1
 
     writers = 0
     for role_id, statements in _statements_by_role(stack_template).items():
         grants_writes = any(
-            s["Effect"] == "Allow" and _mentions(s, table_id) and _actions(s) & WRITE_ACTIONS
-            for s in statements
+            s["Effect"] == "Allow" and _mentions(s, table_id) and _actions(s) & WRITE_ACTIONS for s in statements
         )
         if not grants_writes:
             continue

@@ -13,9 +13,7 @@ def test_synth_passes_cdk_nag_without_findings(synthesized: Synthesized) -> None
     report = synthesized.outdir / "validation-report.json"
     if report.exists():
         body = json.loads(report.read_text())
-        failures = [
-            r for r in body.get("pluginReports", []) if r.get("summary", {}).get("status") == "failure"
-        ]
+        failures = [r for r in body.get("pluginReports", []) if r.get("summary", {}).get("status") == "failure"]
         assert failures == []
 
 

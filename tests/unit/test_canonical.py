@@ -18,9 +18,7 @@ from outbox.canonical import (
 
 
 def test_canonical_json_sorts_keys_and_writes_numbers_the_rfc_8785_way() -> None:
-    assert canonical_json({"b": 1.0, "a": [1e21, 0.1, -0.0], "c": "é"}) == (
-        b'{"a":[1e+21,0.1,0],"b":1,"c":"\xc3\xa9"}'
-    )
+    assert canonical_json({"b": 1.0, "a": [1e21, 0.1, -0.0], "c": "é"}) == (b'{"a":[1e+21,0.1,0],"b":1,"c":"\xc3\xa9"}')
 
 
 def test_chain_hash_is_sha256_of_prev_hash_then_canonical_body() -> None:

@@ -57,9 +57,7 @@ def emit(store: EventStore, **overrides: Any) -> Envelope:
         ({"payload": {"blob": "x" * (400 * 1024)}}, "event row would be"),
     ],
 )
-def test_invalid_events_are_refused_before_aws(
-    store: EventStore, overrides: dict[str, Any], message: str
-) -> None:
+def test_invalid_events_are_refused_before_aws(store: EventStore, overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidEventError, match=message):
         emit(store, **overrides)
 

@@ -43,6 +43,4 @@ def test_every_dependency_of_the_layer_is_pinned_in_it_or_provided_by_the_runtim
 
 def test_the_layer_pins_match_what_the_tests_run_against() -> None:
     for name, version in pinned().items():
-        assert metadata.version(name) == version, (
-            f"{name}: layer pins {version}, tests run {metadata.version(name)}"
-        )
+        assert metadata.version(name) == version, f"{name}: layer pins {version}, tests run {metadata.version(name)}"

@@ -99,9 +99,7 @@ def verify_chain(client: Any, table_name: str, tenant: str) -> ChainReport:
         expected = prev_seq + 1
         row_seq = int(item["sk"]["S"])
         if row_seq != expected:
-            return broken(
-                expected, ChainBreak.GAP, f"seq {expected} is missing; the next row is seq {row_seq}"
-            )
+            return broken(expected, ChainBreak.GAP, f"seq {expected} is missing; the next row is seq {row_seq}")
         try:
             envelope = Envelope.from_item(item)
         except EnvelopeParseError as exc:
@@ -110,13 +108,10 @@ def verify_chain(client: Any, table_name: str, tenant: str) -> ChainReport:
             return broken(
                 row_seq,
                 ChainBreak.REORDERED,
-                f"the row at seq {row_seq} holds event {envelope.id} of tenant {envelope.tenant!r} seq "
-                f"{envelope.seq}",
+                f"the row at seq {row_seq} holds event {envelope.id} of tenant {envelope.tenant!r} seq {envelope.seq}",
             )
         if envelope.computed_hash() != envelope.hash:
-            return broken(
-                row_seq, ChainBreak.ALTERED, f"seq {row_seq} ({envelope.id}) does not match its hash"
-            )
+            return broken(row_seq, ChainBreak.ALTERED, f"seq {row_seq} ({envelope.id}) does not match its hash")
         if envelope.prev_hash != prev_hash:
             return broken(
                 row_seq,
@@ -135,10 +130,6 @@ def verify_chain(client: Any, table_name: str, tenant: str) -> ChainReport:
             min(head.last_seq, prev_seq) + 1,
             ChainBreak.HEAD_MISMATCH,
             f"the head says seq {head.last_seq}, the log ends at seq {prev_seq}"
-            + (
-                " (an emit may have landed during the check: run it again)"
-                if head.last_seq > prev_seq
-                else ""
-            ),
+            + (" (an emit may have landed during the check: run it again)" if head.last_seq > prev_seq else ""),
         )
     return ChainReport(tenant, True, checked, head.last_seq)

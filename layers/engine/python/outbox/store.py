@@ -140,8 +140,7 @@ class EventStore:
             schema_version,
         )
         extras = [
-            describe_write(index, write, self.table_keys, self.table_name)
-            for index, write in enumerate(extra_writes)
+            describe_write(index, write, self.table_keys, self.table_name) for index, write in enumerate(extra_writes)
         ]
         self._check_limits(draft, extras)
         return self._commit(draft, list(extra_writes))
@@ -171,9 +170,7 @@ class EventStore:
         schema_version: int,
     ) -> dict[str, Any]:
         if not isinstance(payload, Mapping):
-            raise InvalidEventError(
-                f"payload must be a JSON object (a mapping), not {type(payload).__name__}"
-            )
+            raise InvalidEventError(f"payload must be a JSON object (a mapping), not {type(payload).__name__}")
         payload = dict(payload)
         problem = json_problem(payload)
         if problem is None:
@@ -293,9 +290,7 @@ class EventStore:
                 raise InvalidWriteError(f"DynamoDB rejected the transaction: {exc}") from exc
             raise EventStoreUnavailableError(f"emit failed: {exc}", committed=False) from exc
         except BotoCoreError as exc:
-            logger.warning(
-                "emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc
-            )
+            logger.warning("emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc)
             return "unknown", None
 
     def _cancelled(
@@ -311,9 +306,7 @@ class EventStore:
                     for name in self.table_keys.get(body["TableName"], ("pk", "sk"))
                     if name in body["Item"]
                 }
-                raise CallerWriteConditionFailedError(
-                    index, body["TableName"], key, f"{action} condition"
-                ) from exc
+                raise CallerWriteConditionFailedError(index, body["TableName"], key, f"{action} condition") from exc
         if codes and codes[HEAD_INDEX] == "ConditionalCheckFailed":
             current = reasons[HEAD_INDEX].get("Item")
             return "head", ChainHead.from_item(envelope.tenant, current) if current else None
@@ -324,9 +317,7 @@ class EventStore:
             ) from exc
         if set(codes) - {"None"} <= TRANSIENT_REASONS:
             return "transient", None
-        raise EventStoreUnavailableError(
-            f"emit cancelled for reasons {codes}: {exc}", committed=False
-        ) from exc
+        raise EventStoreUnavailableError(f"emit cancelled for reasons {codes}: {exc}", committed=False) from exc
 
     def _head_write(self, envelope: Envelope, head: ChainHead) -> dict[str, Any]:
         values = {
@@ -358,9 +349,7 @@ class EventStore:
             "Update": {
                 "TableName": self.table_name,
                 "Key": key,
-                "UpdateExpression": (
-                    "SET last_seq = :seq, last_hash = :hash, last_event_id = :id, updated_at = :now"
-                ),
+                "UpdateExpression": ("SET last_seq = :seq, last_hash = :hash, last_event_id = :id, updated_at = :now"),
                 "ConditionExpression": "last_seq = :prev AND last_hash = :prev_hash",
                 "ExpressionAttributeValues": {
                     **values,

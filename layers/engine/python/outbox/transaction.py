@@ -52,9 +52,7 @@ def attribute_value_size(value: Mapping[str, Any]) -> int:
     if tag == "L":
         return 3 + sum(1 + attribute_value_size(item) for item in inner)
     if tag == "M":
-        return 3 + sum(
-            1 + len(name.encode("utf-8")) + attribute_value_size(item) for name, item in inner.items()
-        )
+        return 3 + sum(1 + len(name.encode("utf-8")) + attribute_value_size(item) for name, item in inner.items())
     raise InvalidWriteError(f"unknown DynamoDB type tag {tag!r}")
 
 

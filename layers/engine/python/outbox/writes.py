@@ -39,9 +39,7 @@ def put(
     values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A Put action; pass ``condition="attribute_not_exists(pk)"`` to create only."""
-    return {
-        "Put": {"TableName": table_name, "Item": typed(item), **_expression_parts(condition, names, values)}
-    }
+    return {"Put": {"TableName": table_name, "Item": typed(item), **_expression_parts(condition, names, values)}}
 
 
 def update(
@@ -71,9 +69,7 @@ def delete(
     names: Mapping[str, str] | None = None,
     values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "Delete": {"TableName": table_name, "Key": typed(key), **_expression_parts(condition, names, values)}
-    }
+    return {"Delete": {"TableName": table_name, "Key": typed(key), **_expression_parts(condition, names, values)}}
 
 
 def condition_check(

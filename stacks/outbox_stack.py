@@ -2,20 +2,95 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, cast
 
 from aws_cdk import CfnOutput, Stack
-from constructs import Construct
+from constructs import Construct, Node
 
+from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.durable_queue import DurableQueue
 from stacks.constructs.engine_layer import EngineLayer
 from stacks.constructs.events_table import EventsTable
+from stacks.constructs.monitoring import PipelineMonitoring
+from stacks.constructs.relay_pipe import PIPE_LOG_LEVELS, PipeLogLevel, RelayPipe
+
+# CDK context keys (cdk.json or `cdk synth -c key=value`).
+ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
+PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
+PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
+
+
+@dataclass(frozen=True)
+class OutboxSettings:
+    """What may change between deployments, read once from CDK context and validated."""
+
+    alarm_email: str | None = None
+    pipe_log_level: PipeLogLevel = "ERROR"
+    pipe_log_execution_data: bool = False
+
+    @classmethod
+    def from_context(cls, node: Node) -> OutboxSettings:
+        """Read the settings; a value that is present but wrong fails the synth, never falls back."""
+        email = node.try_get_context(ALARM_EMAIL_CONTEXT)
+        if email is not None and (not isinstance(email, str) or "@" not in email):
+            raise ValueError(f"context {ALARM_EMAIL_CONTEXT} must be an e-mail address, got {email!r}")
+        level = node.try_get_context(PIPE_LOG_LEVEL_CONTEXT) or "ERROR"
+        if level not in PIPE_LOG_LEVELS:
+            raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
+        return cls(
+            alarm_email=email or None,
+            pipe_log_level=cast(PipeLogLevel, level),
+            pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
+        )
+
+
+def _flag(value: Any) -> bool:
+    # `-c key=true` arrives as a string, cdk.json as a JSON boolean.
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"context {PIPE_LOG_EXECUTION_DATA_CONTEXT} must be true or false, got {value!r}")
 
 
 class OutboxStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        settings = OutboxSettings.from_context(self.node)
+
         self.events = EventsTable(self, "Events")
         self.engine = EngineLayer(self, "Engine")
+        self.alarms = AlarmTopic(self, "Alarms", email=settings.alarm_email)
+        self.durable = DurableQueue(self, "Durable", alarm_topic=self.alarms.topic)
+        self.relay = RelayPipe(
+            self,
+            "Relay",
+            events=self.events,
+            target=self.durable.queue,
+            alarm_topic=self.alarms.topic,
+            log_level=settings.pipe_log_level,
+            log_execution_data=settings.pipe_log_execution_data,
+        )
+        self.monitoring = PipelineMonitoring(
+            self,
+            "Monitoring",
+            alarm_topic=self.alarms.topic,
+            pipe_name=self.relay.pipe_name,
+            queue=self.durable.queue,
+            dead_letter_queues=[
+                ("durable DLQ", self.durable.dead_letter_queue),
+                ("relay pipe DLQ", self.relay.dead_letter_queue),
+            ],
+            dead_letter_alarms=[self.durable.dead_letters.alarm, self.relay.dead_letters.alarm],
+        )
 
         CfnOutput(self, "EventsTableName", value=self.events.table.table_name)
         CfnOutput(self, "OperatorRoleArn", value=self.events.operator_role.role_arn)
+        CfnOutput(self, "DurableQueueUrl", value=self.durable.queue.queue_url)
+        CfnOutput(self, "DurableDeadLetterQueueUrl", value=self.durable.dead_letter_queue.queue_url)
+        CfnOutput(self, "RelayPipeName", value=self.relay.pipe_name)
+        CfnOutput(self, "RelayDeadLetterQueueUrl", value=self.relay.dead_letter_queue.queue_url)
+        CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)

@@ -14,6 +14,11 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 # moto and current botocore disagree on the account-based DynamoDB Streams endpoint.
 os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+# Tests must never reach the X-Ray daemon; Powertools honours this.
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CDK_JSON_CONTEXT: dict[str, Any] = json.loads((PROJECT_ROOT / "cdk.json").read_text())["context"]
 
 
 @dataclass(frozen=True)
@@ -32,23 +37,19 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     from stacks.app_factory import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    # Skipping bundling keeps the suite offline and fast; `make synth` bundles for real.
-    assembly = build_app({"aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
-    templates = {
-        stack.stack_name: json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks
-    }
+    # The CLI passes cdk.json's context (feature flags included) to app.py; do the same here, so the
+    # tests see the template `cdk deploy` would. Skipping bundling keeps the suite offline and fast.
+    context = {**CDK_JSON_CONTEXT, "aws:cdk:bundling-stacks": []}
+    assembly = build_app(context, outdir=str(outdir)).synth()
+    templates = {stack.stack_name: json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks}
     return Synthesized(outdir=outdir, templates=templates)
 
 
 @pytest.fixture
 def aws_credentials() -> Iterator[None]:
     """Fake credentials so that no test can reach a real account."""
-    saved = {
-        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
-    )
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     yield
     for key, value in saved.items():
         if value is None:

@@ -1,0 +1,79 @@
+"""The one SNS topic every alarm of the app notifies: encrypted, and publishable by CloudWatch."""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
+
+
+class AlarmTopic(Construct):
+    """``self.topic`` receives every alarm; ``self.key`` encrypts it.
+
+    The key is a customer-managed key, not the AWS-managed ``alias/aws/sns``: CloudWatch publishes
+    alarm notifications with its own service principal, and it can only do so to an encrypted topic if
+    the key policy grants it ``kms:GenerateDataKey*`` and ``kms:Decrypt``. The AWS-managed key's policy
+    cannot be changed, so with it every alarm would fire and no notification would arrive, which is
+    exactly the silent failure this app exists to prevent (SNS developer guide, "Enable compatibility
+    between event sources from AWS services and encrypted topics"). Both the key and the topic policy
+    admit CloudWatch only on behalf of this stack's alarms (confused-deputy conditions).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, email: str | None = None) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description="Encrypts the outbox engine's alarm topic; usable by CloudWatch alarms of this stack",
+            enable_key_rotation=True,
+            pending_window=Duration.days(30),
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            display_name="Outbox engine alarms",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        self._admit_cloudwatch_alarms()
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+
+    def _admit_cloudwatch_alarms(self) -> None:
+        stack = Stack.of(self)
+        # CloudFormation names an unnamed alarm "<stack name>-<logical id>-<suffix>", so this matches
+        # the alarms of this stack and no other.
+        alarm_arns = stack.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"{stack.stack_name}-*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        conditions = {
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnLike": {"aws:SourceArn": alarm_arns},
+        }
+        principal = iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowThisStacksAlarmsToPublishEncrypted",
+                principals=[principal],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" means this key
+                conditions=conditions,
+            )
+        )
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowThisStacksAlarmsToPublish",
+                principals=[principal],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions=conditions,
+            )
+        )

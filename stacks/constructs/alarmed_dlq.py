@@ -1,0 +1,72 @@
+"""A dead-letter queue that cannot exist without its alarm: the only way this app makes a DLQ."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+# SQS's maximum: the longest window an operator has to inspect, replay or redrive dead work.
+DEAD_LETTER_RETENTION = Duration.days(14)
+# One message in a DLQ is already an incident: something failed every retry.
+DEAD_LETTER_ALARM_THRESHOLD = 0
+# The DLQ depth metric is reported every minute; a shorter period reports the same point more often.
+DEAD_LETTER_ALARM_PERIOD = Duration.minutes(1)
+
+
+class AlarmedDeadLetterQueue(Construct):
+    """A DLQ (``self.queue``) and an alarm (``self.alarm``) that fires on its first message.
+
+    "Nothing fails silently" is structural here rather than a convention: every dead-letter target in
+    the app (queue redrive, pipe DLQ, event source mapping on-failure) is made through this construct,
+    and an infrastructure test fails if any dead-letter target in the template lacks this alarm. The
+    alarm treats missing data as not breaching, since SQS stops reporting an idle, empty queue.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        fifo: bool,
+        description: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            fifo=fifo or None,  # absent, not false: CloudFormation only accepts FifoQueue on FIFO queues
+            retention_period=DEAD_LETTER_RETENTION,
+            # SSE-SQS: see DurableQueue for why a customer key would add grants and no protection.
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        queue_resource = self.queue.node.default_child
+        assert queue_resource is not None
+        Validations.of(queue_resource).acknowledge(
+            Acknowledgment(
+                id="Serverless::Serverless-SQSRedrivePolicy",
+                reason="This queue is itself a dead-letter queue; a DLQ of a DLQ would only move failures "
+                "one level further from the alarm below, which fires on its first message.",
+            )
+        )
+        self.alarm = cloudwatch.Alarm(
+            self,
+            "NotEmpty",
+            alarm_description=f"Dead letters waiting: {description}. See the runbook (replay / redrive).",
+            metric=self.queue.metric_approximate_number_of_messages_visible(
+                period=DEAD_LETTER_ALARM_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=DEAD_LETTER_ALARM_THRESHOLD,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            datapoints_to_alarm=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        action = cloudwatch_actions.SnsAction(alarm_topic)
+        self.alarm.add_alarm_action(action)
+        self.alarm.add_ok_action(action)

@@ -1,0 +1,89 @@
+"""The durable FIFO queue and its dead-letter queue, read from the synthesized template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stacks.constructs import timing
+from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.template_queries import only_resource
+
+FOURTEEN_DAYS = 14 * 24 * 60 * 60
+
+
+def _queue(stack_template: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
+    queue_id, queue = only_resource(stack_template, "AWS::SQS::Queue", prefix)
+    return queue_id, queue["Properties"]
+
+
+def test_durable_queue_is_fifo_deduplicated_by_event_id_not_content(stack_template: dict[str, Any]) -> None:
+    _, queue = _queue(stack_template, "DurableQueue")
+    assert queue["FifoQueue"] is True
+    # The relay sets MessageDeduplicationId = event id; content-based dedup must stay off.
+    assert queue["ContentBasedDeduplication"] is False
+    assert queue["SqsManagedSseEnabled"] is True
+
+
+def test_visibility_timeout_is_six_consumer_timeouts_plus_the_batching_window(
+    stack_template: dict[str, Any],
+) -> None:
+    _, queue = _queue(stack_template, "DurableQueue")
+    expected = 6 * timing.CONSUMER_TIMEOUT_SECONDS + timing.CONSUMER_BATCHING_WINDOW_SECONDS
+    assert queue["VisibilityTimeout"] == expected == timing.QUEUE_VISIBILITY_TIMEOUT_SECONDS
+
+
+def test_durable_queue_redrives_to_a_fifo_dlq_after_five_receives(stack_template: dict[str, Any]) -> None:
+    _, queue = _queue(stack_template, "DurableQueue")
+    dlq_id, dlq = _queue(stack_template, "DurableDeadLetters")
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": 5,
+    }
+    assert timing.MAX_RECEIVE_COUNT == 5
+    assert dlq["FifoQueue"] is True, "a FIFO queue's DLQ must be FIFO"
+    assert dlq["MessageRetentionPeriod"] == FOURTEEN_DAYS
+    assert dlq["SqsManagedSseEnabled"] is True
+
+
+@pytest.mark.parametrize("prefix", ["DurableQueue", "DurableDeadLetters", "RelayDeadLetters"])
+def test_every_queue_denies_requests_without_tls(stack_template: dict[str, Any], prefix: str) -> None:
+    queue_id, _ = _queue(stack_template, prefix)
+    policies = [
+        policy["Properties"]
+        for policy in resources_of_type(stack_template, "AWS::SQS::QueuePolicy").values()
+        if {"Ref": queue_id} in policy["Properties"]["Queues"]
+    ]
+    assert len(policies) == 1
+    assert {
+        "Action": "sqs:*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
+    } in policies[0]["PolicyDocument"]["Statement"]
+
+
+def test_the_durable_queue_construct_exposes_its_parts() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_sns as sns
+
+    from stacks.constructs.durable_queue import DurableQueue
+
+    stack = Stack(App(), "Probe")
+    durable = DurableQueue(stack, "Durable", alarm_topic=sns.Topic(stack, "Topic"))
+    assert durable.max_receive_count == timing.MAX_RECEIVE_COUNT
+    assert durable.queue.fifo
+    assert durable.dead_letter_queue.fifo
+
+
+@pytest.mark.parametrize(("function_timeout", "window", "expected"), [(60, 0, 360), (30, 0, 180), (30, 20, 200)])
+def test_visibility_timeout_formula(function_timeout: int, window: int, expected: int) -> None:
+    assert timing.visibility_timeout_seconds(function_timeout, window) == expected
+
+
+@pytest.mark.parametrize(("function_timeout", "window"), [(0, 0), (60, -1), (7201, 0)])
+def test_visibility_timeout_rejects_what_sqs_or_lambda_would(function_timeout: int, window: int) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        timing.visibility_timeout_seconds(function_timeout, window)

@@ -1,0 +1,129 @@
+"""The alarm topic, the relay and queue alarms, and the pipeline dashboard."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk.assertions import Template
+
+from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.monitoring import EMITS_METRIC_NAME, EMITS_NAMESPACE, QUEUE_AGE_ALARM_THRESHOLD_SECONDS
+from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.template_queries import only_resource
+
+
+def _alarms_on(stack_template: dict[str, Any], metric_name: str) -> list[dict[str, Any]]:
+    return [
+        alarm["Properties"]
+        for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
+        if alarm["Properties"].get("MetricName") == metric_name
+    ]
+
+
+@pytest.fixture(scope="module")
+def topic_id(stack_template: dict[str, Any]) -> str:
+    return only_resource(stack_template, "AWS::SNS::Topic")[0]
+
+
+def test_the_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
+    stack_template: dict[str, Any], topic_id: str
+) -> None:
+    key_id, key = only_resource(stack_template, "AWS::KMS::Key", "Alarms")
+    topic = stack_template["Resources"][topic_id]["Properties"]
+    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert key["Properties"]["EnableKeyRotation"] is True
+    # The AWS-managed alias/aws/sns key would silently drop every alarm notification: its policy
+    # cannot admit CloudWatch. This key's policy does, for this account's alarms only.
+    cloudwatch_grants = [
+        statement
+        for statement in key["Properties"]["KeyPolicy"]["Statement"]
+        if statement.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert len(cloudwatch_grants) == 1
+    assert set(cloudwatch_grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert cloudwatch_grants[0]["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert "aws:SourceArn" in cloudwatch_grants[0]["Condition"]["ArnLike"]
+
+
+def test_the_alarm_topic_admits_cloudwatch_and_only_tls(stack_template: dict[str, Any], topic_id: str) -> None:
+    _, policy = only_resource(stack_template, "AWS::SNS::TopicPolicy")
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements
+    )
+    assert any(
+        s["Effect"] == "Allow"
+        and s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+        and s["Action"] == "sns:Publish"
+        and "aws:SourceAccount" in s["Condition"]["StringEquals"]
+        for s in statements
+    )
+
+
+def test_no_email_subscription_without_the_context_key(stack_template: dict[str, Any]) -> None:
+    assert resources_of_type(stack_template, "AWS::SNS::Subscription") == {}
+
+
+def test_the_alarm_email_subscribes_to_the_topic() -> None:
+    stack = Stack(App(), "TopicProbe")
+    AlarmTopic(stack, "Alarms", email="ops@example.com")
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
+    )
+
+
+@pytest.mark.parametrize("metric_name", ["ExecutionFailed", "TargetStageFailed"])
+def test_pipe_failures_alarm_at_the_first_one(stack_template: dict[str, Any], topic_id: str, metric_name: str) -> None:
+    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe")
+    alarms = _alarms_on(stack_template, metric_name)
+    assert len(alarms) == 1
+    alarm = alarms[0]
+    assert alarm["Namespace"] == "AWS/EventBridge/Pipes"
+    assert alarm["Dimensions"] == [{"Name": "PipeName", "Value": {"Ref": pipe_id}}]
+    assert alarm["Statistic"] == "Sum"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def test_the_durable_queue_alarms_on_the_age_of_its_oldest_message(
+    stack_template: dict[str, Any], topic_id: str
+) -> None:
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
+    alarms = _alarms_on(stack_template, "ApproximateAgeOfOldestMessage")
+    assert len(alarms) == 1
+    alarm = alarms[0]
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == QUEUE_AGE_ALARM_THRESHOLD_SECONDS > QUEUE_VISIBILITY_TIMEOUT_SECONDS
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) -> None:
+    _, dashboard = only_resource(stack_template, "AWS::CloudWatch::Dashboard")
+    assert "DashboardName" not in dashboard["Properties"], "CloudFormation generates the name"
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe")
+    expected_mentions = [
+        EMITS_NAMESPACE,
+        EMITS_METRIC_NAME,
+        "AWS/EventBridge/Pipes",
+        pipe_id,
+        "EventCount",
+        "ExecutionFailed",
+        "TargetStageFailed",
+        "ApproximateNumberOfMessagesVisible",
+        "ApproximateAgeOfOldestMessage",
+        only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")[0],
+        only_resource(stack_template, "AWS::SQS::Queue", "DurableDeadLetters")[0],
+        only_resource(stack_template, "AWS::SQS::Queue", "RelayDeadLetters")[0],
+    ]
+    assert [mention for mention in expected_mentions if mention not in body] == []
+    # Every alarm of the stack is on the dashboard's status widget.
+    for alarm_id in resources_of_type(stack_template, "AWS::CloudWatch::Alarm"):
+        assert json.dumps({"Fn::GetAtt": [alarm_id, "Arn"]}) in body

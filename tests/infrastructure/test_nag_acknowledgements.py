@@ -1,0 +1,37 @@
+"""Every cdk-nag acknowledgement is deliberate: on the one resource it concerns, with a reason.
+
+cdk-nag writes what it suppressed into the validation report; this test pins that list, so a new
+acknowledgement (or a wider one) shows up in review as a change here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import Synthesized
+
+EXPECTED = {
+    # The relay pipe's DLQ is a DLQ through the pipe's DeadLetterConfig, which SQS3 does not recognise.
+    ("AwsSolutions-SQS3", "OutboxEngine/Relay/DeadLetters/Queue/Resource"),
+    # dynamodb:ListStreams has no resource-level permissions.
+    ("AwsSolutions-IAM5[Resource::*]", "OutboxEngine/Relay/Role/DefaultPolicy/Resource"),
+    # Dead-letter queues have no DLQ of their own; they are alarmed instead.
+    ("Serverless-SQSRedrivePolicy", "OutboxEngine/Durable/DeadLetters/Queue/Resource"),
+    ("Serverless-SQSRedrivePolicy", "OutboxEngine/Relay/DeadLetters/Queue/Resource"),
+}
+
+
+def test_acknowledgements_are_exactly_the_reviewed_ones_each_on_its_own_resource(
+    synthesized: Synthesized,
+) -> None:
+    report = json.loads((synthesized.outdir / "validation-report.json").read_text())
+    found = set()
+    for plugin in report["pluginReports"]:
+        assert plugin["violations"] == []
+        for suppressed in plugin.get("suppressedViolations", []):
+            assert len(suppressed["reason"]) >= 40, f"{suppressed['ruleName']}: give a real reason"
+            for construct in suppressed["violatingConstructs"]:
+                # Acknowledged on the violating resource itself, not on a stack or a parent construct.
+                assert suppressed["acknowledgedAt"] == construct["constructPath"]
+                found.add((suppressed["ruleName"], construct["constructPath"]))
+    assert found == EXPECTED

@@ -1,6 +1,8 @@
-"""The outbox engine: emit() into per-tenant hash chains on DynamoDB, and verify them.
+"""The outbox engine: emit() into per-tenant hash chains on DynamoDB, verify them, and deliver each
+(event, subscription) effect once through the lease-claim inbox.
 
-Public surface only; everything else is an implementation detail.
+The durable consumer lives in ``outbox.consumer`` (it imports Powertools' batch utility, which code that
+only emits does not need to pay for at cold start).
 """
 
 from outbox import writes
@@ -11,14 +13,19 @@ from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
     ChainIntegrityError,
+    CompletionTooLargeError,
     EnvelopeParseError,
     EventStoreUnavailableError,
     InvalidEventError,
     InvalidWriteError,
+    LeaseLostError,
     OutboxError,
     OutboxValidationError,
+    TerminalError,
 )
+from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
 from outbox.store import EventStore
+from outbox.subscriptions import Delivery, FollowUp, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 __all__ = [
     "GENESIS_HASH",
@@ -28,14 +35,27 @@ __all__ = [
     "ChainHeadContentionError",
     "ChainIntegrityError",
     "ChainReport",
+    "Claim",
+    "ClaimOutcome",
+    "CompletionTooLargeError",
+    "DeadReason",
+    "Delivery",
     "Envelope",
     "EnvelopeParseError",
     "EventStore",
     "EventStoreUnavailableError",
+    "FollowUp",
+    "HandlerResult",
+    "Inbox",
     "InvalidEventError",
     "InvalidWriteError",
+    "Lane",
+    "LeaseLostError",
     "OutboxError",
     "OutboxValidationError",
+    "Subscription",
+    "SubscriptionRegistry",
+    "TerminalError",
     "canonical_json",
     "chain_hash",
     "verify_chain",

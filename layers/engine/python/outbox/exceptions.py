@@ -66,3 +66,23 @@ class EventStoreUnavailableError(OutboxError):
 
 class EnvelopeParseError(OutboxError):
     """A stored or delivered item could not be turned back into an envelope."""
+
+
+class TerminalError(OutboxError):
+    """Raised by a handler for a failure that no retry can fix: the claim goes DEAD at once."""
+
+
+class LeaseLostError(OutboxError):
+    """This worker's claim was taken over (its lease expired); the new owner's row was left untouched."""
+
+    def __init__(self, event_id: str, subscription: str, action: str) -> None:
+        self.event_id = event_id
+        self.subscription = subscription
+        super().__init__(
+            f"cannot {action} {event_id}:{subscription}: the claim is no longer ours (lease taken over or "
+            "already finished); nothing was written"
+        )
+
+
+class CompletionTooLargeError(OutboxValidationError):
+    """A handler returned more writes than fit in one transaction with its completion mark."""

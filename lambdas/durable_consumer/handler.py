@@ -1,0 +1,51 @@
+"""Durable consumer: SQS FIFO batches -> every matching DURABLE subscription, once per (event, subscription).
+
+Thin on purpose: the Powertools decorators, the settings, one call into the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from outbox.consumer import DurableConsumer
+from outbox.inbox import Inbox
+from outbox.settings import ConsumerSettings, load_registry
+from outbox.store import EventStore
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
+
+
+@cache
+def consumer() -> DurableConsumer:
+    """Built on the first invocation (not at import), then reused while the container is warm."""
+    settings = ConsumerSettings.from_env(os.environ)
+    dynamodb = boto3.client("dynamodb")
+    return DurableConsumer(
+        load_registry(settings.subscriptions),
+        Inbox(
+            settings.inbox_table_name,
+            client=dynamodb,
+            max_attempts=settings.max_receive_count,
+            retention=settings.inbox_retention,
+        ),
+        EventStore(settings.events_table_name, client=dynamodb),
+        max_receive_count=settings.max_receive_count,
+        metrics=metrics,
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return consumer().handle(event, context)

@@ -1,0 +1,110 @@
+"""Subscriptions: a name (it keys the inbox), an fnmatch glob over event types, a lane and a handler."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from outbox.envelope import Envelope
+from outbox.exceptions import OutboxValidationError
+
+# Names are stored in inbox keys and dead-letter rows: keep them stable, short and key-safe.
+SUBSCRIPTION_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+SUBSCRIPTION_NAME_MAX_LENGTH = 100
+
+
+class Lane(StrEnum):
+    """Where a subscription runs. Each lane has exactly one dispatcher (see README, Lanes)."""
+
+    INLINE = "INLINE"  # in emit()'s caller, awaited, fail-closed
+    LOCAL = "LOCAL"  # same process after commit, best effort
+    DURABLE = "DURABLE"  # the durable consumer, via SQS FIFO and the inbox
+    BEST_EFFORT = "BEST_EFFORT"  # the record-change consumer, row changes only
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """An event a handler emits as part of its completion (same transaction as the COMPLETED mark)."""
+
+    event_type: str
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class HandlerResult:
+    """What a durable handler returns: DynamoDB writes and an optional follow-up event, committed atomically
+    with the completion. External effects are not here: they happen in the handler, keyed by
+    ``Delivery.idempotency_key``."""
+
+    writes: Sequence[Mapping[str, Any]] = ()
+    follow_up: FollowUp | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a handler receives."""
+
+    envelope: Envelope
+    subscription: str
+    idempotency_key: str  # "<event_id>:<subscription>", stable across retries and take-overs
+    attempt: int
+    remaining_time_ms: Callable[[], int]
+
+
+Handler = Callable[[Delivery], HandlerResult | None]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    name: str
+    pattern: str
+    lane: Lane
+    handler: Handler
+    terminal_on_validation_error: bool = True
+    description: str = ""
+
+    def matches(self, event_type: str) -> bool:
+        return fnmatch.fnmatchcase(event_type, self.pattern)
+
+
+@dataclass
+class SubscriptionRegistry:
+    """The subscriptions of an application. Built explicitly (no import-time global), so tests build their own."""
+
+    subscriptions: list[Subscription] = field(default_factory=list)
+    _matches: dict[tuple[str, Lane], tuple[Subscription, ...]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, subscriptions: Iterable[Subscription]) -> SubscriptionRegistry:
+        registry = cls()
+        for subscription in subscriptions:
+            registry.register(subscription)
+        return registry
+
+    def register(self, subscription: Subscription) -> None:
+        name = subscription.name
+        if len(name) > SUBSCRIPTION_NAME_MAX_LENGTH or not SUBSCRIPTION_NAME_PATTERN.fullmatch(name):
+            raise OutboxValidationError(
+                f"subscription name {name!r} must match {SUBSCRIPTION_NAME_PATTERN.pattern} "
+                f"(at most {SUBSCRIPTION_NAME_MAX_LENGTH} characters): it keys the inbox, so it must never change"
+            )
+        if any(existing.name == name for existing in self.subscriptions):
+            raise OutboxValidationError(f"two subscriptions are named {name!r}; names key the inbox and must be unique")
+        if not subscription.pattern:
+            raise OutboxValidationError(f"subscription {name!r} has an empty event-type glob")
+        self.subscriptions.append(subscription)
+        self._matches.clear()
+
+    def matching(self, event_type: str, lane: Lane) -> tuple[Subscription, ...]:
+        """Subscriptions of ``lane`` whose glob matches ``event_type``; memoised per type, so the hot path
+        does not scan the catalog."""
+        key = (event_type, lane)
+        found = self._matches.get(key)
+        if found is None:
+            found = tuple(s for s in self.subscriptions if s.lane is lane and s.matches(event_type))
+            self._matches[key] = found
+        return found

@@ -1,0 +1,144 @@
+"""The Lambda SQS event source mapping, as AWS runs it, over moto's SQS and the virtual clock.
+
+What it reproduces: batches of at most ``batch_size`` (FIFO: group order kept by SQS, an in-flight
+message blocks its group), Lambda SQS events with the real record attributes, ``batchItemFailures``
+(an unknown identifier, a raised exception or a crash fails the whole batch), deletion of what
+succeeded, and the visibility timeout: what failed comes back when the virtual clock passes it, with
+its ``ApproximateReceiveCount`` raised, until the queue's redrive policy moves it to the DLQ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from local_runtime.clock import VirtualClock
+from local_runtime.lambda_context import LocalLambdaContext
+
+logger = logging.getLogger(__name__)
+
+LambdaHandler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass
+class InFlight:
+    receipt_handle: str
+    message_id: str
+    visible_at: datetime
+
+
+@dataclass
+class BatchResult:
+    """What one invocation did: the message ids it received, those it failed, and whether it crashed."""
+
+    received: list[str]
+    failed: list[str]
+    crashed: BaseException | None = None
+
+    @property
+    def succeeded(self) -> list[str]:
+        return [message_id for message_id in self.received if message_id not in self.failed]
+
+
+@dataclass
+class SqsEventSourceMapping:
+    sqs: Any
+    queue_url: str
+    queue_arn: str
+    handler: LambdaHandler
+    function_name: str
+    function_timeout: timedelta
+    visibility_timeout: timedelta
+    clock: VirtualClock
+    batch_size: int = 10
+    region: str = "us-east-1"
+    in_flight: list[InFlight] = field(default_factory=list)
+    invocations: int = 0
+
+    def poll(self) -> BatchResult | None:
+        """Receive one batch and invoke the function with it; None when nothing is visible."""
+        self.release_expired()
+        response = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return None
+        self.invocations += 1
+        event = {"Records": [self._record(message) for message in messages]}
+        context = LocalLambdaContext(self.function_name, self.function_timeout, self.clock)
+        received = [message["MessageId"] for message in messages]
+        crashed: BaseException | None = None
+        try:
+            failed = self._failed_ids(self.handler(event, context), received)
+        except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
+            logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
+            failed, crashed = list(received), exc
+        for message in messages:
+            if message["MessageId"] in failed:
+                self.in_flight.append(
+                    InFlight(message["ReceiptHandle"], message["MessageId"], self.clock() + self.visibility_timeout)
+                )
+            else:
+                self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return BatchResult(received, failed, crashed)
+
+    def release_expired(self) -> None:
+        """Messages whose visibility timeout has passed on the virtual clock become visible again."""
+        now = self.clock()
+        still = []
+        for entry in self.in_flight:
+            if entry.visible_at <= now:
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.queue_url, ReceiptHandle=entry.receipt_handle, VisibilityTimeout=0
+                )
+            else:
+                still.append(entry)
+        self.in_flight = still
+
+    def drain(self, max_invocations: int = 1000) -> list[BatchResult]:
+        """Poll until the queue is empty, letting virtual time pass whenever only in-flight messages remain."""
+        results: list[BatchResult] = []
+        while len(results) < max_invocations:
+            result = self.poll()
+            if result is not None:
+                results.append(result)
+                continue
+            if not self.in_flight:
+                return results
+            self.clock.advance(min(entry.visible_at for entry in self.in_flight) - self.clock())
+        raise RuntimeError(f"{self.function_name} did not drain its queue in {max_invocations} invocations")
+
+    def _failed_ids(self, response: Any, received: list[str]) -> list[str]:
+        if response is None:
+            return []
+        failures = response.get("batchItemFailures", []) if isinstance(response, Mapping) else None
+        if failures is None:
+            return []
+        identifiers = [failure.get("itemIdentifier") for failure in failures]
+        if any(identifier not in received for identifier in identifiers):
+            # Lambda treats a response naming an unknown or empty id as a failure of the whole batch.
+            logger.warning("%s reported unknown item identifiers %s", self.function_name, identifiers)
+            return list(received)
+        return [identifier for identifier in identifiers if identifier is not None]
+
+    def _record(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        body = message["Body"]
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": body,
+            "attributes": dict(message.get("Attributes", {})),
+            "messageAttributes": dict(message.get("MessageAttributes", {})),
+            "md5OfBody": message.get("MD5OfBody") or hashlib.md5(body.encode()).hexdigest(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }

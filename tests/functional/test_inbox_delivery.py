@@ -1,0 +1,345 @@
+"""The durable consumer end to end on moto: real SQS FIFO messages, the real Powertools processor, the
+inbox claim. Each test is one guarantee from DESIGN.md that would fail if the guarantee broke."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+
+import pytest
+from moto import mock_aws
+
+from outbox import TerminalError
+from outbox.subscriptions import Delivery, Subscription
+from tests.functional.conftest import ORDERS_TABLE
+from tests.functional.inbox_harness import MAX_RECEIVE_COUNT, Harness, Recorder, WorkerCrash, build_harness
+
+HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
+
+
+@pytest.fixture
+def make_harness(aws_credentials: None) -> Iterator[HarnessFactory]:
+    with mock_aws():
+        yield build_harness
+
+
+def one_subscription(recorder: Recorder) -> list[Subscription]:
+    return [recorder.subscription("shipping.book")]
+
+
+def fail_times(times: int, error: BaseException) -> Callable[[Delivery], None]:
+    remaining = {"left": times}
+
+    def behaviour(_delivery: Delivery) -> None:
+        if remaining["left"] > 0:
+            remaining["left"] -= 1
+            raise error
+
+    return behaviour
+
+
+def test_a_worker_killed_between_claim_and_complete_is_taken_over_on_redelivery(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_times(1, WorkerCrash("killed after the claim"))
+    event = h.emit()
+
+    results = h.esm.drain()
+
+    assert isinstance(results[0].crashed, WorkerCrash)
+    assert h.runs("shipping.book", event) == 2, "ran once, crashed, ran again after the lease expired"
+    assert h.effects("shipping.book", event) == 1, "completed once"
+    assert h.claim_status("shipping.book", event) == "COMPLETED"
+    assert h.dead_letters() == []
+    assert h.queue_depth(h.queue_url) == 0
+
+
+def test_a_handler_that_fails_once_succeeds_on_the_second_receive(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_times(1, ConnectionError("503 from the carrier"))
+    event = h.emit()
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == 2
+    assert h.effects("shipping.book", event) == 1
+    assert h.claim_status("shipping.book", event) == "COMPLETED"
+    assert h.dead_letters() == []
+
+
+def test_a_handler_failing_on_every_receive_is_dead_lettered_on_the_last_and_reaches_the_dlq(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_times(99, TimeoutError("carrier down"))
+    event = h.emit()
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == MAX_RECEIVE_COUNT, "SQS's redrive is the retry policy"
+    assert h.effects("shipping.book", event) == 0
+    assert h.claim_status("shipping.book", event) == "DEAD"
+    [dead] = h.dead_letters()
+    assert dead["reason"]["S"] == "exhausted"
+    assert dead["error_type"]["S"] == "TimeoutError"
+    assert dead["subscription"]["S"] == "shipping.book"
+    assert h.queue_depth(h.queue_url) == 0
+    assert len(h.dlq_bodies()) == 1, "the transport and the inbox agree: the message is in the DLQ"
+
+
+def test_a_terminal_error_is_dead_at_once_and_never_retried(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_times(99, TerminalError("address does not exist"))
+    event = h.emit()
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == 1
+    assert h.claim_status("shipping.book", event) == "DEAD"
+    [dead] = h.dead_letters()
+    assert dead["reason"]["S"] == "terminal"
+    assert "address does not exist" in dead["error"]["S"]
+    assert h.queue_depth(h.queue_url) == 0
+    assert h.dlq_bodies() == [], "handled: the inbox holds the dead letter, the message is done"
+
+
+def test_a_validation_error_in_a_handler_is_terminal(make_harness: HarnessFactory) -> None:
+    from pydantic import BaseModel
+
+    class Shipment(BaseModel):
+        address: str
+
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = lambda d: Shipment.model_validate(d.envelope.payload) and None
+    event = h.emit(n=1)
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == 1
+    assert h.dead_letters()[0]["error_type"]["S"] == "ValidationError"
+
+
+def four_subscriptions(recorder: Recorder) -> list[Subscription]:
+    return [
+        recorder.subscription("storefront.mirror_order", "payment.completed"),
+        recorder.subscription("shipping.book", "payment.completed"),
+        recorder.subscription("notify.buyer", "payment.*"),
+        recorder.subscription("pet_tag.mark_ordered", "payment.completed"),
+    ]
+
+
+def test_fan_out_runs_each_subscription_once_and_redelivery_reruns_only_the_failing_one(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(four_subscriptions)
+    h.recorder.behaviours["storefront.mirror_order"] = fail_times(2, ConnectionError("storefront 503"))
+    event = h.emit("payment.completed")
+
+    h.esm.drain()
+
+    assert h.runs("storefront.mirror_order", event) == 3
+    for name in ("shipping.book", "notify.buyer", "pet_tag.mark_ordered"):
+        assert h.runs(name, event) == 1, f"{name} must not rerun because a sibling failed"
+    for name in ("storefront.mirror_order", "shipping.book", "notify.buyer", "pet_tag.mark_ordered"):
+        assert h.effects(name, event) == 1
+        assert h.claim_status(name, event) == "COMPLETED"
+
+
+def test_the_same_event_delivered_twice_runs_each_effect_once(make_harness: HarnessFactory) -> None:
+    h = make_harness(four_subscriptions)
+    event = h.emit("payment.completed")
+    h.esm.drain()
+    h.publish(event, dedup_id=f"{event.id}-replayed")  # the same event under a new message id
+
+    h.esm.drain()
+
+    for name in ("storefront.mirror_order", "shipping.book", "notify.buyer", "pet_tag.mark_ordered"):
+        assert (h.runs(name, event), h.effects(name, event)) == (1, 1)
+
+
+def test_the_same_message_handed_to_the_function_twice_runs_each_effect_once(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    event = h.emit()
+    message = h.sqs.receive_message(QueueUrl=h.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
+    batch = {"Records": [h.esm._record(message)]}
+
+    from local_runtime.lambda_context import LocalLambdaContext
+
+    first = h.consumer.handle(batch, LocalLambdaContext("fn", h.esm.function_timeout, h.clock))
+    second = h.consumer.handle(batch, LocalLambdaContext("fn", h.esm.function_timeout, h.clock))
+
+    assert first == second == {"batchItemFailures": []}
+    assert (h.runs("shipping.book", event), h.effects("shipping.book", event)) == (1, 1)
+
+
+def test_a_delivery_while_another_worker_holds_the_lease_is_not_acknowledged(make_harness: HarnessFactory) -> None:
+    """The live owner may crash; if this copy were deleted, the effect would be lost with it."""
+    from datetime import timedelta
+
+    h = make_harness(one_subscription)
+    event = h.emit()
+    owner = h.inbox.claim(event, "shipping.book", timedelta(seconds=65))
+    assert owner.claim is not None
+
+    result = h.esm.poll()
+
+    assert result is not None
+    assert result.failed == result.received, "left for a later receive"
+    assert h.runs("shipping.book", event) == 0
+    # The owner dies; after the visibility timeout the lease is long gone and the work is taken over.
+    h.esm.drain()
+    assert (h.runs("shipping.book", event), h.effects("shipping.book", event)) == (1, 1)
+
+
+def test_a_conflicting_payload_under_the_same_event_id_is_a_recorded_terminal_conflict(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(one_subscription)
+    event = h.emit(amount=10)
+    h.esm.drain()
+    forged = event.model_copy(update={"payload": {"amount": 10_000}})
+    forged = forged.model_copy(update={"hash": forged.computed_hash()})
+    h.publish(forged, dedup_id=f"{event.id}-forged")
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == 1, "the conflicting content never runs"
+    assert h.claim_status("shipping.book", event) == "COMPLETED", "the original claim is untouched"
+    [conflict] = h.dead_letters()
+    assert conflict["reason"]["S"] == "conflict"
+    assert conflict["stored_digest"]["S"] != conflict["received_digest"]["S"]
+    assert h.queue_depth(h.queue_url) == 0
+    assert h.dlq_bodies() == []
+
+
+def test_poison_pills_are_recorded_and_never_block_the_tenants_group(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    h.send("this is not JSON", "acme", "poison-1")
+    h.send(json.dumps({"hello": "world"}), "acme", "poison-2")
+    event = h.emit()  # behind the two pills in acme's group
+
+    h.esm.drain()
+
+    pills = h.poison_pills()
+    assert len(pills) == 2
+    assert {p["body"]["S"] for p in pills} == {"this is not JSON", '{"hello": "world"}'}
+    assert all(p["attributes"]["M"]["MessageGroupId"]["S"] == "acme" for p in pills)
+    assert (h.runs("shipping.book", event), h.effects("shipping.book", event)) == (1, 1)
+    assert h.queue_depth(h.queue_url) == 0
+    assert h.dlq_bodies() == []
+
+
+def test_a_handler_write_and_the_completion_commit_together_or_not_at_all(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    event = h.emit()
+    # Something already occupies the effect row, so the handler's conditional write must fail.
+    blocker = {"pk": {"S": f"EFFECT#{event.id}:shipping.book"}, "sk": {"S": "EFFECT"}}
+    h.dynamodb.put_item(TableName=ORDERS_TABLE, Item=blocker)
+
+    first = h.esm.poll()
+
+    assert first is not None
+    assert first.failed == first.received
+    row = h.inbox.get_claim(event.id, "shipping.book")
+    assert row is not None
+    assert (row["status"]["S"], row["lease_expires_at"]["N"]) == ("PENDING", "0"), "released: retryable"
+    assert "attempt" not in h.dynamodb.get_item(TableName=ORDERS_TABLE, Key=blocker)["Item"]
+
+    h.dynamodb.delete_item(TableName=ORDERS_TABLE, Key=blocker)
+    h.esm.drain()
+
+    assert h.claim_status("shipping.book", event) == "COMPLETED"
+    assert h.effects("shipping.book", event) == 1
+    assert h.runs("shipping.book", event) == 2
+
+
+def test_a_failure_stops_only_its_own_tenants_group(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    a1 = h.emit(tenant="tenant-a", n=1)
+    a2 = h.emit(tenant="tenant-a", n=2)
+    b1 = h.emit(tenant="tenant-b", n=1)
+    b2 = h.emit(tenant="tenant-b", n=2)
+    h.recorder.behaviours["shipping.book"] = lambda d: (
+        (_ for _ in ()).throw(ConnectionError("down")) if (d.envelope.id == a1.id) else None
+    )
+
+    result = h.esm.poll()
+
+    assert result is not None
+    assert len(result.received) == 4
+    assert len(result.failed) == 2, "a1 failed and a2, behind it in its group, is reported without running"
+    assert h.runs("shipping.book", a2) == 0
+    assert (h.effects("shipping.book", b1), h.effects("shipping.book", b2)) == (1, 1)
+    assert h.claim_status("shipping.book", a2) is None
+
+
+def test_followers_of_a_failing_head_reach_the_dlq_unclaimed_and_a_redrive_runs_them_once(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(one_subscription)
+    head = h.emit(n=1)
+    follower = h.emit(n=2)
+    h.recorder.behaviours["shipping.book"] = lambda d: (
+        (_ for _ in ()).throw(TimeoutError("down")) if (d.envelope.id == head.id) else None
+    )
+
+    h.esm.drain()
+
+    assert h.claim_status("shipping.book", head) == "DEAD"
+    assert h.claim_status("shipping.book", follower) is None, "never attempted, so never marked dead"
+    assert h.runs("shipping.book", follower) == 0
+    assert len(h.dlq_bodies()) == 2
+
+    h.recorder.behaviours.clear()  # the fix is deployed
+    redrive_clearing_dead_claims(h)
+    h.esm.drain()
+
+    for event in (head, follower):
+        assert h.claim_status("shipping.book", event) == "COMPLETED"
+        assert h.effects("shipping.book", event) == 1
+    assert h.runs("shipping.book", follower) == 1
+
+
+def redrive_clearing_dead_claims(h: Harness) -> None:
+    """The runbook's redrive: clear the dead claims of each message's event first, then move it back."""
+    from outbox.consumer import parse_body
+    from outbox.inbox import claim_key
+
+    while True:
+        messages = h.sqs.receive_message(
+            QueueUrl=h.dlq_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+        ).get("Messages", [])
+        if not messages:
+            return
+        for message in messages:
+            envelope = parse_body(message["Body"])
+            h.dynamodb.delete_item(
+                TableName="inbox",
+                Key=claim_key(envelope.id, "shipping.book"),
+                ConditionExpression="#s = :dead",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":dead": {"S": "DEAD"}},
+            ) if h.claim_status("shipping.book", envelope) == "DEAD" else None
+            h.send(message["Body"], message["Attributes"]["MessageGroupId"], f"{envelope.id}-redrive")
+            h.sqs.delete_message(QueueUrl=h.dlq_url, ReceiptHandle=message["ReceiptHandle"])
+
+
+def test_a_follow_up_event_commits_with_the_completion_and_carries_its_cause(make_harness: HarnessFactory) -> None:
+    from outbox import FollowUp, HandlerResult, Lane
+
+    def book(delivery: Delivery) -> HandlerResult:
+        return HandlerResult(follow_up=FollowUp("shipment.booked", {"order": delivery.envelope.payload["n"]}))
+
+    h = make_harness(lambda _r: [Subscription("shipping.book", "order.created", Lane.DURABLE, book)])
+    event = h.emit(n=7)
+
+    h.esm.drain()
+
+    logged = list(h.store.events("acme"))
+    assert [e.type for e in logged] == ["order.created", "shipment.booked"]
+    follow_up = logged[1]
+    assert (follow_up.causation_id, follow_up.correlation_id) == (event.id, event.correlation_id)
+    assert follow_up.payload == {"order": 7}
+    assert h.claim_status("shipping.book", event) == "COMPLETED"
+    assert h.store.verify_chain("acme").intact

@@ -8,10 +8,13 @@ from typing import Any, Final, cast
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct, Node
 
+from stacks.constructs import durable_consumer, inbox_table
 from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.durable_consumer import DurableConsumer
 from stacks.constructs.durable_queue import DurableQueue
 from stacks.constructs.engine_layer import EngineLayer
 from stacks.constructs.events_table import EventsTable
+from stacks.constructs.inbox_table import InboxTable
 from stacks.constructs.monitoring import PipelineMonitoring
 from stacks.constructs.relay_pipe import PIPE_LOG_LEVELS, PipeLogLevel, RelayPipe
 
@@ -19,6 +22,8 @@ from stacks.constructs.relay_pipe import PIPE_LOG_LEVELS, PipeLogLevel, RelayPip
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
 PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
 PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
+INBOX_RETENTION_DAYS_CONTEXT: Final = "inboxRetentionDays"
+CONSUMER_MAX_CONCURRENCY_CONTEXT: Final = "consumerMaxConcurrency"
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class OutboxSettings:
     alarm_email: str | None = None
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
+    inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
+    consumer_max_concurrency: int = durable_consumer.DEFAULT_MAX_CONCURRENCY
 
     @classmethod
     def from_context(cls, node: Node) -> OutboxSettings:
@@ -42,6 +49,20 @@ class OutboxSettings:
             alarm_email=email or None,
             pipe_log_level=cast(PipeLogLevel, level),
             pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
+            inbox_retention_days=_integer(
+                node,
+                INBOX_RETENTION_DAYS_CONTEXT,
+                default=inbox_table.DEFAULT_RETENTION_DAYS,
+                minimum=inbox_table.MIN_RETENTION_DAYS,
+                maximum=inbox_table.MAX_RETENTION_DAYS,
+            ),
+            consumer_max_concurrency=_integer(
+                node,
+                CONSUMER_MAX_CONCURRENCY_CONTEXT,
+                default=durable_consumer.DEFAULT_MAX_CONCURRENCY,
+                minimum=durable_consumer.MIN_MAX_CONCURRENCY,
+                maximum=durable_consumer.MAX_MAX_CONCURRENCY,
+            ),
         )
 
 
@@ -54,6 +75,18 @@ def _flag(value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ValueError(f"context {PIPE_LOG_EXECUTION_DATA_CONTEXT} must be true or false, got {value!r}")
+
+
+def _integer(node: Node, key: str, *, default: int, minimum: int, maximum: int) -> int:
+    # `-c key=14` arrives as a string, cdk.json as a JSON number; a bool is not a number here.
+    value = node.try_get_context(key)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"context {key} must be a whole number from {minimum} to {maximum}, got {value!r}")
+    return value
 
 
 class OutboxStack(Stack):
@@ -74,6 +107,17 @@ class OutboxStack(Stack):
             log_level=settings.pipe_log_level,
             log_execution_data=settings.pipe_log_execution_data,
         )
+        self.inbox = InboxTable(self, "Inbox", retention_days=settings.inbox_retention_days)
+        self.consumer = DurableConsumer(
+            self,
+            "DurableConsumer",
+            queue=self.durable,
+            events=self.events,
+            inbox=self.inbox,
+            layer=self.engine.layer,
+            alarm_topic=self.alarms.topic,
+            max_concurrency=settings.consumer_max_concurrency,
+        )
         self.monitoring = PipelineMonitoring(
             self,
             "Monitoring",
@@ -85,6 +129,8 @@ class OutboxStack(Stack):
                 ("relay pipe DLQ", self.relay.dead_letter_queue),
             ],
             dead_letter_alarms=[self.durable.dead_letters.alarm, self.relay.dead_letters.alarm],
+            consumer=self.consumer,
+            inbox=self.inbox,
         )
 
         CfnOutput(self, "EventsTableName", value=self.events.table.table_name)
@@ -93,4 +139,6 @@ class OutboxStack(Stack):
         CfnOutput(self, "DurableDeadLetterQueueUrl", value=self.durable.dead_letter_queue.queue_url)
         CfnOutput(self, "RelayPipeName", value=self.relay.pipe_name)
         CfnOutput(self, "RelayDeadLetterQueueUrl", value=self.relay.dead_letter_queue.queue_url)
+        CfnOutput(self, "InboxTableName", value=self.inbox.table.table_name)
+        CfnOutput(self, "DurableConsumerFunctionName", value=self.consumer.function.function_name)
         CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)

@@ -3,7 +3,8 @@
 Hand-written ``aws_cloudwatch`` rather than cdk-monitoring-constructs: the set is small (two pipe
 alarms, one age alarm, one dashboard), and the library would add a dependency (and its transitive
 pins) to every synth, plus its own defaults to review, for what a few explicit widgets say directly.
-The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one.
+The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one;
+nor are the consumer's, which belong to ``DurableConsumer``. The dashboard shows all of them.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from typing import Final
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from stacks.constructs.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
+from stacks.constructs.inbox_table import InboxTable
+from stacks.constructs.lambda_defaults import METRICS_NAMESPACE
+from stacks.constructs.timing import CONSUMER_TIMEOUT_SECONDS, QUEUE_VISIBILITY_TIMEOUT_SECONDS
 
 # The engine publishes one count per committed event here (Powertools metrics, EMF).
-EMITS_NAMESPACE: Final = "OutboxEngine"
+EMITS_NAMESPACE: Final = METRICS_NAMESPACE
 EMITS_METRIC_NAME: Final = "EventsEmitted"
 
 PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
@@ -36,6 +41,13 @@ QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = 2 * QUEUE_VISIBILITY_TIMEOUT_SECONDS
 QUEUE_AGE_ALARM_PERIOD: Final = Duration.minutes(5)
 
 DASHBOARD_PERIOD: Final = Duration.minutes(5)
+# The inbox table operations the consumer calls (outbox.inbox.Inbox).
+INBOX_OPERATIONS: Final = (
+    dynamodb.Operation.GET_ITEM,
+    dynamodb.Operation.PUT_ITEM,
+    dynamodb.Operation.UPDATE_ITEM,
+    dynamodb.Operation.TRANSACT_WRITE_ITEMS,
+)
 WIDGET_WIDTH: Final = 8
 
 
@@ -52,6 +64,8 @@ class PipelineMonitoring(Construct):
         queue: sqs.IQueue,
         dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
+        consumer: DurableConsumer,
+        inbox: InboxTable,
     ) -> None:
         super().__init__(scope, construct_id)
         action = cloudwatch_actions.SnsAction(alarm_topic)
@@ -76,8 +90,9 @@ class PipelineMonitoring(Construct):
             "a failing handler, a blocked tenant group or no consumer.",
             action=action,
         )
-        alarms = [*self.pipe_alarms, self.queue_age_alarm, *dead_letter_alarms]
+        alarms = [*self.pipe_alarms, self.queue_age_alarm, *dead_letter_alarms, *consumer.alarms]
         self.dashboard = self._dashboard(pipe_name, queue, dead_letter_queues, alarms)
+        self._add_consumer_widgets(self.dashboard, consumer, inbox)
 
     def _alarm(
         self,
@@ -166,6 +181,67 @@ class PipelineMonitoring(Construct):
             ),
         )
         return dashboard
+
+    def _add_consumer_widgets(
+        self, dashboard: cloudwatch.Dashboard, consumer: DurableConsumer, inbox: InboxTable
+    ) -> None:
+        function = consumer.function
+        table = inbox.table
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Durable consumer: invocations",
+                left=[
+                    function.metric_invocations(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+                    function.metric_errors(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+                    function.metric_throttles(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+                ],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Durable consumer: duration (ms)",
+                left=[
+                    function.metric_duration(period=DASHBOARD_PERIOD, statistic=statistic, label=statistic)
+                    for statistic in (cloudwatch.Stats.p(50), cloudwatch.Stats.p(99), cloudwatch.Stats.MAXIMUM)
+                ],
+                left_annotations=[
+                    cloudwatch.HorizontalAnnotation(value=CONSUMER_TIMEOUT_SECONDS * 1000, label="timeout")
+                ],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Inbox: claims",
+                left=[consumer.outcome_metric(name, DASHBOARD_PERIOD) for name in CLAIM_METRICS],
+                width=WIDGET_WIDTH,
+            ),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Inbox: dead letters, conflicts, poison pills",
+                left=[consumer.outcome_metric(name, DASHBOARD_PERIOD) for name in DEAD_WORK_METRICS],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Inbox table: refused conditional writes and throttles",
+                left=[
+                    # A refused claim (duplicate, live lease) or a fenced write that lost its lease.
+                    table.metric_conditional_check_failed_requests(
+                        period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM, label="conditional check failed"
+                    ),
+                    table.metric_throttled_requests_for_operations(
+                        operations=list(INBOX_OPERATIONS), period=DASHBOARD_PERIOD
+                    ),
+                ],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Inbox table: consumed capacity",
+                left=[
+                    table.metric_consumed_read_capacity_units(period=DASHBOARD_PERIOD, label="read units"),
+                    table.metric_consumed_write_capacity_units(period=DASHBOARD_PERIOD, label="write units"),
+                ],
+                width=WIDGET_WIDTH,
+            ),
+        )
 
 
 def _pipe_metric(pipe_name: str, metric_name: str, period: Duration) -> cloudwatch.Metric:

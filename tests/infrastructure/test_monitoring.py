@@ -10,6 +10,7 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS
 from stacks.constructs.monitoring import EMITS_METRIC_NAME, EMITS_NAMESPACE, QUEUE_AGE_ALARM_THRESHOLD_SECONDS
 from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS
 from tests.infrastructure.conftest import resources_of_type
@@ -122,6 +123,19 @@ def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) 
         only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")[0],
         only_resource(stack_template, "AWS::SQS::Queue", "DurableDeadLetters")[0],
         only_resource(stack_template, "AWS::SQS::Queue", "RelayDeadLetters")[0],
+        # The durable consumer and its inbox.
+        only_resource(stack_template, "AWS::Lambda::Function", "DurableConsumer")[0],
+        "AWS/Lambda",
+        "Invocations",
+        "Errors",
+        "Throttles",
+        "Duration",
+        *CLAIM_METRICS,
+        *DEAD_WORK_METRICS,
+        only_resource(stack_template, "AWS::DynamoDB::Table", "InboxTable")[0],
+        "ConditionalCheckFailedRequests",
+        "ThrottledRequests",
+        "ConsumedWriteCapacityUnits",
     ]
     assert [mention for mention in expected_mentions if mention not in body] == []
     # Every alarm of the stack is on the dashboard's status widget.

@@ -18,6 +18,15 @@ EXPECTED = {
     # Dead-letter queues have no DLQ of their own; they are alarmed instead.
     ("Serverless-SQSRedrivePolicy", "OutboxEngine/Durable/DeadLetters/Queue/Resource"),
     ("Serverless-SQSRedrivePolicy", "OutboxEngine/Relay/DeadLetters/Queue/Resource"),
+    # X-Ray's PutTraceSegments and PutTelemetryRecords (active tracing) have no resource-level permissions.
+    ("AwsSolutions-IAM5[Resource::*]", "OutboxEngine/DurableConsumer/Lambda/Role/DefaultPolicy/Resource"),
+    # The function's runtime is the engine layer's: its wheels are built for exactly python3.13.
+    ("AwsSolutions-L1", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
+    # Invoked synchronously by its SQS mapping: failures go through the queue's redrive to its alarmed DLQ,
+    # and Lambda accepts no on-failure destination on an SQS mapping.
+    ("Serverless-LambdaDLQ", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
+    ("Serverless-LambdaEventSourceMappingDestination", "OutboxEngine/DurableConsumer/QueueMapping/Resource"),
 }
 
 

@@ -1,0 +1,84 @@
+"""The inbox table (claims, dead letters, poison pills), read from the synthesized template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+
+from stacks.constructs.inbox_table import DEFAULT_RETENTION_DAYS, TTL_ATTRIBUTE, InboxTable
+from stacks.outbox_stack import OutboxSettings
+from tests.infrastructure.template_queries import only_resource
+
+
+@pytest.fixture(scope="module")
+def inbox(stack_template: dict[str, Any]) -> dict[str, Any]:
+    _, resource = only_resource(stack_template, "AWS::DynamoDB::Table", "InboxTable")
+    return resource
+
+
+def test_the_inbox_is_keyed_by_string_pk_and_sk_and_billed_on_demand(inbox: dict[str, Any]) -> None:
+    properties = inbox["Properties"]
+    assert properties["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert properties["AttributeDefinitions"] == [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert "TableName" not in properties, "CloudFormation generates the name"
+
+
+def test_completed_claims_expire_through_the_ttl_attribute_the_engine_sets(inbox: dict[str, Any]) -> None:
+    assert inbox["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert TTL_ATTRIBUTE == "expires_at"
+
+
+def test_the_claims_survive_mistakes_recovery_and_stack_deletion(inbox: dict[str, Any]) -> None:
+    properties = inbox["Properties"]
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    assert properties["DeletionProtectionEnabled"] is True
+    assert inbox["DeletionPolicy"] == "Retain"
+    assert inbox["UpdateReplacePolicy"] == "Retain"
+
+
+def test_the_key_layout_is_the_engines() -> None:
+    # Given the engine's own key builders
+    from outbox import inbox
+
+    # Then claims, dead letters and poison pills all live under the table's string pk/sk
+    assert inbox.claim_key("evt-1", "billing.invoice") == {"pk": {"S": "CLAIM#evt-1"}, "sk": {"S": "billing.invoice"}}
+    assert inbox.dead_letter_partition("acme") == "TENANT#acme#DEAD"
+
+
+# --- retention: context -> OutboxSettings -> InboxTable (throwaway apps, no main-app synth) ---------
+
+
+def _settings(context: dict[str, Any]) -> OutboxSettings:
+    return OutboxSettings.from_context(App(context=context).node)
+
+
+def test_retention_defaults_to_seven_days() -> None:
+    assert _settings({}).inbox_retention_days == DEFAULT_RETENTION_DAYS == 7
+
+
+@pytest.mark.parametrize(("value", "expected"), [("14", 14), (30, 30), (1, 1), ("365", 365)])
+def test_retention_is_read_from_the_context(value: Any, expected: int) -> None:
+    assert _settings({"inboxRetentionDays": value}).inbox_retention_days == expected
+
+
+@pytest.mark.parametrize("value", [0, 366, "-1", "7.5", 7.5, "seven", True, ""])
+def test_a_wrong_retention_fails_the_synth_instead_of_falling_back(value: Any) -> None:
+    with pytest.raises(ValueError, match="inboxRetentionDays"):
+        _settings({"inboxRetentionDays": value})
+
+
+def test_the_construct_exposes_its_retention_and_rejects_one_out_of_range() -> None:
+    stack = Stack(App(), "InboxProbe")
+    assert InboxTable(stack, "Inbox", retention_days=30).retention_days == 30
+    with pytest.raises(ValueError, match="retention"):
+        InboxTable(stack, "TooLong", retention_days=400)

@@ -8,15 +8,20 @@ from typing import Any, Final, cast
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct, Node
 
-from stacks.constructs import durable_consumer, inbox_table
+from stacks.constructs import inbox_table, queue_consumer
 from stacks.constructs.alarm_topic import AlarmTopic
+from stacks.constructs.data_table import DataTable
 from stacks.constructs.durable_consumer import DurableConsumer
 from stacks.constructs.durable_queue import DurableQueue
 from stacks.constructs.engine_layer import EngineLayer
 from stacks.constructs.events_table import EventsTable
 from stacks.constructs.inbox_table import InboxTable
 from stacks.constructs.monitoring import PipelineMonitoring
-from stacks.constructs.relay_pipe import PIPE_LOG_LEVELS, PipeLogLevel, RelayPipe
+from stacks.constructs.record_change_consumer import RecordChangeConsumer
+from stacks.constructs.record_change_pipe import RecordChangePipe
+from stacks.constructs.record_change_queue import RecordChangeQueue
+from stacks.constructs.relay_pipe import RelayPipe
+from stacks.constructs.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 
 # CDK context keys (cdk.json or `cdk synth -c key=value`).
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
@@ -24,6 +29,7 @@ PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
 PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
 INBOX_RETENTION_DAYS_CONTEXT: Final = "inboxRetentionDays"
 CONSUMER_MAX_CONCURRENCY_CONTEXT: Final = "consumerMaxConcurrency"
+RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT: Final = "recordChangeMaxConcurrency"
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,10 @@ class OutboxSettings:
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
     inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
-    consumer_max_concurrency: int = durable_consumer.DEFAULT_MAX_CONCURRENCY
+    consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY
+    # Its own key: the standard queue scales its consumer far beyond the FIFO queue's one-per-tenant, so
+    # a burst of row changes (a bulk import) is capped here without touching the durable lane.
+    record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY
 
     @classmethod
     def from_context(cls, node: Node) -> OutboxSettings:
@@ -56,13 +65,8 @@ class OutboxSettings:
                 minimum=inbox_table.MIN_RETENTION_DAYS,
                 maximum=inbox_table.MAX_RETENTION_DAYS,
             ),
-            consumer_max_concurrency=_integer(
-                node,
-                CONSUMER_MAX_CONCURRENCY_CONTEXT,
-                default=durable_consumer.DEFAULT_MAX_CONCURRENCY,
-                minimum=durable_consumer.MIN_MAX_CONCURRENCY,
-                maximum=durable_consumer.MAX_MAX_CONCURRENCY,
-            ),
+            consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
+            record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
         )
 
 
@@ -75,6 +79,16 @@ def _flag(value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ValueError(f"context {PIPE_LOG_EXECUTION_DATA_CONTEXT} must be true or false, got {value!r}")
+
+
+def _max_concurrency(node: Node, key: str) -> int:
+    return _integer(
+        node,
+        key,
+        default=queue_consumer.DEFAULT_MAX_CONCURRENCY,
+        minimum=queue_consumer.MIN_MAX_CONCURRENCY,
+        maximum=queue_consumer.MAX_MAX_CONCURRENCY,
+    )
 
 
 def _integer(node: Node, key: str, *, default: int, minimum: int, maximum: int) -> int:
@@ -95,15 +109,19 @@ class OutboxStack(Stack):
         settings = OutboxSettings.from_context(self.node)
 
         self.events = EventsTable(self, "Events")
+        self.data = DataTable(self, "Data")
         self.engine = EngineLayer(self, "Engine")
         self.alarms = AlarmTopic(self, "Alarms", email=settings.alarm_email)
-        self.durable = DurableQueue(self, "Durable", alarm_topic=self.alarms.topic)
+        topic = self.alarms.topic
+
+        # DURABLE lane: events stream -> relay pipe -> FIFO queue -> durable consumer (inbox claim).
+        self.durable = DurableQueue(self, "Durable", alarm_topic=topic)
         self.relay = RelayPipe(
             self,
             "Relay",
             events=self.events,
             target=self.durable.queue,
-            alarm_topic=self.alarms.topic,
+            alarm_topic=topic,
             log_level=settings.pipe_log_level,
             log_execution_data=settings.pipe_log_execution_data,
         )
@@ -114,23 +132,52 @@ class OutboxStack(Stack):
             queue=self.durable,
             events=self.events,
             inbox=self.inbox,
+            data=self.data,
             layer=self.engine.layer,
-            alarm_topic=self.alarms.topic,
+            alarm_topic=topic,
             max_concurrency=settings.consumer_max_concurrency,
         )
+
+        # BEST_EFFORT lane: data stream -> record-change pipe -> standard queue -> record-change consumer.
+        self.record_changes = RecordChangeQueue(self, "RecordChanges", alarm_topic=topic)
+        self.record_change_pipe = RecordChangePipe(
+            self,
+            "RecordChangePipe",
+            data=self.data,
+            target=self.record_changes.queue,
+            alarm_topic=topic,
+            log_level=settings.pipe_log_level,
+            log_execution_data=settings.pipe_log_execution_data,
+        )
+        self.record_change_consumer = RecordChangeConsumer(
+            self,
+            "RecordChangeConsumer",
+            queue=self.record_changes,
+            data=self.data,
+            layer=self.engine.layer,
+            alarm_topic=topic,
+            max_concurrency=settings.record_change_max_concurrency,
+        )
+
+        dead_letters = [
+            ("durable DLQ", self.durable.dead_letters),
+            ("relay pipe DLQ", self.relay.dead_letters),
+            ("record-change DLQ", self.record_changes.dead_letters),
+            ("record-change pipe DLQ", self.record_change_pipe.dead_letters),
+        ]
         self.monitoring = PipelineMonitoring(
             self,
             "Monitoring",
-            alarm_topic=self.alarms.topic,
-            pipe_name=self.relay.pipe_name,
-            queue=self.durable.queue,
-            dead_letter_queues=[
-                ("durable DLQ", self.durable.dead_letter_queue),
-                ("relay pipe DLQ", self.relay.dead_letter_queue),
-            ],
-            dead_letter_alarms=[self.durable.dead_letters.alarm, self.relay.dead_letters.alarm],
+            alarm_topic=topic,
+            relay_pipe_name=self.relay.pipe_name,
+            durable_queue=self.durable.queue,
             consumer=self.consumer,
             inbox=self.inbox,
+            record_change_pipe_name=self.record_change_pipe.pipe_name,
+            record_change_queue=self.record_changes.queue,
+            record_change_consumer=self.record_change_consumer,
+            dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
+            dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
         )
 
         CfnOutput(self, "EventsTableName", value=self.events.table.table_name)
@@ -142,3 +189,9 @@ class OutboxStack(Stack):
         CfnOutput(self, "InboxTableName", value=self.inbox.table.table_name)
         CfnOutput(self, "DurableConsumerFunctionName", value=self.consumer.function.function_name)
         CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
+        CfnOutput(self, "DataTableName", value=self.data.table.table_name)
+        CfnOutput(self, "RecordChangeQueueUrl", value=self.record_changes.queue.queue_url)
+        CfnOutput(self, "RecordChangeDeadLetterQueueUrl", value=self.record_changes.dead_letter_queue.queue_url)
+        CfnOutput(self, "RecordChangePipeName", value=self.record_change_pipe.pipe_name)
+        CfnOutput(self, "RecordChangePipeDeadLetterQueueUrl", value=self.record_change_pipe.dead_letter_queue.queue_url)
+        CfnOutput(self, "RecordChangeConsumerFunctionName", value=self.record_change_consumer.function.function_name)

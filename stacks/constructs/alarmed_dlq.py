@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from stacks.constructs.alarms import alarm_above
+from stacks.constructs.queue_defaults import encrypted_queue
 
 # SQS's maximum: the longest window an operator has to inspect, replay or redrive dead work.
 DEAD_LETTER_RETENTION = Duration.days(14)
@@ -36,15 +37,7 @@ class AlarmedDeadLetterQueue(Construct):
         description: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.queue = sqs.Queue(
-            self,
-            "Queue",
-            fifo=fifo or None,  # absent, not false: CloudFormation only accepts FifoQueue on FIFO queues
-            retention_period=DEAD_LETTER_RETENTION,
-            # SSE-SQS: see DurableQueue for why a customer key would add grants and no protection.
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-        )
+        self.queue = encrypted_queue(self, "Queue", fifo=fifo, retention_period=DEAD_LETTER_RETENTION)
         queue_resource = self.queue.node.default_child
         assert queue_resource is not None
         Validations.of(queue_resource).acknowledge(
@@ -54,19 +47,13 @@ class AlarmedDeadLetterQueue(Construct):
                 "one level further from the alarm below, which fires on its first message.",
             )
         )
-        self.alarm = cloudwatch.Alarm(
+        self.alarm = alarm_above(
             self,
             "NotEmpty",
-            alarm_description=f"Dead letters waiting: {description}. See the runbook (replay / redrive).",
-            metric=self.queue.metric_approximate_number_of_messages_visible(
+            self.queue.metric_approximate_number_of_messages_visible(
                 period=DEAD_LETTER_ALARM_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
             ),
             threshold=DEAD_LETTER_ALARM_THRESHOLD,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            datapoints_to_alarm=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            description=f"Dead letters waiting: {description}. See the runbook (replay / redrive).",
+            alarm_topic=alarm_topic,
         )
-        action = cloudwatch_actions.SnsAction(alarm_topic)
-        self.alarm.add_alarm_action(action)
-        self.alarm.add_ok_action(action)

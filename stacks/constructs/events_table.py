@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+from stacks.constructs.table_defaults import protected_table
 
 # Key layout shared with the engine (layers/engine/python/outbox/keys.py): the partition key of every
 # event row is TENANT#<tenant>#EVENT, of every chain head TENANT#<tenant>#HEAD.
@@ -41,20 +42,7 @@ class EventsTable(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.table = dynamodb.Table(
-            self,
-            "Table",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            deletion_protection=True,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
+        self.table = protected_table(self, "Table", stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES)
         self.operator_role = iam.Role(
             self,
             "OperatorRole",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from aws_cdk import RemovalPolicy
-from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
+
+from stacks.constructs.table_defaults import protected_table
 
 # Key layout shared with the engine (layers/engine/python/outbox/inbox.py).
 CLAIM_PARTITION_PATTERN: Final = "CLAIM#<event_id>"  # sort key: the subscription name
@@ -39,18 +39,5 @@ class InboxTable(Construct):
                 f"inbox retention must be {MIN_RETENTION_DAYS}..{MAX_RETENTION_DAYS} days, got {retention_days!r}"
             )
         self.retention_days = retention_days
-        self.table = dynamodb.Table(
-            self,
-            "Table",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=TTL_ATTRIBUTE,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            deletion_protection=True,
-            # Losing the claims would let every retained event run its subscriptions a second time.
-            removal_policy=RemovalPolicy.RETAIN,
-        )
+        # Losing the claims would let every retained event run its subscriptions a second time: retained.
+        self.table = protected_table(self, "Table", time_to_live_attribute=TTL_ATTRIBUTE)

@@ -23,7 +23,7 @@ from stacks.constructs.engine_layer import ARCHITECTURE, RUNTIME
 PROJECT_ROOT: Final = Path(__file__).resolve().parents[2]
 
 # The function code is the project root filtered down to the handlers and the application modules
-# (which handlers load through SUBSCRIPTIONS=modules:build_registry). The engine and every dependency
+# (which handlers load through SUBSCRIPTIONS=modules:build_catalog). The engine and every dependency
 # come from the layer, so there is nothing to bundle. Glob mode, the last matching pattern decides: "*"
 # and ".*" exclude everything (a pattern without a slash matches any base name; "*" alone skips dot
 # files such as .git and .venv), the two packages are taken back, and byte code is dropped again.
@@ -38,6 +38,8 @@ CODE_EXCLUDE: Final = [
     "*.pyc",
 ]
 CODE_PACKAGES: Final = ("lambdas", "modules")
+# The application's modules, loaded by every consumer at cold start (outbox.settings.load_catalog).
+SUBSCRIPTIONS: Final = "modules:build_catalog"
 
 # Every function's Powertools metrics land here (the engine's EventsEmitted among them); the dashboard
 # and the consumer's alarms read this namespace.

@@ -1,10 +1,11 @@
-"""The durable lane's timing, in one place so that no two numbers can drift apart.
+"""The queue-driven lanes' timing, in one place so that no two numbers can drift apart.
 
-The durable consumer's function timeout, its event source mapping's batching window and the queue's
-redrive count live here; the queue's visibility timeout is derived from them, never written down
-twice. AWS asks for a visibility timeout of at least 6x the function timeout plus the batching window
-(AWS-SEMANTICS R6.4): a message must not become visible again while a live handler still holds its
-inbox lease, or a second worker would claim it. The consumer function construct imports these values.
+Each consumer's function timeout, its event source mapping's batching window and the queues' redrive
+count live here; each queue's visibility timeout is derived from them, never written down twice. AWS
+asks for a visibility timeout of at least 6x the function timeout plus the batching window
+(AWS-SEMANTICS R6.4): on the durable lane a message must not become visible again while a live handler
+still holds its inbox lease, or a second worker would claim it; on the record-change lane it would run
+a best-effort handler twice for no reason. The consumer and queue constructs import these values.
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ CONSUMER_TIMEOUT_SECONDS = 60
 # if that ever changes.
 CONSUMER_BATCHING_WINDOW_SECONDS = 0
 
-# Receives before SQS moves a message to the dead-letter queue (AWS asks for at least 5, R6.4). The
-# consumer's last attempt (ApproximateReceiveCount == MAX_RECEIVE_COUNT) marks the claim dead.
+# The record-change consumer's Lambda timeout. Half the durable one: best-effort handlers update
+# projections in the data table (a few DynamoDB writes per record, ten records a batch), and a shorter
+# timeout brings a failed record back sooner, since its retry waits out the visibility timeout below.
+RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS = 30
+
+# The record-change mapping's MaximumBatchingWindowInSeconds. Zero: the pipe already sends in batches of
+# up to ten, which is the mapping's batch size, so waiting would add latency and save no invocation.
+RECORD_CHANGE_BATCHING_WINDOW_SECONDS = 0
+
+# Receives before SQS moves a message to the dead-letter queue (AWS asks for at least 5, R6.4), on both
+# queues. The durable consumer's last attempt (ApproximateReceiveCount == MAX_RECEIVE_COUNT) marks the
+# claim dead; the record-change consumer keeps no claims and simply lets SQS move the message.
 MAX_RECEIVE_COUNT = 5
 
 # AWS's minimum factor between the function timeout and the queue's visibility timeout.
@@ -54,4 +65,7 @@ def visibility_timeout_seconds(function_timeout_seconds: int, batching_window_se
 
 QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(
     CONSUMER_TIMEOUT_SECONDS, CONSUMER_BATCHING_WINDOW_SECONDS
+)
+RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(
+    RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS, RECORD_CHANGE_BATCHING_WINDOW_SECONDS
 )

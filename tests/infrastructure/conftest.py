@@ -6,6 +6,8 @@ import re
 from typing import Any
 
 import pytest
+from aws_cdk import Stack
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
 from stacks.app_factory import STACK_NAME
@@ -41,3 +43,10 @@ def normalise_asset_hashes(value: Any) -> Any:
     if isinstance(value, str):
         return ASSET_HASH.sub("<asset-hash>", value)
     return value
+
+
+def imported_engine_layer(stack: Stack) -> lambda_.ILayerVersion:
+    """A stand-in for the engine layer in throwaway stacks: the real one would run pip at synth."""
+    return lambda_.LayerVersion.from_layer_version_arn(
+        stack, "Layer", "arn:aws:lambda:us-east-1:123456789012:layer:engine:1"
+    )

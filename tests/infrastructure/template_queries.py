@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.infrastructure.conftest import resources_of_type
@@ -16,3 +17,57 @@ def only_resource(stack_template: dict[str, Any], resource_type: str, prefix: st
     }
     assert len(matches) == 1, f"expected one {resource_type} {prefix}*, found {sorted(matches)}"
     return next(iter(matches.items()))
+
+
+def listed(value: Any) -> list[Any]:
+    """A policy's Action or Resource as a list, whether it was written as one value or several."""
+    return value if isinstance(value, list) else [value]
+
+
+def role_statements(stack_template: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    """Every statement of every policy attached to this role."""
+    return [
+        statement
+        for policy in resources_of_type(stack_template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def actions_on(statements: list[dict[str, Any]], effect: str, resource: Any) -> set[str]:
+    """The actions the statements of this effect allow or deny on exactly this resource."""
+    return {
+        action
+        for statement in statements
+        if statement["Effect"] == effect and resource in listed(statement["Resource"])
+        for action in listed(statement["Action"])
+    }
+
+
+def allowed_pairs(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(action, resource) pairs of unconditional Allow statements, so that merged and split statements
+    compare equal. Any Deny or condition fails the assertion: callers expect plain grants."""
+    pairs = set()
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        assert "Condition" not in statement
+        pairs |= {
+            (action, json.dumps(resource, sort_keys=True))
+            for action in listed(statement["Action"])
+            for resource in listed(statement["Resource"])
+        }
+    return pairs
+
+
+def arn_of(logical_id: str, attribute: str = "Arn") -> str:
+    """``{"Fn::GetAtt": [logical_id, attribute]}`` as ``allowed_pairs`` writes a resource."""
+    return json.dumps({"Fn::GetAtt": [logical_id, attribute]}, sort_keys=True)
+
+
+def assert_fires_on_the_first_one(alarm: dict[str, Any], topic_id: str) -> None:
+    """A count alarm that notifies the topic on the first datapoint above zero, and treats silence as health."""
+    assert alarm["Statistic"] == "Sum"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]

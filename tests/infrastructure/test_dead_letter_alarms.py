@@ -22,15 +22,32 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
     # Given the synthesized app
     # When every dead-letter target is collected from the template
     targets = dead_letter_targets(stack_template)
-    # Then both known DLQs are among them (the checker is not vacuous) ...
-    durable_dlq = only_resource(stack_template, "AWS::SQS::Queue", "DurableDeadLetters")[0]
-    relay_dlq = only_resource(stack_template, "AWS::SQS::Queue", "RelayDeadLetters")[0]
-    found = {str(target.target) for target in targets}
-    assert {str({"Fn::GetAtt": [durable_dlq, "Arn"]}), str({"Fn::GetAtt": [relay_dlq, "Arn"]})} <= found
-    assert {target.path for target in targets} >= {
+
+    # Then they are exactly the four known ones, each lane's queue redrive and each pipe's DLQ (the
+    # checker is not vacuous) ...
+    def logical_id(resource_type: str, prefix: str) -> str:
+        return only_resource(stack_template, resource_type, prefix)[0]
+
+    redrive, pipe_dlq = (
         "RedrivePolicy.deadLetterTargetArn",
         "SourceParameters.DynamoDBStreamParameters.DeadLetterConfig.Arn",
+    )
+    expected = {
+        (logical_id("AWS::SQS::Queue", "DurableQueue"), redrive, logical_id("AWS::SQS::Queue", "DurableDeadLetters")),
+        (logical_id("AWS::Pipes::Pipe", "RelayPipe"), pipe_dlq, logical_id("AWS::SQS::Queue", "RelayDeadLetters")),
+        (
+            logical_id("AWS::SQS::Queue", "RecordChangesQueue"),
+            redrive,
+            logical_id("AWS::SQS::Queue", "RecordChangesDeadLetters"),
+        ),
+        (
+            logical_id("AWS::Pipes::Pipe", "RecordChangePipe"),
+            pipe_dlq,
+            logical_id("AWS::SQS::Queue", "RecordChangePipeDeadLetters"),
+        ),
     }
+    assert len(targets) == 4
+    assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []
 
@@ -45,7 +62,7 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
         for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     ]
-    assert len(dlq_alarms) == 2
+    assert len(dlq_alarms) == 4
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"

@@ -1,4 +1,4 @@
-"""The durable FIFO queue and its dead-letter queue, read from the synthesized template."""
+"""The durable FIFO queue and its dead-letter queue (and TLS on every queue), read from the synthesized template."""
 
 from __future__ import annotations
 
@@ -47,22 +47,25 @@ def test_durable_queue_redrives_to_a_fifo_dlq_after_five_receives(stack_template
     assert dlq["SqsManagedSseEnabled"] is True
 
 
-@pytest.mark.parametrize("prefix", ["DurableQueue", "DurableDeadLetters", "RelayDeadLetters"])
-def test_every_queue_denies_requests_without_tls(stack_template: dict[str, Any], prefix: str) -> None:
-    queue_id, _ = _queue(stack_template, prefix)
-    policies = [
-        policy["Properties"]
-        for policy in resources_of_type(stack_template, "AWS::SQS::QueuePolicy").values()
-        if {"Ref": queue_id} in policy["Properties"]["Queues"]
-    ]
-    assert len(policies) == 1
-    assert {
-        "Action": "sqs:*",
-        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        "Effect": "Deny",
-        "Principal": {"AWS": "*"},
-        "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
-    } in policies[0]["PolicyDocument"]["Statement"]
+def test_every_queue_denies_requests_without_tls(stack_template: dict[str, Any]) -> None:
+    # Given every queue of the app: both lanes' queues, their DLQs and both pipe DLQs
+    queue_ids = sorted(resources_of_type(stack_template, "AWS::SQS::Queue"))
+    assert len(queue_ids) == 6, queue_ids
+    for queue_id in queue_ids:
+        # Then each has exactly one queue policy, and it denies any request without TLS
+        policies = [
+            policy["Properties"]
+            for policy in resources_of_type(stack_template, "AWS::SQS::QueuePolicy").values()
+            if {"Ref": queue_id} in policy["Properties"]["Queues"]
+        ]
+        assert len(policies) == 1, queue_id
+        assert {
+            "Action": "sqs:*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
+        } in policies[0]["PolicyDocument"]["Statement"]
 
 
 def test_the_durable_queue_construct_exposes_its_parts() -> None:

@@ -1,4 +1,7 @@
-"""The inbox table (claims, dead letters, poison pills), read from the synthesized template."""
+"""The inbox table (claims, dead letters, poison pills), read from the synthesized template.
+
+Its keys and protection, shared with every table, are in test_tables.
+"""
 
 from __future__ import annotations
 
@@ -18,32 +21,9 @@ def inbox(stack_template: dict[str, Any]) -> dict[str, Any]:
     return resource
 
 
-def test_the_inbox_is_keyed_by_string_pk_and_sk_and_billed_on_demand(inbox: dict[str, Any]) -> None:
-    properties = inbox["Properties"]
-    assert properties["KeySchema"] == [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ]
-    assert properties["AttributeDefinitions"] == [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-    ]
-    assert properties["BillingMode"] == "PAY_PER_REQUEST"
-    assert "TableName" not in properties, "CloudFormation generates the name"
-
-
 def test_completed_claims_expire_through_the_ttl_attribute_the_engine_sets(inbox: dict[str, Any]) -> None:
     assert inbox["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert TTL_ATTRIBUTE == "expires_at"
-
-
-def test_the_claims_survive_mistakes_recovery_and_stack_deletion(inbox: dict[str, Any]) -> None:
-    properties = inbox["Properties"]
-    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
-    assert properties["SSESpecification"] == {"SSEEnabled": True}
-    assert properties["DeletionProtectionEnabled"] is True
-    assert inbox["DeletionPolicy"] == "Retain"
-    assert inbox["UpdateReplacePolicy"] == "Retain"
 
 
 def test_the_key_layout_is_the_engines() -> None:

@@ -1,4 +1,4 @@
-"""The alarm topic, the relay and queue alarms, and the pipeline dashboard."""
+"""The alarm topic, the pipe and queue alarms of both lanes, and the pipeline dashboard."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from aws_cdk.assertions import Template
 
 from stacks.constructs.alarm_topic import AlarmTopic
 from stacks.constructs.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS
-from stacks.constructs.monitoring import EMITS_METRIC_NAME, EMITS_NAMESPACE, QUEUE_AGE_ALARM_THRESHOLD_SECONDS
-from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from stacks.constructs.monitoring import (
+    EMITS_METRIC_NAME,
+    EMITS_NAMESPACE,
+    QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+    RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+)
+from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
 
@@ -77,30 +82,52 @@ def test_the_alarm_email_subscribes_to_the_topic() -> None:
     )
 
 
+@pytest.mark.parametrize("pipe_prefix", ["RelayPipe", "RecordChangePipe"])
 @pytest.mark.parametrize("metric_name", ["ExecutionFailed", "TargetStageFailed"])
-def test_pipe_failures_alarm_at_the_first_one(stack_template: dict[str, Any], topic_id: str, metric_name: str) -> None:
-    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe")
-    alarms = _alarms_on(stack_template, metric_name)
+def test_pipe_failures_alarm_at_the_first_one(
+    stack_template: dict[str, Any], topic_id: str, pipe_prefix: str, metric_name: str
+) -> None:
+    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe", pipe_prefix)
+    alarms = [
+        alarm
+        for alarm in _alarms_on(stack_template, metric_name)
+        if alarm["Dimensions"] == [{"Name": "PipeName", "Value": {"Ref": pipe_id}}]
+    ]
     assert len(alarms) == 1
     alarm = alarms[0]
     assert alarm["Namespace"] == "AWS/EventBridge/Pipes"
-    assert alarm["Dimensions"] == [{"Name": "PipeName", "Value": {"Ref": pipe_id}}]
     assert alarm["Statistic"] == "Sum"
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmActions"] == [{"Ref": topic_id}]
 
 
-def test_the_durable_queue_alarms_on_the_age_of_its_oldest_message(
-    stack_template: dict[str, Any], topic_id: str
+@pytest.mark.parametrize(
+    ("queue_prefix", "threshold", "visibility_timeout"),
+    [
+        ("DurableQueue", QUEUE_AGE_ALARM_THRESHOLD_SECONDS, QUEUE_VISIBILITY_TIMEOUT_SECONDS),
+        (
+            "RecordChangesQueue",
+            RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+            RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+        ),
+    ],
+)
+def test_each_lanes_queue_alarms_on_the_age_of_its_oldest_message(
+    stack_template: dict[str, Any], topic_id: str, queue_prefix: str, threshold: int, visibility_timeout: int
 ) -> None:
-    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
-    alarms = _alarms_on(stack_template, "ApproximateAgeOfOldestMessage")
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
+    assert len(_alarms_on(stack_template, "ApproximateAgeOfOldestMessage")) == 2
+    alarms = [
+        alarm
+        for alarm in _alarms_on(stack_template, "ApproximateAgeOfOldestMessage")
+        if alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
+    ]
     assert len(alarms) == 1
     alarm = alarms[0]
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
     assert alarm["Statistic"] == "Maximum"
-    assert alarm["Threshold"] == QUEUE_AGE_ALARM_THRESHOLD_SECONDS > QUEUE_VISIBILITY_TIMEOUT_SECONDS
+    # Older than two visibility timeouts: it has failed at least once, or nobody is polling.
+    assert alarm["Threshold"] == threshold == 2 * visibility_timeout
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["AlarmActions"] == [{"Ref": topic_id}]
 
@@ -109,7 +136,7 @@ def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) 
     _, dashboard = only_resource(stack_template, "AWS::CloudWatch::Dashboard")
     assert "DashboardName" not in dashboard["Properties"], "CloudFormation generates the name"
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe")
+    pipe_id, _ = only_resource(stack_template, "AWS::Pipes::Pipe", "RelayPipe")
     expected_mentions = [
         EMITS_NAMESPACE,
         EMITS_METRIC_NAME,
@@ -136,6 +163,13 @@ def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) 
         "ConditionalCheckFailedRequests",
         "ThrottledRequests",
         "ConsumedWriteCapacityUnits",
+        # The record-change lane: its pipe, queue depth and age, both its DLQs, its consumer.
+        only_resource(stack_template, "AWS::Pipes::Pipe", "RecordChangePipe")[0],
+        only_resource(stack_template, "AWS::SQS::Queue", "RecordChangesQueue")[0],
+        only_resource(stack_template, "AWS::SQS::Queue", "RecordChangesDeadLetters")[0],
+        only_resource(stack_template, "AWS::SQS::Queue", "RecordChangePipeDeadLetters")[0],
+        only_resource(stack_template, "AWS::Lambda::Function", "RecordChangeConsumer")[0],
+        "ApproximateNumberOfMessagesNotVisible",
     ]
     assert [mention for mention in expected_mentions if mention not in body] == []
     # Every alarm of the stack is on the dashboard's status widget.

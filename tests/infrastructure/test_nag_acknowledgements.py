@@ -10,23 +10,40 @@ import json
 
 from tests.conftest import Synthesized
 
-EXPECTED = {
-    # The relay pipe's DLQ is a DLQ through the pipe's DeadLetterConfig, which SQS3 does not recognise.
-    ("AwsSolutions-SQS3", "OutboxEngine/Relay/DeadLetters/Queue/Resource"),
-    # dynamodb:ListStreams has no resource-level permissions.
-    ("AwsSolutions-IAM5[Resource::*]", "OutboxEngine/Relay/Role/DefaultPolicy/Resource"),
+# Each acknowledgement, per resource path prefix of the construct that makes it.
+PIPE_ACKNOWLEDGEMENTS = {
+    # A pipe's DLQ is a DLQ through the pipe's DeadLetterConfig, which SQS3 does not recognise.
+    ("AwsSolutions-SQS3", "DeadLetters/Queue/Resource"),
     # Dead-letter queues have no DLQ of their own; they are alarmed instead.
-    ("Serverless-SQSRedrivePolicy", "OutboxEngine/Durable/DeadLetters/Queue/Resource"),
-    ("Serverless-SQSRedrivePolicy", "OutboxEngine/Relay/DeadLetters/Queue/Resource"),
+    ("Serverless-SQSRedrivePolicy", "DeadLetters/Queue/Resource"),
+    # dynamodb:ListStreams has no resource-level permissions.
+    ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
+}
+QUEUE_ACKNOWLEDGEMENTS = {
+    ("Serverless-SQSRedrivePolicy", "DeadLetters/Queue/Resource"),
+}
+CONSUMER_ACKNOWLEDGEMENTS = {
     # X-Ray's PutTraceSegments and PutTelemetryRecords (active tracing) have no resource-level permissions.
-    ("AwsSolutions-IAM5[Resource::*]", "OutboxEngine/DurableConsumer/Lambda/Role/DefaultPolicy/Resource"),
+    ("AwsSolutions-IAM5[Resource::*]", "Lambda/Role/DefaultPolicy/Resource"),
     # The function's runtime is the engine layer's: its wheels are built for exactly python3.13.
-    ("AwsSolutions-L1", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
-    ("Serverless-LambdaLatestVersion", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
+    ("AwsSolutions-L1", "Lambda/Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "Lambda/Function/Resource"),
     # Invoked synchronously by its SQS mapping: failures go through the queue's redrive to its alarmed DLQ,
     # and Lambda accepts no on-failure destination on an SQS mapping.
-    ("Serverless-LambdaDLQ", "OutboxEngine/DurableConsumer/Lambda/Function/Resource"),
-    ("Serverless-LambdaEventSourceMappingDestination", "OutboxEngine/DurableConsumer/QueueMapping/Resource"),
+    ("Serverless-LambdaDLQ", "Lambda/Function/Resource"),
+    ("Serverless-LambdaEventSourceMappingDestination", "QueueMapping/Resource"),
+}
+EXPECTED = {
+    (rule, f"OutboxEngine/{construct}/{path}")
+    for construct, acknowledgements in (
+        ("Relay", PIPE_ACKNOWLEDGEMENTS),
+        ("RecordChangePipe", PIPE_ACKNOWLEDGEMENTS),
+        ("Durable", QUEUE_ACKNOWLEDGEMENTS),
+        ("RecordChanges", QUEUE_ACKNOWLEDGEMENTS),
+        ("DurableConsumer", CONSUMER_ACKNOWLEDGEMENTS),
+        ("RecordChangeConsumer", CONSUMER_ACKNOWLEDGEMENTS),
+    )
+    for rule, path in acknowledgements
 }
 
 

@@ -1,4 +1,7 @@
-"""The relay pipe (events stream -> durable FIFO queue), read from the synthesized template."""
+"""The relay pipe (events stream -> durable FIFO queue), read from the synthesized template.
+
+What it shares with the record-change pipe (source settings, DLQ, logs, role) is in test_stream_pipes.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
-from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
-from aws_cdk.assertions import Template
+from aws_cdk import App
 
 from stacks.constructs import relay_pipe
-from stacks.constructs.events_table import EventsTable
-from stacks.constructs.relay_pipe import RelayPipe
 from stacks.outbox_stack import OutboxSettings
-from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -23,23 +20,8 @@ TWENTY_FOUR_HOURS = 24 * 60 * 60
 
 @pytest.fixture(scope="module")
 def pipe(stack_template: dict[str, Any]) -> dict[str, Any]:
-    _, resource = only_resource(stack_template, "AWS::Pipes::Pipe")
+    _, resource = only_resource(stack_template, "AWS::Pipes::Pipe", "RelayPipe")
     return resource["Properties"]  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="module")
-def stream_parameters(pipe: dict[str, Any]) -> dict[str, Any]:
-    return pipe["SourceParameters"]["DynamoDBStreamParameters"]  # type: ignore[no-any-return]
-
-
-def test_the_pipe_reads_the_events_stream_and_writes_the_durable_queue(
-    stack_template: dict[str, Any], pipe: dict[str, Any]
-) -> None:
-    table_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
-    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
-    assert pipe["Source"] == {"Fn::GetAtt": [table_id, "StreamArn"]}
-    assert pipe["Target"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert "Name" not in pipe, "CloudFormation generates the name"
 
 
 def test_only_inserted_event_rows_pass_the_filter(pipe: dict[str, Any]) -> None:
@@ -85,99 +67,6 @@ def test_the_relay_constants_match_the_engines_event_rows() -> None:
     assert keys.KIND_HEAD != relay_pipe.EVENT_KIND
 
 
-def test_the_stream_source_starts_at_the_trim_horizon(stream_parameters: dict[str, Any]) -> None:
-    assert stream_parameters["StartingPosition"] == "TRIM_HORIZON"
-
-
-def test_failures_are_bounded_and_end_in_the_pipe_dlq(
-    stack_template: dict[str, Any], stream_parameters: dict[str, Any]
-) -> None:
-    dlq_id, dlq = only_resource(stack_template, "AWS::SQS::Queue", "RelayDeadLetters")
-    assert 1 <= stream_parameters["BatchSize"] <= 10, "SQS takes at most 10 messages per batch"
-    assert 0 <= stream_parameters["MaximumRetryAttempts"] <= 10_000, "-1 would retry for 24 h"
-    assert 60 <= stream_parameters["MaximumRecordAgeInSeconds"] < TWENTY_FOUR_HOURS
-    assert stream_parameters["OnPartialBatchItemFailure"] == "AUTOMATIC_BISECT"
-    assert stream_parameters["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
-    # A stream source's DLQ receives batch metadata: a standard queue, kept as long as SQS allows.
-    assert "FifoQueue" not in dlq["Properties"]
-    assert dlq["Properties"]["MessageRetentionPeriod"] == 14 * TWENTY_FOUR_HOURS
-
-
-def test_the_pipe_logs_errors_without_execution_data_to_a_retained_log_group(
-    stack_template: dict[str, Any], pipe: dict[str, Any]
-) -> None:
-    log_group_id, log_group = only_resource(stack_template, "AWS::Logs::LogGroup", "RelayLogs")
-    assert pipe["LogConfiguration"] == {
-        "CloudwatchLogsLogDestination": {"LogGroupArn": {"Fn::GetAtt": [log_group_id, "Arn"]}},
-        "Level": "ERROR",
-    }
-    assert log_group["Properties"]["RetentionInDays"] > 0
-
-
-def _statement_pairs(statements: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(action, resource) pairs, so that merged and split statements compare equal."""
-    pairs = set()
-    for statement in statements:
-        assert statement["Effect"] == "Allow"
-        assert "Condition" not in statement
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        pairs |= {(action, json.dumps(resource, sort_keys=True)) for action in actions for resource in resources}
-    return pairs
-
-
-def test_the_pipe_role_may_do_exactly_what_the_relay_needs(
-    stack_template: dict[str, Any], pipe: dict[str, Any]
-) -> None:
-    role_id = pipe["RoleArn"]["Fn::GetAtt"][0]
-    role = stack_template["Resources"][role_id]["Properties"]
-    assert role["AssumeRolePolicyDocument"]["Statement"] == [
-        {
-            "Action": "sts:AssumeRole",
-            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}},
-            "Effect": "Allow",
-            "Principal": {"Service": "pipes.amazonaws.com"},
-        }
-    ]
-    assert "Policies" not in role
-    assert "ManagedPolicyArns" not in role
-    statements = [
-        statement
-        for policy in resources_of_type(stack_template, "AWS::IAM::Policy").values()
-        if {"Ref": role_id} in policy["Properties"]["Roles"]
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-    ]
-
-    table_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
-    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
-    dlq_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "RelayDeadLetters")
-    log_group_id, _ = only_resource(stack_template, "AWS::Logs::LogGroup", "RelayLogs")
-    stream = json.dumps({"Fn::GetAtt": [table_id, "StreamArn"]}, sort_keys=True)
-    send = ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
-    expected = {
-        # ListStreams has no resource-level permissions; the rest is this stream only.
-        ("dynamodb:ListStreams", '"*"'),
-        *{
-            (action, stream)
-            for action in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")
-        },
-        *{(action, json.dumps({"Fn::GetAtt": [queue_id, "Arn"]}, sort_keys=True)) for action in send},
-        *{(action, json.dumps({"Fn::GetAtt": [dlq_id, "Arn"]}, sort_keys=True)) for action in send},
-        *{
-            (action, json.dumps({"Fn::GetAtt": [log_group_id, "Arn"]}, sort_keys=True))
-            for action in ("logs:CreateLogStream", "logs:PutLogEvents")
-        },
-    }
-    # Nothing else: no KMS (no customer key on the stream or the queues), no wildcard actions.
-    assert _statement_pairs(statements) == expected
-
-
-def test_the_pipe_waits_for_its_policy(stack_template: dict[str, Any]) -> None:
-    _, resource = only_resource(stack_template, "AWS::Pipes::Pipe")
-    policy_id, _ = only_resource(stack_template, "AWS::IAM::Policy", "RelayRole")
-    assert policy_id in resource["DependsOn"]
-
-
 # --- context switches: read by OutboxSettings, applied by RelayPipe (throwaway stacks, no main-app synth) ---
 
 
@@ -203,23 +92,3 @@ def test_settings_read_the_context_keys() -> None:
 def test_settings_reject_a_wrong_value_instead_of_falling_back(context: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="context"):
         _settings(context)
-
-
-def _probe_pipe(**options: Any) -> dict[str, Any]:
-    stack = Stack(App(), "PipeProbe")
-    topic = sns.Topic(stack, "Topic")
-    target = sqs.Queue(stack, "Target", fifo=True)
-    RelayPipe(stack, "Relay", events=EventsTable(stack, "Events"), target=target, alarm_topic=topic, **options)
-    _, resource = only_resource(Template.from_stack(stack).to_json(), "AWS::Pipes::Pipe")
-    return resource["Properties"]["LogConfiguration"]  # type: ignore[no-any-return]
-
-
-def test_the_log_level_and_execution_data_follow_the_settings() -> None:
-    log_configuration = _probe_pipe(log_level="TRACE", log_execution_data=True)
-    assert log_configuration["Level"] == "TRACE"
-    assert log_configuration["IncludeExecutionData"] == ["ALL"]
-
-
-def test_an_unknown_log_level_fails_the_synth() -> None:
-    with pytest.raises(ValueError, match="log level"):
-        _probe_pipe(log_level="VERBOSE")

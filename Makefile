@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help setup test unit synth lint typecheck snapshots lock clean
+.PHONY: help setup test unit synth lint typecheck snapshots catalog lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ unit: setup ## Run only the fast tests (no synth)
 
 synth: setup ## Synthesize the app offline with cdk-nag (bundles the layer for Lambda with pip)
 	$(CDK) synth --no-notices --quiet
+
+catalog: setup ## Regenerate catalog.json from the modules (the contract test checks it is current)
+	$(PY) -m tools.catalog
 
 snapshots: setup ## Rewrite the CDK template snapshots after an intended change
 	$(PY) -m pytest tests/infrastructure --snapshot-update

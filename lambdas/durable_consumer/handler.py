@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
-from outbox.settings import ConsumerSettings, load_registry
+from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore
 
 logger = Logger()
@@ -29,16 +29,17 @@ copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
 def consumer() -> DurableConsumer:
     """Built on the first invocation (not at import), then reused while the container is warm."""
     settings = ConsumerSettings.from_env(os.environ)
+    catalog = load_catalog(settings.subscriptions)
     dynamodb = boto3.client("dynamodb")
     return DurableConsumer(
-        load_registry(settings.subscriptions),
+        catalog.registry,
         Inbox(
             settings.inbox_table_name,
             client=dynamodb,
             max_attempts=settings.max_receive_count,
             retention=settings.inbox_retention,
         ),
-        EventStore(settings.events_table_name, client=dynamodb),
+        EventStore(settings.events_table_name, client=dynamodb, catalog=catalog),
         max_receive_count=settings.max_receive_count,
         metrics=metrics,
     )

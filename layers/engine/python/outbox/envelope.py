@@ -23,11 +23,6 @@ _deserializer = TypeDeserializer()
 ROW_ONLY_ATTRIBUTES = ("pk", "sk", "kind")
 
 
-def utc_now_ms() -> datetime:
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
-
-
 class Envelope(BaseModel):
     """One event, self-contained: everything a consumer needs travels in the payload.
 

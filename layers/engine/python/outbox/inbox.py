@@ -19,12 +19,13 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from outbox import clock as engine_clock
 from outbox.canonical import canonical_json
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import CompletionTooLargeError, LeaseLostError
@@ -116,7 +117,7 @@ class Inbox:
         client: Any,
         max_attempts: int,
         retention: timedelta = timedelta(days=7),
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = engine_clock.now,
         new_owner: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
         self.table_name = table_name

@@ -5,12 +5,22 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from outbox.catalog import Catalog
 from outbox.exceptions import OutboxValidationError
-from outbox.subscriptions import SubscriptionRegistry
+
+CATALOG_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
+def _from_env(model: type[SettingsT], environ: Mapping[str, str]) -> SettingsT:
+    try:
+        return model.model_validate(dict(environ))
+    except ValidationError as exc:
+        raise OutboxValidationError(f"the function's environment is incomplete or wrong: {exc}") from exc
 
 
 class ConsumerSettings(BaseModel):
@@ -22,25 +32,36 @@ class ConsumerSettings(BaseModel):
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
     max_receive_count: int = Field(alias="MAX_RECEIVE_COUNT", ge=1, le=1000)
     inbox_retention_days: int = Field(alias="INBOX_RETENTION_DAYS", ge=1, le=365)
-    subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
+    subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:
-        try:
-            return cls.model_validate(dict(environ))
-        except ValidationError as exc:
-            raise OutboxValidationError(f"the consumer's environment is incomplete or wrong: {exc}") from exc
+        return _from_env(cls, environ)
 
     @property
     def inbox_retention(self) -> timedelta:
         return timedelta(days=self.inbox_retention_days)
 
 
-def load_registry(reference: str) -> SubscriptionRegistry:
-    """``"package.module:function"`` -> the registry that function builds (the application's modules)."""
+class RecordChangeSettings(BaseModel):
+    """Environment of the record-change consumer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
+    subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RecordChangeSettings:
+        return _from_env(cls, environ)
+
+
+def load_catalog(reference: str) -> Catalog:
+    """``"package.module:function"`` -> the catalog that function builds from the application's modules."""
     module_name, _, attribute = reference.partition(":")
     builder: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
-    registry = builder()
-    if not isinstance(registry, SubscriptionRegistry):
-        raise OutboxValidationError(f"{reference} returned {type(registry).__name__}, not a SubscriptionRegistry")
-    return registry
+    catalog = builder()
+    if not isinstance(catalog, Catalog):
+        raise OutboxValidationError(f"{reference} returned {type(catalog).__name__}, not a Catalog")
+    return catalog

@@ -5,21 +5,21 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from ulid import ULID
 
+from outbox import clock as engine_clock
 from outbox import keys
 from outbox.canonical import GENESIS_HASH, MAX_SAFE_INTEGER, canonical_json, chain_hash, json_problem
 from outbox.chain import ChainHead, ChainReport, read_events, read_head, verify_chain
-from outbox.envelope import Envelope, format_timestamp, utc_now_ms
+from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
@@ -28,7 +28,11 @@ from outbox.exceptions import (
     InvalidEventError,
     InvalidWriteError,
 )
+from outbox.subscriptions import Delivery, Lane, Subscription
 from outbox.transaction import WriteTarget, check_transaction, describe_write, item_size
+
+if TYPE_CHECKING:
+    from outbox.catalog import Catalog
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +89,14 @@ class EventStore:
         backoff_base_seconds: float = 0.01,
         backoff_cap_seconds: float = 0.5,
         head_cache_size: int = 1024,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = engine_clock.sleep,
         rng: random.Random | None = None,
-        clock: Callable[[], datetime] = utc_now_ms,
+        clock: Callable[[], datetime] = engine_clock.now_ms,
         new_event_id: Callable[[], str] = lambda: str(ULID()),
+        catalog: Catalog | None = None,
     ) -> None:
         self.table_name = table_name
+        self.catalog = catalog
         self.client = client if client is not None else default_client()
         self.table_keys = dict(table_keys or {})
         self.max_head_retries = max_head_retries
@@ -129,21 +135,55 @@ class EventStore:
         of these cases (``EventStoreUnavailableError.committed`` is None when that is unknowable).
         """
         event_id = self._new_event_id()
+        if self.catalog is not None:
+            self.catalog.validate_payload(event_type, payload)
         draft = self._validated_draft(
-            event_id,
-            event_type,
-            payload,
-            tenant,
-            actor,
-            correlation_id or event_id,
-            causation_id,
-            schema_version,
+            event_id, event_type, payload, tenant, actor, correlation_id or event_id, causation_id, schema_version
         )
-        extras = [
-            describe_write(index, write, self.table_keys, self.table_name) for index, write in enumerate(extra_writes)
-        ]
-        self._check_limits(draft, extras)
-        return self._commit(draft, list(extra_writes))
+        writes = list(extra_writes)
+        self._check_limits(draft, self._describe(writes))
+        head = self._cached_head(tenant)
+        inline = self._subscribers(event_type, Lane.INLINE)
+        if inline:
+            writes.extend(self._run_inline(self._seal(draft, head), inline))
+            self._check_limits(draft, self._describe(writes))
+        envelope = self._commit(draft, writes, head)
+        self._run_local(envelope, self._subscribers(event_type, Lane.LOCAL))
+        return envelope
+
+    def _describe(self, writes: Sequence[Mapping[str, Any]]) -> list[WriteTarget]:
+        return [describe_write(index, write, self.table_keys, self.table_name) for index, write in enumerate(writes)]
+
+    # -- the lanes emit() dispatches ----------------------------------------------------------------
+
+    def _subscribers(self, event_type: str, lane: Lane) -> tuple[Subscription, ...]:
+        return () if self.catalog is None else self.catalog.registry.matching(event_type, lane)
+
+    def _run_inline(self, envelope: Envelope, subscriptions: Sequence[Subscription]) -> list[Mapping[str, Any]]:
+        """INLINE handlers run before the transaction and their writes join it: if one raises, the
+        caller's request fails and nothing is committed (fail-closed, and atomic with the event)."""
+        writes: list[Mapping[str, Any]] = []
+        for subscription in subscriptions:
+            result = subscription.handler(_delivery(envelope, subscription))
+            if result is None:
+                continue
+            if result.follow_up is not None:
+                raise InvalidWriteError(f"INLINE subscription {subscription.name!r} cannot emit a follow-up event")
+            writes.extend(result.writes)
+        return writes
+
+    def _run_local(self, envelope: Envelope, subscriptions: Sequence[Subscription]) -> None:
+        """LOCAL handlers run after the commit, in this process; an error is logged, never raised."""
+        for subscription in subscriptions:
+            try:
+                subscription.handler(_delivery(envelope, subscription))
+            except Exception:  # best effort by contract: the event is committed whatever happens here
+                logger.exception(
+                    "LOCAL subscription %s failed for event %s",
+                    subscription.name,
+                    envelope.id,
+                    extra={"event_id": envelope.id, "subscription": subscription.name},
+                )
 
     def head(self, tenant: str) -> ChainHead:
         """The tenant's chain head, read with a consistent read."""
@@ -228,9 +268,8 @@ class EventStore:
 
     # -- the transaction ----------------------------------------------------------------------------
 
-    def _commit(self, draft: dict[str, Any], extra_writes: list[Mapping[str, Any]]) -> Envelope:
+    def _commit(self, draft: dict[str, Any], extra_writes: list[Mapping[str, Any]], head: ChainHead) -> Envelope:
         tenant = draft["tenant"]
-        head = self._cached_head(tenant)
         attempted: dict[int, Envelope] = {}
         head_retries = transient_retries = 0
         token_serial = 0
@@ -392,3 +431,8 @@ class EventStore:
     def _pause(self, attempt: int) -> None:
         base, cap = self._backoff
         self._sleep(self._rng.uniform(0, min(cap, base * 2**attempt)))
+
+
+def _delivery(envelope: Envelope, subscription: Subscription) -> Delivery:
+    # In-process lanes have no invocation deadline of their own.
+    return Delivery(envelope, subscription.name, f"{envelope.id}:{subscription.name}", 1, lambda: 0)

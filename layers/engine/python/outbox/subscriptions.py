@@ -55,7 +55,9 @@ class Delivery:
     remaining_time_ms: Callable[[], int]
 
 
-Handler = Callable[[Delivery], HandlerResult | None]
+# DURABLE, INLINE and LOCAL handlers take a Delivery and may return a HandlerResult; BEST_EFFORT handlers
+# take an outbox.record_changes.RecordChange. One type for both keeps one registry and one catalog.
+Handler = Callable[[Any], "HandlerResult | None"]
 
 
 @dataclass(frozen=True)

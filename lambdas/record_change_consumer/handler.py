@@ -1,0 +1,32 @@
+"""Record-change consumer: data-table row changes -> every matching BEST_EFFORT subscription."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from outbox.record_consumer import RecordChangeConsumer
+from outbox.settings import RecordChangeSettings, load_catalog
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
+
+
+@cache
+def consumer() -> RecordChangeConsumer:
+    settings = RecordChangeSettings.from_env(os.environ)
+    return RecordChangeConsumer(load_catalog(settings.subscriptions).registry, metrics=metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return consumer().handle(event, context)

@@ -1,0 +1,238 @@
+"""The catalog: every event type the code can emit, every row entity, every subscription and its lane.
+
+It is built from the application's modules and checked both ways by the contract (``Catalog.problems``):
+a subscription on the wrong lane, or with a glob that matches nothing, binds without error and never
+runs; the contract makes that impossible to ship.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from outbox.exceptions import InvalidEventError
+from outbox.record_changes import OPERATIONS, ROW_CHANGE_PREFIX, row_change_type
+from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+
+DISPATCHERS = {
+    Lane.INLINE: "emit() (before the transaction, fail-closed)",
+    Lane.LOCAL: "emit() (after the commit, best effort)",
+    Lane.DURABLE: "durable consumer (SQS FIFO + inbox)",
+    Lane.BEST_EFFORT: "record-change consumer (row changes only)",
+}
+
+
+@dataclass(frozen=True)
+class EventTypeSpec:
+    """A domain event type: its name, the module that owns it and the schema of its payload."""
+
+    name: str
+    payload: type[BaseModel]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EntitySpec:
+    """A kind of data-table row (its partition-key prefix); its changes feed the BEST_EFFORT lane."""
+
+    name: str
+    description: str = ""
+
+    @property
+    def row_change_types(self) -> tuple[str, ...]:
+        return tuple(row_change_type(self.name, operation) for operation in OPERATIONS)
+
+
+@dataclass(frozen=True)
+class Module:
+    """What one application module declares. ``code`` names the Python modules whose ``emit()`` and
+    ``FollowUp`` calls are its producers (found by reading the source, so they cannot drift)."""
+
+    name: str
+    code: tuple[str, ...]
+    event_types: tuple[EventTypeSpec, ...] = ()
+    entities: tuple[EntitySpec, ...] = ()
+    subscriptions: tuple[Subscription, ...] = ()
+
+
+@dataclass(frozen=True)
+class Producer:
+    event_type: str | None  # None when the type is not a literal: the contract cannot check it
+    where: str  # "module:function (file:line)"
+
+
+@dataclass
+class Catalog:
+    modules: Sequence[Module]
+    _types: dict[str, tuple[Module, EventTypeSpec]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._types = {}
+        for module in self.modules:
+            for spec in module.event_types:
+                if spec.name in self._types:
+                    raise InvalidEventError(
+                        f"event type {spec.name!r} is declared by both {self._types[spec.name][0].name} and "
+                        f"{module.name}; a type has one owner"
+                    )
+                self._types[spec.name] = (module, spec)
+
+    # -- what the code declares ---------------------------------------------------------------------
+
+    @cached_property
+    def registry(self) -> SubscriptionRegistry:
+        return SubscriptionRegistry.of(s for module in self.modules for s in module.subscriptions)
+
+    @property
+    def domain_types(self) -> set[str]:
+        return set(self._types)
+
+    @property
+    def row_change_types(self) -> set[str]:
+        return {t for module in self.modules for entity in module.entities for t in entity.row_change_types}
+
+    def validate_payload(self, event_type: str, payload: Mapping[str, Any]) -> None:
+        """emit() refuses an undeclared type, or a payload its schema rejects, before any AWS call."""
+        declared = self._types.get(event_type)
+        if declared is None:
+            raise InvalidEventError(
+                f"event type {event_type!r} is not declared by any module; declare it in the owning module's "
+                "event_types (see README, Adding an event type)"
+            )
+        try:
+            declared[1].payload.model_validate(dict(payload))
+        except ValidationError as exc:
+            raise InvalidEventError(f"payload of {event_type!r} does not match its schema: {exc}") from exc
+
+    # -- the contract -------------------------------------------------------------------------------
+
+    def producers(self) -> list[Producer]:
+        return [producer for module in self.modules for name in module.code for producer in find_producers(name)]
+
+    def problems(self) -> list[str]:
+        """Everything that would make a subscription unreachable or an event undeliverable."""
+        found: list[str] = []
+        producers = self.producers()
+        by_type: dict[str, list[str]] = defaultdict(list)
+        for producer in producers:
+            if producer.event_type is None:
+                found.append(
+                    f"{producer.where} emits a type that is not a string literal; the contract cannot check it"
+                )
+            else:
+                by_type[producer.event_type].append(producer.where)
+        for event_type, places in sorted(by_type.items()):
+            if event_type not in self._types:
+                found.append(f"{event_type!r} is emitted at {places[0]} but declared by no module")
+        for event_type in sorted(self._types):
+            if event_type.startswith(f"{ROW_CHANGE_PREFIX}."):
+                found.append(f"{event_type!r}: the prefix '{ROW_CHANGE_PREFIX}.' is reserved for row changes")
+            if event_type not in by_type:
+                found.append(f"{event_type!r} is declared by {self._types[event_type][0].name} but nothing emits it")
+        found.extend(self._subscription_problems())
+        return found
+
+    def _subscription_problems(self) -> list[str]:
+        found = []
+        for subscription in self.registry.subscriptions:
+            domain = [t for t in sorted(self.domain_types) if subscription.matches(t)]
+            rows = [t for t in sorted(self.row_change_types) if subscription.matches(t)]
+            where = f"subscription {subscription.name!r} ({subscription.lane.value}, glob {subscription.pattern!r})"
+            if subscription.lane is Lane.BEST_EFFORT and domain:
+                found.append(
+                    f"{where} matches domain events {domain[:3]} but BEST_EFFORT only carries row changes: it "
+                    "would never run; put it on DURABLE"
+                )
+            elif subscription.lane is not Lane.BEST_EFFORT and rows:
+                found.append(
+                    f"{where} matches row changes {rows[:3]} but only the BEST_EFFORT lane carries them: it "
+                    "would never run; put it on BEST_EFFORT"
+                )
+            elif not domain and not rows:
+                found.append(
+                    f"{where} matches no event type the code can emit; check the spelling against the catalog"
+                    f"{_closest(subscription.pattern, self.domain_types | self.row_change_types)}"
+                )
+        return found
+
+    # -- the generated document ---------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        """The catalog as data (committed as catalog.json, checked current in CI)."""
+        producers: dict[str, list[str]] = defaultdict(list)
+        for producer in self.producers():
+            if producer.event_type is not None:
+                producers[producer.event_type].append(producer.where.split(" (")[0])
+        return {
+            "event_types": [
+                {
+                    "type": name,
+                    "owner": module.name,
+                    "description": spec.description,
+                    "producers": sorted(set(producers.get(name, []))),
+                    "payload_schema": spec.payload.model_json_schema(),
+                }
+                for name, (module, spec) in sorted(self._types.items())
+            ],
+            "entities": [
+                {"entity": entity.name, "owner": module.name, "row_change_types": list(entity.row_change_types)}
+                for module in self.modules
+                for entity in module.entities
+            ],
+            "subscriptions": [
+                {
+                    "name": s.name,
+                    "glob": s.pattern,
+                    "lane": s.lane.value,
+                    "dispatcher": DISPATCHERS[s.lane],
+                    "matches": sorted(t for t in self.domain_types | self.row_change_types if s.matches(t)),
+                }
+                for s in sorted(self.registry.subscriptions, key=lambda s: s.name)
+            ],
+        }
+
+
+def _closest(pattern: str, candidates: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(pattern, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def find_producers(module_name: str) -> list[Producer]:
+    """Every ``*.emit("type", ...)`` and ``FollowUp("type", ...)`` call in a module's source."""
+    module = importlib.import_module(module_name)
+    source = inspect.getsource(module)
+    filename = inspect.getsourcefile(module) or module_name
+    found = []
+    for function, call in _calls(ast.parse(source)):
+        callee = call.func
+        name = callee.attr if isinstance(callee, ast.Attribute) else callee.id if isinstance(callee, ast.Name) else ""
+        if name not in ("emit", "FollowUp"):
+            continue
+        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "event_type"), None)
+        literal = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        where = f"{module_name}:{function} ({filename.rsplit('/', 1)[-1]}:{call.lineno})"
+        found.append(Producer(literal, where))
+    return found
+
+
+def _calls(tree: ast.AST) -> Iterable[tuple[str, ast.Call]]:
+    """Each call with the innermost function around it (ast.walk is breadth-first, so inner wins)."""
+    owner: dict[int, tuple[str, ast.Call]] = {
+        id(node): ("<module>", node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+    }
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call):
+                    owner[id(node)] = (function.name, node)
+    return sorted(owner.values(), key=lambda pair: (pair[1].lineno, pair[1].col_offset))

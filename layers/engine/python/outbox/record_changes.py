@@ -1,0 +1,71 @@
+"""Row changes of the data table, as the record-change pipe forwards them (the whole stream record)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from boto3.dynamodb.types import TypeDeserializer
+from pydantic import BaseModel, ConfigDict
+
+from outbox.canonical import from_dynamodb_numbers
+from outbox.exceptions import EnvelopeParseError
+
+ROW_CHANGE_PREFIX = "record"
+OPERATIONS = ("INSERT", "MODIFY", "REMOVE")
+_deserializer = TypeDeserializer()
+
+
+def row_change_type(entity: str, operation: str) -> str:
+    """``record.<ENTITY>.<INSERT|MODIFY|REMOVE>``: what BEST_EFFORT subscriptions glob on."""
+    return f"{ROW_CHANGE_PREFIX}.{entity}.{operation}"
+
+
+def entity_of(partition_key: str) -> str:
+    """The entity of a row is its partition key's prefix: ``CONTACTADDRESS#42`` -> ``CONTACTADDRESS``."""
+    return partition_key.split("#", 1)[0]
+
+
+class RecordChange(BaseModel):
+    """One INSERT, MODIFY or REMOVE of a data-table row, with plain (deserialized) images."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str
+    table: str
+    operation: Literal["INSERT", "MODIFY", "REMOVE"]
+    keys: dict[str, Any]
+    old_image: dict[str, Any] | None = None
+    new_image: dict[str, Any] | None = None
+
+    @property
+    def entity(self) -> str:
+        return entity_of(str(self.keys.get("pk", "")))
+
+    @property
+    def type(self) -> str:
+        return row_change_type(self.entity, self.operation)
+
+
+def _plain(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    if image is None:
+        return None
+    return {name: from_dynamodb_numbers(_deserializer.deserialize(value)) for name, value in image.items()}
+
+
+def parse_record_change(body: str) -> RecordChange:
+    """Parse a pipe-forwarded DynamoDB stream record (no input template: the record as JSON)."""
+    try:
+        record = json.loads(body)
+        change = record["dynamodb"]
+        table = str(record["eventSourceARN"]).split(":table/", 1)[1].split("/", 1)[0]
+        return RecordChange(
+            event_id=record["eventID"],
+            table=table,
+            operation=record["eventName"],
+            keys=_plain(change["Keys"]) or {},
+            old_image=_plain(change.get("OldImage")),
+            new_image=_plain(change.get("NewImage")),
+        )
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EnvelopeParseError(f"not a DynamoDB stream record: {exc}") from exc

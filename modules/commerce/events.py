@@ -1,0 +1,43 @@
+"""Payload schemas of the commerce module's events. Events are self-contained: a consumer never needs
+to read the order back (it may not be visible yet: stream order is per item only)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LineItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sku: str = Field(min_length=1, max_length=64)
+    quantity: int = Field(ge=1, le=1000)
+    unit_price_cents: int = Field(ge=0)
+
+
+class OrderCreated(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str = Field(min_length=1, max_length=64)
+    buyer_email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
+    items: list[LineItem] = Field(min_length=1)
+    total_cents: int = Field(ge=0)
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+
+
+class PaymentCompleted(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str
+    payment_id: str = Field(min_length=1, max_length=64)
+    amount_cents: int = Field(ge=0)
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    buyer_email: str
+    pet_tag_id: str = Field(min_length=1, max_length=64)
+    shipping_address: str = Field(min_length=1)
+
+
+class ShipmentBooked(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str
+    carrier_reference: str

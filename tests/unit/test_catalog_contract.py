@@ -1,0 +1,120 @@
+"""The catalog contract: every failure the seed describes makes it fail, with a message that says what to fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from modules import build_catalog
+from outbox import EventStore, InvalidEventError, Lane, OutboxValidationError, Subscription
+from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
+from tests.unit.test_emit_validation import NoAwsClient
+
+CATALOG_FILE = Path(__file__).resolve().parents[2] / "catalog.json"
+
+
+class Widget(BaseModel):
+    id: str
+
+
+def noop(_: Any) -> None:
+    return None
+
+
+def widgets(*subscriptions: Subscription, event_types: tuple[str, ...] = ("widget.made", "widget.shipped")) -> Catalog:
+    return Catalog(
+        [
+            Module(
+                name="widgets",
+                code=("tests.unit.catalog_fixtures.widgets",),
+                event_types=tuple(EventTypeSpec(name, Widget) for name in event_types),
+                entities=(EntitySpec("CONTACTADDRESS"),),
+                subscriptions=subscriptions,
+            )
+        ]
+    )
+
+
+def test_the_application_catalog_keeps_the_contract() -> None:
+    assert build_catalog(data_table="data").problems() == []
+
+
+def test_the_committed_catalog_is_current() -> None:
+    current = json.dumps(build_catalog(data_table="data").document(), indent=2, sort_keys=True) + "\n"
+    assert CATALOG_FILE.read_text() == current, "catalog.json is stale: run `make catalog` and commit it"
+
+
+def test_a_well_formed_module_has_no_problems() -> None:
+    catalog = widgets(
+        Subscription("widgets.count", "widget.*", Lane.DURABLE, noop),
+        Subscription("widgets.address", "record.CONTACTADDRESS.*", Lane.BEST_EFFORT, noop),
+    )
+    assert catalog.problems() == []
+
+
+def test_an_emitted_type_that_no_module_declares_is_reported() -> None:
+    [problem] = widgets(event_types=("widget.shipped",)).problems()
+    assert "'widget.made' is emitted at tests.unit.catalog_fixtures.widgets:make_widget" in problem
+    assert "declared by no module" in problem
+
+
+def test_a_declared_type_without_a_producer_is_reported() -> None:
+    [problem] = widgets(event_types=("widget.made", "widget.shipped", "widget.lost")).problems()
+    assert problem == "'widget.lost' is declared by widgets but nothing emits it"
+
+
+def test_a_glob_that_matches_nothing_is_reported_with_the_likely_intent() -> None:
+    [problem] = widgets(Subscription("mail.follow", "record.CONTACTADDR.*", Lane.BEST_EFFORT, noop)).problems()
+    assert "matches no event type the code can emit" in problem
+    assert "record.CONTACTADDRESS" in problem, "it names what was probably meant"
+
+
+def test_a_row_change_handler_on_local_is_reported() -> None:
+    [problem] = widgets(Subscription("mail.follow", "record.CONTACTADDRESS.*", Lane.LOCAL, noop)).problems()
+    assert "only the BEST_EFFORT lane carries them" in problem
+    assert "put it on BEST_EFFORT" in problem
+
+
+def test_a_domain_handler_on_best_effort_is_reported() -> None:
+    [problem] = widgets(Subscription("widgets.count", "widget.made", Lane.BEST_EFFORT, noop)).problems()
+    assert "BEST_EFFORT only carries row changes" in problem
+    assert "put it on DURABLE" in problem
+
+
+def test_two_subscriptions_with_one_name_are_refused() -> None:
+    catalog = widgets(
+        Subscription("widgets.count", "widget.made", Lane.DURABLE, noop),
+        Subscription("widgets.count", "widget.shipped", Lane.DURABLE, noop),
+    )
+    with pytest.raises(OutboxValidationError, match=r"two subscriptions are named 'widgets\.count'"):
+        _ = catalog.registry
+
+
+def test_a_computed_event_type_cannot_be_checked_and_is_reported() -> None:
+    catalog = Catalog([Module("dynamic", ("tests.unit.catalog_fixtures.dynamic",))])
+    [problem] = catalog.problems()
+    assert "not a string literal" in problem
+
+
+def test_a_type_owned_by_two_modules_is_refused() -> None:
+    with pytest.raises(InvalidEventError, match="declared by both"):
+        Catalog([Module("a", (), (EventTypeSpec("x.y", Widget),)), Module("b", (), (EventTypeSpec("x.y", Widget),))])
+
+
+def test_emit_refuses_an_undeclared_type_and_a_payload_its_schema_rejects() -> None:
+    store = EventStore("events", client=NoAwsClient(), catalog=widgets())
+    with pytest.raises(InvalidEventError, match=r"'widget\.unknown' is not declared"):
+        store.emit("widget.unknown", {"id": "1"}, tenant="acme", actor="t")
+    with pytest.raises(InvalidEventError, match="does not match its schema"):
+        store.emit("widget.made", {"name": "no id"}, tenant="acme", actor="t")
+
+
+@pytest.mark.parametrize("name", ["Upper.case", "has space", "x" * 101, "trailing.", ""])
+def test_subscription_names_that_cannot_key_the_inbox_are_refused(name: str) -> None:
+    catalog = widgets(Subscription(name, "widget.made", Lane.DURABLE, noop))
+    with pytest.raises(OutboxValidationError):
+        _ = catalog.registry

@@ -255,7 +255,7 @@ class PipeEmulator:
         self._streams = streams
         self._sqs = sqs
         self._clock = clock
-        self._faults = faults or PipeFaults()
+        self.faults = faults or PipeFaults()
         self._backoff = backoff
         self._matcher = compile_filter_criteria(config.filter_patterns)
         self._shards: dict[str, _Shard] = {}
@@ -473,9 +473,9 @@ class PipeEmulator:
     # -- rendering and sending ------------------------------------------------------------------------
 
     def _send_order(self, records: list[PipeRecord]) -> list[PipeRecord]:
-        if self._faults.reorder is None:
+        if self.faults.reorder is None:
             return list(records)
-        reordered = self._faults.reorder(list(records))
+        reordered = self.faults.reorder(list(records))
         _check_item_order(records, reordered)
         return reordered
 
@@ -516,8 +516,8 @@ class PipeEmulator:
             return {}
         entries = [message.entry(index) for index, message in enumerate(messages)]
         try:
-            if self._faults.before_send is not None:
-                self._faults.before_send(entries)
+            if self.faults.before_send is not None:
+                self.faults.before_send(entries)
             response = self._sqs.send_message_batch(QueueUrl=self.config.target_queue_url, Entries=entries)
         except (ClientError, TargetInvocationError) as exc:
             return {message.record.event_id: f"SQS SendMessageBatch failed: {exc}" for message in messages}
@@ -532,7 +532,7 @@ class PipeEmulator:
     def _maybe_duplicate(
         self, messages: list[_Message], entries: list[dict[str, Any]], failures: dict[str, str]
     ) -> None:
-        hook = self._faults.duplicate_delivery
+        hook = self.faults.duplicate_delivery
         if hook is None or not hook([message.record for message in messages]):
             return
         accepted = [entry for entry, m in zip(entries, messages, strict=True) if m.record.event_id not in failures]

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+__all__ = ["Harness", "Recorder", "WorkerCrash", "build_harness"]
+
 import boto3
 
 from local_runtime.clock import VirtualClock
 from local_runtime.esm import SqsEventSourceMapping
+from local_runtime.faults import WorkerCrash
 from outbox import Envelope, EventStore, writes
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
@@ -27,10 +30,6 @@ INBOX_TABLE = "inbox"
 MAX_RECEIVE_COUNT = 5
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 VISIBILITY_TIMEOUT = FUNCTION_TIMEOUT * 6
-
-
-class WorkerCrash(BaseException):
-    """Not an Exception: like SIGKILL or an out-of-memory kill, nothing in the handler can catch it."""
 
 
 @dataclass

@@ -1,0 +1,82 @@
+"""Lambda functions run in-process, unmodified: their handler module is imported the way Lambda does,
+once per "container", with the function's environment from the template."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from local_runtime.clock import VirtualClock
+from local_runtime.lambda_context import LocalLambdaContext
+
+LambdaHandler = Callable[[dict[str, Any], Any], Any]
+_container_ids = itertools.count(1)
+
+
+@contextmanager
+def environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """os.environ as the function sees it, restored afterwards (Lambda gives each function its own)."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@dataclass
+class LocalFunction:
+    """One function's container: the handler module is imported on the first invocation (a cold start)
+    inside the function's environment, then reused, as long as the container lives."""
+
+    name: str
+    handler_path: str  # "package.module.function", relative to code_root
+    code_root: Path
+    timeout: timedelta
+    env: dict[str, str]
+    clock: VirtualClock
+    override: LambdaHandler | None = None
+    invocations: int = 0
+    _handler: LambdaHandler | None = field(default=None, repr=False)
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        self.invocations += 1
+        context = LocalLambdaContext(self.name, self.timeout, self.clock)
+        with environment(self.env):
+            return self._resolve()(event, context)
+
+    def new_container(self) -> None:
+        """Drop the warm module: the next invocation is a cold start (after a deploy, say)."""
+        self._handler = None
+
+    def _resolve(self) -> LambdaHandler:
+        if self.override is not None:
+            return self.override
+        if self._handler is None:
+            self._handler = getattr(self._import(), self.handler_path.rsplit(".", 1)[1])
+        return self._handler
+
+    def _import(self) -> ModuleType:
+        module_path, _ = self.handler_path.rsplit(".", 1)
+        source = self.code_root / (module_path.replace(".", "/") + ".py")
+        if not source.exists():
+            raise FileNotFoundError(f"{self.name}: handler module {source} does not exist")
+        # A private module name per container, so two runtimes (or a cold start) never share globals.
+        unique = f"_lambda_{self.name}_{next(_container_ids)}"
+        spec = importlib.util.spec_from_file_location(unique, source)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[unique] = module
+        spec.loader.exec_module(module)
+        return module

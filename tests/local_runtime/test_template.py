@@ -1,0 +1,62 @@
+"""The runtime reads what it builds from the synthesized template: one source of truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from local_runtime.runtime import LocalResources
+from local_runtime.template import Reference, TemplateError, load_stack
+from stacks.constructs import timing
+from tests.conftest import Synthesized
+
+
+def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Synthesized) -> None:
+    stack = load_stack(synthesized.outdir, "OutboxEngine")
+
+    relay = stack.pipes[stack.output_reference("RelayPipeName").logical_id]
+    assert relay.input_template == "<$.dynamodb.NewImage>"
+    assert (relay.message_group_id, relay.message_deduplication_id) == (
+        "$.dynamodb.NewImage.tenant.S",
+        "$.dynamodb.NewImage.event_id.S",
+    )
+    durable = stack.queues[stack.output_reference("DurableQueueUrl").logical_id]
+    assert durable.fifo
+    assert durable.max_receive_count == timing.MAX_RECEIVE_COUNT
+    assert durable.dead_letter_queue == stack.output_reference("DurableDeadLetterQueueUrl").logical_id
+    consumer = stack.functions[stack.output_reference("DurableConsumerFunctionName").logical_id]
+    assert consumer.handler == "lambdas.durable_consumer.handler.handler"
+    assert consumer.asset_path is not None
+    assert (synthesized.outdir / consumer.asset_path / "lambdas" / "durable_consumer" / "handler.py").exists()
+    assert {m.function for m in stack.event_source_mappings.values()} == {
+        consumer.logical_id,
+        stack.output_reference("RecordChangeConsumerFunctionName").logical_id,
+    }
+    inbox = stack.tables[stack.output_reference("InboxTableName").logical_id]
+    assert inbox.ttl_attribute == "expires_at"
+
+
+def test_a_missing_template_says_to_synthesize_first(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match="run the synth first"):
+        load_stack(tmp_path, "OutboxEngine")
+
+
+def test_a_reference_the_runtime_did_not_create_is_an_error_not_a_guess() -> None:
+    with pytest.raises(TemplateError, match="cannot resolve"):
+        LocalResources().resolve(Reference("SomeBucket", "Arn"))
+
+
+def test_a_pipe_on_a_non_stream_source_is_refused(tmp_path: Path) -> None:
+    template = {
+        "Resources": {
+            "Pipe": {
+                "Type": "AWS::Pipes::Pipe",
+                "Properties": {"Source": {"Fn::GetAtt": ["Queue", "Arn"]}, "Target": {"Ref": "Queue"}},
+            }
+        }
+    }
+    (tmp_path / "S.template.json").write_text(json.dumps(template))
+    with pytest.raises(TemplateError, match="only DynamoDB stream sources"):
+        load_stack(tmp_path, "S")

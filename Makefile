@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help setup test unit synth lint typecheck snapshots catalog lock clean
+.PHONY: help setup demo test unit synth lint typecheck snapshots catalog lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ node_modules/.installed: package.json package-lock.json
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environment and install the CDK CLI
+
+demo: setup ## Run the whole pipeline locally on moto with a workload and injected failures (ARGS="--serve 4566")
+	$(PY) -m local_runtime.demo $(ARGS)
 
 test: setup ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .

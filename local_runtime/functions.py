@@ -4,11 +4,13 @@ once per "container", with the function's environment from the template."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import itertools
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -34,6 +36,22 @@ def environment(variables: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+class FunctionLog(io.TextIOBase):
+    """What the function prints (Powertools logs and EMF metrics), kept like CloudWatch Logs would be."""
+
+    def __init__(self, max_lines: int = 20_000) -> None:
+        self.lines: deque[str] = deque(maxlen=max_lines)
+        self._partial = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *complete, self._partial = (self._partial + text).split("\n")
+        self.lines.extend(complete)
+        return len(text)
+
+
 @dataclass
 class LocalFunction:
     """One function's container: the handler module is imported on the first invocation (a cold start)
@@ -47,12 +65,15 @@ class LocalFunction:
     clock: VirtualClock
     override: LambdaHandler | None = None
     invocations: int = 0
+    log: FunctionLog = field(default_factory=FunctionLog, repr=False)
     _handler: LambdaHandler | None = field(default=None, repr=False)
 
     def invoke(self, event: dict[str, Any]) -> Any:
         self.invocations += 1
         context = LocalLambdaContext(self.name, self.timeout, self.clock)
-        with environment(self.env):
+        # stdout goes to the function's log, as Lambda sends it to CloudWatch Logs; the module is first
+        # imported inside this redirect, so loggers created at import write there too.
+        with environment(self.env), redirect_stdout(self.log):
             return self._resolve()(event, context)
 
     def new_container(self) -> None:

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# What Lambda would set, plus quiet Powertools output: the runtime reports, the functions need not print.
+# What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
 FUNCTION_BASE_ENV = {
     "AWS_DEFAULT_REGION": REGION,
     "AWS_REGION": REGION,
@@ -45,7 +45,6 @@ FUNCTION_BASE_ENV = {
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
     "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_METRICS_DISABLED": "true",
 }
 
 

@@ -198,13 +198,23 @@ class Commerce:
         booking = self.services.carrier.call(
             "shipments", delivery.idempotency_key, {"order_id": payment.order_id, "address": payment.shipping_address}
         )
-        booked = ShipmentBooked(order_id=payment.order_id, carrier_reference=str(booking["reference"]))
+        booked = ShipmentBooked(
+            order_id=payment.order_id, carrier_reference=str(booking["reference"]), buyer_email=payment.buyer_email
+        )
         return HandlerResult(follow_up=FollowUp("shipment.booked", booked.model_dump()))
 
     def notify_buyer(self, delivery: Delivery) -> None:
         payment = PaymentCompleted.model_validate(delivery.envelope.payload)
         self.services.notifier.call(
             "emails", delivery.idempotency_key, {"to": payment.buyer_email, "template": "payment-received"}
+        )
+
+    def notify_shipment(self, delivery: Delivery) -> None:
+        shipment = ShipmentBooked.model_validate(delivery.envelope.payload)
+        self.services.notifier.call(
+            "emails",
+            delivery.idempotency_key,
+            {"to": shipment.buyer_email, "template": "shipment-booked", "tracking": shipment.carrier_reference},
         )
 
     def mark_pet_tag_ordered(self, delivery: Delivery) -> HandlerResult:
@@ -259,6 +269,7 @@ class Commerce:
                 Subscription("storefront.mirror_order", "payment.completed", Lane.DURABLE, self.mirror_order),
                 Subscription("shipping.book_shipment", "payment.completed", Lane.DURABLE, self.book_shipment),
                 Subscription("notify.buyer", "payment.completed", Lane.DURABLE, self.notify_buyer),
+                Subscription("notify.shipment_booked", "shipment.booked", Lane.DURABLE, self.notify_shipment),
                 Subscription("pet_tag.mark_ordered", "payment.completed", Lane.DURABLE, self.mark_pet_tag_ordered),
                 Subscription("sales.project_order", "order.created", Lane.DURABLE, self.project_sales),
             ),

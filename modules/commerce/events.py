@@ -41,3 +41,4 @@ class ShipmentBooked(BaseModel):
 
     order_id: str
     carrier_reference: str
+    buyer_email: str

@@ -9,6 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from local_runtime import aws_fixes
+from local_runtime.clock import VirtualClock
 from outbox import EventStore
 
 EVENTS_TABLE = "events"
@@ -32,12 +34,28 @@ def create_pk_sk_table(client: Any, name: str, stream: bool = False) -> None:
 
 
 @pytest.fixture
-def dynamodb(aws_credentials: None) -> Iterator[Any]:
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def aws(aws_credentials: None, clock: VirtualClock) -> Iterator[None]:
+    """moto with the runtime's AWS fixes: transactions atomic across threads (as in DynamoDB) and
+    O(touched items) instead of a deep copy of every table per transaction."""
     with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        create_pk_sk_table(client, EVENTS_TABLE, stream=True)
-        create_pk_sk_table(client, ORDERS_TABLE)
-        yield client
+        uninstall = aws_fixes.install(clock)
+        try:
+            yield
+        finally:
+            uninstall()
+
+
+@pytest.fixture
+def dynamodb(aws: None) -> Any:
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    create_pk_sk_table(client, EVENTS_TABLE, stream=True)
+    create_pk_sk_table(client, ORDERS_TABLE)
+    return client
 
 
 @pytest.fixture

@@ -145,14 +145,14 @@ def create_fifo_pair(sqs: Any) -> tuple[str, str]:
     return queue_url, dlq_url
 
 
-def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]]) -> Harness:
-    """Inside an active ``mock_aws``: create everything and wire the consumer with the given subscriptions."""
+def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], clock: VirtualClock) -> Harness:
+    """Inside an active ``mock_aws`` (with the AWS fixes on ``clock``): create everything and wire the
+    consumer with the given subscriptions."""
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     sqs = boto3.client("sqs", region_name="us-east-1")
     for table in (EVENTS_TABLE, ORDERS_TABLE, INBOX_TABLE):
         create_pk_sk_table(dynamodb, table, stream=table == EVENTS_TABLE)
     queue_url, dlq_url = create_fifo_pair(sqs)
-    clock = VirtualClock()
     store = EventStore(EVENTS_TABLE, client=dynamodb, clock=clock.now_ms, sleep=clock.sleep)
     inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_RECEIVE_COUNT, clock=clock)
     recorder = Recorder()

@@ -69,36 +69,14 @@ def test_tenants_have_independent_chains(store: EventStore) -> None:
     assert store.verify_chain("globex").intact
 
 
-class SerializedClient:
-    """moto applies a transaction in several steps without a lock; DynamoDB applies it atomically.
-
-    Serializing each call restores that atomicity and nothing more: the race between reading the head
-    and writing the transaction, which is what this test is about, stays wide open.
-    """
-
-    def __init__(self, client: Any, lock: threading.Lock) -> None:
-        self._client = client
-        self._lock = lock
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._client, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return method(*args, **kwargs)
-
-        return call
-
-
 def test_eight_concurrent_emitters_on_one_tenant_lose_nothing_and_stay_gapless(dynamodb: Any) -> None:
     per_thread, threads = 15, 8
-    lock = threading.Lock()
     contention_errors: list[ChainHeadContentionError] = []
     failures: list[BaseException] = []
 
     def emitter(worker: int) -> None:
         # Each worker is its own process in spirit: its own store, so its own head cache.
-        store = EventStore(EVENTS_TABLE, client=SerializedClient(dynamodb, lock), max_head_retries=5)
+        store = EventStore(EVENTS_TABLE, client=dynamodb, max_head_retries=5)
         try:
             for n in range(per_thread):
                 while True:

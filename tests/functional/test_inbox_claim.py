@@ -3,37 +3,27 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from local_runtime.clock import VirtualClock
 from outbox import ClaimOutcome, DeadReason, Envelope, EventStore, Inbox, LeaseLostError
 from tests.functional.conftest import EVENTS_TABLE, create_pk_sk_table
-from tests.functional.test_emit import SerializedClient
 
 LEASE = timedelta(seconds=65)
 
 
 @pytest.fixture
-def world(aws_credentials: None) -> Iterator[tuple[Inbox, Envelope, VirtualClock, Any]]:
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        create_pk_sk_table(dynamodb, EVENTS_TABLE, stream=True)
-        create_pk_sk_table(dynamodb, "inbox")
-        clock = VirtualClock()
-        envelope = EventStore(EVENTS_TABLE, client=dynamodb).emit("order.created", {"n": 1}, tenant="acme", actor="t")
-        yield Inbox("inbox", client=dynamodb, max_attempts=5, clock=clock), envelope, clock, dynamodb
+def world(dynamodb: Any, clock: VirtualClock) -> tuple[Inbox, Envelope, VirtualClock, Any]:
+    create_pk_sk_table(dynamodb, "inbox")
+    envelope = EventStore(EVENTS_TABLE, client=dynamodb).emit("order.created", {"n": 1}, tenant="acme", actor="t")
+    return Inbox("inbox", client=dynamodb, max_attempts=5, clock=clock), envelope, clock, dynamodb
 
 
 def test_two_workers_racing_for_one_claim_exactly_one_wins(world: tuple[Inbox, Envelope, VirtualClock, Any]) -> None:
-    _inbox, envelope, clock, dynamodb = world
-    # moto is not atomic across threads; DynamoDB's conditional write is. Serialize calls to restore that.
-    racing = Inbox("inbox", client=SerializedClient(dynamodb, threading.Lock()), max_attempts=5, clock=clock)
+    racing, envelope, _, _ = world
     start = threading.Barrier(8)
     outcomes: list[ClaimOutcome] = []
 

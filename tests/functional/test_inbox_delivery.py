@@ -4,11 +4,11 @@ inbox claim. Each test is one guarantee from DESIGN.md that would fail if the gu
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import pytest
-from moto import mock_aws
 
+from local_runtime.clock import VirtualClock
 from outbox import TerminalError
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.conftest import ORDERS_TABLE
@@ -18,9 +18,8 @@ HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harnes
 
 
 @pytest.fixture
-def make_harness(aws_credentials: None) -> Iterator[HarnessFactory]:
-    with mock_aws():
-        yield build_harness
+def make_harness(aws: None, clock: VirtualClock) -> HarnessFactory:
+    return lambda subscriptions: build_harness(subscriptions, clock)
 
 
 def one_subscription(recorder: Recorder) -> list[Subscription]:

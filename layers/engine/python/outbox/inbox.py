@@ -150,7 +150,7 @@ class Inbox:
                     "(attribute_not_exists(pk) OR digest = :digest) AND ("
                     "attribute_not_exists(pk)"
                     " OR (#status = :pending AND lease_expires_at < :now)"
-                    " OR (#status = :dead AND attempts < :max_attempts)"
+                    " OR (#status = :dead AND attempts < :max_attempts AND dead_reason <> :terminal)"
                     " OR (#status = :completed AND expires_at < :now_s))"
                 ),
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
@@ -166,6 +166,7 @@ class Inbox:
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
                     ":max_attempts": {"N": str(self.max_attempts)},
+                    ":terminal": {"S": DeadReason.TERMINAL.value},
                     ":digest": {"S": digest},
                     ":event_id": {"S": envelope.id},
                     ":subscription": {"S": subscription},
@@ -258,19 +259,18 @@ class Inbox:
         reason: DeadReason,
         receive_count: int,
     ) -> None:
-        """DEAD plus a tenant-scoped dead-letter row, in one transaction. Terminal errors use up the attempts."""
+        """DEAD plus a tenant-scoped dead-letter row, in one transaction. A terminal reason is never
+        claimed again (only an operator reset reruns it); an exhausted one may be, while attempts last."""
         now_iso = format_timestamp(self._clock())
-        attempts = self.max_attempts if reason is DeadReason.TERMINAL else claim.attempts
         claim_update = self._fenced_item(
             claim,
             {
                 "UpdateExpression": (
-                    "SET #status = :dead, attempts = :attempts, last_error = :error, dead_reason = :reason, "
+                    "SET #status = :dead, last_error = :error, dead_reason = :reason, "
                     "dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
                 ),
                 "ExpressionAttributeValues": {
                     ":dead": {"S": DEAD},
-                    ":attempts": {"N": str(max(attempts, claim.attempts))},
                     ":error": {"S": error[:2000]},
                     ":reason": {"S": reason.value},
                 },

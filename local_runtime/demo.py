@@ -308,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         (LOCAL_DIR / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {LOCAL_DIR / 'demo-report.json'}")
         if args.serve:
+            topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
+            (LOCAL_DIR / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
+            console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
             console.print(
                 f"serving on {runtime.endpoint_url}: try `aws --endpoint-url {runtime.endpoint_url} "
                 "dynamodb list-tables`; Ctrl-C to stop"

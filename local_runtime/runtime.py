@@ -57,6 +57,7 @@ class LocalResources:
     queue_urls: dict[str, str] = field(default_factory=dict)
     queue_arns: dict[str, str] = field(default_factory=dict)
     function_names: dict[str, str] = field(default_factory=dict)
+    pipe_names: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, reference: Reference) -> str:
         """The local value of a Ref / Fn::GetAtt, as CloudFormation would resolve it."""
@@ -70,6 +71,8 @@ class LocalResources:
                 return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{self.table_names[logical_id]}"
         if logical_id in self.function_names and attribute is None:
             return self.function_names[logical_id]
+        if logical_id in self.pipe_names and attribute is None:
+            return self.pipe_names[logical_id]
         if logical_id in self.queue_urls:
             if attribute is None:
                 return self.queue_urls[logical_id]
@@ -137,6 +140,8 @@ class LocalRuntime:
             self._exit.enter_context(engine_clock.use(self.clock, self.clock.sleep))
             self._create_tables()
             self._create_queues()
+            # Pipe names first: functions' environments may reference them (the operator endpoint does).
+            self.resources.pipe_names.update({logical_id: logical_id for logical_id in self.stack.pipes})
             self._build_functions()
             self._build_pipes()
             self._build_mappings()
@@ -188,6 +193,16 @@ class LocalRuntime:
     def output(self, name: str) -> str:
         """A stack output's local value, e.g. ``output("EventsTableName")``."""
         return self.resources.resolve(self.stack.output_reference(name))
+
+    def outputs(self) -> dict[str, str]:
+        """Every output the runtime can resolve (those naming tables, queues, functions and pipes)."""
+        resolved = {}
+        for name in self.stack.outputs:
+            try:
+                resolved[name] = self.output(name)
+            except TemplateError:
+                continue  # e.g. the alarm topic or the operator role: not emulated
+        return resolved
 
     def function(self, output_name: str) -> LocalFunction:
         """The function a stack output names, e.g. ``function("DurableConsumerFunctionName")``."""
@@ -298,6 +313,17 @@ class LocalRuntime:
                 ),
             )
             self.pipes[spec.logical_id] = PipeEmulator(config, streams, sqs, self.clock)
+            self._register_pipe(spec.logical_id, config.stream_arn, self.resources.queue_arns[spec.target_queue])
+
+    def _register_pipe(self, name: str, source: str, target: str) -> None:
+        """moto's Pipes API keeps only state; registering the pipe lets DescribePipe answer as in AWS."""
+        self.client("pipes").create_pipe(
+            Name=name,
+            Source=source,
+            Target=target,
+            RoleArn=f"arn:aws:iam::{ACCOUNT}:role/{name}",
+            DesiredState="RUNNING",
+        )
 
     def _build_mappings(self) -> None:
         sqs = self.client("sqs")

@@ -17,6 +17,7 @@ from stacks.constructs.engine_layer import EngineLayer
 from stacks.constructs.events_table import EventsTable
 from stacks.constructs.inbox_table import InboxTable
 from stacks.constructs.monitoring import PipelineMonitoring
+from stacks.constructs.operator_endpoint import OperatorEndpoint
 from stacks.constructs.record_change_consumer import RecordChangeConsumer
 from stacks.constructs.record_change_pipe import RecordChangePipe
 from stacks.constructs.record_change_queue import RecordChangeQueue
@@ -159,6 +160,22 @@ class OutboxStack(Stack):
             max_concurrency=settings.record_change_max_concurrency,
         )
 
+        # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
+        self.operator_endpoint = OperatorEndpoint(
+            self,
+            "OperatorEndpoint",
+            events=self.events,
+            inbox=self.inbox,
+            data=self.data,
+            durable_queue=self.durable,
+            relay_pipe=self.relay,
+            record_change_queue=self.record_changes,
+            record_change_pipe=self.record_change_pipe,
+            layer=self.engine.layer,
+            alarm_topic=topic,
+        )
+        self.operator_endpoint.grant_invoke_url(self.events.operator_role)
+
         dead_letters = [
             ("durable DLQ", self.durable.dead_letters),
             ("relay pipe DLQ", self.relay.dead_letters),
@@ -178,6 +195,7 @@ class OutboxStack(Stack):
             record_change_consumer=self.record_change_consumer,
             dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
             dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
+            operator_endpoint_alarms=self.operator_endpoint.alarms,
         )
 
         CfnOutput(self, "EventsTableName", value=self.events.table.table_name)
@@ -195,3 +213,4 @@ class OutboxStack(Stack):
         CfnOutput(self, "RecordChangePipeName", value=self.record_change_pipe.pipe_name)
         CfnOutput(self, "RecordChangePipeDeadLetterQueueUrl", value=self.record_change_pipe.dead_letter_queue.queue_url)
         CfnOutput(self, "RecordChangeConsumerFunctionName", value=self.record_change_consumer.function.function_name)
+        CfnOutput(self, "OperatorEndpointUrl", value=self.operator_endpoint.url.url)

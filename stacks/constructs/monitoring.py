@@ -4,7 +4,8 @@ Hand-written ``aws_cloudwatch`` rather than cdk-monitoring-constructs: the set i
 pipe, one age alarm a queue, one dashboard), and the library would add a dependency (and its transitive
 pins) to every synth, plus its own defaults to review, for what a few explicit widgets say directly.
 The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one;
-nor are the consumers', which belong to each consumer. The dashboard shows all of them.
+nor are the consumers' or the operator endpoint's, which belong to each function. The dashboard's
+status widget shows all of them.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class PipelineMonitoring(Construct):
         record_change_consumer: QueueConsumer,
         dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
+        operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
@@ -109,6 +111,7 @@ class PipelineMonitoring(Construct):
             *dead_letter_alarms,
             *consumer.alarms,
             *record_change_consumer.alarms,
+            *operator_endpoint_alarms,
         ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
         self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=3 * WIDGET_WIDTH))

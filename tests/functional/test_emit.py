@@ -206,3 +206,17 @@ def test_a_lost_response_is_resolved_without_a_duplicate_event(dynamodb: Any) ->
     assert [e.id for e in logged] == [envelope.id], "committed exactly once"
     assert flaky.calls == 2
     assert store.verify_chain("acme").intact
+
+
+def test_a_tenant_is_listed_in_the_tenant_index_by_its_first_emit_only(store: EventStore, dynamodb: Any) -> None:
+    from outbox.keys import tenant_index_partition
+
+    for n in range(3):
+        store.emit("counter.bumped", {"n": n}, tenant="acme", actor="system")
+
+    rows = dynamodb.query(
+        TableName=EVENTS_TABLE,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": tenant_index_partition("acme")}},
+    )["Items"]
+    assert [(r["sk"]["S"], r["kind"]["S"]) for r in rows] == [("acme", "TENANT")]

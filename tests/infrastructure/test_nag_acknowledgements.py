@@ -33,6 +33,15 @@ CONSUMER_ACKNOWLEDGEMENTS = {
     ("Serverless-LambdaDLQ", "Lambda/Function/Resource"),
     ("Serverless-LambdaEventSourceMappingDestination", "QueueMapping/Resource"),
 }
+OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-IAM5[Resource::*]", "Lambda/Role/DefaultPolicy/Resource"),
+    ("AwsSolutions-L1", "Lambda/Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "Lambda/Function/Resource"),
+    # Invoked synchronously through its function URL: the caller gets every failure, and it is alarmed.
+    ("Serverless-LambdaDLQ", "Lambda/Function/Resource"),
+    # cloudwatch:GetMetricData has no resource-level permissions; it is the one statement of this policy.
+    ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
+}
 EXPECTED = {
     (rule, f"OutboxEngine/{construct}/{path}")
     for construct, acknowledgements in (
@@ -42,6 +51,7 @@ EXPECTED = {
         ("RecordChanges", QUEUE_ACKNOWLEDGEMENTS),
         ("DurableConsumer", CONSUMER_ACKNOWLEDGEMENTS),
         ("RecordChangeConsumer", CONSUMER_ACKNOWLEDGEMENTS),
+        ("OperatorEndpoint", OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS),
     )
     for rule, path in acknowledgements
 }

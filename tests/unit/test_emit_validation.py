@@ -69,7 +69,7 @@ def _put(n: int, size: int = 10) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("extra_writes", "message"),
     [
-        ([_put(n) for n in range(99)], "at most 98 extra_writes"),
+        ([_put(n) for n in range(98)], "at most 97 extra_writes"),
         ([_put(1), writes.delete("orders", {"pk": "ORDER#1", "sk": "META"})], "same item"),
         ([_put(1, size=400 * 1024)], r"extra_writes\[0\] is \d+ bytes"),
         ([_put(n, size=390 * 1024) for n in range(11)], "the transaction is"),

@@ -65,3 +65,26 @@ def load_catalog(reference: str) -> Catalog:
     if not isinstance(catalog, Catalog):
         raise OutboxValidationError(f"{reference} returned {type(catalog).__name__}, not a Catalog")
     return catalog
+
+
+class OperatorSettings(BaseModel):
+    """Environment of the operator endpoint: where everything it reports on lives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
+    inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
+    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
+    durable_queue_url: str = Field(alias="DURABLE_QUEUE_URL")
+    durable_dlq_url: str = Field(alias="DURABLE_DLQ_URL")
+    relay_dlq_url: str = Field(alias="RELAY_DLQ_URL")
+    record_change_queue_url: str = Field(alias="RECORD_CHANGE_QUEUE_URL")
+    record_change_dlq_url: str = Field(alias="RECORD_CHANGE_DLQ_URL")
+    record_change_pipe_dlq_url: str = Field(alias="RECORD_CHANGE_PIPE_DLQ_URL")
+    relay_pipe_name: str = Field(alias="RELAY_PIPE_NAME")
+    record_change_pipe_name: str = Field(alias="RECORD_CHANGE_PIPE_NAME")
+    subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
+        return _from_env(cls, environ)

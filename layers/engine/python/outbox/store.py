@@ -252,7 +252,8 @@ class EventStore:
                 size,
             ),
         ]
-        check_transaction([*own, *extras])
+        # The tenant index row (first emit only) is not in ``own``: reserve its place.
+        check_transaction([*own, *extras], reserved=keys.OWN_TRANSACTION_ITEMS - len(own))
 
     @staticmethod
     def _seal(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
@@ -316,6 +317,8 @@ class EventStore:
         without effect (throttling, conflicts); ``("unknown", None)`` may or may not have committed.
         """
         items = [self._head_write(envelope, head), self._event_write(envelope), *extra_writes]
+        if head.last_seq == 0:
+            items.append(self._tenant_index_write(envelope))
         try:
             self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
             return None
@@ -337,7 +340,7 @@ class EventStore:
     ) -> tuple[str, ChainHead | None]:
         reasons = exc.response.get("CancellationReasons") or []
         codes = [reason.get("Code", "None") for reason in reasons]
-        for index, code in enumerate(codes[FIRST_EXTRA_INDEX:]):
+        for index, code in enumerate(codes[FIRST_EXTRA_INDEX : FIRST_EXTRA_INDEX + len(extra_writes)]):
             if code == "ConditionalCheckFailed":
                 action, body = next(iter(extra_writes[index].items()))
                 key = body.get("Key") or {
@@ -396,6 +399,23 @@ class EventStore:
                     ":prev_hash": {"S": head.last_hash},
                 },
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def _tenant_index_write(self, envelope: Envelope) -> dict[str, Any]:
+        """Lists the tenant for the operator tools; written with the tenant's first event (unconditionally:
+        the head's condition already makes it once). Last in the transaction, so that cancellation
+        reasons keep the caller's writes at index 2+."""
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": {
+                    "pk": {"S": keys.tenant_index_partition(envelope.tenant)},
+                    "sk": {"S": envelope.tenant},
+                    "kind": {"S": keys.KIND_TENANT},
+                    "tenant": {"S": envelope.tenant},
+                    "first_event_at": {"S": format_timestamp(envelope.occurred_at)},
+                },
             }
         }
 

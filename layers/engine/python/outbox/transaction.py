@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox.exceptions import InvalidWriteError
+from outbox.keys import OWN_TRANSACTION_ITEMS
 
 MAX_TRANSACT_ITEMS = 100
 MAX_ITEM_BYTES = 400 * 1024
@@ -114,12 +115,14 @@ def describe_write(
     return WriteTarget(label=where, action=action, table_name=table_name, key=key, size=size)
 
 
-def check_transaction(targets: Sequence[WriteTarget]) -> None:
-    """The limits DynamoDB enforces on the whole transaction, with a message that says which one."""
-    if len(targets) > MAX_TRANSACT_ITEMS:
+def check_transaction(targets: Sequence[WriteTarget], reserved: int = 0) -> None:
+    """The limits DynamoDB enforces on the whole transaction, with a message that says which one.
+    ``reserved`` counts actions the caller will add that are not in ``targets``."""
+    if len(targets) + reserved > MAX_TRANSACT_ITEMS:
         raise InvalidWriteError(
-            f"the transaction would hold {len(targets)} actions; DynamoDB allows {MAX_TRANSACT_ITEMS} "
-            f"and emit() needs 2 of them, so pass at most {MAX_TRANSACT_ITEMS - 2} extra_writes"
+            f"the transaction would hold {len(targets) + reserved} actions; DynamoDB allows {MAX_TRANSACT_ITEMS} "
+            f"and emit() needs {OWN_TRANSACTION_ITEMS} of them, so pass at most "
+            f"{MAX_TRANSACT_ITEMS - OWN_TRANSACTION_ITEMS} extra_writes"
         )
     seen: dict[tuple[str, str], WriteTarget] = {}
     for target in targets:

@@ -21,8 +21,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
-	@# The engine library is used in place (tests, tools, the local runtime): a .pth file puts it on sys.path.
-	echo "$(CURDIR)/$(ENGINE_SRC)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outbox-engine.pth"
+	@# The engine, the modules and the tools are used in place: a .pth file puts them on sys.path.
+	printf '%s\n' "$(CURDIR)/$(ENGINE_SRC)" "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outbox-engine.pth"
+	@# The operator CLI: .venv/bin/outbox
+	printf '#!/bin/sh\nexec "%s" -m tools.outbox_cli "$$@"\n' "$(CURDIR)/$(PY)" > $(VENV)/bin/outbox
+	chmod +x $(VENV)/bin/outbox
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

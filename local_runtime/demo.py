@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from local_runtime import faults
+from local_runtime.clock import VirtualClock
 from local_runtime.fake_services import FakeServiceServer
 from local_runtime.pipe import PipeFaults
 from local_runtime.runtime import LocalRuntime
@@ -279,6 +281,8 @@ def booted(seed: int, port: int | None, console: Console) -> Iterator[tuple[Loca
         runtime = LocalRuntime.from_assembly(
             assembly,
             STACK_NAME,
+            # Virtual time starts now, so dates in the report and in `outbox --local` read naturally.
+            clock=VirtualClock(datetime.now(UTC).replace(microsecond=0)),
             port=port,
             environment={"COMMERCE_SERVICES_URL": fakes.url},
             function_log_level="CRITICAL",

@@ -389,7 +389,7 @@ class Operations:
         ``method``: "receive-send-delete" (works everywhere, resumable), "move-task" (SQS
         StartMessageMoveTask), or "auto" (the move task, falling back to the loop where SQS refuses it).
         """
-        url, target = self._redrive_route(dlq)
+        url, target = self.redrive_route(dlq)
         if method in ("auto", "move-task") and max_messages is None:
             try:
                 return self._redrive_with_move_task(url, dlq)
@@ -398,7 +398,7 @@ class Operations:
                     raise
         return self._redrive_loop(url, target, dlq, max_messages, on_message)
 
-    def _redrive_route(self, dlq: str) -> tuple[str, str]:
+    def redrive_route(self, dlq: str) -> tuple[str, str]:
         routes = {
             "durable-dlq": (self.topology.durable_dlq_url, self.topology.durable_queue_url),
             "record-change-dlq": (self.topology.record_change_dlq_url, self.topology.record_change_queue_url),

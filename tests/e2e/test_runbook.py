@@ -1,0 +1,267 @@
+"""The runbook, tested: each path from an alarm to a fix runs through the `outbox` CLI on the local runtime."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from local_runtime import faults
+from local_runtime.pipe import PipeFaults, TargetInvocationError
+from modules import build_catalog
+from outbox import TerminalError
+from outbox.operations import Operations, Topology
+from tests.e2e.backends import LocalBackend, claim_statuses, queue_depth
+from tests.e2e.test_pipeline import order_and_pay, unique
+from tools.outbox_cli import CliContext, app
+
+
+def operations(local: LocalBackend, sqs: Any | None = None) -> Operations:
+    runtime = local.runtime
+    return Operations(
+        Topology.from_outputs(runtime.outputs()),
+        dynamodb=runtime.client("dynamodb"),
+        sqs=sqs or runtime.client("sqs"),
+        pipes=runtime.client("pipes"),
+        catalog=build_catalog(data_table=runtime.output("DataTableName")),
+        clock=runtime.clock,
+    )
+
+
+def outbox(local: LocalBackend, *args: str, answer: str | None = None, sqs: Any | None = None) -> Result:
+    console = Console(width=250)  # wide enough that no table cell is cut in the captured output
+    return CliRunner().invoke(app, list(args), obj=CliContext(operations(local, sqs), console=console), input=answer)
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+# -- alarm: durable DLQ > 0 -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["move-task", "receive-send-delete"])
+def test_runbook_dlq_alarm_fix_then_redrive_runs_each_dead_effect_once(local: LocalBackend, method: str) -> None:
+    notifier = local.service("notifier")
+    notifier.fail_next = 10**6  # the mail provider is down for good
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 2
+    listed = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
+    assert {row["subscription"] for row in listed} == {"notify.buyer", "notify.shipment_booked"}
+
+    notifier.fail_next = 0  # the fix is deployed
+    result = outbox(local, "redrive", "--method", method, "--yes")
+    assert result.exit_code == 0, result.output
+    local.settle()
+
+    assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"
+    assert f"{payment}:notify.buyer" in notifier.effects
+    assert sum(1 for key in notifier.effects if key.startswith(payment)) == 1, "one e-mail for the payment"
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == [], "resolved"
+
+
+def test_runbook_redrive_interrupted_halfway_and_resumed_loses_nothing_and_doubles_nothing(local: LocalBackend) -> None:
+    notifier = local.service("notifier")
+    notifier.fail_next = 10**6
+    payments = [order_and_pay(local, unique("tenant")) for _ in range(3)]
+    local.settle()
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 6
+    notifier.fail_next = 0
+
+    class DiesOnSecondDelete:
+        """The operator's laptop goes to sleep between a send and its delete."""
+
+        def __init__(self, sqs: Any) -> None:
+            self._sqs, self.deletes = sqs, 0
+
+        def delete_message(self, **request: Any) -> Any:
+            self.deletes += 1
+            if self.deletes == 2:
+                raise KeyboardInterrupt
+            return self._sqs.delete_message(**request)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._sqs, name)
+
+    interrupted = outbox(
+        local,
+        "redrive",
+        "--method",
+        "receive-send-delete",
+        "--yes",
+        sqs=DiesOnSecondDelete(local.runtime.client("sqs")),
+    )
+    assert interrupted.exit_code != 0
+    local.settle()
+    blocked = outbox(local, "redrive", "--method", "receive-send-delete", "--yes")
+    assert blocked.exit_code == 2
+    assert "in flight" in blocked.output, "the operator is told why, not shown an empty success"
+    local.runtime.clock.advance(61)  # the operator comes back a minute later
+    resumed = outbox(local, "redrive", "--method", "receive-send-delete", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    local.settle()
+
+    for payment in payments:
+        assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"
+        assert notifier.effects.get(f"{payment}:notify.buyer") is not None
+    assert len(notifier.effects) == 6, "each payment and each shipment e-mailed once"
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0
+
+
+# -- alarm: dead letters (terminal) ---------------------------------------------------------------------------
+
+
+def test_runbook_terminal_dead_letter_fixed_then_replayed_runs_once(local: LocalBackend) -> None:
+    tenant = unique("tenant")
+    with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("tag registry said no")):
+        payment = order_and_pay(local, tenant)
+        local.settle()
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD"
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0, "terminal: handled, not in the DLQ"
+
+    dry = outbox(local, "replay", "--tenant", tenant, "--dry-run")
+    assert dry.exit_code == 0
+    assert "pet_tag.mark_ordered" in dry.output
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD", "a dry run changes nothing"
+
+    result = outbox(local, "replay", "--tenant", tenant, "--yes")
+    assert result.exit_code == 0, result.output
+    local.settle()
+
+    statuses = claim_statuses(local, payment)
+    assert set(statuses.values()) == {"COMPLETED"}
+    carrier = local.service("carrier")
+    assert carrier.calls[f"{payment}:shipping.book_shipment"] == 1, "the replay did not rerun completed work"
+
+
+def test_replaying_a_completed_event_is_refused_unless_forced(local: LocalBackend) -> None:
+    payment = order_and_pay(local, unique("tenant"))
+    local.settle()
+
+    refused = outbox(local, "replay", "--event-id", payment, "--subscription", "notify.buyer", "--yes")
+    assert refused.exit_code == 2
+    assert "COMPLETED" in refused.output
+
+    forced = outbox(local, "replay", "--event-id", payment, "--subscription", "notify.buyer", "--force", "--yes")
+    assert forced.exit_code == 0, forced.output
+    local.settle()
+    assert local.service("notifier").calls[f"{payment}:notify.buyer"] == 2, "it ran again, as asked"
+    assert len([k for k in local.service("notifier").effects if k.startswith(payment)]) == 1, "the key held"
+
+
+# -- alarm: relay pipe DLQ > 0 (or the stream position was lost) ---------------------------------------------
+
+
+def test_runbook_reconcile_after_the_stream_position_was_lost_is_idempotent(local: LocalBackend) -> None:
+    relay = local.runtime.pipe("RelayPipeName")
+
+    def queue_refuses(_entries: Any) -> None:
+        raise TargetInvocationError("AccessDenied: the pipe's role lost sqs:SendMessage")
+
+    relay.faults = PipeFaults(before_send=queue_refuses)
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    assert claim_statuses(local, payment) == {}, "nothing was delivered"
+    assert queue_depth(local, "RelayDeadLetterQueueUrl") > 0
+    relay.faults = PipeFaults()  # the role is fixed; the records themselves are gone from the pipe
+
+    first = as_json(outbox(local, "--json", "reconcile", "--since", "2020-01-01T00:00:00Z", "--yes"))
+    local.settle()
+    second = as_json(outbox(local, "--json", "reconcile", "--since", "2020-01-01T00:00:00Z", "--yes"))
+
+    assert len(first["republished"]) == 2, "order.created and payment.completed: nothing else is unhandled"
+    assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
+    assert second["republished"] == [], "a second run publishes nothing"
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+
+
+def test_status_reports_chain_intact_and_dead_letters_per_tenant_and_every_queue(local: LocalBackend) -> None:
+    local.service("notifier").fail_next = 10**6
+    tenant = unique("tenant")
+    order_and_pay(local, tenant)
+    local.settle()
+
+    report = as_json(outbox(local, "--json", "status"))
+
+    [row] = [t for t in report["tenants"] if t["tenant"] == tenant]
+    assert (row["chain_intact"], row["dead_letters"]) == (True, 2)
+    assert report["queues"]["durable-dlq"]["visible"] == 2
+    assert set(report["queues"]) >= {"durable", "durable-dlq", "relay-pipe-dlq", "record-change", "record-change-dlq"}
+    assert set(report["pipes"].values()) == {"RUNNING"}
+    assert outbox(local, "status").exit_code == 0
+
+
+def test_verify_chain_checks_every_tenant_and_fails_on_a_broken_one(local: LocalBackend) -> None:
+    tenant = unique("tenant")
+    order_and_pay(local, tenant)
+    assert outbox(local, "verify-chain", "--all").exit_code == 0
+
+    from outbox.keys import event_partition, seq_sort_key
+
+    local.client("dynamodb").delete_item(
+        TableName=local.output("EventsTableName"),
+        Key={"pk": {"S": event_partition(tenant)}, "sk": {"S": seq_sort_key(1)}},
+    )
+    broken = outbox(local, "--json", "verify-chain", "--tenant", tenant)
+    assert broken.exit_code == 1
+    assert json.loads(broken.output)[0]["reason"] == "gap"
+
+
+def test_the_catalog_command_lists_types_and_subscriptions(local: LocalBackend) -> None:
+    document = as_json(outbox(local, "--json", "catalog"))
+    assert "payment.completed" in {t["type"] for t in document["event_types"]}
+    assert outbox(local, "catalog").exit_code == 0
+
+
+# -- refusals -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["verify-chain", "--tenant", "nobody"], "unknown tenant"),
+        (["verify-chain"], "name a tenant"),
+        (["replay", "--event-id", "not-an-id", "--yes"], "not an event id"),
+        (["replay", "--yes"], "select what to replay"),
+        (["replay", "--tenant", "nobody", "--yes"], "unknown tenant"),
+        (["replay", "--tenant", "TENANT", "--yes"], "nothing to replay"),
+        (["replay", "--tenant", "TENANT", "--subscription", "no.such", "--yes"], "unknown subscription"),
+        (["redrive", "--yes"], "is empty"),
+        (["redrive", "--dlq", "relay-pipe-dlq", "--yes"], "cannot redrive"),
+        (["reconcile", "--since", "1d", "--tenant", "nobody", "--yes"], "unknown tenant"),
+    ],
+)
+def test_bad_input_is_refused_clearly_and_changes_nothing(local: LocalBackend, args: list[str], message: str) -> None:
+    tenant = unique("tenant")
+    order_and_pay(local, tenant)
+    local.settle()
+    before = queue_depth(local, "DurableQueueUrl")
+
+    result = outbox(local, *[tenant if a == "TENANT" else a for a in args])
+
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert queue_depth(local, "DurableQueueUrl") == before
+
+
+def test_a_change_is_not_made_without_confirmation(local: LocalBackend) -> None:
+    tenant = unique("tenant")
+    with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("no")):
+        payment = order_and_pay(local, tenant)
+        local.settle()
+
+    result = outbox(local, "replay", "--tenant", tenant, answer="n\n")
+
+    assert result.exit_code == 1
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD"

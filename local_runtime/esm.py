@@ -81,6 +81,12 @@ class SqsEventSourceMapping:
         except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
             logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
             failed, crashed = list(received), exc
+        if crashed is None and context.get_remaining_time_in_millis() == 0:
+            # Past its deadline Lambda would have killed the invocation: whatever the handler returned
+            # (or committed before) the batch as a whole failed, and every message comes back.
+            crashed = TimeoutError(f"{self.function_name} timed out after {self.function_timeout}")
+            logger.warning("invocation of %s timed out", self.function_name)
+            failed = list(received)
         for message in messages:
             if message["MessageId"] in failed:
                 self.in_flight.append(

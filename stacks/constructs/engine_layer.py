@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -20,34 +21,58 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 PIP_PLATFORM = "manylinux2014_aarch64"
 
 
+PROJECT_ROOT = LAYER_ROOT.parents[1]
+# Wheels for the Lambda platform, downloaded once per requirements file: later synths need no network.
+WHEELHOUSE = PROJECT_ROOT / ".build" / "wheelhouse"
+
+
+def _pip(*arguments: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *arguments], check=True)
+
+
+def _platform_options() -> list[str]:
+    return [
+        "--platform",
+        PIP_PLATFORM,
+        "--implementation",
+        "cp",
+        "--python-version",
+        RUNTIME.name.removeprefix("python"),
+        "--only-binary=:all:",
+        "--no-deps",  # the requirements file is the complete closure (tests/unit/test_layer_requirements.py)
+    ]
+
+
+def fill_wheelhouse(requirements: Path) -> Path:
+    """Download the layer's wheels for the Lambda platform unless this exact requirements file already was."""
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
+    house = WHEELHOUSE / f"{PIP_PLATFORM}-{RUNTIME.name}-{digest}"
+    if not (house / ".complete").exists():
+        _pip("download", "--requirement", str(requirements), "--dest", str(house), *_platform_options())
+        (house / ".complete").touch()
+    return house
+
+
 @jsii.implements(ILocalBundling)
 class PipForLambdaBundling:
-    """Builds the layer without Docker: pip downloads wheels for the Lambda platform, not this one."""
+    """Builds the layer without Docker: pip installs wheels for the Lambda platform, not this one, from a
+    local wheelhouse (filled from PyPI on the first synth only)."""
 
     def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
+        requirements = LAYER_ROOT / "requirements.txt"
+        house = fill_wheelhouse(requirements)
         target = Path(output_dir) / "python"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--requirement",
-                str(LAYER_ROOT / "requirements.txt"),
-                "--target",
-                str(target),
-                "--platform",
-                PIP_PLATFORM,
-                "--implementation",
-                "cp",
-                "--python-version",
-                RUNTIME.name.removeprefix("python"),
-                "--only-binary=:all:",
-                "--no-deps",
-            ],
-            check=True,
+        _pip(
+            "install",
+            "--no-compile",  # .pyc files for this machine's Python would be dead weight on 3.13
+            "--no-index",
+            "--find-links",
+            str(house),
+            "--requirement",
+            str(requirements),
+            "--target",
+            str(target),
+            *_platform_options(),
         )
         shutil.copytree(
             LAYER_ROOT / "python" / "outbox",

@@ -30,7 +30,6 @@ from modules import build_catalog
 from modules.commerce import Commerce
 from modules.profile import Profile
 from outbox import EventStore, Lane, TerminalError
-from outbox.inbox import dead_letter_partition
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOCAL_DIR = PROJECT_ROOT / ".local"
@@ -158,39 +157,33 @@ def _send_poison(runtime: LocalRuntime, tenant: str) -> None:
 
 
 def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Workload) -> dict[str, Any]:
-    """Everything the summary shows, read back from the tables, queues and services."""
-    data_table = runtime.output("DataTableName")
-    catalog = build_catalog(data_table=data_table)
-    store = runtime.event_store(catalog=catalog)
-    dynamodb, inbox = runtime.client("dynamodb"), runtime.output("InboxTableName")
+    """Everything the summary shows, read back through the operator tools and the fake services."""
+    operations = runtime.operations(build_catalog(data_table=runtime.output("DataTableName")))
+    store = runtime.event_store(catalog=operations.catalog)
     emitted: Counter[str] = Counter()
     runs: Counter[str] = Counter()
     completed: Counter[str] = Counter()
     dead: Counter[str] = Counter()
     lost: list[str] = []
-    chains = {}
     for tenant in TENANTS:
-        chains[tenant] = store.verify_chain(tenant).intact
-        dead_rows = _query(dynamodb, inbox, dead_letter_partition(tenant))
-        dead_letters = {
-            (r["event_id"]["S"], r["subscription"]["S"]) for r in dead_rows if r["reason"]["S"] != "conflict"
-        }
-        dead.update(r["reason"]["S"] for r in dead_rows)
+        letters = operations.dead_letters(tenant, include_resolved=True)
+        dead.update(letter.reason for letter in letters)
+        dead_work = {(letter.event_id, letter.subscription) for letter in letters if letter.reason != "conflict"}
         for envelope in store.events(tenant):
             emitted[envelope.type] += 1
-            claims = {r["sk"]["S"]: r for r in _query(dynamodb, inbox, f"CLAIM#{envelope.id}")}
-            for subscription in catalog.registry.matching(envelope.type, Lane.DURABLE):
+            claims = operations.claims(envelope.id)
+            for subscription in operations.catalog.registry.matching(envelope.type, Lane.DURABLE):
                 claim = claims.get(subscription.name)
                 runs[subscription.name] += int(claim["attempts"]["N"]) if claim else 0
                 status = claim["status"]["S"] if claim else None
                 if status == "COMPLETED":
                     completed[subscription.name] += 1
-                elif not (status == "DEAD" and (envelope.id, subscription.name) in dead_letters):
-                    lost.append(f"{envelope.id}:{subscription.name}")
+                elif not (status == "DEAD" and (envelope.id, subscription.name) in dead_work):
+                    lost.append(f"{envelope.id}:{subscription.name}")  # neither done nor recorded as dead
+    status = operations.status()
     calls = sum(sum(s.calls.values()) for s in fakes.services.values())
     effects = sum(len(s.effects) for s in fakes.services.values())
     relay = runtime.pipe("RelayPipeName").counters
-    poison = sum(len(_query(dynamodb, inbox, f"POISON#{day}")) for day in {runtime.clock().strftime("%Y-%m-%d")})
     return {
         "workload": {
             "orders_placed": workload.placed,
@@ -210,39 +203,12 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
         },
         "retries": sum(runs.values()) - sum(completed.values()) - sum(dead[r] for r in ("terminal", "exhausted")),
         "dead_letters": dict(sorted(dead.items())),
-        "poison_pills": poison,
-        "chain_intact": chains,
-        "queues": {
-            name: _depth(runtime, name)
-            for name in (
-                "DurableQueueUrl",
-                "DurableDeadLetterQueueUrl",
-                "RecordChangeQueueUrl",
-                "RelayDeadLetterQueueUrl",
-            )
-        },
+        "poison_pills": status.poison_pills_today,
+        "chain_intact": {t.tenant: t.chain_intact for t in status.tenants},
+        "queues": {name: depth.visible + depth.in_flight for name, depth in status.queues.items()},
         "lost": len(lost),
         "lost_items": lost[:20],
     }
-
-
-def _query(dynamodb: Any, table: str, partition: str) -> list[dict[str, Any]]:
-    paginator = dynamodb.get_paginator("query")
-    pages = paginator.paginate(
-        TableName=table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": partition}},
-        ConsistentRead=True,
-    )
-    return [item for page in pages for item in page["Items"]]
-
-
-def _depth(runtime: LocalRuntime, output_name: str) -> int:
-    attributes = runtime.client("sqs").get_queue_attributes(
-        QueueUrl=runtime.output(output_name),
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return sum(int(value) for value in attributes.values())
 
 
 def print_report(console: Console, report: dict[str, Any]) -> None:
@@ -268,15 +234,17 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     for tenant, intact in report["chain_intact"].items():
         table.add_row(f"chain intact: {tenant}", "yes" if intact else "NO")
     for queue, depth in report["queues"].items():
-        table.add_row(f"depth {queue.removesuffix('Url')}", str(depth))
+        table.add_row(f"depth {queue}", str(depth))
     table.add_row("lost", f"[bold {'green' if report['lost'] == 0 else 'red'}]{report['lost']}[/]")
     console.print(table)
 
 
 @contextmanager
-def booted(seed: int, port: int | None, console: Console) -> Iterator[tuple[LocalRuntime, FakeServiceServer]]:
+def booted(
+    seed: int, port: int | None, console: Console, out: Path
+) -> Iterator[tuple[LocalRuntime, FakeServiceServer]]:
     with console.status("synthesizing the CDK app"):
-        assembly = synthesize(LOCAL_DIR / "cdk.out")
+        assembly = synthesize(out / "cdk.out")
     with FakeServiceServer() as fakes:
         runtime = LocalRuntime.from_assembly(
             assembly,
@@ -300,20 +268,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--orders", type=int, default=120)
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve moto on 127.0.0.1:PORT and stay up")
+    parser.add_argument("--out", type=Path, default=LOCAL_DIR, help="where the assembly and the report go")
     args = parser.parse_args(argv)
     if args.orders < 1:
         parser.error("--orders must be at least 1")
     console = Console()
-    with booted(args.seed, args.serve, console) as (runtime, fakes):
+    out: Path = args.out
+    with booted(args.seed, args.serve, console, out) as (runtime, fakes):
         workload = run_workload(runtime, fakes, args.seed, args.orders, console)
         report = build_report(runtime, fakes, workload)
         print_report(console, report)
-        LOCAL_DIR.mkdir(exist_ok=True)
-        (LOCAL_DIR / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"report written to {LOCAL_DIR / 'demo-report.json'}")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {out / 'demo-report.json'}")
         if args.serve:
             topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
-            (LOCAL_DIR / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
+            (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
             console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
             console.print(
                 f"serving on {runtime.endpoint_url}: try `aws --endpoint-url {runtime.endpoint_url} "

@@ -212,6 +212,19 @@ class LocalRuntime:
         """The pipe a stack output names, e.g. ``pipe("RelayPipeName")``; set ``.faults`` to inject faults."""
         return self.pipes[self.stack.output_reference(output_name).logical_id]
 
+    def operations(self, catalog: Any, sqs: Any | None = None) -> Any:
+        """The operator tools (``outbox.operations.Operations``) wired to this runtime."""
+        from outbox.operations import Operations, Topology
+
+        return Operations(
+            Topology.from_outputs(self.outputs()),
+            dynamodb=self.client("dynamodb"),
+            sqs=sqs or self.client("sqs"),
+            pipes=self.client("pipes"),
+            catalog=catalog,
+            clock=self.clock,
+        )
+
     def event_store(self, **options: Any) -> Any:
         from outbox import EventStore
 

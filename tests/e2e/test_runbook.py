@@ -13,22 +13,15 @@ from local_runtime import faults
 from local_runtime.pipe import PipeFaults, TargetInvocationError
 from modules import build_catalog
 from outbox import TerminalError
-from outbox.operations import Operations, Topology
+from outbox.operations import Operations
 from tests.e2e.backends import LocalBackend, claim_statuses, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tools.outbox_cli import CliContext, app
 
 
 def operations(local: LocalBackend, sqs: Any | None = None) -> Operations:
-    runtime = local.runtime
-    return Operations(
-        Topology.from_outputs(runtime.outputs()),
-        dynamodb=runtime.client("dynamodb"),
-        sqs=sqs or runtime.client("sqs"),
-        pipes=runtime.client("pipes"),
-        catalog=build_catalog(data_table=runtime.output("DataTableName")),
-        clock=runtime.clock,
-    )
+    ops: Operations = local.runtime.operations(build_catalog(data_table=local.output("DataTableName")), sqs=sqs)
+    return ops
 
 
 def outbox(local: LocalBackend, *args: str, answer: str | None = None, sqs: Any | None = None) -> Result:

@@ -290,6 +290,10 @@ class Operations:
         moment = day or self._clock()
         return self._query(self.topology.inbox_table, f"POISON#{moment.strftime('%Y-%m-%d')}")
 
+    def claims(self, event_id: str) -> dict[str, dict[str, Any]]:
+        """The inbox rows of one event, by subscription name."""
+        return {row["sk"]["S"]: row for row in self._query(self.topology.inbox_table, f"CLAIM#{event_id}")}
+
     def verify(self, tenant: str) -> ChainReport:
         return verify_chain(self.dynamodb, self.topology.events_table, tenant)
 
@@ -344,7 +348,7 @@ class Operations:
     def _replay_by_ids(self, ids: list[str], subscription: str | None, force: bool) -> list[ReplayItem]:
         items = []
         for event_id in ids:
-            claims = self._query(self.topology.inbox_table, f"CLAIM#{event_id}")
+            claims = list(self.claims(event_id).values())
             if not claims:
                 raise OperationRefusedError(f"event {event_id} has no claims: was it ever delivered? (try reconcile)")
             for claim in claims:
@@ -506,7 +510,7 @@ class Operations:
 
     def _handled(self, event_id: str, wanted: set[str], stale: timedelta) -> bool:
         now_ms = int(self._clock().timestamp() * 1000)
-        claims = {c["sk"]["S"]: c for c in self._query(self.topology.inbox_table, f"CLAIM#{event_id}")}
+        claims = self.claims(event_id)
         for name in wanted:
             claim = claims.get(name)
             if claim is None:
@@ -588,7 +592,7 @@ class Operations:
 
     def _clear_dead_claims(self, envelope: Envelope) -> int:
         cleared = 0
-        for claim in self._query(self.topology.inbox_table, f"CLAIM#{envelope.id}"):
+        for claim in self.claims(envelope.id).values():
             if claim["status"]["S"] == DEAD and self._clear_claim(envelope.id, claim["sk"]["S"], allowed=(DEAD,)):
                 self._resolve_dead_letter(envelope.tenant, envelope.id, claim["sk"]["S"], "redriven")
                 cleared += 1

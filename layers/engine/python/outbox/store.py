@@ -70,6 +70,9 @@ class EventStore:
         project convention ``("pk", "sk")``; used to find two actions on one item before calling AWS.
     max_head_retries:
         How often a lost race for the tenant's chain head is retried before ``ChainHeadContentionError``.
+    catalog:
+        The application's catalog: with it, emit() refuses undeclared types and payloads their schema
+        rejects, and dispatches the INLINE and LOCAL lanes. Without it, emit() only appends.
 
     Example
     -------

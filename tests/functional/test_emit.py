@@ -142,7 +142,7 @@ def test_exhausted_head_retries_raise_the_typed_error_and_commit_nothing(dynamod
 
 
 def test_a_stale_head_cache_costs_one_retry_and_never_breaks_the_chain(dynamodb: Any) -> None:
-    first = EventStore(EVENTS_TABLE, client=dynamodb)
+    first = EventStore(EVENTS_TABLE, client=dynamodb, cache_heads=True)
     second = EventStore(EVENTS_TABLE, client=dynamodb)
     first.emit("counter.bumped", {"n": 1}, tenant="acme", actor="system")  # first caches seq 1
     second.emit("counter.bumped", {"n": 2}, tenant="acme", actor="system")  # head moves to 2 behind its back

@@ -24,7 +24,7 @@ from outbox.exceptions import (
     OutboxError,
     TerminalError,
 )
-from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
+from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
@@ -151,20 +151,27 @@ class DurableConsumer:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self._count(Metric.UNMATCHED)
             return
+        digest = envelope_digest(envelope)  # once per message, not per subscription
         retry = [
             s.name
             for s in subscriptions
-            if self.deliver(envelope, s, receive_count, remaining_ms) is DeliveryOutcome.RETRY
+            if self.deliver(envelope, s, receive_count, remaining_ms, digest) is DeliveryOutcome.RETRY
         ]
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
 
     def deliver(
-        self, envelope: Envelope, subscription: Subscription, receive_count: int, remaining_ms: Callable[[], int]
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        digest: str | None = None,
     ) -> DeliveryOutcome:
         """Claim, run, complete: the outcome of one (event, subscription)."""
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
-        result = self.inbox.claim(envelope, subscription.name, self.lease_policy.lease_for(remaining_ms()))
+        lease = self.lease_policy.lease_for(remaining_ms())
+        result = self.inbox.claim(envelope, subscription.name, lease, digest)
         if result.outcome is ClaimOutcome.CONFLICT:
             logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
             self.inbox.record_conflict(envelope, subscription.name, result.existing or {}, receive_count)

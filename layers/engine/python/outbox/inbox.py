@@ -129,11 +129,12 @@ class Inbox:
 
     # -- claim --------------------------------------------------------------------------------------
 
-    def claim(self, envelope: Envelope, subscription: str, lease: timedelta) -> ClaimResult:
-        """One conditional write: take the row if absent, stale, expired, or dead with attempts left."""
+    def claim(self, envelope: Envelope, subscription: str, lease: timedelta, digest: str | None = None) -> ClaimResult:
+        """One conditional write: take the row if absent, stale, expired, or dead with attempts left.
+        ``digest`` may be passed in when one message is claimed for several subscriptions."""
         now = self._clock()
         owner = self._new_owner()
-        digest = envelope_digest(envelope)
+        digest = digest or envelope_digest(envelope)
         lease_expires_at = now + lease
         try:
             response = self.client.update_item(
@@ -173,7 +174,7 @@ class Inbox:
                     ":tenant": {"S": envelope.tenant},
                     ":event_type": {"S": envelope.type},
                 },
-                ReturnValues="ALL_NEW",
+                ReturnValues="UPDATED_NEW",  # only attempts is read back
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:

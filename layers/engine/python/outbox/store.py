@@ -68,6 +68,10 @@ class EventStore:
     table_keys:
         Key attribute names of the tables that ``extra_writes`` put items into, when they are not the
         project convention ``("pk", "sk")``; used to find two actions on one item before calling AWS.
+    cache_heads:
+        Remember each tenant's head between emits, saving a read per emit. Worth it when one process is
+        a tenant's only writer; with several writers a stale head costs a cancelled transaction (more
+        write units than the read it saves), so it is off by default.
     max_head_retries:
         How often a lost race for the tenant's chain head is retried before ``ChainHeadContentionError``.
     catalog:
@@ -91,6 +95,7 @@ class EventStore:
         max_transient_retries: int = 8,
         backoff_base_seconds: float = 0.01,
         backoff_cap_seconds: float = 0.5,
+        cache_heads: bool = False,
         head_cache_size: int = 1024,
         sleep: Callable[[float], None] = engine_clock.sleep,
         rng: random.Random | None = None,
@@ -113,7 +118,7 @@ class EventStore:
         # current head (ALL_OLD), so the cache saves a read per emit and can never corrupt the chain.
         self._heads: OrderedDict[str, ChainHead] = OrderedDict()
         self._heads_lock = threading.Lock()
-        self._head_cache_size = head_cache_size
+        self._head_cache_size = head_cache_size if cache_heads else 0
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -439,6 +444,8 @@ class EventStore:
         return cached if cached is not None else self.head(tenant)
 
     def _remember(self, tenant: str, head: ChainHead) -> None:
+        if self._head_cache_size == 0:
+            return
         with self._heads_lock:
             current = self._heads.get(tenant)
             if current is None or current.last_seq < head.last_seq:

@@ -258,3 +258,24 @@ def test_a_change_is_not_made_without_confirmation(local: LocalBackend) -> None:
 
     assert result.exit_code == 1
     assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD"
+
+
+def test_a_tenant_replay_never_reruns_work_completed_after_it_died(local: LocalBackend) -> None:
+    """Found by simulation seed 39: an old dead letter whose claim was taken over and completed since."""
+    from outbox import DeadReason, Envelope
+    from outbox.inbox import Inbox
+    from tests.e2e.backends import event_image
+
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    inbox = Inbox(local.output("InboxTableName"), client=local.client("dynamodb"), max_attempts=5)
+    envelope = Envelope.from_item(event_image(local, tenant, 2))
+    stale = inbox.dead_letter_item(envelope, "notify.buyer", "timeout", "TimeoutError", DeadReason.EXHAUSTED, 5)
+    local.client("dynamodb").put_item(TableName=local.output("InboxTableName"), Item=stale)
+
+    result = outbox(local, "replay", "--tenant", tenant, "--yes")
+
+    assert result.exit_code == 2
+    assert "nothing to replay" in result.output
+    assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"

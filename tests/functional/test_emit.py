@@ -220,3 +220,23 @@ def test_a_tenant_is_listed_in_the_tenant_index_by_its_first_emit_only(store: Ev
         ExpressionAttributeValues={":pk": {"S": tenant_index_partition("acme")}},
     )["Items"]
     assert [(r["sk"]["S"], r["kind"]["S"]) for r in rows] == [("acme", "TENANT")]
+
+
+def test_a_throttled_head_read_is_retried_and_surfaces_only_as_the_engine_s_error(dynamodb: Any) -> None:
+    """Found by simulation seed 16: botocore's throttling error escaped emit()."""
+    import boto3
+    from botocore.config import Config
+
+    from local_runtime import faults
+    from outbox import EventStoreUnavailableError
+
+    no_sdk_retries = boto3.client("dynamodb", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+    store = EventStore(EVENTS_TABLE, client=no_sdk_retries, sleep=lambda _s: None, max_transient_retries=3)
+
+    with faults.throttle_dynamodb("GetItem", times=2):
+        envelope = store.emit("counter.bumped", {"n": 1}, tenant="acme", actor="system")
+    assert envelope.seq == 1
+
+    with faults.throttle_dynamodb("GetItem", times=10), pytest.raises(EventStoreUnavailableError, match="throttling"):
+        store.emit("counter.bumped", {"n": 2}, tenant="acme", actor="system")
+    assert store.head("acme").last_seq == 1, "nothing committed"

@@ -134,3 +134,33 @@ def test_the_lease_covers_the_whole_invocation_with_a_floor_at_the_deadline() ->
     policy = LeasePolicy(floor=timedelta(seconds=5), margin=timedelta(seconds=5))
     assert policy.lease_for(60_000) == timedelta(seconds=65)
     assert policy.lease_for(0) == timedelta(seconds=10), "remaining time reads 0 near the deadline"
+
+
+def test_completing_a_claim_that_took_over_a_dead_row_resolves_its_dead_letter(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    """Found by simulation seed 39: done work must not stay an open dead letter (a replay would redo it)."""
+    inbox, envelope, _, dynamodb = world
+    claim = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert claim is not None
+    inbox.mark_dead(claim, envelope, "exhausted", "TimeoutError", DeadReason.EXHAUSTED, 5)
+    again = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert again is not None
+    assert again.open_dead_letter == f"{envelope.id}#shipping.book"
+
+    inbox.mark_completed(again)
+
+    letter = dynamodb.get_item(
+        TableName="inbox",
+        Key={"pk": {"S": "TENANT#acme#DEAD"}, "sk": {"S": f"{envelope.id}#shipping.book"}},
+    )["Item"]
+    assert letter["resolved"]["S"].startswith("completed at")
+    assert inbox.get_claim(envelope.id, "shipping.book")["status"]["S"] == "COMPLETED"  # type: ignore[index]
+
+
+def test_a_fresh_claim_has_no_dead_letter_to_resolve(world: tuple[Inbox, Envelope, VirtualClock, Any]) -> None:
+    inbox, envelope, _, _ = world
+    claim = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert claim is not None
+    assert (claim.open_dead_letter, claim.attempts) == (None, 1)
+    assert len(inbox.completion_writes(claim)) == 1

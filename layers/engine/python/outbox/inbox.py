@@ -62,6 +62,8 @@ class Claim:
     attempts: int
     digest: str
     lease_expires_at: datetime
+    # Set when this claim took over a DEAD row: completing it must also resolve that row's dead letter.
+    open_dead_letter: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -174,7 +176,7 @@ class Inbox:
                     ":tenant": {"S": envelope.tenant},
                     ":event_type": {"S": envelope.type},
                 },
-                ReturnValues="UPDATED_NEW",  # only attempts is read back
+                ReturnValues="ALL_OLD",  # the previous attempts, and whether it was dead
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
@@ -182,8 +184,19 @@ class Inbox:
                 raise
             existing = exc.response.get("Item") or {}
             return ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
-        attempts = int(response["Attributes"]["attempts"]["N"])
-        claim = Claim(envelope.id, subscription, envelope.tenant, owner, attempts, digest, lease_expires_at)
+        previous = response.get("Attributes") or {}
+        attempts = int(previous.get("attempts", {}).get("N", "0")) + 1
+        was_dead = previous.get("status", {}).get("S") == DEAD
+        claim = Claim(
+            envelope.id,
+            subscription,
+            envelope.tenant,
+            owner,
+            attempts,
+            digest,
+            lease_expires_at,
+            open_dead_letter=f"{envelope.id}#{subscription}" if was_dead else None,
+        )
         return ClaimResult(ClaimOutcome.CLAIMED, claim=claim)
 
     def _why_not_claimable(self, existing: Mapping[str, Any], digest: str) -> ClaimOutcome:
@@ -221,19 +234,39 @@ class Inbox:
             }
         }
 
+    def completion_writes(self, claim: Claim) -> list[dict[str, Any]]:
+        """The COMPLETED mark first (its index 0 is what fencing failures point at), then, for a claim that
+        took over a DEAD row, the resolution of that row's dead letter: done work is not open work."""
+        writes = [self.completion_write(claim)]
+        if claim.open_dead_letter is not None:
+            writes.append(
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {"pk": {"S": dead_letter_partition(claim.tenant)}, "sk": {"S": claim.open_dead_letter}},
+                        "UpdateExpression": "SET resolved = :how",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": {
+                            ":how": {"S": f"completed at {format_timestamp(self._clock())} (attempt {claim.attempts})"}
+                        },
+                    }
+                }
+            )
+        return writes
+
     def mark_completed(self, claim: Claim, writes: Sequence[Mapping[str, Any]] = ()) -> None:
         """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither."""
-        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
+        completion = self.completion_writes(claim)
+        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
-                f"{claim.subscription} returned {len(writes)} writes; at most {MAX_TRANSACT_ITEMS - 1} fit in "
-                "one transaction with the completion mark"
+                f"{claim.subscription} returned {len(writes)} writes; at most {MAX_TRANSACT_ITEMS - len(completion)} "
+                "fit in one transaction with the completion"
             )
-        completion = self.completion_write(claim)
-        if not writes:
-            self._fenced_update(claim, "complete", completion["Update"])
+        if not writes and len(completion) == 1:
+            self._fenced_update(claim, "complete", completion[0]["Update"])
             return
         try:
-            self.client.transact_write_items(TransactItems=[completion, *writes])
+            self.client.transact_write_items(TransactItems=[*completion, *writes])
         except ClientError as exc:
             reasons = exc.response.get("CancellationReasons") or []
             if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":

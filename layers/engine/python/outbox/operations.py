@@ -148,6 +148,7 @@ class ReplayItem:
     event_seq: int
     subscription: str
     claim_status: str | None
+    forced: bool = False  # a COMPLETED claim the operator asked to rerun (--force)
 
 
 @dataclass
@@ -335,11 +336,12 @@ class Operations:
         items = self._replay_by_ids(ids, subscription, force) if ids else []
         if tenant is not None and not ids:
             items = [
-                ReplayItem(
-                    d.tenant, d.event_id, d.event_seq, d.subscription, self._claim_status(d.event_id, d.subscription)
-                )
+                ReplayItem(d.tenant, d.event_id, d.event_seq, d.subscription, status)
                 for d in self.dead_letters(tenant, subscription=subscription, since=since, until=until)
                 if d.reason != "conflict"  # a conflict is not dead work: the original content already ran
+                # Only work that is still dead (or whose claim is already cleared): a claim that was taken
+                # over and COMPLETED since is done, whatever its old dead letter says.
+                and (status := self._claim_status(d.event_id, d.subscription)) in (DEAD, None)
             ]
         if not items:
             raise OperationRefusedError("the selection matches no dead work: nothing to replay")
@@ -362,14 +364,14 @@ class Operations:
                 if status == PENDING:
                     continue  # in progress: the inbox will finish or take it over
                 seq = self._event_seq(claim)
-                items.append(ReplayItem(claim["tenant"]["S"], event_id, seq, name, status))
+                items.append(ReplayItem(claim["tenant"]["S"], event_id, seq, name, status, forced=status == COMPLETED))
         return items
 
     def replay(self, items: list[ReplayItem]) -> ReplayResult:
         """Clear each selected claim, then re-send each event from the events table with a fresh dedup id."""
         result = ReplayResult()
         for item in items:
-            self._clear_claim(item.event_id, item.subscription, allowed=(DEAD, COMPLETED))
+            self._clear_claim(item.event_id, item.subscription, allowed=(DEAD, COMPLETED) if item.forced else (DEAD,))
             result.cleared.append(item)
         for tenant, seq, event_id in sorted({(i.tenant, i.event_seq, i.event_id) for i in items}):
             self._publish(self._event_image(tenant, seq), tenant, f"replay-{event_id}-{uuid.uuid4().hex[:12]}")

@@ -302,7 +302,7 @@ class EventStore:
                 if head_retries > self.max_head_retries:
                     self._forget(tenant)
                     raise ChainHeadContentionError(tenant, head_retries)
-                head = current if current is not None else self.head(tenant)
+                head = current if current is not None else self._read_head(tenant)
                 token_serial += 1
             else:
                 transient_retries += 1
@@ -441,7 +441,22 @@ class EventStore:
     def _cached_head(self, tenant: str) -> ChainHead:
         with self._heads_lock:
             cached = self._heads.get(tenant)
-        return cached if cached is not None else self.head(tenant)
+        return cached if cached is not None else self._read_head(tenant)
+
+    def _read_head(self, tenant: str) -> ChainHead:
+        """The head read of an emit, retried like the transaction; callers only ever see OutboxErrors."""
+        for attempt in range(self.max_transient_retries + 1):
+            try:
+                return self.head(tenant)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in TRANSIENT_ERRORS:
+                    raise EventStoreUnavailableError(f"reading the chain head failed: {exc}") from exc
+            except BotoCoreError as exc:
+                logger.warning("reading the chain head of %s failed, retrying: %s", tenant, exc)
+            self._pause(attempt + 1)
+        raise EventStoreUnavailableError(
+            f"DynamoDB kept throttling the chain-head read for tenant {tenant!r}; nothing was committed"
+        )
 
     def _remember(self, tenant: str, head: ChainHead) -> None:
         if self._head_cache_size == 0:

@@ -164,3 +164,27 @@ def test_a_fresh_claim_has_no_dead_letter_to_resolve(world: tuple[Inbox, Envelop
     assert claim is not None
     assert (claim.open_dead_letter, claim.attempts) == (None, 1)
     assert len(inbox.completion_writes(claim)) == 1
+
+
+def test_the_open_dead_letter_survives_a_release_and_a_take_over_before_the_completion(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    """Found by simulation seed 53: dead, taken over, released after a retryable error, then completed."""
+    inbox, envelope, _, dynamodb = world
+    first = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert first is not None
+    inbox.mark_dead(first, envelope, "exhausted", "TimeoutError", DeadReason.EXHAUSTED, 5)
+    second = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert second is not None
+    inbox.release(second, "503")
+    third = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert third is not None
+
+    inbox.mark_completed(third)
+
+    letter = dynamodb.get_item(
+        TableName="inbox",
+        Key={"pk": {"S": "TENANT#acme#DEAD"}, "sk": {"S": f"{envelope.id}#shipping.book"}},
+    )["Item"]
+    assert letter["resolved"]["S"].startswith("completed at")
+    assert "open_dead_letter" not in inbox.get_claim(envelope.id, "shipping.book")  # type: ignore[operator]

@@ -62,7 +62,8 @@ class Claim:
     attempts: int
     digest: str
     lease_expires_at: datetime
-    # Set when this claim took over a DEAD row: completing it must also resolve that row's dead letter.
+    # The dead letter this (event, subscription) left when it was last DEAD, still open: completing the
+    # claim must resolve it too, whoever completes it.
     open_dead_letter: str | None = None
 
     @property
@@ -186,7 +187,6 @@ class Inbox:
             return ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
         previous = response.get("Attributes") or {}
         attempts = int(previous.get("attempts", {}).get("N", "0")) + 1
-        was_dead = previous.get("status", {}).get("S") == DEAD
         claim = Claim(
             envelope.id,
             subscription,
@@ -195,7 +195,9 @@ class Inbox:
             attempts,
             digest,
             lease_expires_at,
-            open_dead_letter=f"{envelope.id}#{subscription}" if was_dead else None,
+            # Kept on the row (not in this worker's memory) from mark_dead until a completion resolves it, so
+            # it survives releases and take-overs between the DEAD state and the eventual completion.
+            open_dead_letter=previous.get("open_dead_letter", {}).get("S"),
         )
         return ClaimResult(ClaimOutcome.CLAIMED, claim=claim)
 
@@ -220,7 +222,7 @@ class Inbox:
                 "Key": claim_key(claim.event_id, claim.subscription),
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
-                    "expires_at = :expires REMOVE lease_expires_at"
+                    "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
                 ),
                 "ConditionExpression": "#owner = :owner AND #status = :pending",
                 "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},
@@ -301,12 +303,13 @@ class Inbox:
             {
                 "UpdateExpression": (
                     "SET #status = :dead, last_error = :error, dead_reason = :reason, "
-                    "dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
+                    "open_dead_letter = :letter, dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
                 ),
                 "ExpressionAttributeValues": {
                     ":dead": {"S": DEAD},
                     ":error": {"S": error[:2000]},
                     ":reason": {"S": reason.value},
+                    ":letter": {"S": f"{claim.event_id}#{claim.subscription}"},
                 },
             },
         )

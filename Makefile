@@ -37,6 +37,10 @@ setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environm
 demo: setup ## Run the whole pipeline locally on moto with a workload and injected failures (ARGS="--serve 4566")
 	$(PY) -m local_runtime.demo $(ARGS)
 
+.PHONY: simulate
+simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=500; one seed with its trace: SEED=n)
+	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),500))
+
 test: setup ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -61,6 +65,10 @@ lint: setup ## Format and lint the code in place
 
 typecheck: setup ## Type-check the engine, handlers and stacks
 	$(VENV)/bin/mypy
+
+.PHONY: bench
+bench: setup ## Benchmarks against Powertools Idempotency, cost per event; writes benchmarks/RESULTS.md (~6 min)
+	$(PY) -m benchmarks $(ARGS)
 
 lock: ## Regenerate constraints.txt from a fresh resolve of requirements-dev.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -16,12 +16,30 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from local_runtime.clock import VirtualClock
 from local_runtime.lambda_context import LocalLambdaContext
 
 logger = logging.getLogger(__name__)
 
 LambdaHandler = Callable[[dict[str, Any], Any], Any]
+# What SQS answers when a receipt handle no longer names a message in flight (it was deleted meanwhile).
+_NOT_IN_FLIGHT = frozenset(
+    {"ReceiptHandleIsInvalid", "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight"}
+)
+
+
+def change_visibility_if_in_flight(sqs: Any, queue_url: str, receipt_handle: str, timeout: int = 0) -> bool:
+    """Change a received message's visibility; False when it is gone (another worker, after its own receive
+    of the same message, or an operator, deleted it meanwhile): there is nothing left to release."""
+    try:
+        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in _NOT_IN_FLIGHT:
+            raise
+        return False
+    return True
 
 
 @dataclass
@@ -102,9 +120,7 @@ class SqsEventSourceMapping:
         still = []
         for entry in self.in_flight:
             if entry.visible_at <= now:
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.queue_url, ReceiptHandle=entry.receipt_handle, VisibilityTimeout=0
-                )
+                change_visibility_if_in_flight(self.sqs, self.queue_url, entry.receipt_handle)
             else:
                 still.append(entry)
         self.in_flight = still

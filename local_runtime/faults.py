@@ -1,26 +1,72 @@
 """Fault injection for the local runtime: the failures the design must survive, on demand.
 
-Each fault is a context manager that counts what it did (``FaultCount.fired``). Handlers stay
-unmodified: faults patch the engine's seams (the consumer's claim and completion, a subscription's
-handler) or moto's DynamoDB front door (throttling). Pipe faults (duplicate delivery, reordered
-records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
+Each fault is a context manager that counts what it did (``FaultCount.fired``). By default a fault fires
+on its next ``times`` opportunities; pass ``count=`` (a ``FaultCount`` whose ``take`` decides, e.g. from a
+seeded random source) to decide per opportunity instead. ``take`` is told the subject of the opportunity
+(the ``event_id:subscription`` key, the tenant, the DynamoDB operation), so a schedule can aim and log.
+
+Handlers stay unmodified: faults patch the engine's seams (the consumer's claim and completion, a
+subscription's handler, emit's transaction) or moto's DynamoDB front door (throttling). Pipe faults
+(duplicate delivery, reordered records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
+
+The crash points of the claim protocol, in order::
+
+    crash_before_claim ─► claim ─► crash_after_claim ─► handler ─► crash_after_external_effect (inside a
+    FakeService call) ─► crash_before_completion ─► completion ─► crash_after_completion ─► ack
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 from local_runtime.clock import VirtualClock
-from local_runtime.esm import SqsEventSourceMapping
+from local_runtime.esm import SqsEventSourceMapping, change_visibility_if_in_flight
+from modules.services import FakeService
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
-from outbox.inbox import ClaimResult, Inbox
+from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.store import EventStore
 from outbox.subscriptions import Subscription
+
+__all__ = [
+    "DYNAMODB_OPERATIONS",
+    "FaultCount",
+    "WorkerCrash",
+    "crash_after_claim",
+    "crash_after_completion",
+    "crash_after_external_effect",
+    "crash_before_claim",
+    "crash_before_completion",
+    "expire_lease_while_running",
+    "fail_handler",
+    "redeliver",
+    "rival_emit_before_commit",
+    "throttle_dynamodb",
+    "throttle_dynamodb_calls",
+    "visibility_timeout_during_handler",
+]
+
+logger = logging.getLogger(__name__)
+
+# The DynamoDB operations ``throttle_dynamodb_calls`` may answer with a throttle by default: every one
+# the engine, the handlers and the operator tools use.
+DYNAMODB_OPERATIONS: tuple[str, ...] = (
+    "GetItem",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "TransactWriteItems",
+    "BatchWriteItem",
+)
 
 
 class WorkerCrash(BaseException):
@@ -30,10 +76,13 @@ class WorkerCrash(BaseException):
 
 @dataclass
 class FaultCount:
+    """Fires on the next ``remaining`` opportunities. Subclass and override ``take`` to decide otherwise."""
+
     remaining: int
     fired: int = 0
 
-    def take(self) -> bool:
+    def take(self, subject: str = "") -> bool:
+        """Whether the fault fires at this opportunity; ``subject`` names it (a key, a tenant, an operation)."""
         if self.remaining <= 0:
             return False
         self.remaining -= 1
@@ -46,13 +95,32 @@ def _selected(subscription: Subscription, only: str | None) -> bool:
 
 
 @contextmanager
-def crash_after_claim(times: int = 1, subscription: str | None = None) -> Iterator[FaultCount]:
-    """The worker dies right after its claim committed, before the handler ran."""
-    count, original = FaultCount(times), Inbox.claim
+def crash_before_claim(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies right before its claim: the message was received, nothing was written."""
+    count, original = count or FaultCount(times), Inbox.claim
 
-    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta) -> ClaimResult:
-        result = original(inbox, envelope, name, lease)
-        if result.claim is not None and (subscription in (None, name)) and count.take():
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
+        key = f"{envelope.id}:{name}"
+        if subscription in (None, name) and count.take(key):
+            raise WorkerCrash(f"crashed before claiming {key}")
+        return original(inbox, envelope, name, lease, *args)
+
+    with mock.patch.object(Inbox, "claim", claim):
+        yield count
+
+
+@contextmanager
+def crash_after_claim(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies right after its claim committed, before the handler ran."""
+    count, original = count or FaultCount(times), Inbox.claim
+
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
+        result = original(inbox, envelope, name, lease, *args)
+        if result.claim is not None and (subscription in (None, name)) and count.take(result.claim.idempotency_key):
             raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
         return result
 
@@ -61,12 +129,33 @@ def crash_after_claim(times: int = 1, subscription: str | None = None) -> Iterat
 
 
 @contextmanager
-def crash_before_completion(times: int = 1, subscription: str | None = None) -> Iterator[FaultCount]:
-    """The worker dies after the handler's effect and before the COMPLETED mark: the worst moment."""
-    count, original = FaultCount(times), DurableConsumer._complete
+def crash_after_external_effect(
+    service: FakeService, times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The remote side applied the effect, and the worker dies before the answer reaches the handler.
 
-    def complete(consumer: DurableConsumer, claim: Any, envelope: Envelope, sub: Subscription, result: Any) -> None:
-        if _selected(sub, subscription) and count.take():
+    Works on an in-process ``FakeService`` (the crash must happen in the worker's thread)."""
+    count, original = count or FaultCount(times), service.call
+
+    def call(operation: str, idempotency_key: str, body: Any) -> dict[str, Any]:
+        result = original(operation, idempotency_key, body)
+        if count.take(idempotency_key):
+            raise WorkerCrash(f"crashed after {service.name} applied {idempotency_key}")
+        return result
+
+    with mock.patch.object(service, "call", call):
+        yield count
+
+
+@contextmanager
+def crash_before_completion(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies after the handler's effect and before the COMPLETED mark: the worst moment."""
+    count, original = count or FaultCount(times), DurableConsumer._complete
+
+    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+        if _selected(sub, subscription) and count.take(claim.idempotency_key):
             raise WorkerCrash(f"crashed before completing {claim.idempotency_key}")
         original(consumer, claim, envelope, sub, result)
 
@@ -75,18 +164,39 @@ def crash_before_completion(times: int = 1, subscription: str | None = None) -> 
 
 
 @contextmanager
+def crash_after_completion(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The completion committed, and the worker dies before it can acknowledge the message: the message
+    comes back, and the claim must answer "already completed"."""
+    count, original = count or FaultCount(times), DurableConsumer._complete
+
+    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+        original(consumer, claim, envelope, sub, result)
+        if _selected(sub, subscription) and count.take(claim.idempotency_key):
+            raise WorkerCrash(f"crashed after completing {claim.idempotency_key}")
+
+    with mock.patch.object(DurableConsumer, "_complete", complete):
+        yield count
+
+
+@contextmanager
 def fail_handler(
-    subscription: str, times: int, error: Callable[[], BaseException] = lambda: ConnectionError("injected")
+    subscription: str,
+    times: int,
+    error: Callable[[], BaseException] = lambda: ConnectionError("injected"),
+    *,
+    count: FaultCount | None = None,
 ) -> Iterator[FaultCount]:
     """The named subscription's handler raises ``error()`` on its next ``times`` runs."""
-    count, original = FaultCount(times), DurableConsumer.deliver
+    count, original = count or FaultCount(times), DurableConsumer.deliver
 
     def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
         if sub.name == subscription:
             handler = sub.handler
 
             def failing(delivery: Any) -> Any:
-                if count.take():
+                if count.take(delivery.idempotency_key):
                     raise error()
                 return handler(delivery)
 
@@ -98,16 +208,18 @@ def fail_handler(
 
 
 @contextmanager
-def expire_lease_while_running(clock: VirtualClock, subscription: str, times: int = 1) -> Iterator[FaultCount]:
+def expire_lease_while_running(
+    clock: VirtualClock, subscription: str | None, times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
     """Virtual time jumps past the lease while the handler runs (a handler slower than its lease)."""
-    count, original = FaultCount(times), DurableConsumer.deliver
+    count, original = count or FaultCount(times), DurableConsumer.deliver
 
     def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-        if sub.name == subscription:
+        if _selected(sub, subscription):
             handler = sub.handler
 
             def slow(delivery: Any) -> Any:
-                if count.take():
+                if count.take(delivery.idempotency_key):
                     clock.advance(consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1))
                 return handler(delivery)
 
@@ -119,25 +231,98 @@ def expire_lease_while_running(clock: VirtualClock, subscription: str, times: in
 
 
 @contextmanager
+def visibility_timeout_during_handler(
+    mapping: SqsEventSourceMapping,
+    times: int = 1,
+    subscription: str | None = None,
+    *,
+    count: FaultCount | None = None,
+) -> Iterator[FaultCount]:
+    """The handler outlives its message's visibility timeout (and so its lease): SQS hands the message to
+    a second worker, which runs to the end (a nested poll of ``mapping``) before the first one finishes.
+
+    The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
+    what the lease and the fencing token do when the configuration is wrong."""
+    count, original = count or FaultCount(times), DurableConsumer.deliver
+    nested = False
+
+    def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
+        if _selected(sub, subscription) and not nested:
+            handler = sub.handler
+
+            def outlived(delivery: Any) -> Any:
+                nonlocal nested
+                if count.take(delivery.idempotency_key):
+                    mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
+                    nested = True
+                    try:
+                        mapping.poll()  # the second worker
+                    finally:
+                        nested = False
+                return handler(delivery)
+
+            sub = replace(sub, handler=outlived)
+        return original(consumer, envelope, sub, *args)
+
+    with mock.patch.object(DurableConsumer, "deliver", deliver):
+        yield count
+
+
+@contextmanager
+def rival_emit_before_commit(
+    rival: Callable[[str], object], times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """Another writer commits an event for the same tenant after this emit read the chain head and before
+    its transaction (``rival(tenant)`` does that emit), so the head condition fails and emit() must
+    retry on the new head. The rival's own failures are logged, never raised into this emit."""
+    count, original = count or FaultCount(times), EventStore._transact
+    rivalling = False
+
+    def transact(store: EventStore, envelope: Envelope, head: Any, extra_writes: Any, token: str) -> Any:
+        nonlocal rivalling
+        if not rivalling and count.take(envelope.tenant):
+            rivalling = True
+            try:
+                rival(envelope.tenant)
+            except Exception:  # another process's failure; ours goes on
+                logger.exception("the rival emit for tenant %s failed", envelope.tenant)
+            finally:
+                rivalling = False
+        return original(store, envelope, head, extra_writes, token)
+
+    with mock.patch.object(EventStore, "_transact", transact):
+        yield count
+
+
+@contextmanager
 def throttle_dynamodb(operation: str, times: int) -> Iterator[FaultCount]:
     """moto answers the next ``times`` calls of ``operation`` (e.g. "TransactWriteItems") with
     ProvisionedThroughputExceededException, as DynamoDB does under a hot partition."""
-    import re
+    with throttle_dynamodb_calls(FaultCount(times), operations=(operation,)) as count:
+        yield count
 
+
+@contextmanager
+def throttle_dynamodb_calls(count: FaultCount, operations: Sequence[str] = DYNAMODB_OPERATIONS) -> Iterator[FaultCount]:
+    """Any call of ``operations`` may be throttled: ``count.take(operation)`` decides, call by call."""
     from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
     from moto.dynamodb.responses import DynamoHandler
 
-    method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
-    count, original = FaultCount(times), getattr(DynamoHandler, method)
+    def throttling(operation: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def throttled(handler: Any, *args: Any, **kwargs: Any) -> Any:
+            if count.take(operation):
+                raise DynamodbException(
+                    ERROR_TYPE_PREFIX + "ProvisionedThroughputExceededException", "injected: rate of requests exceeds"
+                )
+            return original(handler, *args, **kwargs)
 
-    def throttled(handler: Any, *args: Any, **kwargs: Any) -> Any:
-        if count.take():
-            raise DynamodbException(
-                ERROR_TYPE_PREFIX + "ProvisionedThroughputExceededException", "injected: rate of requests exceeds"
-            )
-        return original(handler, *args, **kwargs)
+        return throttled
 
-    with mock.patch.object(DynamoHandler, method, throttled):
+    with ExitStack() as stack:
+        for operation in operations:
+            method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+            replacement = throttling(operation, getattr(DynamoHandler, method))
+            stack.enter_context(mock.patch.object(DynamoHandler, method, replacement))
         yield count
 
 
@@ -145,8 +330,6 @@ def redeliver(mapping: SqsEventSourceMapping) -> int:
     """Every in-flight message becomes visible now, as if its visibility timeout had passed early (a
     visibility timeout shorter than the handler): SQS delivers it again while it may still be running."""
     entries, mapping.in_flight = mapping.in_flight, []
-    for entry in entries:
-        mapping.sqs.change_message_visibility(
-            QueueUrl=mapping.queue_url, ReceiptHandle=entry.receipt_handle, VisibilityTimeout=0
-        )
-    return len(entries)
+    return sum(
+        change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, entry.receipt_handle) for entry in entries
+    )

@@ -264,6 +264,11 @@ class PipeEmulator:
         self.log: list[PipeLogEntry] = []
         self.pipe_arn = _pipe_arn(config)
         self.target_arn = _queue_arn(sqs, config.target_queue_url)
+        # How often the shard list is read again (DescribeStream): None, before every poll. Pipes learns of
+        # new shards from time to time and when a shard it reads ends; a simulator polling thousands of
+        # times sets an interval here, since each DescribeStream costs as much as a batch.
+        self.shard_refresh_interval: timedelta | None = None
+        self._shards_listed: tuple[datetime, int] | None = None  # when, and how many shards had ended
         # The starting position applies to the shards open when the pipe starts; shards that appear
         # later are children of those and are read from their start.
         self._discover_shards(config.starting_position)
@@ -320,6 +325,7 @@ class PipeEmulator:
     # -- reading the stream ---------------------------------------------------------------------------
 
     def _discover_shards(self, position: str) -> None:
+        self._shards_listed = (self._clock(), self._ended_shards())
         for description in self._describe_shards():
             shard_id = description["ShardId"]
             if shard_id in self._shards:
@@ -328,6 +334,15 @@ class PipeEmulator:
                 StreamArn=self.config.stream_arn, ShardId=shard_id, ShardIteratorType=position
             )["ShardIterator"]
             self._shards[shard_id] = _Shard(shard_id, description.get("ParentShardId"), iterator)
+
+    def _shard_list_stale(self) -> bool:
+        if self.shard_refresh_interval is None or self._shards_listed is None:
+            return True
+        listed_at, ended = self._shards_listed
+        return self._clock() - listed_at >= self.shard_refresh_interval or self._ended_shards() > ended
+
+    def _ended_shards(self) -> int:
+        return sum(1 for shard in self._shards.values() if shard.iterator is None)
 
     def _describe_shards(self) -> list[dict[str, Any]]:
         shards: list[dict[str, Any]] = []
@@ -340,7 +355,8 @@ class PipeEmulator:
             request["ExclusiveStartShardId"] = description["LastEvaluatedShardId"]
 
     def _read_streams(self) -> None:
-        self._discover_shards("TRIM_HORIZON")
+        if self._shard_list_stale():
+            self._discover_shards("TRIM_HORIZON")
         for shard in self._shards.values():
             self._read_shard(shard)
 

@@ -119,6 +119,7 @@ class LocalRuntime:
         self.pipes: dict[str, PipeEmulator] = {}
         self.mappings: dict[str, SqsEventSourceMapping] = {}
         self._exit = ExitStack()
+        self._clients: dict[str, Any] = {}
 
     @classmethod
     def from_assembly(cls, assembly_dir: Path | str, stack_name: str = "OutboxEngine", **options: Any) -> LocalRuntime:
@@ -181,14 +182,19 @@ class LocalRuntime:
     # -- clients and lookups ------------------------------------------------------------------------
 
     def client(self, service: str) -> Any:
-        return boto3.client(
-            service,
-            region_name=REGION,
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-            config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "max_attempts": 3}),
-        )
+        """A boto3 client of this runtime's endpoint; one per service, reused (clients are thread-safe, and
+        making one costs milliseconds, which a simulator booting hundreds of runtimes notices)."""
+        client = self._clients.get(service)
+        if client is None:
+            client = self._clients[service] = boto3.client(
+                service,
+                region_name=REGION,
+                endpoint_url=self.endpoint_url,
+                aws_access_key_id="local",
+                aws_secret_access_key="local",
+                config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "max_attempts": 3}),
+            )
+        return client
 
     def output(self, name: str) -> str:
         """A stack output's local value, e.g. ``output("EventsTableName")``."""

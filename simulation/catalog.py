@@ -1,0 +1,200 @@
+"""The simulated application: one module that uses every lane and both kinds of effect.
+
+``sim.item_created`` (an entity row and its event, one transaction) fans out to
+
+- ``sim.audit`` (INLINE): refuses flagged items (fail-closed), else adds an audit row to the transaction;
+- ``sim.note_locally`` (LOCAL): best effort, after the commit;
+- ``sim.charge`` (DURABLE): an external effect through an idempotency-keyed ``FakeService``, plus a
+  DynamoDB effect committed with the completion (``HandlerResult.writes``);
+- ``sim.announce`` (DURABLE): a follow-up event ``sim.item_noted`` plus the DynamoDB effect, both
+  committed with the completion; ``sim.archive`` (DURABLE) handles the follow-up with a DynamoDB effect;
+- ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
+
+Every DynamoDB effect is an ``ADD applied :one`` on a ledger row per (event, subscription): applied twice
+reads 2, so a doubled effect cannot hide behind an idempotent write.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modules.services import ServiceUnavailableError
+from outbox import Delivery, Envelope, EventStore, FollowUp, HandlerResult, Lane, Subscription, TerminalError, writes
+from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
+from outbox.record_changes import RecordChange
+from simulation.schedule import Fault
+from simulation.world import InjectedError, World, world_of
+
+ITEM_CREATED = "sim.item_created"
+ITEM_NOTED = "sim.item_noted"
+AUDIT, NOTE_LOCALLY, WATCH = "sim.audit", "sim.note_locally", "sim.watch_items"
+CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
+# The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
+DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
+RUN_VARIABLE = "SIMULATION_RUN"
+
+
+class ItemCreated(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    operation: str = Field(min_length=1)
+    item_id: str = Field(min_length=1)
+    amount: int = Field(ge=0)
+    reject: bool = False
+
+
+class ItemNoted(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str
+    amount: int
+
+
+def item_key(tenant: str, item_id: str) -> dict[str, str]:
+    return {"pk": f"SIMITEM#{tenant}#{item_id}", "sk": "ITEM"}
+
+
+def audit_key(event_id: str) -> dict[str, str]:
+    return {"pk": f"SIMAUDIT#{event_id}", "sk": "AUDIT"}
+
+
+def effect_key(event_id: str, subscription: str) -> dict[str, str]:
+    return {"pk": f"SIMEFFECT#{event_id}", "sk": subscription}
+
+
+def create_item(
+    store: EventStore,
+    data_table: str,
+    *,
+    tenant: str,
+    actor: str,
+    operation: str,
+    item_id: str,
+    amount: int,
+    reject: bool,
+) -> Envelope:
+    """The application's one command: the item row and its event commit together, or neither does."""
+    payload = ItemCreated(operation=operation, item_id=item_id, amount=amount, reject=reject).model_dump()
+    row = {**item_key(tenant, item_id), "tenant": tenant, "operation": operation, "amount": amount}
+    return store.emit(
+        "sim.item_created",
+        payload,
+        tenant=tenant,
+        actor=actor,
+        extra_writes=[writes.put(data_table, row, condition="attribute_not_exists(pk)")],
+    )
+
+
+class SimulatedApp:
+    """The handlers, bound to one run's world (its fault decisions, fake service and records)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    # -- in the emitter's process ---------------------------------------------------------------------
+
+    def audit(self, delivery: Delivery) -> HandlerResult:
+        item = ItemCreated.model_validate(delivery.envelope.payload)
+        if item.reject:
+            raise TerminalError(f"{item.item_id} refused by the audit")
+        row = {**audit_key(delivery.envelope.id), "operation": item.operation}
+        return HandlerResult(writes=[writes.put(self.world.data_table, row)])
+
+    def note_locally(self, delivery: Delivery) -> None:
+        self.world.local_runs[delivery.envelope.id] += 1
+        if self.world.chaos.fires(Fault.LOCAL_HANDLER_ERROR, delivery.idempotency_key):
+            raise RuntimeError("injected: the LOCAL handler failed")
+
+    # -- durable: the consumer Lambda ---------------------------------------------------------------
+
+    def charge(self, delivery: Delivery) -> HandlerResult:
+        self._trace_run(delivery)
+        self._maybe_fail(delivery)
+        item = ItemCreated.model_validate(delivery.envelope.payload)
+        self.world.service.call("charges", delivery.idempotency_key, {"amount": item.amount})
+        self._maybe_fail(delivery)  # failing after the remote effect: the retry must not charge twice
+        return HandlerResult(writes=[self._effect(delivery)])
+
+    def announce(self, delivery: Delivery) -> HandlerResult:
+        self._trace_run(delivery)
+        self._maybe_fail(delivery)
+        item = ItemCreated.model_validate(delivery.envelope.payload)
+        noted = ItemNoted(item_id=item.item_id, amount=item.amount).model_dump()
+        return HandlerResult(writes=[self._effect(delivery)], follow_up=FollowUp("sim.item_noted", noted))
+
+    def archive(self, delivery: Delivery) -> HandlerResult:
+        self._trace_run(delivery)
+        self._maybe_fail(delivery)
+        return HandlerResult(writes=[self._effect(delivery)])
+
+    # -- best effort: the record-change Lambda --------------------------------------------------------
+
+    def watch_items(self, change: RecordChange) -> None:
+        self.world.row_changes[str(change.keys["pk"])] += 1
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _effect(self, delivery: Delivery) -> Mapping[str, Any]:
+        key = effect_key(delivery.envelope.id, delivery.subscription)
+        return writes.update(self.world.data_table, key, "ADD applied :one", values={":one": 1})
+
+    def _trace_run(self, delivery: Delivery) -> None:
+        self.world.trace.add("handler", f"{self.world.trace.key(delivery.idempotency_key)} attempt {delivery.attempt}")
+
+    def _maybe_fail(self, delivery: Delivery) -> None:
+        """Raise the error the schedule has for this run of the handler, if any."""
+        key, chaos = delivery.idempotency_key, self.world.chaos
+        if chaos.active and (key in self.world.down or chaos.fires(Fault.DEPENDENCY_DOWN, key)):
+            self.world.down.add(key)
+            raise self._injected(key, "retryable", ServiceUnavailableError, "its dependency is down")
+        if chaos.fires(Fault.TERMINAL_ERROR, key):
+            raise self._injected(key, "terminal", TerminalError, "no retry can fix this")
+        if chaos.fires(Fault.RETRYABLE_ERROR, key):
+            raise self._injected(key, "retryable", ServiceUnavailableError, "try again later")
+
+    def _injected(self, key: str, kind: str, error: type[Exception], what: str) -> Exception:
+        errors = self.world.injected[key]
+        message = f"injected {kind} error #{len(errors) + 1} of {self.world.trace.key(key)}: {what}"
+        errors.append(InjectedError(kind, message))
+        return error(message)
+
+    # -- the module ---------------------------------------------------------------------------------
+
+    def module(self) -> Module:
+        return Module(
+            name="simulation",
+            code=("simulation.catalog",),
+            event_types=(
+                EventTypeSpec(ITEM_CREATED, ItemCreated, "An item was created (the row and the event together)"),
+                EventTypeSpec(ITEM_NOTED, ItemNoted, "sim.announce noted an item (a follow-up event)"),
+            ),
+            entities=(
+                EntitySpec("SIMITEM", "Items"),
+                EntitySpec("SIMAUDIT", "Audit rows the INLINE subscriber adds to the transaction"),
+                EntitySpec("SIMEFFECT", "One ledger row per (event, durable subscription): the DynamoDB effect"),
+            ),
+            subscriptions=(
+                Subscription(AUDIT, ITEM_CREATED, Lane.INLINE, self.audit),
+                Subscription(NOTE_LOCALLY, ITEM_CREATED, Lane.LOCAL, self.note_locally),
+                Subscription(CHARGE, ITEM_CREATED, Lane.DURABLE, self.charge),
+                Subscription(ANNOUNCE, ITEM_CREATED, Lane.DURABLE, self.announce),
+                Subscription(ARCHIVE, ITEM_NOTED, Lane.DURABLE, self.archive),
+                Subscription(WATCH, "record.SIMITEM.*", Lane.BEST_EFFORT, self.watch_items),
+            ),
+        )
+
+
+def catalog_for(world: World) -> Catalog:
+    return Catalog([SimulatedApp(world).module()])
+
+
+def build_catalog() -> Catalog:
+    """``SUBSCRIPTIONS=simulation.catalog:build_catalog``: the catalog of the run named by SIMULATION_RUN."""
+    world = world_of(os.environ[RUN_VARIABLE])
+    if world.catalog is None:
+        world.catalog = catalog_for(world)
+    return world.catalog

@@ -1,0 +1,186 @@
+"""``make simulate``: run many seeds (over a few processes), or replay one with its trace.
+
+    python -m simulation                      # seeds 1..500 on 2 processes
+    python -m simulation --seeds 5000         # a longer run
+    python -m simulation --seed 1234          # one seed, with the trace of every fault and delivery
+    python -m simulation --regression         # every seed in simulation/regression_seeds.txt
+
+Prints each failing seed with its violations and ends with ``violations: N across M schedules``; the exit
+status is 1 when any invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from local_runtime.template import StackSpec, load_stack
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ASSEMBLY_DIR = PROJECT_ROOT / ".local" / "simulation" / "cdk.out"
+REGRESSION_SEEDS = Path(__file__).resolve().parent / "regression_seeds.txt"
+STACK_NAME = "OutboxEngine"
+DEFAULT_SEEDS = 500
+DEFAULT_JOBS = 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a worker process sends back about one seed (small and picklable)."""
+
+    seed: int
+    violations: tuple[str, ...]
+    error: str | None
+    faults: dict[str, int] = field(default_factory=dict)
+    trace_digest: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.error is None
+
+
+def regression_seeds(path: Path = REGRESSION_SEEDS) -> list[tuple[int, str]]:
+    """``<seed>  # what it found`` per line; blank lines and lines starting with # are skipped."""
+    seeds = []
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        number, _, comment = text.partition("#")
+        seeds.append((int(number), comment.strip()))
+    return seeds
+
+
+def assembly(outdir: Path = ASSEMBLY_DIR) -> Path:
+    """The synthesized stack (bundling skipped), reused while nothing it is built from has changed."""
+    template = outdir / f"{STACK_NAME}.template.json"
+    # The template comes from stacks/; the functions' code (lambdas/, modules/) is staged into the assembly.
+    sources = [
+        PROJECT_ROOT / "cdk.json",
+        *(p for d in ("stacks", "lambdas", "modules") for p in (PROJECT_ROOT / d).rglob("*.py")),
+    ]
+    if template.exists() and template.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+        return outdir
+    # In a child process: the synth starts a Node.js kernel that forked workers should not inherit.
+    script = (
+        "import sys; from pathlib import Path; from local_runtime.demo import synthesize; synthesize(Path(sys.argv[1]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(outdir)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"synthesis failed:\n{done.stderr}")
+    return outdir
+
+
+# -- running seeds ------------------------------------------------------------------------------------------
+
+_STACK: StackSpec | None = None  # set before the workers fork, so each inherits it without pickling
+
+
+def run_one(seed: int) -> Outcome:
+    from simulation.runner import run_seed
+
+    assert _STACK is not None
+    started = time.monotonic()
+    result = run_seed(seed, _STACK)
+    error = f"{type(result.error).__name__}: {result.error}" if result.error is not None else None
+    violations = tuple(str(v) for v in result.violations)
+    elapsed = time.monotonic() - started
+    return Outcome(seed, violations, error, dict(result.faults_fired), result.trace.digest(), elapsed)
+
+
+def run_many(seeds: Iterable[int], stack: StackSpec, jobs: int) -> Iterator[Outcome]:
+    """Each seed's outcome, as the workers finish them (in no particular order)."""
+    global _STACK
+    _STACK = stack
+    seeds = list(seeds)
+    warm_up()
+    if jobs <= 1:
+        yield from (run_one(seed) for seed in seeds)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap_unordered(run_one, seeds, chunksize=4)
+
+
+def warm_up() -> None:
+    """Import everything and load boto3's service models once, before the workers fork and share it."""
+    import boto3
+
+    import simulation.runner  # noqa: F401 - imported for its imports
+
+    for service in ("dynamodb", "dynamodbstreams", "sqs", "pipes"):
+        boto3.client(service, region_name="us-east-1", aws_access_key_id="local", aws_secret_access_key="local")
+
+
+# -- the command ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulation", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="how many seeds to run (from --first)")
+    parser.add_argument("--first", type=int, default=1, help="the first seed")
+    parser.add_argument("--seed", type=int, help="replay this one seed and print its trace")
+    parser.add_argument("--regression", action="store_true", help="run the seeds in regression_seeds.txt")
+    parser.add_argument("--jobs", type=int, default=min(DEFAULT_JOBS, os.cpu_count() or 1))
+    parser.add_argument("--assembly", type=Path, help="a synthesized cloud assembly to use (default: synthesize)")
+    args = parser.parse_args(argv)
+    # Powertools warns on every invocation that published no metric: expected here, and noise.
+    warnings.filterwarnings("ignore", "No application metrics to publish")
+    stack = load_stack(args.assembly or assembly(), STACK_NAME)
+    if args.seed is not None:
+        return replay(args.seed, stack)
+    seeds = [seed for seed, _ in regression_seeds()] if args.regression else range(args.first, args.first + args.seeds)
+    return survey(list(seeds), stack, args.jobs)
+
+
+def replay(seed: int, stack: StackSpec) -> int:
+    from simulation.runner import run_seed
+    from simulation.schedule import generate
+
+    print("\n".join(generate(seed).describe()))
+    print()
+    result = run_seed(seed, stack)
+    print(result.trace.render())
+    print()
+    for violation in result.violations:
+        print(f"VIOLATION (seed {seed}): {violation}")
+    if result.error is not None:
+        print(f"SIMULATOR ERROR (seed {seed}): {type(result.error).__name__}: {result.error}")
+    print(f"trace digest {result.trace.digest()}")
+    print(f"violations: {len(result.violations)} across 1 schedule")
+    return 0 if result.ok else 1
+
+
+def survey(seeds: list[int], stack: StackSpec, jobs: int) -> int:
+    started = time.monotonic()
+    outcomes = sorted(run_many(seeds, stack, jobs), key=lambda outcome: outcome.seed)
+    fired: Counter[str] = Counter()
+    for outcome in outcomes:
+        fired.update(outcome.faults)
+        for violation in outcome.violations:
+            print(f"seed {outcome.seed}: {violation}")
+        if outcome.error is not None:
+            print(f"seed {outcome.seed}: the simulator failed: {outcome.error}")
+    failing = [outcome.seed for outcome in outcomes if not outcome.ok]
+    elapsed = time.monotonic() - started
+    print(f"{len(outcomes)} schedules in {elapsed:.0f} s on {jobs} process(es); faults fired: " + _totals(fired))
+    slowest = sorted(outcomes, key=lambda outcome: -outcome.seconds)[:3]
+    print("slowest seeds: " + ", ".join(f"{o.seed} ({o.seconds:.1f} s)" for o in slowest))
+    if failing:
+        print(f"failing seeds: {' '.join(map(str, failing))}  (replay one: make simulate SEED=<seed>)")
+    violations = sum(len(outcome.violations) + (outcome.error is not None) for outcome in outcomes)
+    print(f"violations: {violations} across {len(outcomes)} schedules")
+    return 1 if failing else 0
+
+
+def _totals(fired: Counter[str]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(fired.items())) or "none"

@@ -1,0 +1,298 @@
+"""Drives one run: the workload's emits, the pipeline's steps, the injected faults and the operator.
+
+Concurrent emitters are separate ``EventStore`` instances (as separate processes have) whose emits the
+schedule interleaves, one at a time. The moment that matters for a race, between reading the chain head
+and the transaction, is reached by the ``rival_emit`` fault, which commits another emitter's event right
+there. No thread is involved, so a seed replays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from datetime import timedelta
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from local_runtime import faults
+from local_runtime.esm import SqsEventSourceMapping
+from local_runtime.faults import FaultCount
+from local_runtime.pipe import PipeFaults, PipeRecord, TargetInvocationError
+from local_runtime.runtime import REGION, LocalRuntime
+from outbox import EventStore
+from outbox.catalog import Catalog
+from outbox.operations import OperationRefusedError, Operations
+from simulation.catalog import create_item
+from simulation.recorder import Observations, Send, brief
+from simulation.schedule import Action, Emit, Fault, LateRedelivery, Redeliver, Redrive, Replay, Steps
+from simulation.world import EmitRecord, World
+
+DEDUPLICATION_WINDOW = timedelta(minutes=5)
+SHARD_REFRESH = timedelta(minutes=1)
+
+
+class RecordingIds:
+    """An emitter's id source that remembers the last id it gave, so a failed emit's id is known."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.last = ""
+
+    def __call__(self) -> str:
+        self.last = self._world.ids()
+        return self.last
+
+
+class Emitter:
+    """One writer process of one tenant, with an EventStore of its own."""
+
+    def __init__(self, name: str, world: World, events_table: str, client: Any, catalog: Catalog) -> None:
+        self.name = name
+        self.ids = RecordingIds(world)
+        self.store = EventStore(
+            events_table,
+            client=client,
+            catalog=catalog,
+            new_event_id=self.ids,
+            rng=random.Random(f"{world.seed}:{name}"),
+        )
+
+
+class Driver:
+    def __init__(self, world: World, runtime: LocalRuntime, observations: Observations) -> None:
+        self.world = world
+        self.runtime = runtime
+        self.observations = observations
+        self.trace = world.trace
+        self.chaos = world.chaos
+        self.relay = runtime.pipe("RelayPipeName")
+        for pipe in runtime.pipes.values():
+            pipe.shard_refresh_interval = SHARD_REFRESH  # moto's streams never split: no need to ask each poll
+        self.durable: SqsEventSourceMapping = next(
+            mapping for mapping in runtime.mappings.values() if mapping.queue_url == runtime.output("DurableQueueUrl")
+        )
+        assert world.catalog is not None
+        self.catalog = world.catalog
+        events_table = runtime.output("EventsTableName")
+        dynamodb = client(runtime, "dynamodb")
+        self.emitters = {
+            tenant: [Emitter(f"{tenant}/emitter{n}", world, events_table, dynamodb, self.catalog) for n in range(count)]
+            for tenant, count in world.schedule.emitters.items()
+        }
+        self.rivals = {
+            tenant: Emitter(f"{tenant}/rival", world, events_table, dynamodb, self.catalog)
+            for tenant in world.schedule.tenants
+        }
+        self.sqs = runtime.client("sqs")
+        self.operations: Operations = runtime.operations(self.catalog, sqs=self.sqs)
+        self.durable_queue_url = runtime.output("DurableQueueUrl")
+        self.durable_dlq_url = runtime.output("DurableDeadLetterQueueUrl")
+        self._random = random.Random(f"{world.seed}:driver")
+        self._rival_serial = 0
+
+    # -- the faults ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def faults(self) -> Iterator[None]:
+        """Every fault of the schedule, armed; each fires when ``Chaos`` says so."""
+        armed = self.world.schedule.faults
+        chaos, clock = self.chaos, self.runtime.clock
+        seams: dict[Fault, Callable[[], AbstractContextManager[FaultCount]]] = {
+            Fault.CRASH_BEFORE_CLAIM: lambda: faults.crash_before_claim(count=chaos.count(Fault.CRASH_BEFORE_CLAIM)),
+            Fault.CRASH_AFTER_CLAIM: lambda: faults.crash_after_claim(count=chaos.count(Fault.CRASH_AFTER_CLAIM)),
+            Fault.CRASH_AFTER_EFFECT: lambda: faults.crash_after_external_effect(
+                self.world.service, count=chaos.count(Fault.CRASH_AFTER_EFFECT)
+            ),
+            Fault.CRASH_BEFORE_COMPLETION: lambda: faults.crash_before_completion(
+                count=chaos.count(Fault.CRASH_BEFORE_COMPLETION)
+            ),
+            Fault.CRASH_AFTER_COMPLETION: lambda: faults.crash_after_completion(
+                count=chaos.count(Fault.CRASH_AFTER_COMPLETION)
+            ),
+            Fault.THROTTLE: lambda: faults.throttle_dynamodb_calls(chaos.count(Fault.THROTTLE)),
+            Fault.RIVAL_EMIT: lambda: faults.rival_emit_before_commit(
+                self.rival_emit, count=chaos.count(Fault.RIVAL_EMIT)
+            ),
+            Fault.LEASE_EXPIRY: lambda: faults.expire_lease_while_running(
+                clock, None, count=chaos.count(Fault.LEASE_EXPIRY)
+            ),
+            Fault.VISIBILITY_TIMEOUT: lambda: faults.visibility_timeout_during_handler(
+                self.durable, count=chaos.count(Fault.VISIBILITY_TIMEOUT)
+            ),
+        }
+        self.relay.faults = PipeFaults(
+            before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
+        )
+        with ExitStack() as stack:
+            for kind, seam in seams.items():
+                if kind in armed:
+                    stack.enter_context(seam())
+            yield
+
+    def _before_send(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        names = ", ".join(
+            f"{self.trace.event(str(e['MessageDeduplicationId']))}({e['MessageGroupId']})" for e in entries
+        )
+        if self.chaos.fires(Fault.PIPE_SEND_FAILURE, names):
+            raise TargetInvocationError("injected: SendMessageBatch failed")
+        self._record_sends(entries, "pipe sends")
+        self.observations.sent_batches.append([dict(entry) for entry in entries])
+
+    def _duplicate_delivery(self, _records: Sequence[PipeRecord]) -> bool:
+        if not self.chaos.fires(Fault.PIPE_DUPLICATE_BATCH):
+            return False
+        self._record_sends(self.observations.sent_batches[-1], "pipe sends again")
+        return True
+
+    def _reorder(self, records: list[PipeRecord]) -> list[PipeRecord]:
+        """Any order of the batch's items; one item's records keep theirs (stream order is per item)."""
+        if len(records) < 2 or not self.chaos.fires(Fault.STREAM_REORDER, f"a batch of {len(records)}"):
+            return records
+        by_item: dict[str, list[PipeRecord]] = {}
+        for record in records:
+            by_item.setdefault(record.item_key, []).append(record)
+        items = list(by_item.values())
+        self.chaos.draw(Fault.STREAM_REORDER).shuffle(items)
+        return [record for item in items for record in item]
+
+    def _record_sends(self, entries: Sequence[Mapping[str, Any]], verb: str) -> None:
+        now = self.runtime.clock()
+        sends = [Send(str(e["MessageGroupId"]), str(e["MessageDeduplicationId"]), now) for e in entries]
+        self.observations.sends.extend(sends)
+        names = ", ".join(f"{self.trace.event(s.event_id)}({s.tenant})" for s in sends)
+        self.trace.add("pipe", f"{verb}: {names}")
+
+    def rival_emit(self, tenant: str) -> None:
+        """Another writer of ``tenant`` commits an item first (the ``rival_emit`` fault)."""
+        self._rival_serial += 1
+        serial = self._rival_serial
+        self._emit(
+            self.rivals[tenant], Emit(f"rival{serial}", tenant, -1, f"rival-item{serial}", serial, False), "rival"
+        )
+
+    # -- the ordered actions ------------------------------------------------------------------------
+
+    def perform(self, action: Action) -> None:
+        if isinstance(action, Emit):
+            self._emit(self.emitters[action.tenant][action.emitter], action, "workload")
+        elif isinstance(action, Steps):
+            for _ in range(action.count):
+                self.runtime.step()
+        elif isinstance(action, Redeliver):
+            self.trace.add("sqs", f"redelivers {faults.redeliver(self.durable)} message(s) in flight now")
+        elif isinstance(action, LateRedelivery):
+            self._late_redelivery(action.after_window)
+        elif isinstance(action, Redrive):
+            self.redrive(action.method)
+        elif isinstance(action, Replay):
+            self.replay()
+
+    def drain(self) -> None:
+        """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""
+        pending = list(self.world.schedule.during_drain)
+
+        def on_step(step: int) -> None:
+            while pending and pending[0][0] <= step:
+                self.perform(pending.pop(0)[1])
+
+        self.runtime.run_until_idle(on_step=on_step)
+        for _, action in pending:  # the pipeline went idle before their step came
+            self.perform(action)
+        self.runtime.run_until_idle()
+
+    def _emit(self, emitter: Emitter, action: Emit, origin: str) -> None:
+        record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin)
+        self.world.emits.append(record)
+        try:
+            record.envelope = create_item(
+                emitter.store,
+                self.world.data_table,
+                tenant=action.tenant,
+                actor=emitter.name,
+                operation=action.operation,
+                item_id=action.item_id,
+                amount=action.amount,
+                reject=action.reject,
+            )
+        except Exception as exc:  # every failure is an outcome to check, not a reason to stop
+            record.error = exc
+        record.event_id = emitter.ids.last
+        outcome = (
+            f"committed at seq {record.envelope.seq}"
+            if record.envelope is not None
+            else f"failed: {brief(f'{type(record.error).__name__}: {record.error}')}"
+        )
+        self.trace.add(
+            "emit",
+            f"{action.operation} {self.trace.event(record.event_id)} by {emitter.name}: {action.item_id} {outcome}",
+        )
+
+    def _late_redelivery(self, after_window: bool) -> None:
+        """The pipe delivers a batch it already delivered (Pipes is at-least-once), possibly after SQS
+        stopped deduplicating it."""
+        batches = self.observations.sent_batches
+        if not batches:
+            return
+        batch = batches[self._random.randrange(len(batches))]
+        if after_window:
+            self.runtime.clock.advance(DEDUPLICATION_WINDOW + timedelta(seconds=1))
+        self.sqs.send_message_batch(QueueUrl=self.durable_queue_url, Entries=batch)
+        self._record_sends(batch, "pipe redelivers" + (" after the deduplication window" if after_window else ""))
+
+    # -- the operator -------------------------------------------------------------------------------
+
+    def redrive(self, method: str) -> None:
+        with self.chaos.paused():
+            result = self.operations.redrive(method=method)
+        self.trace.add(
+            "operator", f"redrive ({method}): moved {result.moved}, cleared {result.claims_cleared} claim(s)"
+        )
+
+    def replay(self) -> None:
+        with self.chaos.paused():
+            for tenant in self.world.schedule.tenants:
+                if not self.operations.dead_letters(tenant):
+                    continue  # nothing to replay (and plan_replay would list every tenant to say so)
+                try:
+                    items = self.operations.plan_replay(tenant=tenant)
+                except OperationRefusedError:
+                    continue  # its dead letters are conflicts, which are never replayed
+                self.operations.replay(items)
+                keys = ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
+                self.trace.add("operator", f"replay {tenant}: {keys}")
+
+    def settle(self) -> None:
+        """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
+        self.chaos.heal()
+        self.trace.add("operator", "the causes are fixed: no more faults")
+        for round_ in range(3):
+            if self.durable_dlq_depth() > 0:
+                self.redrive("receive-send-delete")
+            if round_ == 0 and self.world.schedule.replay_at_the_end:
+                self.replay()
+            self.runtime.run_until_idle()
+            if self.durable_dlq_depth() == 0:
+                return
+
+    def durable_dlq_depth(self) -> int:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.durable_dlq_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
+
+def client(runtime: LocalRuntime, service: str) -> Any:
+    """A client that does not retry: throttles reach the engine, whose own retries are under test (and
+    botocore's backoff would sleep in real time)."""
+    return boto3.client(
+        service,
+        region_name=REGION,
+        endpoint_url=runtime.endpoint_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "total_max_attempts": 1}),
+    )

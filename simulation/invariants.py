@@ -1,0 +1,351 @@
+"""The invariants a run must keep, checked against what the pipeline left behind and what was observed.
+
+1. Every emitted event is in its tenant's log, gapless, and verify_chain is intact (and its entity row,
+   its INLINE writes and one LOCAL run came with it).
+2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
+   with its error; never both, never neither. A dead letter must be earned: a terminal error the
+   schedule injected, or a retryable one on the queue's last receive.
+3. External effects: at most one per idempotency key, and at least one call for every completed claim.
+4. No claim is completed (or marked dead) by a worker that did not own it.
+5. An event whose emit failed has no row, no entity change and no delivery.
+6. Per tenant, the durable consumer first receives the pipe's messages in the order SQS accepted them.
+7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``.
+8. Every item row reaches its BEST_EFFORT subscriber at least once (the record-change lane).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from outbox import Envelope, OutboxError
+from outbox.operations import Topology
+from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_NOTED, audit_key, item_key
+from simulation.recorder import Observations, Send
+from simulation.state import State
+from simulation.world import EmitRecord, World
+
+NAMES = {
+    1: "the log",
+    2: "exactly once",
+    3: "external effects",
+    4: "fencing",
+    5: "failed emits",
+    6: "FIFO order",
+    7: "status",
+    8: "best-effort lane",
+}
+DEDUPLICATION_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"invariant {self.invariant} ({NAMES[self.invariant]}): {self.message}"
+
+
+def check_all(world: World, observations: Observations, state: State, topology: Topology) -> list[Violation]:
+    return [
+        *check_log(world, state),
+        *check_exactly_once(world, observations, state),
+        *check_external_effects(world, state),
+        *check_fencing(world, observations, state),
+        *check_failed_emits(world, observations, state),
+        *check_fifo_order(world, observations),
+        *check_status(state, topology),
+        *check_best_effort_lane(world, state),
+    ]
+
+
+# -- 1 ---------------------------------------------------------------------------------------------------
+
+
+def check_log(world: World, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    for tenant, report in state.chains.items():
+        if not report.intact:
+            found.append(
+                Violation(1, f"tenant {tenant}: verify_chain broke at seq {report.first_broken_seq}: {report.detail}")
+            )
+    events = state.events
+    for record in (r for r in world.emits if r.envelope is not None):
+        envelope = record.envelope
+        assert envelope is not None
+        logged = events.get(envelope.id)
+        if logged is None or logged.hash != envelope.hash or logged.seq != envelope.seq:
+            found.append(
+                Violation(1, f"{record.operation} committed as seq {envelope.seq} but the log does not hold it")
+            )
+            continue
+        found.extend(_committed_with_its_writes(world, state, record))
+    emitted = {r.event_id for r in world.emits if r.committed}
+    for envelope in events.values():
+        if envelope.id not in emitted and not _is_follow_up(envelope, events):
+            found.append(Violation(1, f"{envelope.tenant} seq {envelope.seq} ({envelope.type}) was emitted by nobody"))
+    return found
+
+
+def _committed_with_its_writes(world: World, state: State, record: EmitRecord) -> list[Violation]:
+    found = []
+    item = state.data.get(_key(item_key(record.tenant, record.item_id)))
+    if item is None or item["operation"]["S"] != record.operation:
+        found.append(Violation(1, f"{record.operation} committed without its item row"))
+    if _key(audit_key(record.event_id)) not in state.data:
+        found.append(Violation(1, f"{record.operation} committed without the INLINE subscriber's audit row"))
+    runs = world.local_runs[record.event_id]
+    if runs != 1:
+        found.append(Violation(1, f"{record.operation}: the LOCAL subscriber ran {runs} times, not once"))
+    return found
+
+
+def _is_follow_up(envelope: Envelope, events: dict[str, Envelope]) -> bool:
+    return (
+        envelope.type == ITEM_NOTED and envelope.causation_id in events and envelope.actor == f"subscription:{ANNOUNCE}"
+    )
+
+
+# -- 2 ---------------------------------------------------------------------------------------------------
+
+
+def check_exactly_once(world: World, observations: Observations, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    events = state.events
+    ledger = state.ledger()
+    letters = state.open_dead_letters()
+    follow_ups = Counter(e.causation_id for e in events.values() if e.type == ITEM_NOTED)
+    expected: set[str] = set()
+    for envelope in events.values():
+        for subscription in DURABLE[envelope.type]:
+            key = f"{envelope.id}:{subscription}"
+            expected.add(key)
+            found.extend(_one_outcome(world, state, key, ledger.get(key, 0), key in letters))
+            if subscription == ANNOUNCE and follow_ups[envelope.id] != ledger.get(key, 0):
+                found.append(
+                    Violation(
+                        2,
+                        f"{_name(world, key)}: {follow_ups[envelope.id]} follow-up events for "
+                        f"{ledger.get(key, 0)} completed effect(s)",
+                    )
+                )
+    for key in sorted(set(ledger) - expected):
+        found.append(Violation(2, f"{_name(world, key)}: an effect for no event of the log"))
+    for key, letter in sorted(letters.items()):
+        found.extend(_earned(world, observations, state, key, letter.reason, letter.error, letter.receive_count))
+    return found
+
+
+def _one_outcome(world: World, state: State, key: str, applied: int, dead: bool) -> list[Violation]:
+    name, claim = _name(world, key), state.claims.get(key)
+    status = claim["status"]["S"] if claim else "no claim"
+    if applied > 1:
+        return [Violation(2, f"{name}: its DynamoDB effect was applied {applied} times")]
+    if applied == 1 and dead:
+        return [Violation(2, f"{name}: completed and dead-lettered (claim {status})")]
+    if applied == 0 and not dead:
+        return [Violation(2, f"{name}: lost: no effect and no dead letter (claim {status})")]
+    if applied == 1 and status != "COMPLETED":
+        return [Violation(2, f"{name}: its effect committed but the claim is {status}")]
+    if dead and status != "DEAD":
+        return [Violation(2, f"{name}: an open dead letter but the claim is {status}")]
+    return []
+
+
+def _earned(
+    world: World, observations: Observations, state: State, key: str, reason: str, error: str, receive_count: int
+) -> list[Violation]:
+    """A dead letter needs its cause: an injected terminal error, or the last receive of a retryable one."""
+    name = _name(world, key)
+    if not error:
+        return [Violation(2, f"{name}: a dead letter without its error")]
+    if reason == "terminal":
+        injected = [e.message for e in world.injected.get(key, []) if e.kind == "terminal"]
+        if not any(message in error for message in injected):
+            return [Violation(2, f"{name}: dead as terminal, but no terminal error was injected ({error})")]
+        return []
+    event_id = key.split(":", 1)[0]
+    seen = max((r.receive_count for r in observations.receipts if r.event_id == event_id), default=0)
+    if receive_count < state.max_receive_count or seen < state.max_receive_count:
+        return [
+            Violation(
+                2,
+                f"{name}: dead as {reason} on receive {receive_count} (most receives seen: {seen}) of "
+                f"{state.max_receive_count}: a retryable error was not retried ({error})",
+            )
+        ]
+    return []
+
+
+# -- 3 ---------------------------------------------------------------------------------------------------
+
+
+def check_external_effects(world: World, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    service, events = world.service, state.events
+    for key, count in sorted(world.effects_created.items()):
+        if count > 1:
+            found.append(Violation(3, f"{_name(world, key)}: {count} external effects for one idempotency key"))
+    for key in sorted(service.effects):
+        event_id, _, subscription = key.partition(":")
+        if subscription != CHARGE or event_id not in events:
+            found.append(Violation(3, f"an external effect under {key!r}, which names no charge of a logged event"))
+    for key, claim in sorted(state.claims.items()):
+        completed = key.endswith(f":{CHARGE}") and claim["status"]["S"] == "COMPLETED"
+        if completed and (service.calls.get(key, 0) < 1 or key not in service.effects):
+            found.append(Violation(3, f"{_name(world, key)}: completed without calling the service"))
+    return found
+
+
+# -- 4 ---------------------------------------------------------------------------------------------------
+
+
+def check_fencing(world: World, observations: Observations, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    trace = world.trace
+    for kind, writes in (("completed", observations.completions), ("marked dead", observations.dead_marks)):
+        for write in writes:
+            if not write.owner_was_current:
+                found.append(
+                    Violation(
+                        4, f"{trace.key(write.key)} was {kind} by {trace.owner(write.owner)}, which no longer owned it"
+                    )
+                )
+    completer = {write.key: write.owner for write in observations.completions}
+    for key, claim in sorted(state.claims.items()):
+        if claim["status"]["S"] == "COMPLETED" and completer.get(key) != claim["owner"]["S"]:
+            found.append(Violation(4, f"{trace.key(key)} is COMPLETED under an owner whose completion was never seen"))
+    return found
+
+
+# -- 5 ---------------------------------------------------------------------------------------------------
+
+
+def check_failed_emits(world: World, observations: Observations, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    received = {receipt.event_id for receipt in observations.receipts}
+    for record in (r for r in world.emits if r.error is not None):
+        event_id, what = record.event_id, f"{record.operation} (failed: {type(record.error).__name__})"
+        if not isinstance(record.error, OutboxError):
+            # Nothing committed, but the engine promises its callers OutboxError only (outbox.exceptions).
+            found.append(Violation(5, f"{what}: emit let a {type(record.error).__name__} through: {record.error}"))
+        traces = {
+            "an event row": event_id in state.events,
+            "an entity change": _item_written_by(state, record),
+            "an INLINE write": _key(audit_key(event_id)) in state.data,
+            "a claim": any(key.startswith(f"{event_id}:") for key in state.claims),
+            "a DynamoDB effect": any(pk == f"SIMEFFECT#{event_id}" for pk, _ in state.data),
+            "a delivery": event_id in received,
+            "a LOCAL run": world.local_runs[event_id] > 0,
+            "an external call": any(key.startswith(f"{event_id}:") for key in world.service.calls),
+        }
+        found.extend(Violation(5, f"{what} left {thing}") for thing, present in traces.items() if present)
+    return found
+
+
+def _item_written_by(state: State, record: EmitRecord) -> bool:
+    item = state.data.get(_key(item_key(record.tenant, record.item_id)))
+    return item is not None and item["operation"]["S"] == record.operation
+
+
+# -- 6 ---------------------------------------------------------------------------------------------------
+
+
+def check_fifo_order(world: World, observations: Observations) -> list[Violation]:
+    """Per tenant, the pipe's messages as SQS enqueued them (a resend within the deduplication window is
+    dropped) must be what the consumer first received, in that order. Retries, redrives and replays
+    deliver again, under another message or receive count: only first receipts of pipe messages count."""
+    found: list[Violation] = []
+    enqueued = _enqueued(observations.sends)
+    first: dict[str, list[str]] = defaultdict(list)
+    seen: set[str] = set()
+    for receipt in observations.receipts:
+        from_pipe = receipt.event_id is not None and receipt.deduplication_id == receipt.event_id
+        if from_pipe and receipt.message_id not in seen:
+            seen.add(receipt.message_id)
+            first[receipt.tenant].append(receipt.deduplication_id)
+    names = world.trace.event
+    for tenant in sorted(set(enqueued) | set(first)):
+        sent, received = enqueued.get(tenant, []), first.get(tenant, [])
+        if sent != received:
+            found.append(
+                Violation(
+                    6,
+                    f"tenant {tenant}: the pipe's messages were enqueued as {' '.join(map(names, sent))} "
+                    f"but first received as {' '.join(map(names, received))}",
+                )
+            )
+    return found
+
+
+def _enqueued(sends: list[Send]) -> dict[str, list[str]]:
+    admitted: dict[str, datetime] = {}
+    order: dict[str, list[str]] = defaultdict(list)
+    for send in sends:
+        last = admitted.get(send.event_id)
+        if last is not None and (send.at - last).total_seconds() < DEDUPLICATION_SECONDS:
+            continue
+        admitted[send.event_id] = send.at
+        order[send.tenant].append(send.event_id)
+    return order
+
+
+# -- 7 ---------------------------------------------------------------------------------------------------
+
+
+def check_status(state: State, topology: Topology) -> list[Violation]:
+    status = state.status
+    if status is None:
+        return [Violation(7, "Operations.status() failed")]
+    found: list[Violation] = []
+    for name, url in topology.queues().items():
+        depth = status.queues.get(name)
+        shown = depth.visible + depth.in_flight if depth else None
+        if shown != state.queue_depths.get(url, 0):
+            found.append(
+                Violation(7, f"{name} holds {state.queue_depths.get(url, 0)} message(s); status shows {shown}")
+            )
+    listed = {tenant.tenant: tenant for tenant in status.tenants}
+    letters = Counter(row.tenant for row in state.dead_letters if not row.resolved)
+    for tenant in sorted(set(letters) | {t for t, log in state.logs.items() if log}):
+        shown_tenant = listed.get(tenant)
+        if shown_tenant is None:
+            found.append(Violation(7, f"tenant {tenant} has events or dead letters but status does not list it"))
+        elif shown_tenant.dead_letters != letters[tenant]:
+            found.append(
+                Violation(
+                    7,
+                    f"tenant {tenant} has {letters[tenant]} open dead letter(s); "
+                    f"status shows {shown_tenant.dead_letters}",
+                )
+            )
+        elif not shown_tenant.chain_intact:
+            found.append(Violation(7, f"status reports tenant {tenant}'s chain broken"))
+    return found
+
+
+# -- 8 ---------------------------------------------------------------------------------------------------
+
+
+def check_best_effort_lane(world: World, state: State) -> list[Violation]:
+    found: list[Violation] = []
+    for pk, _ in sorted(state.data):
+        if pk.startswith("SIMITEM#") and world.row_changes[pk] < 1:
+            found.append(Violation(8, f"the row {pk} never reached its BEST_EFFORT subscriber"))
+    return found
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _key(key: dict[str, str]) -> tuple[str, str]:
+    return key["pk"], key["sk"]
+
+
+def _name(world: World, key: str) -> str:
+    return world.trace.key(key)
+
+
+__all__ = ["NAMES", "Violation", "check_all"]

@@ -1,0 +1,203 @@
+"""What the simulator observes while the pipeline runs, recorded through the engine's seams.
+
+- Claims and fenced writes: ``Inbox.claim`` (who holds each key now), ``DurableConsumer._complete`` (the
+  completion committed: ``Inbox.mark_completed``, or ``emit()`` carrying ``Inbox.completion_write``) and
+  ``Inbox.mark_dead``. Each committed fenced write notes whether its owner token was the current one.
+- Deliveries: every record the durable event source mapping hands to the consumer, with its receive count.
+- Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
+
+The patches wrap the engine's methods innermost, so a crash injected around them still sees a claim that
+committed as committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from unittest import mock
+
+from local_runtime.esm import BatchResult, SqsEventSourceMapping
+from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.envelope import Envelope
+from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.subscriptions import Subscription
+from simulation.world import World
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    """A completion or a dead mark that committed, by the holder of ``owner``."""
+
+    key: str
+    owner: str
+    owner_was_current: bool  # the token of the key's latest successful claim when it committed
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One record of one batch the durable consumer received."""
+
+    tenant: str
+    event_id: str | None
+    message_id: str
+    deduplication_id: str
+    receive_count: int
+
+
+@dataclass(frozen=True)
+class Send:
+    """One message the relay pipe sent (SQS accepts it; FIFO deduplication may drop it)."""
+
+    tenant: str
+    event_id: str
+    at: datetime
+
+
+@dataclass
+class Observations:
+    current_owner: dict[str, str] = field(default_factory=dict)
+    completions: list[FencedWrite] = field(default_factory=list)
+    dead_marks: list[FencedWrite] = field(default_factory=list)
+    receipts: list[Receipt] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+    sent_batches: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+class Recorder:
+    """Wraps the engine's seams and the durable event source mapping; writes to ``Observations``."""
+
+    def __init__(self, world: World, observations: Observations, durable: SqsEventSourceMapping) -> None:
+        self.trace = world.trace
+        self.observations = observations
+        self.durable = durable
+        # The originals, captured when recording starts (a mutation test may have replaced one).
+        self._claim, self._complete, self._mark_dead = Inbox.claim, DurableConsumer._complete, Inbox.mark_dead
+        self._release, self._deliver = Inbox.release, DurableConsumer.deliver
+        self._handler, self._poll = durable.handler, durable.poll
+
+    @contextmanager
+    def patched(self) -> Iterator[None]:
+        recorder = self
+
+        def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
+            return recorder.claim(inbox, envelope, name, lease, *args)
+
+        def complete(
+            consumer: DurableConsumer, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any
+        ) -> None:
+            recorder.complete(consumer, claim_, envelope, sub, result)
+
+        def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
+            recorder.mark_dead(inbox, claim_, envelope, *details)
+
+        def release(inbox: Inbox, claim_: Claim, error: str) -> None:
+            recorder.release(inbox, claim_, error)
+
+        def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
+            return recorder.deliver(consumer, envelope, sub, *args)
+
+        with ExitStack() as stack:
+            stack.enter_context(mock.patch.object(Inbox, "claim", claim))
+            stack.enter_context(mock.patch.object(DurableConsumer, "_complete", complete))
+            stack.enter_context(mock.patch.object(Inbox, "mark_dead", mark_dead))
+            stack.enter_context(mock.patch.object(Inbox, "release", release))
+            stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
+            stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
+            stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
+            yield
+
+    # -- the inbox ----------------------------------------------------------------------------------
+
+    def claim(self, inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
+        result = self._claim(inbox, envelope, name, lease, *args)
+        key = self.trace.key(f"{envelope.id}:{name}")
+        if result.claim is None:
+            self.trace.add("claim", f"{key} refused: {result.outcome.value}")
+            return result
+        self.observations.current_owner[result.claim.idempotency_key] = result.claim.owner
+        self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
+        return result
+
+    def complete(
+        self, consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any
+    ) -> None:
+        self._complete(consumer, claim, envelope, sub, result)
+        self.observations.completions.append(self._fenced(claim))
+        follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
+        self.trace.add(
+            "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
+        )
+
+    def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
+        error, _error_type, reason, receive_count = details
+        self._mark_dead(inbox, claim, envelope, *details)
+        self.observations.dead_marks.append(self._fenced(claim))
+        what = f"({reason.value}, receive {receive_count}): {brief(error)}"
+        self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
+
+    def release(self, inbox: Inbox, claim: Claim, error: str) -> None:
+        self._release(inbox, claim, error)
+        self.trace.add(
+            "release", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}: {brief(error)}"
+        )
+
+    def deliver(self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
+        outcome = self._deliver(consumer, envelope, sub, *args)
+        self.trace.add("outcome", f"{self.trace.key(f'{envelope.id}:{sub.name}')} {outcome.value}")
+        return outcome
+
+    def _fenced(self, claim: Claim) -> FencedWrite:
+        key = claim.idempotency_key
+        current = self.observations.current_owner.get(key) == claim.owner
+        return FencedWrite(key, claim.owner, current, self.durable.clock())
+
+    # -- the event source mapping -------------------------------------------------------------------
+
+    def batch(self, event: dict[str, Any], context: Any) -> Any:
+        for record in event["Records"]:
+            receipt = _receipt(record)
+            self.observations.receipts.append(receipt)
+            name = self.trace.event(receipt.event_id) if receipt.event_id else "?"
+            message = self.trace.message(receipt.message_id)
+            self.trace.add("receive", f"{message} = {name} of {receipt.tenant} (receive {receipt.receive_count})")
+        return self._handler(event, context)
+
+    def poll(self) -> BatchResult | None:
+        result = self._poll()
+        if result is not None and result.crashed is not None:
+            failure = type(result.crashed).__name__
+            self.trace.add("batch", f"the invocation failed as a whole ({failure}): every message comes back")
+        elif result is not None and result.failed:
+            self.trace.add("batch", f"failed, to come back: {', '.join(map(self.trace.message, result.failed))}")
+        return result
+
+
+@contextmanager
+def recording(world: World, observations: Observations, durable: SqsEventSourceMapping) -> Iterator[None]:
+    with Recorder(world, observations, durable).patched():
+        yield
+
+
+def brief(error: str, limit: int = 110) -> str:
+    """An error message short enough for one trace line."""
+    return error if len(error) <= limit else error[: limit - 3] + "..."
+
+
+def _receipt(record: dict[str, Any]) -> Receipt:
+    attributes = record.get("attributes", {})
+    try:
+        event_id: str | None = json.loads(record["body"])["event_id"]["S"]
+    except (ValueError, KeyError, TypeError):
+        event_id = None
+    return Receipt(
+        tenant=str(attributes.get("MessageGroupId", "")),
+        event_id=event_id,
+        message_id=str(record["messageId"]),
+        deduplication_id=str(attributes.get("MessageDeduplicationId", "")),
+        receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
+    )

@@ -1,0 +1,136 @@
+"""One seed, start to end: boot the local runtime, run the schedule, drain, settle, check.
+
+result = run_seed(42, stack)
+result.violations   # [] when every invariant held
+result.trace.render()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from local_runtime.clock import VirtualClock
+from local_runtime.runtime import LocalRuntime
+from local_runtime.template import StackSpec
+from outbox.operations import Topology
+from simulation.catalog import RUN_VARIABLE, catalog_for
+from simulation.chaos import Chaos
+from simulation.determinism import seeded
+from simulation.driver import Driver
+from simulation.invariants import Violation, check_all, check_status
+from simulation.recorder import Observations, recording
+from simulation.schedule import generate
+from simulation.state import read_alarm_state, read_state
+from simulation.trace import Trace
+from simulation.world import DeterministicIds, World, register, unregister
+
+# Every function of the stack loads this catalog; clients in functions do not retry (a throttle reaches
+# the engine, whose own handling is under test, and botocore's backoff would sleep in real time).
+FUNCTION_ENVIRONMENT = {
+    "SUBSCRIPTIONS": "simulation.catalog:build_catalog",
+    "AWS_MAX_ATTEMPTS": "1",
+    "AWS_RETRY_MODE": "standard",
+}
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    violations: list[Violation]
+    trace: Trace
+    faults_fired: Counter[str] = field(default_factory=Counter)
+    error: BaseException | None = None  # the simulator itself failed (not an invariant)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.error is None
+
+
+def run_seed(seed: int, stack: StackSpec) -> SeedResult:
+    schedule = generate(seed)
+    clock = VirtualClock()
+    trace = Trace(clock)
+    chaos = Chaos(seed, schedule.faults, trace)
+    world = World(seed, schedule, trace, chaos, DeterministicIds(clock, seed))
+    world.service.before_effect = lambda key: _effect_applied(world, key)
+    observations = Observations()
+    environment = {**FUNCTION_ENVIRONMENT, RUN_VARIABLE: world.run_id}
+    with quiet(), one_boto3_session(), seeded(world), registered(world):
+        runtime = LocalRuntime(stack, clock=clock, environment=environment, function_log_level="CRITICAL")
+        with runtime:
+            world.data_table = runtime.output("DataTableName")
+            world.catalog = catalog_for(world)
+            driver = Driver(world, runtime, observations)
+            topology = Topology.from_outputs(runtime.outputs())
+            try:
+                violations = _run(world, runtime, driver, observations, topology)
+            except Exception as exc:  # the simulator failed: report it with the seed, like a violation
+                trace.add("ERROR", f"{type(exc).__name__}: {exc}")
+                return SeedResult(seed, [], trace, Counter(k.value for k in chaos.fired.elements()), exc)
+    return SeedResult(seed, violations, trace, Counter(k.value for k in chaos.fired.elements()))
+
+
+def _run(
+    world: World, runtime: LocalRuntime, driver: Driver, observations: Observations, topology: Topology
+) -> list[Violation]:
+    with recording(world, observations, driver.durable), driver.faults():
+        for action in world.schedule.actions:
+            driver.perform(action)
+        driver.drain()
+    tenants = list(world.schedule.tenants)
+    violations: list[Violation] = []
+    if observations.dead_marks or driver.durable_dlq_depth() > 0:
+        # The alarm state, before anyone acts on it: what is dead or parked must show in the status.
+        with world.chaos.paused():
+            before = read_alarm_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
+        violations = [
+            Violation(v.invariant, f"before the operator acted: {v.message}") for v in check_status(before, topology)
+        ]
+    with recording(world, observations, driver.durable):
+        driver.settle()
+    after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
+    return violations + check_all(world, observations, after, topology)
+
+
+def _effect_applied(world: World, key: str) -> None:
+    world.effects_created[key] += 1
+    world.trace.add("effect", f"{world.trace.key(key)} applied by the service")
+
+
+@contextmanager
+def one_boto3_session() -> Iterator[None]:
+    """moto replaces boto3's default session on every start, and each new session parses the service
+    models again (a tenth of a second per runtime); one session for the whole process is enough here."""
+    from moto.core.config import default_user_config
+
+    core = default_user_config.setdefault("core", {})
+    previous = core.get("reset_boto3_session", True)
+    core["reset_boto3_session"] = False
+    try:
+        yield
+    finally:
+        core["reset_boto3_session"] = previous
+
+
+@contextmanager
+def registered(world: World) -> Iterator[None]:
+    register(world)
+    try:
+        yield
+    finally:
+        unregister(world)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """The engine logs every retry and crash at WARNING or ERROR: expected here, and the trace has them."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)

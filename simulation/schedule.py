@@ -1,0 +1,241 @@
+"""What one seed means: a small workload and a fault schedule, both drawn from ``random.Random(seed)``.
+
+The schedule is data, generated before anything runs, so it can be printed in a trace and read. Faults
+that happen *inside* the pipeline (a crash, a throttle) cannot be placed in advance, because where the
+pipeline is at any moment is an outcome, not an input; for those the schedule fixes a rate and a budget,
+and ``simulation.chaos`` decides at each opportunity from a random stream of its own (the approach of
+FoundationDB's BUGGIFY). Everything else (emits, pipeline steps, operator actions) is an ordered list.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Fault(StrEnum):
+    """Faults decided per opportunity while the pipeline runs."""
+
+    CRASH_BEFORE_CLAIM = "crash_before_claim"
+    CRASH_AFTER_CLAIM = "crash_after_claim"
+    CRASH_AFTER_EFFECT = "crash_after_effect"  # the remote side applied the effect; the answer is lost
+    CRASH_BEFORE_COMPLETION = "crash_before_completion"
+    CRASH_AFTER_COMPLETION = "crash_after_completion"
+    RETRYABLE_ERROR = "retryable_error"
+    TERMINAL_ERROR = "terminal_error"
+    DEPENDENCY_DOWN = "dependency_down"  # one handler fails on every attempt until the fault is healed
+    THROTTLE = "throttle"  # any DynamoDB call
+    RIVAL_EMIT = "rival_emit"  # another emitter commits between our head read and our transaction
+    PIPE_SEND_FAILURE = "pipe_send_failure"  # the pipe retries the batch
+    PIPE_DUPLICATE_BATCH = "pipe_duplicate_batch"  # the pipe sends an accepted batch again at once
+    STREAM_REORDER = "stream_reorder"  # records of different items change places in a batch
+    LEASE_EXPIRY = "lease_expiry"  # the lease runs out while its owner still runs
+    VISIBILITY_TIMEOUT = "visibility_timeout"  # the message's visibility runs out while the handler runs
+    LOCAL_HANDLER_ERROR = "local_handler_error"
+
+
+@dataclass(frozen=True)
+class FaultRate:
+    """Fire with ``probability`` at each opportunity, at most ``budget`` times in the schedule."""
+
+    probability: float
+    budget: int
+
+
+# How often each fault is part of a schedule, and the range of its rate and budget. Budgets stay small so
+# that every schedule settles (a crash costs a visibility timeout of virtual time, and real time to redo).
+_FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
+    Fault.CRASH_BEFORE_CLAIM: (0.25, (0.05, 0.3), (1, 2)),
+    Fault.CRASH_AFTER_CLAIM: (0.3, (0.05, 0.3), (1, 2)),
+    Fault.CRASH_AFTER_EFFECT: (0.3, (0.1, 0.5), (1, 2)),
+    Fault.CRASH_BEFORE_COMPLETION: (0.3, (0.05, 0.3), (1, 2)),
+    Fault.CRASH_AFTER_COMPLETION: (0.25, (0.05, 0.3), (1, 2)),
+    Fault.RETRYABLE_ERROR: (0.6, (0.1, 0.4), (1, 5)),
+    Fault.TERMINAL_ERROR: (0.2, (0.05, 0.2), (1, 1)),
+    Fault.DEPENDENCY_DOWN: (0.2, (0.1, 0.3), (1, 1)),
+    Fault.THROTTLE: (0.35, (0.02, 0.1), (1, 6)),
+    Fault.RIVAL_EMIT: (0.3, (0.2, 0.6), (1, 3)),
+    Fault.PIPE_SEND_FAILURE: (0.2, (0.1, 0.4), (1, 3)),
+    Fault.PIPE_DUPLICATE_BATCH: (0.25, (0.2, 0.6), (1, 2)),
+    Fault.STREAM_REORDER: (0.3, (0.3, 1.0), (1, 5)),
+    Fault.LEASE_EXPIRY: (0.2, (0.1, 0.4), (1, 2)),
+    Fault.VISIBILITY_TIMEOUT: (0.15, (0.1, 0.4), (1, 1)),
+    Fault.LOCAL_HANDLER_ERROR: (0.15, (0.2, 0.5), (1, 2)),
+}
+# A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
+_HOT_TENANT_CHANCE = 0.03
+_HOT_TENANT_RATE = FaultRate(1.0, 6)
+
+
+# -- the ordered part: what the workload and the operator do ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Emit:
+    """One emitter (an EventStore of its own, as a separate process would have) creates one item."""
+
+    operation: str  # "op3": names this emit in the trace and in the rows it writes
+    tenant: str
+    emitter: int
+    item_id: str
+    amount: int
+    reject: bool  # the INLINE subscriber refuses it: emit fails, nothing commits
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The pipeline runs this many rounds (every pipe and event source mapping polls once per round)."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class Redeliver:
+    """SQS makes every message waiting out a visibility timeout visible now (``faults.redeliver``)."""
+
+
+@dataclass(frozen=True)
+class LateRedelivery:
+    """The pipe sends an already delivered batch again; ``after_window`` waits out FIFO deduplication."""
+
+    after_window: bool
+
+
+@dataclass(frozen=True)
+class Redrive:
+    """An operator runs the inbox-aware DLQ redrive."""
+
+    method: str  # "move-task" or "receive-send-delete"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An operator replays every open dead letter of every tenant."""
+
+
+Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    tenants: tuple[str, ...]
+    emitters: dict[str, int]
+    actions: tuple[Action, ...]
+    faults: dict[Fault, FaultRate] = field(default_factory=dict)
+    # Operator actions while the pipeline drains: (drain step, action); dead work shows up there.
+    during_drain: tuple[tuple[int, Action], ...] = ()
+    replay_at_the_end: bool = False  # after healing: replay terminal dead letters too (else they stay)
+
+    def describe(self) -> list[str]:
+        """The schedule as readable lines (the head of a trace)."""
+        lines = [
+            f"seed {self.seed}: tenants {', '.join(self.tenants)}; emitters per tenant "
+            + ", ".join(f"{t}={n}" for t, n in self.emitters.items()),
+            "faults: "
+            + (
+                ", ".join(
+                    f"{kind.value} p={rate.probability:.2f} max={rate.budget}" for kind, rate in self.faults.items()
+                )
+                or "none"
+            ),
+            f"at the end: heal, redrive what is in the DLQ{', replay dead letters' if self.replay_at_the_end else ''}",
+            "actions:",
+        ]
+        lines.extend(f"  {_describe(action)}" for action in self.actions)
+        lines.extend(f"  at drain step {step}: {_describe(action)}" for step, action in self.during_drain)
+        return lines
+
+
+def _describe(action: Action) -> str:
+    if isinstance(action, Emit):
+        refused = " (refused inline)" if action.reject else ""
+        return f"{action.operation}: {action.tenant}/emitter{action.emitter} creates {action.item_id}{refused}"
+    if isinstance(action, Steps):
+        return f"{action.count} pipeline step(s)"
+    if isinstance(action, LateRedelivery):
+        return "pipe redelivers a batch" + (" after the deduplication window" if action.after_window else "")
+    if isinstance(action, Redrive):
+        return f"operator: redrive ({action.method})"
+    if isinstance(action, Replay):
+        return "operator: replay dead letters"
+    return "SQS: redeliver what is in flight"
+
+
+def generate(seed: int) -> Schedule:
+    """The schedule of ``seed``: the same seed always gives the same schedule."""
+    rng = random.Random(f"schedule:{seed}")
+    tenants = tuple(f"t{index}" for index in range(rng.randint(1, 2)))
+    emitters = {tenant: rng.randint(1, 2) for tenant in tenants}
+    return Schedule(
+        seed=seed,
+        tenants=tenants,
+        emitters=emitters,
+        actions=tuple(_actions(rng, tenants, emitters)),
+        faults=_faults(rng),
+        during_drain=_during_drain(rng),
+        replay_at_the_end=rng.random() < 0.5,
+    )
+
+
+def _faults(rng: random.Random) -> dict[Fault, FaultRate]:
+    chosen: dict[Fault, FaultRate] = {}
+    for kind, (chance, (low, high), (fewest, most)) in _FAULT_MENU.items():
+        if rng.random() < chance:
+            chosen[kind] = FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+    if Fault.RIVAL_EMIT in chosen and rng.random() < _HOT_TENANT_CHANCE / _FAULT_MENU[Fault.RIVAL_EMIT][0]:
+        chosen[Fault.RIVAL_EMIT] = _HOT_TENANT_RATE
+    return chosen
+
+
+def _actions(rng: random.Random, tenants: tuple[str, ...], emitters: dict[str, int]) -> list[Action]:
+    actions: list[Action] = []
+    items: dict[str, list[str]] = {tenant: [] for tenant in tenants}
+    for number in range(1, rng.randint(2, 3) + 1):
+        tenant = rng.choice(tenants)
+        # Now and then the same item again: the caller's own write fails its condition, nothing commits.
+        reuse = items[tenant] and rng.random() < 0.1
+        item_id = rng.choice(items[tenant]) if reuse else f"item{number}"
+        items[tenant].append(item_id)
+        actions.append(
+            Emit(
+                operation=f"op{number}",
+                tenant=tenant,
+                emitter=rng.randrange(emitters[tenant]),
+                item_id=item_id,
+                amount=rng.randint(1, 99),
+                reject=rng.random() < 0.08,
+            )
+        )
+        if rng.random() < 0.5:
+            actions.append(Steps(rng.randint(1, 2)))
+        actions.extend(_interruption(rng))
+    return actions
+
+
+def _during_drain(rng: random.Random) -> tuple[tuple[int, Action], ...]:
+    actions: list[tuple[int, Action]] = []
+    if rng.random() < 0.3:
+        actions.append((rng.randint(2, 40), Redrive(rng.choice(("move-task", "receive-send-delete")))))
+    if rng.random() < 0.2:
+        actions.append((rng.randint(2, 40), Replay()))
+    if rng.random() < 0.15:
+        actions.append((rng.randint(2, 40), LateRedelivery(after_window=True)))
+    if rng.random() < 0.25:
+        actions.append((rng.randint(2, 40), Redeliver()))
+    return tuple(sorted(actions, key=lambda pair: pair[0]))
+
+
+def _interruption(rng: random.Random) -> list[Action]:
+    """Now and then, something happens between two emits besides the pipeline running."""
+    roll = rng.random()
+    if roll < 0.08:
+        return [Redeliver()]
+    if roll < 0.14:
+        return [LateRedelivery(after_window=rng.random() < 0.7)]
+    if roll < 0.19:
+        return [Redrive(rng.choice(("move-task", "receive-send-delete")))]
+    if roll < 0.23:
+        return [Replay()]
+    return []

@@ -1,0 +1,126 @@
+"""What the pipeline left behind, read back after a run: the logs, the inbox, the data rows, the queues.
+
+Read with the simulator's own queries, and for queue depths from moto's storage itself (the ground truth
+that ``Operations.status()`` is checked against).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from local_runtime.runtime import ACCOUNT, REGION, LocalRuntime
+from outbox import Envelope
+from outbox.chain import ChainReport, read_events, verify_chain
+from outbox.operations import Status
+
+
+@dataclass(frozen=True)
+class DeadLetterRow:
+    tenant: str
+    event_id: str
+    subscription: str
+    reason: str
+    error: str
+    receive_count: int
+    resolved: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.event_id}:{self.subscription}"
+
+
+@dataclass
+class State:
+    logs: dict[str, list[Envelope]] = field(default_factory=dict)  # tenant -> events in seq order
+    chains: dict[str, ChainReport] = field(default_factory=dict)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # idempotency key -> claim row
+    dead_letters: list[DeadLetterRow] = field(default_factory=list)
+    data: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pk, sk) -> row
+    queue_depths: dict[str, int] = field(default_factory=dict)  # queue url -> messages stored
+    status: Status | None = None
+    max_receive_count: int = 0
+
+    @property
+    def events(self) -> dict[str, Envelope]:
+        return {envelope.id: envelope for log in self.logs.values() for envelope in log}
+
+    def open_dead_letters(self) -> dict[str, DeadLetterRow]:
+        """Unresolved dead letters of work that failed, by idempotency key (a conflict is not dead work)."""
+        return {row.key: row for row in self.dead_letters if not row.resolved and row.reason != "conflict"}
+
+    def ledger(self) -> dict[str, int]:
+        """Idempotency key -> how often its DynamoDB effect was applied."""
+        applied: dict[str, int] = defaultdict(int)
+        for (pk, sk), row in self.data.items():
+            if pk.startswith("SIMEFFECT#"):
+                applied[f"{pk.removeprefix('SIMEFFECT#')}:{sk}"] = int(row["applied"]["N"])
+        return applied
+
+
+def read_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status: Status | None) -> State:
+    events_table = runtime.output("EventsTableName")
+    state = State(status=status, max_receive_count=_max_receive_count(runtime))
+    for tenant in tenants:
+        state.logs[tenant] = list(read_events(dynamodb, events_table, tenant))
+        state.chains[tenant] = verify_chain(dynamodb, events_table, tenant)
+    _read_inbox(state, dynamodb, runtime.output("InboxTableName"))
+    for item in _scan(dynamodb, runtime.output("DataTableName")):
+        state.data[(item["pk"]["S"], item["sk"]["S"])] = item
+    for url in runtime.resources.queue_urls.values():
+        state.queue_depths[url] = stored_messages(url)
+    return state
+
+
+def read_alarm_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status: Status | None) -> State:
+    """Only what the status check needs: which tenants have events, the dead letters, the queue depths."""
+    events_table = runtime.output("EventsTableName")
+    state = State(status=status, max_receive_count=_max_receive_count(runtime))
+    for tenant in tenants:
+        state.logs[tenant] = list(read_events(dynamodb, events_table, tenant))
+    _read_inbox(state, dynamodb, runtime.output("InboxTableName"))
+    for url in runtime.resources.queue_urls.values():
+        state.queue_depths[url] = stored_messages(url)
+    return state
+
+
+def stored_messages(queue_url: str) -> int:
+    """Messages SQS holds in the queue, visible or not: moto's own storage, not an API answer."""
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[ACCOUNT][REGION].queues[queue_url.rsplit("/", 1)[1]]
+    return len(queue._messages)
+
+
+def _read_inbox(state: State, dynamodb: Any, inbox_table: str) -> None:
+    for item in _scan(dynamodb, inbox_table):
+        pk = item["pk"]["S"]
+        if pk.startswith("CLAIM#"):
+            state.claims[f"{pk.removeprefix('CLAIM#')}:{item['sk']['S']}"] = item
+        elif item.get("kind", {}).get("S") == "DEAD_LETTER":
+            state.dead_letters.append(_dead_letter(item))
+
+
+def _max_receive_count(runtime: LocalRuntime) -> int:
+    durable = runtime.stack.output_reference("DurableQueueUrl").logical_id
+    count = runtime.stack.queues[durable].max_receive_count
+    assert count is not None, "the durable queue has a redrive policy"
+    return count
+
+
+def _dead_letter(item: dict[str, Any]) -> DeadLetterRow:
+    return DeadLetterRow(
+        tenant=item["tenant"]["S"],
+        event_id=item["event_id"]["S"],
+        subscription=item["subscription"]["S"],
+        reason=item["reason"]["S"],
+        error=item.get("error", {}).get("S", ""),
+        receive_count=int(item.get("receive_count", {}).get("N", "0")),
+        resolved="resolved" in item,
+    )
+
+
+def _scan(dynamodb: Any, table: str) -> list[dict[str, Any]]:
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+    return [item for page in pages for item in page["Items"]]

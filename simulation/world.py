@@ -1,0 +1,105 @@
+"""The state of one simulated run that the simulator and the in-process handlers share.
+
+The Lambda functions of the local runtime build their catalog from ``SUBSCRIPTIONS`` at cold start; the
+simulation points that at ``simulation.catalog:build_catalog``, which finds this run's ``World`` in a
+module-level registry by ``SIMULATION_RUN`` (one process runs one seed at a time, but the key keeps a
+stale container from ever reaching another run's state).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ulid import ULID
+
+from modules.services import FakeService
+from outbox import Envelope
+from simulation.chaos import Chaos
+from simulation.schedule import Schedule
+from simulation.trace import Trace
+
+if TYPE_CHECKING:
+    from outbox.catalog import Catalog
+
+
+class DeterministicIds:
+    """ULIDs from the virtual clock and a seeded stream: the same seed names its events the same."""
+
+    def __init__(self, clock: Callable[[], datetime], seed: int) -> None:
+        self._clock = clock
+        self._random = random.Random(f"{seed}:ids")
+
+    def ulid(self) -> ULID:
+        milliseconds = int(self._clock().timestamp() * 1000)
+        return ULID.from_bytes(milliseconds.to_bytes(6, "big") + self._random.randbytes(10))
+
+    def __call__(self) -> str:
+        return str(self.ulid())
+
+
+@dataclass
+class EmitRecord:
+    """One emit the simulator made, and how it ended."""
+
+    operation: str
+    tenant: str
+    item_id: str
+    event_id: str
+    origin: str  # "workload" or "rival"
+    envelope: Envelope | None = None  # set when it committed
+    error: BaseException | None = None  # set when it failed
+
+    @property
+    def committed(self) -> bool:
+        return self.envelope is not None
+
+
+@dataclass(frozen=True)
+class InjectedError:
+    kind: str  # "retryable" or "terminal"
+    message: str
+
+
+@dataclass
+class World:
+    seed: int
+    schedule: Schedule
+    trace: Trace
+    chaos: Chaos
+    ids: DeterministicIds
+    data_table: str = ""
+    service: FakeService = field(default_factory=lambda: FakeService("payments"))
+    catalog: Catalog | None = None
+    emits: list[EmitRecord] = field(default_factory=list)
+    local_runs: Counter[str] = field(default_factory=Counter)  # event id -> LOCAL handler runs
+    row_changes: Counter[str] = field(default_factory=Counter)  # item pk -> BEST_EFFORT deliveries
+    injected: defaultdict[str, list[InjectedError]] = field(default_factory=lambda: defaultdict(list))
+    down: set[str] = field(default_factory=set)  # keys whose dependency stays down until healed
+    effects_created: Counter[str] = field(default_factory=Counter)  # idempotency key -> effects applied
+
+    @property
+    def run_id(self) -> str:
+        return str(self.seed)
+
+
+_WORLDS: dict[str, World] = {}
+
+
+def register(world: World) -> None:
+    _WORLDS[world.run_id] = world
+
+
+def unregister(world: World) -> None:
+    _WORLDS.pop(world.run_id, None)
+
+
+def world_of(run_id: str) -> World:
+    try:
+        return _WORLDS[run_id]
+    except KeyError:
+        raise LookupError(f"no simulation run {run_id!r} is registered in this process") from None

@@ -1,0 +1,86 @@
+"""The fault points added for the simulator, each once on the example application (local runtime only)."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+from local_runtime import faults
+from outbox.consumer import DurableConsumer
+from tests.e2e.backends import LocalBackend, claim_statuses
+from tests.e2e.test_pipeline import order_and_pay, unique
+
+
+def test_a_worker_killed_before_its_claim_runs_the_handler_once_on_redelivery(local: LocalBackend) -> None:
+    with faults.crash_before_claim(subscription="notify.buyer") as crash:
+        payment_event = order_and_pay(local, unique("tenant"))
+        local.settle()
+
+    assert crash.fired == 1
+    assert local.service("notifier").calls[f"{payment_event}:notify.buyer"] == 1
+    assert set(claim_statuses(local, payment_event).values()) == {"COMPLETED"}
+
+
+def test_a_worker_killed_after_its_completion_does_not_run_the_handler_again(local: LocalBackend) -> None:
+    tenant = unique("tenant")
+    with faults.crash_after_completion(subscription="shipping.book_shipment") as crash:
+        payment_event = order_and_pay(local, tenant)
+        local.settle()
+
+    assert crash.fired == 1
+    assert local.service("carrier").calls[f"{payment_event}:shipping.book_shipment"] == 1, "the claim said: done"
+    assert [e.type for e in local.store().events(tenant)].count("shipment.booked") == 1
+
+
+def test_a_rival_emit_between_head_read_and_commit_costs_one_retry(local: LocalBackend) -> None:
+    tenant = unique("tenant")
+    rival = local.store()
+
+    def rival_emits(rival_tenant: str) -> None:
+        local.profile().change_address(rival, tenant=rival_tenant, actor="rival", profile_id="p1", address="1 Rival Rd")
+
+    with faults.rival_emit_before_commit(rival_emits) as rivalry:
+        local.profile().change_address(local.store(), tenant=tenant, actor="me", profile_id="p2", address="2 Main St")
+
+    assert rivalry.fired == 1
+    assert [e.actor for e in local.store().events(tenant)] == ["rival", "me"]
+    assert local.store().verify_chain(tenant).intact
+
+
+def test_a_second_worker_after_the_visibility_timeout_fences_the_first(local: LocalBackend) -> None:
+    order_and_pay(local, unique("tenant"))
+    local.runtime.pipe("RelayPipeName").drain()
+    durable = next(iter(local.runtime.mappings.values()))
+    completions: list[str] = []
+    original = DurableConsumer._complete
+
+    def counting(consumer: DurableConsumer, claim: Any, *args: Any) -> None:
+        original(consumer, claim, *args)
+        completions.append(claim.idempotency_key)  # only a completion that committed gets here
+
+    with (
+        mock.patch.object(DurableConsumer, "_complete", counting),
+        faults.visibility_timeout_during_handler(durable, subscription="notify.buyer") as late,
+    ):
+        local.settle()
+
+    assert late.fired == 1
+    buyer = [key for key in completions if key.endswith(":notify.buyer")]
+    assert len(buyer) == 1, "the first worker's completion was refused: the second one owns the claim"
+
+
+def test_throttling_any_dynamodb_call_loses_nothing(local: LocalBackend) -> None:
+    class EveryThird(faults.FaultCount):
+        def take(self, subject: str = "") -> bool:
+            self.remaining += 1
+            if self.remaining % 3 or self.fired >= 8:
+                return False
+            self.fired += 1
+            return True
+
+    with faults.throttle_dynamodb_calls(EveryThird(0), operations=("UpdateItem", "TransactWriteItems")) as throttled:
+        payment_event = order_and_pay(local, unique("tenant"))
+        local.settle()
+
+    assert throttled.fired > 0
+    assert set(claim_statuses(local, payment_event).values()) == {"COMPLETED"}

@@ -1,0 +1,480 @@
+"""1. Consumer overhead: the durable consumer against Powertools Idempotency, on the same SQS batches.
+
+Both consumers process the same Lambda events (10-message batches received from an SQS FIFO queue, each
+body the raw stream image the relay pipe forwards) with 1 and 4 subscriptions per event, once with
+handlers that do nothing and once with handlers that write one DynamoDB item. Both run on in-process
+moto with the local runtime's AWS fixes installed (transactions cost O(touched items), as in AWS; without
+the fixes moto deep-copies every table per transaction, which would charge the engine for moto).
+
+CPU is ``time.process_time`` around the handler calls. Moto plays DynamoDB in the same process, so the
+CPU it spends answering is measured apart (``MotoMeter``) and subtracted: "client CPU" is what the
+function itself would spend in Lambda. Both figures are reported. Repetitions alternate which consumer
+goes first, and every ratio is taken within one repetition.
+
+Also here: the consumer's cost per message with a catalog of 10 and of 1,000 subscriptions of which one
+matches (hot-path work must not scale with the catalog), and where the engine's client CPU goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+import timeit
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks import aws
+from benchmarks.baseline import PERSISTENCE_KEY, BaselineSubscription, PowertoolsIdempotentConsumer
+from benchmarks.metering import AwsMeter, MotoMeter, ResponseRecorder, ResponseReplayer, Usage
+from benchmarks.stats import Summary, ratios, summary
+from local_runtime.clock import VirtualClock
+from local_runtime.lambda_context import LocalLambdaContext
+from outbox import Envelope, EventStore, writes
+from outbox.consumer import DurableConsumer, parse_body
+from outbox.inbox import Inbox, envelope_digest
+from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
+
+EVENT_TYPE = "bench.order_paid"
+TENANTS = ("acme", "globex", "initech", "umbrella")
+MAX_RECEIVE_COUNT = 5
+FUNCTION_TIMEOUT = timedelta(seconds=60)
+Batch = dict[str, Any]
+Handle = Callable[[Batch, Any], Any]
+_tables = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    subscriptions: int
+    effect_write: bool
+
+    @property
+    def label(self) -> str:
+        effect = "one DynamoDB write" if self.effect_write else "no writes"
+        return f"{self.subscriptions} subscription{'s' if self.subscriptions > 1 else ''}, handler: {effect}"
+
+
+SCENARIOS = (Scenario(1, False), Scenario(4, False), Scenario(1, True), Scenario(4, True))
+
+
+@dataclass
+class Measurement:
+    """One consumer's time over all measured batches of one repetition."""
+
+    cpu_seconds: float  # on moto, moto's CPU included
+    moto_cpu_seconds: float  # of which moto's dispatch
+    replayed_cpu_seconds: float  # the same batches with moto's answers replayed: the client alone
+    wall_seconds: float
+    messages: int
+    deliveries: int
+
+    @property
+    def client_cpu_seconds(self) -> float:
+        return self.cpu_seconds - self.moto_cpu_seconds
+
+
+@dataclass
+class Tools:
+    clock: VirtualClock
+    moto: MotoMeter
+    recorder: ResponseRecorder
+    replayer: ResponseReplayer
+
+
+@dataclass
+class Counted:
+    """One consumer's DynamoDB requests and units over the same batches."""
+
+    messages: int
+    deliveries: int
+    dynamodb: Usage
+    by_operation: dict[str, int]
+
+
+def sample_payload(n: int) -> dict[str, Any]:
+    """About the size of the example application's ``payment.completed`` payload."""
+    return {
+        "order_id": f"order-{n:06d}",
+        "payment_id": f"pay-{n:06d}",
+        "amount_cents": 1500 + n,
+        "currency": "EUR",
+        "buyer_email": f"buyer-{n}@example.com",
+        "items": [{"sku": "pet-tag", "quantity": 2, "unit_price_cents": 750}],
+        "shipping_address": f"{n} Main Street, Springfield",
+    }
+
+
+def make_batches(dynamodb: Any, sqs: Any, count: int, batch_size: int) -> list[Batch]:
+    """Emit ``count`` events, send them as the relay pipe does and receive them as Lambda would."""
+    aws.create_table(dynamodb, "events")
+    store = EventStore("events", client=dynamodb, sleep=lambda _s: None)
+    queue_url = aws.create_fifo_queue(sqs, "bench-durable")
+    arn = aws.queue_arn(sqs, queue_url)
+    for n in range(count):
+        envelope = store.emit(EVENT_TYPE, sample_payload(n), tenant=TENANTS[n % len(TENANTS)], actor="bench")
+        sqs.send_message(
+            QueueUrl=queue_url,
+            MessageBody=aws.dumps(envelope.to_item()),
+            MessageGroupId=envelope.tenant,
+            MessageDeduplicationId=envelope.id,
+        )
+    batches: list[Batch] = []
+    while True:
+        records = aws.lambda_records(sqs, queue_url, arn, max_messages=batch_size)
+        if not records:
+            return batches
+        batches.append({"Records": records})
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(records)],
+        )
+
+
+def effect_item(idempotency_key: str) -> dict[str, Any]:
+    return {"pk": f"EFFECT#{idempotency_key}", "sk": "EFFECT", "status": "DONE", "amount_cents": 1500}
+
+
+class Consumers:
+    """Builds each consumer on fresh tables (so every run starts from an empty inbox), its requests
+    going through ``dynamodb``; ``admin`` creates the tables."""
+
+    def __init__(self, dynamodb: Any, admin: Any) -> None:
+        self.dynamodb = dynamodb
+        self.admin = admin
+        self.store = EventStore("events", client=dynamodb, sleep=lambda _s: None)
+
+    def _fresh(self, prefix: str, key: tuple[str, str | None] = ("pk", "sk")) -> str:
+        global _tables
+        _tables += 1
+        name = f"{prefix}-{_tables}"
+        aws.create_table(self.admin, name, key=key)
+        return name
+
+    def ours(self, scenario: Scenario, catalog_size: int | None = None) -> Handle:
+        inbox_table, effects_table = self._fresh("inbox"), self._fresh("effects")
+
+        def handler(delivery: Delivery) -> HandlerResult | None:
+            if not scenario.effect_write:
+                return None
+            return HandlerResult(writes=[writes.put(effects_table, effect_item(delivery.idempotency_key))])
+
+        subscriptions = [
+            Subscription(f"bench.sub_{i}", EVENT_TYPE, Lane.DURABLE, handler) for i in range(scenario.subscriptions)
+        ]
+        for i in range((catalog_size or scenario.subscriptions) - scenario.subscriptions):
+            # The rest of a large catalog: other types, exact names and globs, none matching.
+            pattern = f"other_{i}.*" if i % 2 else f"other.type_{i}"
+            subscriptions.append(Subscription(f"other.sub_{i}", pattern, Lane.DURABLE, handler))
+        inbox = Inbox(inbox_table, client=self.dynamodb, max_attempts=MAX_RECEIVE_COUNT)
+        consumer = DurableConsumer(
+            SubscriptionRegistry.of(subscriptions), inbox, self.store, max_receive_count=MAX_RECEIVE_COUNT
+        )
+        return consumer.handle
+
+    def baseline(self, scenario: Scenario) -> Handle:
+        table, effects_table = self._fresh("idempotency", key=PERSISTENCE_KEY), self._fresh("effects")
+        dynamodb = self.dynamodb
+
+        def handler(delivery: Any) -> None:
+            if scenario.effect_write:
+                key = f"{delivery['event_id']}:{delivery['subscription']}"
+                dynamodb.put_item(TableName=effects_table, Item=writes.typed(effect_item(key)))
+
+        subscriptions = [
+            BaselineSubscription(f"bench.sub_{i}", EVENT_TYPE, handler) for i in range(scenario.subscriptions)
+        ]
+        return PowertoolsIdempotentConsumer(table, dynamodb, subscriptions).handle
+
+
+def _timed(handle: Handle, batches: Sequence[Batch], context: Any) -> tuple[float, float]:
+    gc.collect()
+    # No collection while timing: moto's allocations would trigger collections that land, at random,
+    # in the consumer's own code and charge it for the emulator's garbage.
+    gc.disable()
+    try:
+        cpu, wall = time.process_time(), time.perf_counter()
+        for batch in batches:
+            _check(handle(batch, context))
+        return time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        gc.enable()
+
+
+def measure(
+    build: Callable[[Consumers], Handle],
+    on_moto: Consumers,
+    replayed: Consumers,
+    tools: Tools,
+    warmup: Batch,
+    batches: Sequence[Batch],
+    deliveries_per_message: int,
+) -> Measurement:
+    """Time one consumer over the batches on moto, then again with moto's recorded answers replayed."""
+    context = LocalLambdaContext("bench-consumer", FUNCTION_TIMEOUT, tools.clock)
+    handle = build(on_moto)
+    tools.recorder.start()
+    _check(handle(warmup, context))  # first-call work (memoised matching, compiled JMESPath) is not per message
+    tools.moto.reset()
+    cpu, wall = _timed(handle, batches, context)
+    moto_cpu = tools.moto.total.cpu_seconds
+    tools.replayer.load(tools.recorder.stop())
+    replay = build(replayed)
+    _check(replay(warmup, context))
+    replayed_cpu, _ = _timed(replay, batches, context)
+    if not tools.replayer.exhausted:
+        raise RuntimeError("the replayed run made fewer requests than the recorded one")
+    messages = sum(len(batch["Records"]) for batch in batches)
+    return Measurement(
+        cpu_seconds=cpu,
+        moto_cpu_seconds=moto_cpu,
+        replayed_cpu_seconds=replayed_cpu,
+        wall_seconds=wall,
+        messages=messages,
+        deliveries=messages * deliveries_per_message,
+    )
+
+
+def count(
+    handle: Handle,
+    warmup: Batch,
+    batches: Sequence[Batch],
+    deliveries_per_message: int,
+    meter: AwsMeter,
+    clock: VirtualClock,
+) -> Counted:
+    """The DynamoDB requests and units of one consumer over the batches (a separate, untimed pass)."""
+    context = LocalLambdaContext("bench-consumer", FUNCTION_TIMEOUT, clock)
+    _check(handle(warmup, context))
+    meter.reset()
+    for batch in batches:
+        _check(handle(batch, context))
+    messages = sum(len(batch["Records"]) for batch in batches)
+    return Counted(
+        messages=messages,
+        deliveries=messages * deliveries_per_message,
+        dynamodb=meter.total(lambda _a, service, _o: service == "dynamodb"),
+        by_operation={row["operation"]: int(row["requests"]) for row in meter.rows() if row["service"] == "dynamodb"},
+    )
+
+
+def _check(response: Any) -> None:
+    if response and response.get("batchItemFailures"):
+        raise RuntimeError(f"a benchmark batch failed: {response['batchItemFailures']}")
+
+
+def _per_message(measurements: Sequence[Measurement], attribute: str) -> Summary:
+    return summary([getattr(m, attribute) / m.messages * 1000 for m in measurements])
+
+
+def describe(measurements: Sequence[Measurement], counted: Counted) -> dict[str, Any]:
+    return {
+        "cpu_ms_per_message": _per_message(measurements, "cpu_seconds"),
+        "client_cpu_ms_per_message": _per_message(measurements, "client_cpu_seconds"),
+        "replayed_cpu_ms_per_message": _per_message(measurements, "replayed_cpu_seconds"),
+        "moto_cpu_ms_per_message": _per_message(measurements, "moto_cpu_seconds"),
+        "wall_ms_per_message": _per_message(measurements, "wall_seconds"),
+        "messages": counted.messages,
+        "deliveries": counted.deliveries,
+        "dynamodb_requests_per_message": counted.dynamodb.requests / counted.messages,
+        "dynamodb_requests_per_delivery": counted.dynamodb.requests / counted.deliveries,
+        "write_units_per_message": counted.dynamodb.write_units / counted.messages,
+        "write_units_per_delivery": counted.dynamodb.write_units / counted.deliveries,
+        "transactional_write_units_per_delivery": counted.dynamodb.transactional_write_units / counted.deliveries,
+        "read_units_per_delivery": counted.dynamodb.read_units / counted.deliveries,
+        "requests_by_operation_per_delivery": {
+            operation: n / counted.deliveries for operation, n in sorted(counted.by_operation.items())
+        },
+    }
+
+
+def cpu_breakdown(batches: Sequence[Batch], admin: Any, tools: Tools, repeat: int = 5) -> dict[str, float]:
+    """Client CPU in microseconds of each step, per message or per (event, subscription), with moto's
+    answers replayed: parsing a body, and each inbox request against the matching Powertools one."""
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
+    from boto3.dynamodb.types import TypeDeserializer
+
+    bodies = [record["body"] for batch in batches for record in batch["Records"]]
+    envelopes: list[Envelope] = [parse_body(body) for body in bodies]
+    deliveries = [{"event_id": e.id, "subscription": "bench.sub_0", "envelope": e.model_dump()} for e in envelopes]
+    deserializer = TypeDeserializer()
+    lease = timedelta(seconds=60)
+    recording, replaying = aws.client("dynamodb"), aws.client("dynamodb")
+    tools.recorder.attach(recording.meta.events)
+    tools.replayer.attach(replaying.meta.events)
+    config = IdempotencyConfig(event_key_jmespath="[event_id, subscription]")
+
+    def replayed(work: Callable[[Any, str], Callable[[], object]], prefix: str, key: tuple[str, str | None]) -> float:
+        """Microseconds per item of ``work`` on the replaying client, after one recorded run on moto."""
+        best = float("inf")
+        for attempt in range(repeat):
+            table = f"{prefix}-breakdown-{attempt}"
+            aws.create_table(admin, table, key=key)
+            tools.recorder.start()
+            work(recording, table)()
+            tools.replayer.load(tools.recorder.stop())
+            run = work(replaying, table)
+            gc.collect()
+            cpu = time.process_time()
+            run()
+            best = min(best, time.process_time() - cpu)
+        return best / len(envelopes) * 1e6
+
+    def claim_and_complete(client: Any, table: str) -> Callable[[], object]:
+        inbox = Inbox(table, client=client, max_attempts=MAX_RECEIVE_COUNT)
+
+        def run() -> None:
+            for envelope in envelopes:
+                result = inbox.claim(envelope, "bench.sub_0", lease)
+                assert result.claim is not None
+                inbox.mark_completed(result.claim)
+
+        return run
+
+    def claim_only(client: Any, table: str) -> Callable[[], object]:
+        inbox = Inbox(table, client=client, max_attempts=MAX_RECEIVE_COUNT)
+        return lambda: [inbox.claim(envelope, "bench.sub_0", lease) for envelope in envelopes]
+
+    def persistence(client: Any, table: str, complete: bool) -> Callable[[], object]:
+        layer = DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
+        layer.configure(config, function_name="bench.run_subscription")
+
+        def run() -> None:
+            for delivery in deliveries:
+                layer.save_inprogress(data=delivery, remaining_time_in_millis=60_000)
+                if complete:
+                    layer.save_success(data=delivery, result={})
+
+        return run
+
+    def per_item(work: Callable[[], object], count: int) -> float:
+        return min(timeit.repeat(work, number=1, repeat=repeat)) / count * 1e6
+
+    claim = replayed(claim_only, "claims", ("pk", "sk"))
+    claim_complete = replayed(claim_and_complete, "completions", ("pk", "sk"))
+    inprogress = replayed(lambda c, t: persistence(c, t, complete=False), "inprogress", PERSISTENCE_KEY)
+    both = replayed(lambda c, t: persistence(c, t, complete=True), "success", PERSISTENCE_KEY)
+    return {
+        "ours_parse_body_us_per_message": per_item(lambda: [parse_body(b) for b in bodies], len(bodies)),
+        "ours_of_which_hash_check_us": per_item(lambda: [e.computed_hash() for e in envelopes], len(envelopes)),
+        "baseline_parse_us_per_message": per_item(
+            lambda: [{k: deserializer.deserialize(v) for k, v in json.loads(b).items()} for b in bodies], len(bodies)
+        ),
+        "ours_claim_us": claim,
+        "ours_of_which_envelope_digest_us": per_item(lambda: [envelope_digest(e) for e in envelopes], len(bodies)),
+        "ours_mark_completed_us": claim_complete - claim,
+        "baseline_save_inprogress_us": inprogress,
+        "baseline_save_success_us": both - inprogress,
+    }
+
+
+def run(
+    repetitions: int = 5, batches: int = 5, batch_size: int = 10, catalog_sizes: tuple[int, int] = (10, 1000)
+) -> dict[str, Any]:
+    with aws.moto(fixes=True) as clock, MotoMeter() as moto:
+        admin, sqs = aws.client("dynamodb"), aws.client("sqs")
+        timed, replayed, metered = aws.client("dynamodb"), aws.client("dynamodb"), aws.client("dynamodb")
+        tools = Tools(clock, moto, ResponseRecorder(), ResponseReplayer())
+        tools.recorder.attach(timed.meta.events)
+        tools.replayer.attach(replayed.meta.events)
+        meter = AwsMeter.on_moto()
+        meter.attach(metered.meta.events)
+        all_batches = make_batches(admin, sqs, (batches + 1) * batch_size, batch_size)
+        warmup, measured = all_batches[0], all_batches[1:]
+        on_moto, on_replay, counting = Consumers(timed, admin), Consumers(replayed, admin), Consumers(metered, admin)
+        results: dict[Scenario, dict[str, list[Measurement]]] = {s: {"ours": [], "baseline": []} for s in SCENARIOS}
+        catalog: dict[int, list[Measurement]] = {size: [] for size in catalog_sizes}
+        for repetition in range(repetitions):
+            for scenario in SCENARIOS:
+                order = ("ours", "baseline") if repetition % 2 == 0 else ("baseline", "ours")
+                for implementation in order:
+                    build = _builder(scenario, implementation)
+                    results[scenario][implementation].append(
+                        measure(build, on_moto, on_replay, tools, warmup, measured, scenario.subscriptions)
+                    )
+            sizes = catalog_sizes if repetition % 2 == 0 else tuple(reversed(catalog_sizes))
+            for size in sizes:
+                build = _builder(Scenario(1, False), "ours", catalog_size=size)
+                catalog[size].append(measure(build, on_moto, on_replay, tools, warmup, measured, 1))
+        moto_by_operation = moto.by_operation()
+        counts = {
+            (scenario, implementation): count(
+                _builder(scenario, implementation)(counting), warmup, measured, scenario.subscriptions, meter, clock
+            )
+            for scenario in SCENARIOS
+            for implementation in ("ours", "baseline")
+        }
+        catalog_counts = {
+            size: count(_builder(Scenario(1, False), "ours", size)(counting), warmup, measured, 1, meter, clock)
+            for size in catalog_sizes
+        }
+        breakdown = cpu_breakdown(measured, admin, tools)
+    small, large = catalog_sizes
+
+    def ratio(runs: dict[str, list[Measurement]], attribute: str) -> Summary:
+        return ratios([getattr(m, attribute) for m in runs["ours"]], [getattr(m, attribute) for m in runs["baseline"]])
+
+    return {
+        "aws_fixes": True,
+        "repetitions": repetitions,
+        "batch_size": batch_size,
+        "batches": len(measured),
+        "messages": sum(len(batch["Records"]) for batch in measured),
+        "scenarios": [
+            {
+                "label": scenario.label,
+                "subscriptions": scenario.subscriptions,
+                "effect_write": scenario.effect_write,
+                "ours": describe(runs["ours"], counts[(scenario, "ours")]),
+                "baseline": describe(runs["baseline"], counts[(scenario, "baseline")]),
+                "cpu_ratio": ratio(runs, "cpu_seconds"),
+                "client_cpu_ratio": ratio(runs, "client_cpu_seconds"),
+                "replayed_cpu_ratio": ratio(runs, "replayed_cpu_seconds"),
+            }
+            for scenario, runs in results.items()
+        ],
+        "catalog_scale": {
+            "sizes": list(catalog_sizes),
+            "replayed_cpu_ms_per_message": {
+                str(size): _per_message(catalog[size], "replayed_cpu_seconds") for size in catalog_sizes
+            },
+            "dynamodb_requests_per_message": {
+                str(size): catalog_counts[size].dynamodb.requests / catalog_counts[size].messages
+                for size in catalog_sizes
+            },
+            "replayed_cpu_ratio": ratios(
+                [m.replayed_cpu_seconds for m in catalog[large]], [m.replayed_cpu_seconds for m in catalog[small]]
+            ),
+        },
+        "cpu_breakdown_us": breakdown,
+        "moto_cpu_ms_by_operation": {
+            name: {"requests": t.requests, "cpu_ms_per_request": t.cpu_seconds / t.requests * 1000}
+            for name, t in sorted(moto_by_operation.items())
+            if t.requests
+        },
+    }
+
+
+def _builder(scenario: Scenario, implementation: str, catalog_size: int | None = None) -> Callable[[Consumers], Handle]:
+    if implementation == "ours":
+        return lambda consumers: consumers.ours(scenario, catalog_size)
+    return lambda consumers: consumers.baseline(scenario)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=5)
+    args = parser.parse_args(argv)
+    figures = run(repetitions=args.repetitions, batches=args.batches)
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -667,8 +667,8 @@ def targets_section(
             f"whole application: {_n(cost['durable_requests_per_pair'], 2)} (trickle), "
             f"{_n(cost['burst_durable_requests_per_pair'], 2)} (burst)",
             (
-                "met by the inbox; the excess in the application run is follow-up emits retrying after a stale "
-                "cached head"
+                "met by the inbox; the excess in the application run is the consumer's follow-up emits (a head "
+                "read and their own transaction, counted against the subscription that emits them)"
                 if consumer["requests_per_delivery"] <= 2
                 else "**not met**"
             ),

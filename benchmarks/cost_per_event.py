@@ -37,6 +37,31 @@ from modules.services import Services
 from outbox import Lane
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
+
+
+def order_and_payment(store: Any, commerce: Commerce, n: int) -> None:
+    """The workload every end-to-end benchmark drives: one order and its payment, tenants in turn."""
+    tenant = TENANTS[n % len(TENANTS)]
+    commerce.place_order(
+        store,
+        tenant=tenant,
+        actor="bench",
+        order_id=f"order-{n}",
+        buyer_email=f"buyer-{n}@example.com",
+        items=[{"sku": "pet-tag", "quantity": 2, "unit_price_cents": 750}],
+    )
+    commerce.complete_payment(
+        store,
+        tenant=tenant,
+        actor="bench",
+        order_id=f"order-{n}",
+        payment_id=f"pay-{n}",
+        amount_cents=1500,
+        pet_tag_id=f"tag-{n}",
+        shipping_address=f"{n} Main Street",
+    )
+
+
 VERIFY = "verification"
 
 
@@ -136,25 +161,7 @@ def run_workload(runtime: LocalRuntime, orders: int, cadence: str) -> Counter[st
     emitted: Counter[str] = Counter()
     block = 1 if cadence == "trickle" else 25
     for n in range(orders):
-        tenant = TENANTS[n % len(TENANTS)]
-        commerce.place_order(
-            store,
-            tenant=tenant,
-            actor="bench",
-            order_id=f"order-{n}",
-            buyer_email=f"buyer-{n}@example.com",
-            items=[{"sku": "pet-tag", "quantity": 2, "unit_price_cents": 750}],
-        )
-        commerce.complete_payment(
-            store,
-            tenant=tenant,
-            actor="bench",
-            order_id=f"order-{n}",
-            payment_id=f"pay-{n}",
-            amount_cents=1500,
-            pet_tag_id=f"tag-{n}",
-            shipping_address=f"{n} Main Street",
-        )
+        order_and_payment(store, commerce, n)
         emitted.update({"order.created": 1, "payment.completed": 1})
         if (n + 1) % block == 0:
             if cadence == "trickle":

@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks import aws
 from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
-from benchmarks.cost_per_event import TENANTS, Instruments, instrument
+from benchmarks.cost_per_event import Instruments, instrument, order_and_payment
 from benchmarks.metering import AwsMeter, MotoMeter, current_actor
 from benchmarks.stats import ratios, summary
 from local_runtime.runtime import LocalRuntime
@@ -76,7 +76,7 @@ def runtime_run(assembly: Path, orders: int, block: int) -> dict[str, Any]:
             for first in range(0, orders, block):
                 emit_start, moto_start = time.perf_counter(), moto.total.wall_seconds
                 for n in range(first, min(first + block, orders)):
-                    _order_and_payment(store, commerce, n)
+                    order_and_payment(store, commerce, n)
                 application += time.perf_counter() - emit_start
                 application_moto += moto.total.wall_seconds - moto_start
                 runtime.run_until_idle()
@@ -101,28 +101,6 @@ def runtime_run(assembly: Path, orders: int, block: int) -> dict[str, Any]:
             - (total_moto - application_moto - functions_moto),
         },
     }
-
-
-def _order_and_payment(store: Any, commerce: Commerce, n: int) -> None:
-    tenant = TENANTS[n % len(TENANTS)]
-    commerce.place_order(
-        store,
-        tenant=tenant,
-        actor="bench",
-        order_id=f"order-{n}",
-        buyer_email=f"buyer-{n}@example.com",
-        items=[{"sku": "pet-tag", "quantity": 2, "unit_price_cents": 750}],
-    )
-    commerce.complete_payment(
-        store,
-        tenant=tenant,
-        actor="bench",
-        order_id=f"order-{n}",
-        payment_id=f"pay-{n}",
-        amount_cents=1500,
-        pet_tag_id=f"tag-{n}",
-        shipping_address=f"{n} Main Street",
-    )
 
 
 def plain_loop(messages: list[dict[str, str]]) -> float:

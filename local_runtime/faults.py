@@ -189,21 +189,13 @@ def fail_handler(
     count: FaultCount | None = None,
 ) -> Iterator[FaultCount]:
     """The named subscription's handler raises ``error()`` on its next ``times`` runs."""
-    count, original = count or FaultCount(times), DurableConsumer.deliver
+    count = count or FaultCount(times)
 
-    def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-        if sub.name == subscription:
-            handler = sub.handler
+    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+        if count.take(delivery.idempotency_key):
+            raise error()
 
-            def failing(delivery: Any) -> Any:
-                if count.take(delivery.idempotency_key):
-                    raise error()
-                return handler(delivery)
-
-            sub = replace(sub, handler=failing)
-        return original(consumer, envelope, sub, *args)
-
-    with mock.patch.object(DurableConsumer, "deliver", deliver):
+    with _before_handler(lambda sub: sub.name == subscription, before):
         yield count
 
 
@@ -212,21 +204,13 @@ def expire_lease_while_running(
     clock: VirtualClock, subscription: str | None, times: int = 1, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
     """Virtual time jumps past the lease while the handler runs (a handler slower than its lease)."""
-    count, original = count or FaultCount(times), DurableConsumer.deliver
+    count = count or FaultCount(times)
 
-    def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-        if _selected(sub, subscription):
-            handler = sub.handler
+    def before(consumer: DurableConsumer, delivery: Any) -> None:
+        if count.take(delivery.idempotency_key):
+            clock.advance(consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1))
 
-            def slow(delivery: Any) -> Any:
-                if count.take(delivery.idempotency_key):
-                    clock.advance(consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1))
-                return handler(delivery)
-
-            sub = replace(sub, handler=slow)
-        return original(consumer, envelope, sub, *args)
-
-    with mock.patch.object(DurableConsumer, "deliver", deliver):
+    with _before_handler(lambda sub: _selected(sub, subscription), before):
         yield count
 
 
@@ -243,29 +227,44 @@ def visibility_timeout_during_handler(
 
     The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
     what the lease and the fencing token do when the configuration is wrong."""
-    count, original = count or FaultCount(times), DurableConsumer.deliver
+    count = count or FaultCount(times)
     nested = False
 
+    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+        nonlocal nested
+        if not nested and count.take(delivery.idempotency_key):
+            mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
+            nested = True
+            try:
+                mapping.poll()  # the second worker
+            finally:
+                nested = False
+
+    with _before_handler(lambda sub: _selected(sub, subscription), before):
+        yield count
+
+
+@contextmanager
+def _before_handler(
+    selected: Callable[[Subscription], bool], before: Callable[[DurableConsumer, Any], None]
+) -> Iterator[None]:
+    """Run ``before(consumer, delivery)`` inside the selected subscriptions' handler, after the claim and
+    before the handler's own code: the seam the handler-level faults share."""
+    original = DurableConsumer.deliver
+
     def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-        if _selected(sub, subscription) and not nested:
+        if selected(sub):
             handler = sub.handler
 
-            def outlived(delivery: Any) -> Any:
-                nonlocal nested
-                if count.take(delivery.idempotency_key):
-                    mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
-                    nested = True
-                    try:
-                        mapping.poll()  # the second worker
-                    finally:
-                        nested = False
+            def wrapped(delivery: Any) -> Any:
+                before(consumer, delivery)
                 return handler(delivery)
 
-            sub = replace(sub, handler=outlived)
+            sub = replace(sub, handler=wrapped)
         return original(consumer, envelope, sub, *args)
 
     with mock.patch.object(DurableConsumer, "deliver", deliver):
-        yield count
+        yield
 
 
 @contextmanager

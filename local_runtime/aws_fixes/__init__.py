@@ -17,6 +17,7 @@ Rule   AWS behaviour                                                moto gap / A
 7      DLQ move: dedup id = message id, DeadLetterQueueSourceArn    M17; R5.4 (``sqs``)
 8      Visibility, delays, retention on the virtual clock           M19, M15 (``sqs``)
 9      StartMessageMoveTask / ListMessageMoveTasks / Cancel…        M18; R5.6 (``sqs``)
+10     ChangeMessageVisibility: 12 h from the receive, 0 always     M20; R5.5 (``sqs``)
 -      ReceiveRequestAttemptId                                      M16; R5.3 (``sqs``)
 =====  ===========================================================  ==================================
 

@@ -25,6 +25,10 @@ Rule 9, StartMessageMoveTask (M18; R5.6). StartMessageMoveTask, ListMessageMoveT
 CancelMessageMoveTask are implemented; a task moves every visible message synchronously (oldest first,
 MessageGroupId kept, a new message id and a fresh deduplication id) and is COMPLETED when it returns.
 
+Rule 10, visibility changes (M20; R5.5). A message's visibility can be extended up to 12 hours from the
+receive that put it in flight, and setting it to 0 (visible now) is always allowed; moto counted the 12
+hours from when the message was sent.
+
 ReceiveRequestAttemptId (M16; R5.3). On a FIFO queue, a retry with the same id within five minutes
 returns the same messages and receipt handles and restarts their visibility timeout, unless one of
 them was deleted or had its visibility changed since; then it is a new receive.
@@ -49,7 +53,7 @@ from weakref import WeakKeyDictionary
 from moto.core.responses import ActionResult
 from moto.moto_api._internal import mock_random
 from moto.sqs import models as sqs_models
-from moto.sqs.exceptions import InvalidParameterValue, SQSException
+from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid, SQSException
 from moto.sqs.models import Message, Queue, SQSBackend, _filter_message_attributes
 from moto.sqs.responses import SQSResponse
 
@@ -65,6 +69,8 @@ DEAD_LETTER_SOURCE_ATTRIBUTE = "DeadLetterQueueSourceArn"
 # What moto's Message does not model, kept on the message itself so that it follows every copy.
 _SOURCE_ARN = "_aws_fixes_dead_letter_queue_source_arn"
 _ENQUEUED_AT = "_aws_fixes_enqueued_at_ms"
+_RECEIVED_AT = "_aws_fixes_received_at_ms"
+MAX_VISIBILITY_MS = 12 * 60 * 60 * 1000
 
 _RECEIVE_ATTEMPT: ContextVar[str | None] = ContextVar("receive_request_attempt_id", default=None)
 
@@ -78,7 +84,6 @@ _LOCKED_BACKEND_CALLS = (
     "send_message_batch",
     "delete_message",
     "delete_message_batch",
-    "change_message_visibility",
     "change_message_visibility_batch",
     "purge_queue",
     "list_dead_letter_source_queues",
@@ -218,6 +223,11 @@ class SqsFixes:
         def cancel_message_move_task(self: SQSResponse) -> ActionResult:
             fixes._cancel_move_task(self.sqs_backend, self._get_param("TaskHandle"))
 
+        def change_message_visibility(
+            self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int
+        ) -> None:
+            fixes._change_visibility(self, queue_name, receipt_handle, int(visibility_timeout))
+
         original_receive_request = SQSResponse.receive_message
         module: ModuleType = sqs_models
         return [
@@ -230,6 +240,7 @@ class SqsFixes:
             Patch(SQSResponse, "start_message_move_task", start_message_move_task, "M18"),
             Patch(SQSResponse, "list_message_move_tasks", list_message_move_tasks, "M18"),
             Patch(SQSResponse, "cancel_message_move_task", cancel_message_move_task, "M18"),
+            Patch(SQSBackend, "change_message_visibility", change_message_visibility, "M20: 12 h from the receive"),
             *(
                 Patch(SQSBackend, name, locked(getattr(SQSBackend, name)), "M17: one lock for all SQS calls")
                 for name in _LOCKED_BACKEND_CALLS
@@ -301,6 +312,7 @@ class SqsFixes:
                 continue
             queue.pending_messages.add(message)
             message.mark_received(visibility_timeout=visibility_timeout)
+            setattr(message, _RECEIVED_AT, now)
             received.append(message)
         return received
 
@@ -325,6 +337,25 @@ class SqsFixes:
             queue.pending_messages.add(delivery.message)
             delivery.visible_at = delivery.message.visible_at
         return [delivery.message for delivery in attempt.deliveries]
+
+    def _change_visibility(self, backend: SQSBackend, queue_name: str, receipt_handle: str, timeout: int) -> None:
+        """Rule 10 (M20; R5.5): a message's visibility may be extended up to 12 hours from the receive that
+        put it in flight; making it visible now (0) is never an extension. moto counted the 12 hours from
+        when the message was sent, so a message that waited long in its queue could not be released."""
+        with SQS_LOCK:
+            queue = backend.get_queue(queue_name)
+            message = next((m for m in queue._messages if m.had_receipt_handle(receipt_handle)), None)
+            if message is None:
+                raise ReceiptHandleIsInvalid()
+            received_at = getattr(message, _RECEIVED_AT, None) or _enqueued_at(message)
+            if timeout > 0 and self._clock.now_ms() + timeout * 1000 - received_at > MAX_VISIBILITY_MS:
+                raise InvalidParameterValue(
+                    f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout "
+                    "for the message is beyond the limit [43200 seconds]"
+                )
+            message.change_visibility(timeout)
+            if message.visible and message in queue.pending_messages:
+                queue.pending_messages.remove(message)
 
     def _dead_letter(self, source: Queue, message: Message, now: float) -> None:
         dead_letter_queue = cast(Queue, source.dead_letter_queue)

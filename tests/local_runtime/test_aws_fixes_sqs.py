@@ -357,3 +357,29 @@ def test_a_retried_receive_with_the_same_attempt_id_returns_the_same_messages_an
 
     # Then it gets the same message and receipt handle, not the next group's message
     assert (retried["MessageId"], retried["ReceiptHandle"]) == (lost["MessageId"], lost["ReceiptHandle"])
+
+
+# -- rule 10: visibility changes count 12 hours from the receive ----------------------------------------------
+
+
+def test_a_message_that_waited_a_day_can_still_be_released_and_extended_from_its_receive(
+    fifo: Queues, clock: VirtualClock
+) -> None:
+    # Given a message that sat in its queue for a day before it was received (moto counted from the send)
+    send(fifo, "late")
+    clock.advance(timedelta(days=1))
+    [message] = receive(fifo.sqs, fifo.url)
+
+    # When it is released, received again, and its visibility extended up to 12 hours from that receive
+    fifo.sqs.change_message_visibility(QueueUrl=fifo.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    [again] = receive(fifo.sqs, fifo.url)
+    fifo.sqs.change_message_visibility(
+        QueueUrl=fifo.url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=12 * 3600 - 1
+    )
+
+    # Then both changes are accepted, and only an extension past 12 hours from the receive is refused
+    clock.advance(timedelta(hours=1))
+    with pytest.raises(ClientError, match="beyond the limit"):
+        fifo.sqs.change_message_visibility(
+            QueueUrl=fifo.url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=12 * 3600 - 1800
+        )

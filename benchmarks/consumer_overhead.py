@@ -41,7 +41,7 @@ from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, Su
 
 EVENT_TYPE = "bench.order_paid"
 TENANTS = ("acme", "globex", "initech", "umbrella")
-MAX_RECEIVE_COUNT = 5
+MAX_ATTEMPTS = 5
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 Batch = dict[str, Any]
 Handle = Callable[[Batch, Any], Any]
@@ -170,10 +170,8 @@ class Consumers:
             # The rest of a large catalog: other types, exact names and globs, none matching.
             pattern = f"other_{i}.*" if i % 2 else f"other.type_{i}"
             subscriptions.append(Subscription(f"other.sub_{i}", pattern, Lane.DURABLE, handler))
-        inbox = Inbox(inbox_table, client=self.dynamodb, max_attempts=MAX_RECEIVE_COUNT)
-        consumer = DurableConsumer(
-            SubscriptionRegistry.of(subscriptions), inbox, self.store, max_receive_count=MAX_RECEIVE_COUNT
-        )
+        inbox = Inbox(inbox_table, client=self.dynamodb, max_attempts=MAX_ATTEMPTS)
+        consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions), inbox, self.store)
         return consumer.handle
 
     def baseline(self, scenario: Scenario) -> Handle:
@@ -325,7 +323,7 @@ def cpu_breakdown(batches: Sequence[Batch], admin: Any, tools: Tools, repeat: in
         return best / len(envelopes) * 1e6
 
     def claim_and_complete(client: Any, table: str) -> Callable[[], object]:
-        inbox = Inbox(table, client=client, max_attempts=MAX_RECEIVE_COUNT)
+        inbox = Inbox(table, client=client, max_attempts=MAX_ATTEMPTS)
 
         def run() -> None:
             for envelope in envelopes:
@@ -336,7 +334,7 @@ def cpu_breakdown(batches: Sequence[Batch], admin: Any, tools: Tools, repeat: in
         return run
 
     def claim_only(client: Any, table: str) -> Callable[[], object]:
-        inbox = Inbox(table, client=client, max_attempts=MAX_RECEIVE_COUNT)
+        inbox = Inbox(table, client=client, max_attempts=MAX_ATTEMPTS)
         return lambda: [inbox.claim(envelope, "bench.sub_0", lease) for envelope in envelopes]
 
     def persistence(client: Any, table: str, complete: bool) -> Callable[[], object]:

@@ -101,11 +101,11 @@ def crash_before_claim(
     """The worker dies right before its claim: the message was received, nothing was written."""
     count, original = count or FaultCount(times), Inbox.claim
 
-    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
         key = f"{envelope.id}:{name}"
         if subscription in (None, name) and count.take(key):
             raise WorkerCrash(f"crashed before claiming {key}")
-        return original(inbox, envelope, name, lease, *args)
+        return original(inbox, envelope, name, lease, *args, **kwargs)
 
     with mock.patch.object(Inbox, "claim", claim):
         yield count
@@ -118,8 +118,8 @@ def crash_after_claim(
     """The worker dies right after its claim committed, before the handler ran."""
     count, original = count or FaultCount(times), Inbox.claim
 
-    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
-        result = original(inbox, envelope, name, lease, *args)
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
+        result = original(inbox, envelope, name, lease, *args, **kwargs)
         if result.claim is not None and (subscription in (None, name)) and count.take(result.claim.idempotency_key):
             raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
         return result
@@ -252,7 +252,9 @@ def _before_handler(
     before the handler's own code: the seam the handler-level faults share."""
     original = DurableConsumer.deliver
 
-    def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
+    def deliver(
+        consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+    ) -> DeliveryOutcome:
         if selected(sub):
             handler = sub.handler
 
@@ -261,7 +263,7 @@ def _before_handler(
                 return handler(delivery)
 
             sub = replace(sub, handler=wrapped)
-        return original(consumer, envelope, sub, *args)
+        return original(consumer, envelope, sub, *args, **kwargs)
 
     with mock.patch.object(DurableConsumer, "deliver", deliver):
         yield

@@ -197,7 +197,9 @@ class LocalRuntime:
         return client
 
     def output(self, name: str) -> str:
-        """A stack output's local value, e.g. ``output("EventsTableName")``."""
+        """A stack output's local value, e.g. ``output("EventsTableName")``; a literal output as it is."""
+        if name in self.stack.outputs and Reference.parse(self.stack.outputs[name]["Value"]) is None:
+            return self.resources.value(self.stack.outputs[name]["Value"])
         return self.resources.resolve(self.stack.output_reference(name))
 
     def outputs(self) -> dict[str, str]:

@@ -247,9 +247,7 @@ class Driver:
     def redrive(self, method: str) -> None:
         with self.chaos.paused():
             result = self.operations.redrive(method=method)
-        self.trace.add(
-            "operator", f"redrive ({method}): moved {result.moved}, cleared {result.claims_cleared} claim(s)"
-        )
+        self.trace.add("operator", f"redrive ({method}): moved {result.moved}, {result.remaining} left in the DLQ")
 
     def replay(self) -> None:
         with self.chaos.paused():

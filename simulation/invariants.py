@@ -4,7 +4,7 @@
    its INLINE writes and one LOCAL run came with it).
 2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
    with its error; never both, never neither. A dead letter must be earned: a terminal error the
-   schedule injected, or a retryable one on the queue's last receive.
+   schedule injected, or every attempt the claim allows, each claimed.
 3. External effects: at most one per idempotency key, and at least one call for every completed claim.
 4. No claim is completed (or marked dead) by a worker that did not own it.
 5. An event whose emit failed has no row, no entity change and no delivery.
@@ -134,7 +134,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     for key in sorted(set(ledger) - expected):
         found.append(Violation(2, f"{_name(world, key)}: an effect for no event of the log"))
     for key, letter in sorted(letters.items()):
-        found.extend(_earned(world, observations, state, key, letter.reason, letter.error, letter.receive_count))
+        found.extend(_earned(world, observations, state, key, letter.reason, letter.error, letter.attempts))
     return found
 
 
@@ -155,9 +155,10 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead: bool)
 
 
 def _earned(
-    world: World, observations: Observations, state: State, key: str, reason: str, error: str, receive_count: int
+    world: World, observations: Observations, state: State, key: str, reason: str, error: str, attempts: int
 ) -> list[Violation]:
-    """A dead letter needs its cause: an injected terminal error, or the last receive of a retryable one."""
+    """A dead letter needs its cause: an injected terminal error, or every attempt the claim allows (each
+    claimed, and failed or crashed); never the receive count, which skipped followers collect too."""
     name = _name(world, key)
     if not error:
         return [Violation(2, f"{name}: a dead letter without its error")]
@@ -166,14 +167,15 @@ def _earned(
         if not any(message in error for message in injected):
             return [Violation(2, f"{name}: dead as terminal, but no terminal error was injected ({error})")]
         return []
-    event_id = key.split(":", 1)[0]
-    seen = max((r.receive_count for r in observations.receipts if r.event_id == event_id), default=0)
-    if receive_count < state.max_receive_count or seen < state.max_receive_count:
+    if reason == "unverifiable":
+        return [Violation(2, f"{name}: dead as unverifiable although no message outlived the inbox's memory")]
+    claimed = observations.claims[key]
+    if attempts < state.max_attempts or claimed < state.max_attempts:
         return [
             Violation(
                 2,
-                f"{name}: dead as {reason} on receive {receive_count} (most receives seen: {seen}) of "
-                f"{state.max_receive_count}: a retryable error was not retried ({error})",
+                f"{name}: dead as {reason} after attempt {attempts} (claims seen: {claimed}) of "
+                f"{state.max_attempts}: a retryable error was not retried ({error})",
             )
         ]
     return []

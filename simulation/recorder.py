@@ -13,6 +13,7 @@ committed as committed.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class Send:
 @dataclass
 class Observations:
     current_owner: dict[str, str] = field(default_factory=dict)
+    claims: Counter[str] = field(default_factory=Counter)  # idempotency key -> successful claims
     completions: list[FencedWrite] = field(default_factory=list)
     dead_marks: list[FencedWrite] = field(default_factory=list)
     receipts: list[Receipt] = field(default_factory=list)
@@ -84,8 +86,10 @@ class Recorder:
     def patched(self) -> Iterator[None]:
         recorder = self
 
-        def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
-            return recorder.claim(inbox, envelope, name, lease, *args)
+        def claim(
+            inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any
+        ) -> ClaimResult:
+            return recorder.claim(inbox, envelope, name, lease, *args, **kwargs)
 
         def complete(
             consumer: DurableConsumer, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any
@@ -98,8 +102,10 @@ class Recorder:
         def release(inbox: Inbox, claim_: Claim, error: str) -> None:
             recorder.release(inbox, claim_, error)
 
-        def deliver(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-            return recorder.deliver(consumer, envelope, sub, *args)
+        def deliver(
+            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+        ) -> DeliveryOutcome:
+            return recorder.deliver(consumer, envelope, sub, *args, **kwargs)
 
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
@@ -113,13 +119,16 @@ class Recorder:
 
     # -- the inbox ----------------------------------------------------------------------------------
 
-    def claim(self, inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any) -> ClaimResult:
-        result = self._claim(inbox, envelope, name, lease, *args)
+    def claim(
+        self, inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any
+    ) -> ClaimResult:
+        result = self._claim(inbox, envelope, name, lease, *args, **kwargs)
         key = self.trace.key(f"{envelope.id}:{name}")
         if result.claim is None:
             self.trace.add("claim", f"{key} refused: {result.outcome.value}")
             return result
         self.observations.current_owner[result.claim.idempotency_key] = result.claim.owner
+        self.observations.claims[result.claim.idempotency_key] += 1
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
         return result
 
@@ -146,8 +155,10 @@ class Recorder:
             "release", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}: {brief(error)}"
         )
 
-    def deliver(self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> DeliveryOutcome:
-        outcome = self._deliver(consumer, envelope, sub, *args)
+    def deliver(
+        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+    ) -> DeliveryOutcome:
+        outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
         self.trace.add("outcome", f"{self.trace.key(f'{envelope.id}:{sub.name}')} {outcome.value}")
         return outcome
 

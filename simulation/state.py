@@ -24,6 +24,7 @@ class DeadLetterRow:
     reason: str
     error: str
     receive_count: int
+    attempts: int
     resolved: bool
 
     @property
@@ -40,7 +41,7 @@ class State:
     data: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pk, sk) -> row
     queue_depths: dict[str, int] = field(default_factory=dict)  # queue url -> messages stored
     status: Status | None = None
-    max_receive_count: int = 0
+    max_attempts: int = 0
 
     @property
     def events(self) -> dict[str, Envelope]:
@@ -61,7 +62,7 @@ class State:
 
 def read_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status: Status | None) -> State:
     events_table = runtime.output("EventsTableName")
-    state = State(status=status, max_receive_count=_max_receive_count(runtime))
+    state = State(status=status, max_attempts=max_attempts(runtime))
     for tenant in tenants:
         state.logs[tenant] = list(read_events(dynamodb, events_table, tenant))
         state.chains[tenant] = verify_chain(dynamodb, events_table, tenant)
@@ -76,7 +77,7 @@ def read_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status:
 def read_alarm_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status: Status | None) -> State:
     """Only what the status check needs: which tenants have events, the dead letters, the queue depths."""
     events_table = runtime.output("EventsTableName")
-    state = State(status=status, max_receive_count=_max_receive_count(runtime))
+    state = State(status=status, max_attempts=max_attempts(runtime))
     for tenant in tenants:
         state.logs[tenant] = list(read_events(dynamodb, events_table, tenant))
     _read_inbox(state, dynamodb, runtime.output("InboxTableName"))
@@ -102,11 +103,10 @@ def _read_inbox(state: State, dynamodb: Any, inbox_table: str) -> None:
             state.dead_letters.append(_dead_letter(item))
 
 
-def _max_receive_count(runtime: LocalRuntime) -> int:
-    durable = runtime.stack.output_reference("DurableQueueUrl").logical_id
-    count = runtime.stack.queues[durable].max_receive_count
-    assert count is not None, "the durable queue has a redrive policy"
-    return count
+def max_attempts(runtime: LocalRuntime) -> int:
+    """The durable consumer's attempts per (event, subscription), as the stack configures it."""
+    consumer = runtime.stack.output_reference("DurableConsumerFunctionName").logical_id
+    return int(runtime.stack.functions[consumer].environment["MAX_ATTEMPTS"])
 
 
 def _dead_letter(item: dict[str, Any]) -> DeadLetterRow:
@@ -117,6 +117,7 @@ def _dead_letter(item: dict[str, Any]) -> DeadLetterRow:
         reason=item["reason"]["S"],
         error=item.get("error", {}).get("S", ""),
         receive_count=int(item.get("receive_count", {}).get("N", "0")),
+        attempts=int(item.get("attempts", {}).get("N", "0")),
         resolved="resolved" in item,
     )
 

@@ -205,6 +205,7 @@ class OutboxStack(Stack):
         CfnOutput(self, "RelayPipeName", value=self.relay.pipe_name)
         CfnOutput(self, "RelayDeadLetterQueueUrl", value=self.relay.dead_letter_queue.queue_url)
         CfnOutput(self, "InboxTableName", value=self.inbox.table.table_name)
+        CfnOutput(self, "InboxRetentionDays", value=str(self.inbox.retention_days))
         CfnOutput(self, "DurableConsumerFunctionName", value=self.consumer.function.function_name)
         CfnOutput(self, "AlarmTopicArn", value=self.alarms.topic.topic_arn)
         CfnOutput(self, "DataTableName", value=self.data.table.table_name)

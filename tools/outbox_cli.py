@@ -114,15 +114,15 @@ def _confirm(yes: bool, question: str) -> None:
         raise typer.Exit(code=1)
 
 
-def parse_moment(value: str | None) -> datetime | None:
-    """An ISO 8601 time, or a duration back from now: 30m, 24h, 7d."""
+def parse_moment(value: str | None, now: datetime | None = None) -> datetime | None:
+    """An ISO 8601 time, or a duration back from ``now`` (the operations' clock): 30m, 24h, 7d."""
     if value is None:
         return None
     match = re.fullmatch(r"(\d+)([mhd])", value)
     if match:
         amount, unit = int(match[1]), match[2]
         delta = {"m": timedelta(minutes=amount), "h": timedelta(hours=amount), "d": timedelta(days=amount)}[unit]
-        return datetime.now(UTC) - delta
+        return (now or datetime.now(UTC)) - delta
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -277,19 +277,22 @@ def replay(
     subscription: Annotated[str | None, typer.Option(help="only this subscription")] = None,
     since: Annotated[str | None, typer.Option(help="dead since (ISO time or 24h)")] = None,
     until: Annotated[str | None, typer.Option(help="dead until (ISO time or 24h)")] = None,
-    force: Annotated[bool, typer.Option(help="also rerun COMPLETED claims (runs their effect again)")] = False,
+    force: Annotated[
+        bool, typer.Option(help="also rerun COMPLETED or unverifiable pairs (may run their effect again)")
+    ] = False,
     dry_run: Annotated[bool, typer.Option(help="show what would run, change nothing")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
 ) -> None:
-    """Clear the selected dead claims and re-send those events from the events table."""
+    """Rerun the selected dead (event, subscription) pairs: clear their claims and re-send each event from the
+    events table to those subscriptions only."""
     context = _context(ctx)
     try:
         plan = context.operations.plan_replay(
             tenant=tenant,
             event_ids=event_id or (),
             subscription=subscription,
-            since=parse_moment(since),
-            until=parse_moment(until),
+            since=parse_moment(since, context.operations.now()),
+            until=parse_moment(until, context.operations.now()),
             force=force,
         )
     except OperationRefusedError as exc:
@@ -315,7 +318,8 @@ def redrive(
     method: Annotated[str, typer.Option(help="auto, move-task or receive-send-delete")] = "auto",
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
 ) -> None:
-    """Inbox-aware DLQ redrive: clear the dead claims of each message's event, then move it back."""
+    """Move a DLQ's messages back to their queue. Nothing is cleared: each subscription runs, is skipped as
+    completed, or stays dead with its dead letter (see status; rerun those with replay)."""
     context = _context(ctx)
     if method not in ("auto", "move-task", "receive-send-delete"):
         _refuse(context, OperationRefusedError(f"unknown method {method!r}"))
@@ -344,11 +348,12 @@ def redrive(
     except (OperationRefusedError, OutboxError) as exc:
         _refuse(context, exc)
     logger.info(
-        "redrive (%s): moved %d messages, cleared %d dead claims, kept %d unparseable",
+        "redrive (%s, %s): moved %d messages, %d left in %s",
         result.method,
+        result.status,
         result.moved,
-        result.claims_cleared,
-        result.kept_unparseable,
+        result.remaining,
+        dlq,
     )
     if context.json:
         _emit_json(context, result)
@@ -362,9 +367,10 @@ def reconcile(
     dry_run: Annotated[bool, typer.Option(help="show what would be re-published")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
 ) -> None:
-    """Re-publish events whose durable subscriptions have no completed or dead claim (beyond the stream's 24 h)."""
+    """Re-send events whose durable subscriptions have no claim, to those subscriptions only (beyond the stream's
+    24 h, within the inbox's retention)."""
     context = _context(ctx)
-    moment = parse_moment(since)
+    moment = parse_moment(since, context.operations.now())
     assert moment is not None
     if not dry_run:
         _confirm(yes, f"re-publish unhandled events since {moment.isoformat()}?")

@@ -36,11 +36,10 @@ def consumer() -> DurableConsumer:
         Inbox(
             settings.inbox_table_name,
             client=dynamodb,
-            max_attempts=settings.max_receive_count,
+            max_attempts=settings.max_attempts,
             retention=settings.inbox_retention,
         ),
         EventStore(settings.events_table_name, client=dynamodb, catalog=catalog),
-        max_receive_count=settings.max_receive_count,
         metrics=metrics,
     )
 

@@ -9,9 +9,10 @@ from constructs import Construct
 
 from stacks.constructs.alarms import alarm_above
 from stacks.constructs.queue_defaults import encrypted_queue
+from stacks.constructs.timing import DEAD_LETTER_RETENTION_DAYS
 
 # SQS's maximum: the longest window an operator has to inspect, replay or redrive dead work.
-DEAD_LETTER_RETENTION = Duration.days(14)
+DEAD_LETTER_RETENTION = Duration.days(DEAD_LETTER_RETENTION_DAYS)
 # One message in a DLQ is already an incident: something failed every retry.
 DEAD_LETTER_ALARM_THRESHOLD = 0
 # The DLQ depth metric is reported every minute; a shorter period reports the same point more often.

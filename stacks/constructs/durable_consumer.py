@@ -23,7 +23,7 @@ from stacks.constructs.queue_consumer import (
     MIN_MAX_CONCURRENCY,
     QueueConsumer,
 )
-from stacks.constructs.timing import CONSUMER_BATCHING_WINDOW_SECONDS, CONSUMER_TIMEOUT_SECONDS
+from stacks.constructs.timing import CONSUMER_BATCHING_WINDOW_SECONDS, CONSUMER_TIMEOUT_SECONDS, MAX_ATTEMPTS
 
 __all__ = [
     "BATCH_SIZE",
@@ -83,7 +83,7 @@ class DurableConsumer(QueueConsumer):
                 "EVENTS_TABLE_NAME": events.table.table_name,
                 "INBOX_TABLE_NAME": inbox.table.table_name,
                 "DATA_TABLE_NAME": data.table.table_name,
-                "MAX_RECEIVE_COUNT": str(queue.max_receive_count),
+                "MAX_ATTEMPTS": str(MAX_ATTEMPTS),
                 "INBOX_RETENTION_DAYS": str(inbox.retention_days),
                 "SUBSCRIPTIONS": SUBSCRIPTIONS,
             },

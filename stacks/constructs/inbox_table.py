@@ -7,6 +7,7 @@ from typing import Final
 from constructs import Construct
 
 from stacks.constructs.table_defaults import protected_table
+from stacks.constructs.timing import minimum_inbox_retention_days
 
 # Key layout shared with the engine (layers/engine/python/outbox/inbox.py).
 CLAIM_PARTITION_PATTERN: Final = "CLAIM#<event_id>"  # sort key: the subscription name
@@ -17,9 +18,10 @@ POISON_PARTITION_PATTERN: Final = "POISON#<yyyy-mm-dd>"
 # DEAD claims, dead-letter rows and poison pills stay until an operator resolves them.
 TTL_ATTRIBUTE: Final = "expires_at"
 
-DEFAULT_RETENTION_DAYS: Final = 7
-# The bounds the consumer accepts for INBOX_RETENTION_DAYS (outbox.settings.ConsumerSettings).
-MIN_RETENTION_DAYS: Final = 1
+# Derived from how long the pipe, the queue and the DLQ may hold a message (timing).
+MIN_RETENTION_DAYS: Final = minimum_inbox_retention_days()
+DEFAULT_RETENTION_DAYS: Final = MIN_RETENTION_DAYS
+# The upper bound the consumer accepts for INBOX_RETENTION_DAYS (outbox.settings.ConsumerSettings).
 MAX_RETENTION_DAYS: Final = 365
 
 
@@ -27,16 +29,19 @@ class InboxTable(Construct):
     """``self.table`` holds one claim per (event id, subscription); ``self.retention_days`` is how long
     a completed claim is kept, and so how long a redelivered event is still recognised as done.
 
-    Keep it longer than anything can redeliver a completed event: a replaced relay pipe re-sends the
-    stream's last 24 hours, and a reconciliation re-sends from the events table; a claim that has
-    expired by then lets its subscription run a second time.
+    At least ``MIN_RETENTION_DAYS``: the longest a pipe message can travel before a consumer sees it
+    (stream record age, queue, DLQ; ``timing``). The consumer never runs a message older than the inbox's
+    memory (it dead-letters it as unverifiable), so a shorter retention cannot double an effect, but it
+    would turn redriven work into decisions for an operator: the synth refuses it.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
         super().__init__(scope, construct_id)
         if isinstance(retention_days, bool) or not MIN_RETENTION_DAYS <= retention_days <= MAX_RETENTION_DAYS:
             raise ValueError(
-                f"inbox retention must be {MIN_RETENTION_DAYS}..{MAX_RETENTION_DAYS} days, got {retention_days!r}"
+                f"inbox retention must be {MIN_RETENTION_DAYS}..{MAX_RETENTION_DAYS} days, got {retention_days!r}: "
+                f"a message may travel {MIN_RETENTION_DAYS} days (pipe record age, queue and DLQ retention) "
+                "before the consumer sees it, and the inbox must still remember whether it completed"
             )
         self.retention_days = retention_days
         # Losing the claims would let every retained event run its subscriptions a second time: retained.

@@ -14,10 +14,9 @@ from constructs import Construct
 from stacks.constructs.alarms import alarm_above
 from stacks.constructs.lambda_defaults import METRICS_NAMESPACE, EngineFunction
 from stacks.constructs.redriven_queue import RedrivenQueue
+from stacks.constructs.timing import CONSUMER_BATCH_SIZE
 
-# SQS hands Lambda at most 10 messages per batch from a FIFO queue; the standard queue's consumer takes
-# the same, the most one pipe batch holds.
-BATCH_SIZE: Final = 10
+BATCH_SIZE: Final = CONSUMER_BATCH_SIZE
 DEFAULT_MAX_CONCURRENCY: Final = 10
 # Lambda's bounds for an SQS event source mapping's MaximumConcurrency.
 MIN_MAX_CONCURRENCY: Final = 2

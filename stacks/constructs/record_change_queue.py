@@ -6,7 +6,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.constructs.redriven_queue import RedrivenQueue
-from stacks.constructs.timing import RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from stacks.constructs.timing import RECORD_CHANGE_MAX_RECEIVE_COUNT, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
 
 
 class RecordChangeQueue(RedrivenQueue):
@@ -26,4 +26,5 @@ class RecordChangeQueue(RedrivenQueue):
             fifo=False,
             visibility_timeout_seconds=RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
             dead_letter_description="row changes the record-change consumer failed on every receive",
+            max_receive_count=RECORD_CHANGE_MAX_RECEIVE_COUNT,
         )

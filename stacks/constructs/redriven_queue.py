@@ -11,11 +11,11 @@ from constructs import Construct
 
 from stacks.constructs.alarmed_dlq import AlarmedDeadLetterQueue
 from stacks.constructs.queue_defaults import encrypted_queue
-from stacks.constructs.timing import MAX_RECEIVE_COUNT
+from stacks.constructs.timing import QUEUE_RETENTION_DAYS
 
 # As long as SQS allows: if a consumer is down for days, work waits here rather than expire. The
 # age-of-oldest-message alarms fire long before this matters.
-QUEUE_RETENTION: Final = Duration.days(14)
+QUEUE_RETENTION: Final = Duration.days(QUEUE_RETENTION_DAYS)
 
 
 class RedrivenQueue(Construct):
@@ -37,9 +37,10 @@ class RedrivenQueue(Construct):
         fifo: bool,
         visibility_timeout_seconds: int,
         dead_letter_description: str,
+        max_receive_count: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.max_receive_count = MAX_RECEIVE_COUNT
+        self.max_receive_count = max_receive_count
         self.dead_letters = AlarmedDeadLetterQueue(
             self, "DeadLetters", alarm_topic=alarm_topic, fifo=fifo, description=dead_letter_description
         )

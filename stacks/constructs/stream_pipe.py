@@ -27,6 +27,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.constructs.alarmed_dlq import AlarmedDeadLetterQueue
+from stacks.constructs.timing import RELAY_MAXIMUM_RECORD_AGE_HOURS
 
 PipeLogLevel = Literal["OFF", "ERROR", "INFO", "TRACE"]
 PIPE_LOG_LEVELS: Final[tuple[PipeLogLevel, ...]] = ("OFF", "ERROR", "INFO", "TRACE")
@@ -42,7 +43,7 @@ BATCH_SIZE: Final = 10
 MAXIMUM_RETRY_ATTEMPTS: Final = 10
 # Well inside the stream's 24 h retention, so an undeliverable record reaches the DLQ before the stream
 # trims it (R4.5); also bounds the otherwise endless retries of pipe-internal errors.
-MAXIMUM_RECORD_AGE: Final = Duration.hours(12)
+MAXIMUM_RECORD_AGE: Final = Duration.hours(RELAY_MAXIMUM_RECORD_AGE_HOURS)
 # One record that cannot be sent (an unresolvable dynamic id, a message over SQS's size limit) is
 # isolated by halving the batch, so it goes to the DLQ alone rather than with up to nine good ones.
 ON_PARTIAL_BATCH_ITEM_FAILURE: Final = "AUTOMATIC_BISECT"

@@ -28,10 +28,72 @@ RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS = 30
 # up to ten, which is the mapping's batch size, so waiting would add latency and save no invocation.
 RECORD_CHANGE_BATCHING_WINDOW_SECONDS = 0
 
-# Receives before SQS moves a message to the dead-letter queue (AWS asks for at least 5, R6.4), on both
-# queues. The durable consumer's last attempt (ApproximateReceiveCount == MAX_RECEIVE_COUNT) marks the
-# claim dead; the record-change consumer keeps no claims and simply lets SQS move the message.
-MAX_RECEIVE_COUNT = 5
+# How many times the durable consumer starts a handler for one (event, subscription) before the pair is
+# dead. The claim counts them, not the queue: a message skipped behind a failing neighbour of its tenant's
+# group collects receives without an attempt, so ApproximateReceiveCount cannot say how often it ran.
+MAX_ATTEMPTS = 5
+
+# Messages per batch on both event source mappings: SQS hands Lambda at most 10 from a FIFO queue, and
+# the standard queue's consumer takes the same, the most one pipe batch holds.
+CONSUMER_BATCH_SIZE = 10
+
+# SQS's upper bound for a redrive policy's maxReceiveCount.
+SQS_MAX_RECEIVE_COUNT = 1000
+
+# Receives before SQS moves a record-change message to its DLQ (AWS asks for at least 5, R6.4): that lane
+# keeps no claims, so the queue's count is its retry policy.
+RECORD_CHANGE_MAX_RECEIVE_COUNT = 5
+
+
+def durable_max_receive_count(max_attempts: int, batch_size: int) -> int:
+    """The durable queue's maxReceiveCount: a transport backstop, never the retry policy.
+
+    A message is received without an attempt of its own when a message ahead of it in its group's batch
+    failed (each of the ``batch_size - 1`` ahead fails at most ``max_attempts`` times per subscription
+    before its claim is dead and it is acknowledged) or when a live lease elsewhere sends it back. Twice
+    ``max_attempts * batch_size`` covers a head whose two subscriptions fail in turn; only a message the
+    consumer cannot process at all (a function that fails before it reads the batch) gets that far.
+
+    Example
+    -------
+    >>> durable_max_receive_count(5, 10)
+    100
+    """
+    if max_attempts < 1 or not 1 <= batch_size <= 10:
+        raise ValueError("max_attempts must be at least 1 and the FIFO batch size 1..10")
+    return min(SQS_MAX_RECEIVE_COUNT, 2 * max_attempts * batch_size)
+
+
+DURABLE_MAX_RECEIVE_COUNT = durable_max_receive_count(MAX_ATTEMPTS, CONSUMER_BATCH_SIZE)
+
+# -- retention: how long each stage may hold a message, and so how long the inbox must remember --------
+
+# The relay pipe's MaximumRecordAgeInSeconds: older stream records go to the pipe's DLQ unsent.
+RELAY_MAXIMUM_RECORD_AGE_HOURS = 12
+# The consumers' queues keep a message as long as SQS allows: a consumer down for days loses nothing.
+QUEUE_RETENTION_DAYS = 14
+# Every DLQ keeps its messages as long as SQS allows; a FIFO DLQ restarts the clock on the move.
+DEAD_LETTER_RETENTION_DAYS = 14
+# Clock skew and a sweep that runs late.
+RETENTION_MARGIN_DAYS = 1
+
+
+def minimum_inbox_retention_days() -> int:
+    """How long the inbox must remember a completion: the longest a pipe message can travel (stream record
+    age, queue, DLQ) before a consumer sees it. A shorter memory is not unsafe (the consumer refuses to
+    run a message older than the inbox's memory and dead-letters it as unverifiable) but it would turn
+    redriven work into dead letters an operator must decide on.
+
+    Example
+    -------
+    >>> minimum_inbox_retention_days()
+    30
+    """
+    hours = RELAY_MAXIMUM_RECORD_AGE_HOURS + 24 * (
+        QUEUE_RETENTION_DAYS + DEAD_LETTER_RETENTION_DAYS + RETENTION_MARGIN_DAYS
+    )
+    return -(-hours // 24)
+
 
 # AWS's minimum factor between the function timeout and the queue's visibility timeout.
 VISIBILITY_TIMEOUT_FACTOR = 6

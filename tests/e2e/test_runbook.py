@@ -34,39 +34,89 @@ def as_json(result: Result) -> Any:
     return json.loads(result.output)
 
 
-# -- alarm: durable DLQ > 0 -------------------------------------------------------------------------------
+# -- alarm: durable DLQ > 0 (the consumer could not process messages at all) -----------------------------------
+
+
+def paid_with_a_dead_pet_tag(local: LocalBackend, tenant: str) -> str:
+    """A payment whose pet-tag mark died on a terminal error while its siblings completed."""
+    with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("tag registry said no")):
+        payment = order_and_pay(local, tenant)
+        local.settle()
+    return payment
+
+
+def broken_consumer() -> Any:
+    """A consumer that fails before it gets to any claim (a bad deploy): every message comes back, until SQS
+    moves it to the DLQ after the queue's maxReceiveCount."""
+    return faults.crash_before_claim(times=10**6)
 
 
 @pytest.mark.parametrize("method", ["move-task", "receive-send-delete"])
-def test_runbook_dlq_alarm_fix_then_redrive_runs_each_dead_effect_once(local: LocalBackend, method: str) -> None:
-    notifier = local.service("notifier")
-    notifier.fail_next = 10**6  # the mail provider is down for good
+def test_runbook_dlq_alarm_fix_then_redrive_runs_each_effect_once(local: LocalBackend, method: str) -> None:
+    # Given a broken deploy that sent a tenant's order and payment to the DLQ, unclaimed
     tenant = unique("tenant")
-    payment = order_and_pay(local, tenant)
-    local.settle()
+    with broken_consumer():
+        payment = order_and_pay(local, tenant)
+        local.settle()
     assert queue_depth(local, "DurableDeadLetterQueueUrl") == 2
-    listed = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
-    assert {row["subscription"] for row in listed} == {"notify.buyer", "notify.shipment_booked"}
+    assert claim_statuses(local, payment) == {}
 
-    notifier.fail_next = 0  # the fix is deployed
-    result = outbox(local, "redrive", "--method", method, "--yes")
-    assert result.exit_code == 0, result.output
+    # When the fix is deployed and the operator redrives
+    result = outbox(local, "--json", "redrive", "--method", method, "--yes")
     local.settle()
 
-    assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"
-    assert f"{payment}:notify.buyer" in notifier.effects
+    # Then each effect ran once, the DLQ is empty, and the result said what moved
+    assert as_json(result)["moved"] == 2
+    assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
+    notifier = local.service("notifier")
     assert sum(1 for key in notifier.effects if key.startswith(payment)) == 1, "one e-mail for the payment"
     assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0
-    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == [], "resolved"
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
+
+
+@pytest.mark.parametrize("method", ["move-task", "receive-send-delete"])
+def test_redrive_of_more_than_a_batch_of_one_tenant_runs_every_message_and_leaves_dead_work_visible(
+    local: LocalBackend, method: str
+) -> None:
+    # Given 15 messages of one tenant in the DLQ, behind an earlier event of the tenant with a dead pair
+    tenant = unique("tenant")
+    first = paid_with_a_dead_pet_tag(local, tenant)
+    with broken_consumer():
+        payments = [order_and_pay(local, tenant) for _ in range(7)]
+        extra = local.commerce().place_order(
+            local.store(),
+            tenant=tenant,
+            actor="e2e",
+            order_id=unique("order"),
+            buyer_email="b@x.io",
+            items=[{"sku": "tag", "quantity": 1, "unit_price_cents": 100}],
+        )
+        local.settle()
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 15
+    dead_before = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
+
+    # When the operator redrives
+    result = as_json(outbox(local, "--json", "redrive", "--method", method, "--yes"))
+    local.settle()
+
+    # Then all 15 moved and ran; the dead pair stayed dead, visible, and nothing ran twice
+    assert result["moved"] == 15
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0
+    for payment in payments:
+        assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
+    assert extra.event_id is not None
+    assert set(claim_statuses(local, extra.event_id).values()) == {"COMPLETED"}
+    assert claim_statuses(local, first)["pet_tag.mark_ordered"] == "DEAD"
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == dead_before
+    carrier = local.service("carrier")
+    assert all(count == 1 for count in carrier.calls.values())
 
 
 def test_runbook_redrive_interrupted_halfway_and_resumed_loses_nothing_and_doubles_nothing(local: LocalBackend) -> None:
-    notifier = local.service("notifier")
-    notifier.fail_next = 10**6
-    payments = [order_and_pay(local, unique("tenant")) for _ in range(3)]
-    local.settle()
+    with broken_consumer():
+        payments = [order_and_pay(local, unique("tenant")) for _ in range(3)]
+        local.settle()
     assert queue_depth(local, "DurableDeadLetterQueueUrl") == 6
-    notifier.fail_next = 0
 
     class DiesOnSecondDelete:
         """The operator's laptop goes to sleep between a send and its delete."""
@@ -101,11 +151,39 @@ def test_runbook_redrive_interrupted_halfway_and_resumed_loses_nothing_and_doubl
     assert resumed.exit_code == 0, resumed.output
     local.settle()
 
+    notifier = local.service("notifier")
     for payment in payments:
-        assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"
+        assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
         assert notifier.effects.get(f"{payment}:notify.buyer") is not None
     assert len(notifier.effects) == 6, "each payment and each shipment e-mailed once"
     assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0
+
+
+# -- alarm: dead letters (exhausted) ---------------------------------------------------------------------------
+
+
+def test_runbook_dead_letters_alarm_fix_then_replay_runs_each_dead_effect_once(local: LocalBackend) -> None:
+    # Given the mail provider down for good: both e-mails of a payment dead after their attempts
+    notifier = local.service("notifier")
+    notifier.fail_next = 10**6
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    listed = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
+    assert {row["subscription"] for row in listed} == {"notify.buyer", "notify.shipment_booked"}
+    assert queue_depth(local, "DurableDeadLetterQueueUrl") == 0, "dead work is acknowledged, not parked"
+
+    # When the fix is deployed and the operator replays the tenant's dead work
+    notifier.fail_next = 0
+    result = outbox(local, "replay", "--tenant", tenant, "--yes")
+    assert result.exit_code == 0, result.output
+    local.settle()
+
+    # Then each e-mail went out once and no sibling ran again
+    assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"
+    assert sum(1 for key in notifier.effects if key.startswith(payment)) == 1, "one e-mail for the payment"
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == [], "resolved"
 
 
 # -- alarm: dead letters (terminal) ---------------------------------------------------------------------------
@@ -166,9 +244,9 @@ def test_runbook_reconcile_after_the_stream_position_was_lost_is_idempotent(loca
     assert queue_depth(local, "RelayDeadLetterQueueUrl") > 0
     relay.faults = PipeFaults()  # the role is fixed; the records themselves are gone from the pipe
 
-    first = as_json(outbox(local, "--json", "reconcile", "--since", "2020-01-01T00:00:00Z", "--yes"))
+    first = as_json(outbox(local, "--json", "reconcile", "--since", "2d", "--yes"))
     local.settle()
-    second = as_json(outbox(local, "--json", "reconcile", "--since", "2020-01-01T00:00:00Z", "--yes"))
+    second = as_json(outbox(local, "--json", "reconcile", "--since", "2d", "--yes"))
 
     assert len(first["republished"]) == 2, "order.created and payment.completed: nothing else is unhandled"
     assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
@@ -189,7 +267,7 @@ def test_status_reports_chain_intact_and_dead_letters_per_tenant_and_every_queue
 
     [row] = [t for t in report["tenants"] if t["tenant"] == tenant]
     assert (row["chain_intact"], row["dead_letters"]) == (True, 2)
-    assert report["queues"]["durable-dlq"]["visible"] == 2
+    assert report["queues"]["durable-dlq"]["visible"] == 0
     assert set(report["queues"]) >= {"durable", "durable-dlq", "relay-pipe-dlq", "record-change", "record-change-dlq"}
     assert set(report["pipes"].values()) == {"RUNNING"}
     assert outbox(local, "status").exit_code == 0

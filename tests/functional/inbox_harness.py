@@ -24,10 +24,13 @@ from outbox import Envelope, EventStore, writes
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
+from stacks.constructs.timing import durable_max_receive_count
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE, create_pk_sk_table
 
 INBOX_TABLE = "inbox"
-MAX_RECEIVE_COUNT = 5
+MAX_ATTEMPTS = 5
+# The queue's redrive count is a transport backstop, derived as the stack derives it.
+MAX_RECEIVE_COUNT = durable_max_receive_count(MAX_ATTEMPTS, 10)
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 VISIBILITY_TIMEOUT = FUNCTION_TIMEOUT * 6
 
@@ -154,11 +157,9 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
         create_pk_sk_table(dynamodb, table, stream=table == EVENTS_TABLE)
     queue_url, dlq_url = create_fifo_pair(sqs)
     store = EventStore(EVENTS_TABLE, client=dynamodb, clock=clock.now_ms, sleep=clock.sleep)
-    inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_RECEIVE_COUNT, clock=clock)
+    inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_ATTEMPTS, clock=clock)
     recorder = Recorder()
-    consumer = DurableConsumer(
-        SubscriptionRegistry.of(subscriptions(recorder)), inbox, store, max_receive_count=MAX_RECEIVE_COUNT
-    )
+    consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions(recorder)), inbox, store)
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     esm = SqsEventSourceMapping(
         sqs=sqs,

@@ -10,6 +10,7 @@ import pytest
 
 from local_runtime.clock import VirtualClock
 from outbox import ClaimOutcome, DeadReason, Envelope, EventStore, Inbox, LeaseLostError
+from outbox.inbox import envelope_digest
 from tests.functional.conftest import EVENTS_TABLE, create_pk_sk_table
 
 LEASE = timedelta(seconds=65)
@@ -85,34 +86,102 @@ def test_a_released_claim_is_claimable_at_once_and_counts_attempts(
     assert row["last_error"]["S"] == "503"
 
 
-def test_a_dead_claim_with_attempts_left_is_claimable_and_a_terminal_one_is_not(
+def test_a_dead_claim_is_final_for_the_consumer_whatever_its_reason(
     world: tuple[Inbox, Envelope, VirtualClock, Any],
 ) -> None:
+    # Given one pair dead after its attempts and one dead on a terminal error
     inbox, envelope, _, _ = world
-    claim = inbox.claim(envelope, "a.sub", LEASE).claim
-    assert claim is not None
-    inbox.mark_dead(claim, envelope, "exhausted on the last receive", "TimeoutError", DeadReason.EXHAUSTED, 5)
-    assert inbox.claim(envelope, "a.sub", LEASE).outcome is ClaimOutcome.CLAIMED, "attempts 1 < 5"
+    for subscription, reason in (("a.sub", DeadReason.EXHAUSTED), ("b.sub", DeadReason.TERMINAL)):
+        claim = inbox.claim(envelope, subscription, LEASE).claim
+        assert claim is not None
+        inbox.mark_dead(claim, envelope, "failed", "RuntimeError", reason, 1)
 
-    terminal = inbox.claim(envelope, "b.sub", LEASE).claim
-    assert terminal is not None
-    inbox.mark_dead(terminal, envelope, "bad address", "TerminalError", DeadReason.TERMINAL, 1)
-    assert inbox.claim(envelope, "b.sub", LEASE).outcome is ClaimOutcome.DEAD_EXHAUSTED
+    # Then no delivery claims either again: only an operator's replay (which clears the row) reruns them
+    assert inbox.claim(envelope, "a.sub", LEASE).outcome is ClaimOutcome.DEAD
+    assert inbox.claim(envelope, "b.sub", LEASE).outcome is ClaimOutcome.DEAD
 
 
-def test_a_completed_row_past_its_retention_counts_as_absent_before_ttl_deletes_it(
+def test_a_completed_row_counts_as_completed_even_past_its_expiry_until_ttl_deletes_it(
     world: tuple[Inbox, Envelope, VirtualClock, Any],
 ) -> None:
+    # Given a completed pair whose row has expired but not been swept
     inbox, envelope, clock, _ = world
     claim = inbox.claim(envelope, "shipping.book", LEASE).claim
     assert claim is not None
     inbox.mark_completed(claim)
-    clock.advance(inbox.retention - timedelta(minutes=1))
+    clock.advance(inbox.retention + timedelta(days=3))
+
+    # Then the row is still evidence of the completion
     assert inbox.claim(envelope, "shipping.book", LEASE).outcome is ClaimOutcome.ALREADY_COMPLETED
 
-    clock.advance(timedelta(minutes=2))
 
-    assert inbox.claim(envelope, "shipping.book", LEASE).outcome is ClaimOutcome.CLAIMED
+def test_a_missing_row_is_not_claimed_for_a_message_older_than_the_inbox_remembers(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    # Given a message issued longer ago than the retention (its completion may have been forgotten)
+    inbox, envelope, clock, _ = world
+    issued_at = clock()
+    clock.advance(inbox.retention)
+    assert not inbox.can_vouch_for(issued_at)
+
+    # When it is claimed without permission to create the row
+    result = inbox.claim(envelope, "shipping.book", LEASE, may_create=False)
+
+    # Then nothing is claimed, and the pair is recorded as unverifiable dead work, once
+    assert result.outcome is ClaimOutcome.UNVERIFIABLE
+    assert inbox.mark_unverifiable(envelope, "shipping.book", envelope_digest(envelope), 1)
+    assert not inbox.mark_unverifiable(envelope, "shipping.book", envelope_digest(envelope), 1)
+    row = inbox.get_claim(envelope.id, "shipping.book")
+    assert row is not None
+    assert (row["status"]["S"], row["dead_reason"]["S"]) == ("DEAD", "unverifiable")
+
+
+def test_a_claim_whose_answer_was_lost_is_recognised_as_ours_when_the_sdk_resends_it(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    # Given the claim's UpdateItem applies but its answer is lost, and the SDK sends it again
+    inbox, envelope, _, dynamodb = world
+    original = dynamodb.update_item
+
+    def applied_then_resent(**request: Any) -> Any:
+        original(**request)  # applied: the row is PENDING under our owner token
+        return original(**request)  # the re-send fails its condition on our own row
+
+    dynamodb.update_item = applied_then_resent
+    try:
+        result = inbox.claim(envelope, "shipping.book", LEASE)
+    finally:
+        dynamodb.update_item = original
+
+    # Then the claim is ours, not "in progress elsewhere" (which would wait out a lease for nothing)
+    assert result.outcome is ClaimOutcome.CLAIMED
+    assert result.claim is not None
+    assert result.claim.attempts == 1
+
+
+def test_a_completion_whose_answer_was_lost_is_recognised_as_ours(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    # Given a completion with writes that commits, then answers with an error the SDK retries
+    inbox, envelope, _, dynamodb = world
+    claim = inbox.claim(envelope, "shipping.book", LEASE).claim
+    assert claim is not None
+    original = dynamodb.transact_write_items
+
+    def applied_then_resent(**request: Any) -> Any:
+        original(**request)
+        return original(**request)
+
+    dynamodb.transact_write_items = applied_then_resent
+    write = {"Put": {"TableName": "inbox", "Item": {"pk": {"S": "PROJECTION#1"}, "sk": {"S": "x"}}}}
+    try:
+        inbox.mark_completed(claim, [write])  # no LeaseLostError: the completion that landed is ours
+    finally:
+        dynamodb.transact_write_items = original
+
+    row = inbox.get_claim(envelope.id, "shipping.book")
+    assert row is not None
+    assert row["status"]["S"] == "COMPLETED"
 
 
 def test_the_same_event_id_with_other_content_is_a_conflict_whatever_the_state(
@@ -134,57 +203,3 @@ def test_the_lease_covers_the_whole_invocation_with_a_floor_at_the_deadline() ->
     policy = LeasePolicy(floor=timedelta(seconds=5), margin=timedelta(seconds=5))
     assert policy.lease_for(60_000) == timedelta(seconds=65)
     assert policy.lease_for(0) == timedelta(seconds=10), "remaining time reads 0 near the deadline"
-
-
-def test_completing_a_claim_that_took_over_a_dead_row_resolves_its_dead_letter(
-    world: tuple[Inbox, Envelope, VirtualClock, Any],
-) -> None:
-    """Found by simulation seed 39: done work must not stay an open dead letter (a replay would redo it)."""
-    inbox, envelope, _, dynamodb = world
-    claim = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert claim is not None
-    inbox.mark_dead(claim, envelope, "exhausted", "TimeoutError", DeadReason.EXHAUSTED, 5)
-    again = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert again is not None
-    assert again.open_dead_letter == f"{envelope.id}#shipping.book"
-
-    inbox.mark_completed(again)
-
-    letter = dynamodb.get_item(
-        TableName="inbox",
-        Key={"pk": {"S": "TENANT#acme#DEAD"}, "sk": {"S": f"{envelope.id}#shipping.book"}},
-    )["Item"]
-    assert letter["resolved"]["S"].startswith("completed at")
-    assert inbox.get_claim(envelope.id, "shipping.book")["status"]["S"] == "COMPLETED"  # type: ignore[index]
-
-
-def test_a_fresh_claim_has_no_dead_letter_to_resolve(world: tuple[Inbox, Envelope, VirtualClock, Any]) -> None:
-    inbox, envelope, _, _ = world
-    claim = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert claim is not None
-    assert (claim.open_dead_letter, claim.attempts) == (None, 1)
-    assert len(inbox.completion_writes(claim)) == 1
-
-
-def test_the_open_dead_letter_survives_a_release_and_a_take_over_before_the_completion(
-    world: tuple[Inbox, Envelope, VirtualClock, Any],
-) -> None:
-    """Found by simulation seed 53: dead, taken over, released after a retryable error, then completed."""
-    inbox, envelope, _, dynamodb = world
-    first = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert first is not None
-    inbox.mark_dead(first, envelope, "exhausted", "TimeoutError", DeadReason.EXHAUSTED, 5)
-    second = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert second is not None
-    inbox.release(second, "503")
-    third = inbox.claim(envelope, "shipping.book", LEASE).claim
-    assert third is not None
-
-    inbox.mark_completed(third)
-
-    letter = dynamodb.get_item(
-        TableName="inbox",
-        Key={"pk": {"S": "TENANT#acme#DEAD"}, "sk": {"S": f"{envelope.id}#shipping.book"}},
-    )["Item"]
-    assert letter["resolved"]["S"].startswith("completed at")
-    assert "open_dead_letter" not in inbox.get_claim(envelope.id, "shipping.book")  # type: ignore[operator]

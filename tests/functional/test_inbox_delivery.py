@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from local_runtime.clock import VirtualClock
-from outbox import TerminalError
+from outbox import FollowUp, HandlerResult, Lane, TerminalError, writes
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.conftest import ORDERS_TABLE
-from tests.functional.inbox_harness import MAX_RECEIVE_COUNT, Harness, Recorder, WorkerCrash, build_harness
+from tests.functional.inbox_harness import MAX_ATTEMPTS, Harness, Recorder, WorkerCrash, build_harness
 
 HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
 
@@ -67,7 +67,7 @@ def test_a_handler_that_fails_once_succeeds_on_the_second_receive(make_harness: 
     assert h.dead_letters() == []
 
 
-def test_a_handler_failing_on_every_receive_is_dead_lettered_on_the_last_and_reaches_the_dlq(
+def test_a_handler_failing_on_every_attempt_is_dead_after_its_attempts_and_the_message_is_acknowledged(
     make_harness: HarnessFactory,
 ) -> None:
     h = make_harness(one_subscription)
@@ -76,15 +76,16 @@ def test_a_handler_failing_on_every_receive_is_dead_lettered_on_the_last_and_rea
 
     h.esm.drain()
 
-    assert h.runs("shipping.book", event) == MAX_RECEIVE_COUNT, "SQS's redrive is the retry policy"
+    assert h.runs("shipping.book", event) == MAX_ATTEMPTS, "the claim's attempts are the retry policy"
     assert h.effects("shipping.book", event) == 0
     assert h.claim_status("shipping.book", event) == "DEAD"
     [dead] = h.dead_letters()
     assert dead["reason"]["S"] == "exhausted"
     assert dead["error_type"]["S"] == "TimeoutError"
     assert dead["subscription"]["S"] == "shipping.book"
+    assert int(dead["attempts"]["N"]) == MAX_ATTEMPTS
     assert h.queue_depth(h.queue_url) == 0
-    assert len(h.dlq_bodies()) == 1, "the transport and the inbox agree: the message is in the DLQ"
+    assert h.dlq_bodies() == [], "the dead letter is the record; the DLQ is only a transport backstop"
 
 
 def test_a_terminal_error_is_dead_at_once_and_never_retried(make_harness: HarnessFactory) -> None:
@@ -273,12 +274,54 @@ def test_a_failure_stops_only_its_own_tenants_group(make_harness: HarnessFactory
     assert h.claim_status("shipping.book", a2) is None
 
 
-def test_followers_of_a_failing_head_reach_the_dlq_unclaimed_and_a_redrive_runs_them_once(
+def test_ten_followers_behind_a_head_that_fails_four_times_all_run_once_and_nothing_is_dead(
     make_harness: HarnessFactory,
 ) -> None:
+    # Given one tenant with a head and ten queued followers (more than one batch), and a head that fails
+    # four times before it succeeds
     h = make_harness(one_subscription)
-    head = h.emit(n=1)
-    follower = h.emit(n=2)
+    events = [h.emit(n=n) for n in range(11)]
+    head = events[0]
+    failures = fail_times(4, TimeoutError("down"))
+    h.recorder.behaviours["shipping.book"] = lambda d: failures(d) if d.envelope.id == head.id else None
+
+    # When the queue drains
+    h.esm.drain()
+
+    # Then all eleven ran once to completion: waiting cost the followers time, not their attempts
+    for event in events:
+        assert h.claim_status("shipping.book", event) == "COMPLETED"
+        assert h.effects("shipping.book", event) == 1
+    assert h.runs("shipping.book", head) == 5
+    assert [h.runs("shipping.book", e) for e in events[1:]] == [1] * 10
+    assert h.dead_letters() == []
+    assert h.dlq_bodies() == []
+
+
+def test_a_follower_that_fails_once_after_a_long_wait_is_retried_not_dead(make_harness: HarnessFactory) -> None:
+    # Given a head that succeeds only on its last attempt, and a follower whose first attempt fails
+    h = make_harness(one_subscription)
+    head, follower = h.emit(n=1), h.emit(n=2)
+    head_failures = fail_times(MAX_ATTEMPTS - 1, TimeoutError("down"))
+    follower_failures = fail_times(1, ConnectionError("503"))
+
+    def behaviour(delivery: Delivery) -> None:
+        (head_failures if delivery.envelope.id == head.id else follower_failures)(delivery)
+
+    h.recorder.behaviours["shipping.book"] = behaviour
+
+    # When the queue drains
+    h.esm.drain()
+
+    # Then the follower's one failure cost one attempt, although its receive count was already high
+    assert h.claim_status("shipping.book", follower) == "COMPLETED"
+    assert h.runs("shipping.book", follower) == 2
+    assert h.dead_letters() == []
+
+
+def test_followers_of_a_head_that_never_succeeds_run_once_after_it_is_dead(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    head, follower = h.emit(n=1), h.emit(n=2)
     h.recorder.behaviours["shipping.book"] = lambda d: (
         (_ for _ in ()).throw(TimeoutError("down")) if (d.envelope.id == head.id) else None
     )
@@ -286,42 +329,63 @@ def test_followers_of_a_failing_head_reach_the_dlq_unclaimed_and_a_redrive_runs_
     h.esm.drain()
 
     assert h.claim_status("shipping.book", head) == "DEAD"
-    assert h.claim_status("shipping.book", follower) is None, "never attempted, so never marked dead"
-    assert h.runs("shipping.book", follower) == 0
-    assert len(h.dlq_bodies()) == 2
+    assert h.claim_status("shipping.book", follower) == "COMPLETED"
+    assert h.runs("shipping.book", follower) == 1
+    assert h.dlq_bodies() == []
 
-    h.recorder.behaviours.clear()  # the fix is deployed
-    redrive_clearing_dead_claims(h)
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(lambda d: {"writes": []}, id="returns-a-dict"),
+        pytest.param(lambda d: "done", id="returns-a-string"),
+        pytest.param(lambda d: HandlerResult(writes=[{"Put": {"TableName": ORDERS_TABLE}}]), id="invalid-write"),
+        pytest.param(lambda d: HandlerResult(follow_up=FollowUp("not a type!", {})), id="invalid-follow-up"),
+        pytest.param(lambda d: HandlerResult(follow_up=FollowUp("x.y", {"n": 1e300})), id="number-out-of-range"),
+        pytest.param(lambda d: HandlerResult(writes=[_effect(n) for n in range(100)]), id="too-many-writes"),
+    ],
+)
+def test_a_handler_that_breaks_its_contract_is_a_terminal_dead_letter_at_once(
+    make_harness: HarnessFactory, broken: Callable[[Delivery], object]
+) -> None:
+    # Given a handler whose result no retry can make acceptable
+    runs: list[str] = []
+
+    def handler(delivery: Delivery) -> object:
+        runs.append(delivery.envelope.id)
+        return broken(delivery)
+
+    h = make_harness(lambda _r: [Subscription("shipping.book", "*", Lane.DURABLE, handler)])  # type: ignore[arg-type]
+    event = h.emit()
+
+    # When it is delivered
     h.esm.drain()
 
-    for event in (head, follower):
-        assert h.claim_status("shipping.book", event) == "COMPLETED"
-        assert h.effects("shipping.book", event) == 1
-    assert h.runs("shipping.book", follower) == 1
+    # Then it ran once and is dead with a dead letter that says so; nothing is left in the queue or the DLQ
+    assert runs == [event.id]
+    assert h.claim_status("shipping.book", event) == "DEAD"
+    [dead] = h.dead_letters()
+    assert dead["reason"]["S"] == "terminal"
+    assert h.queue_depth(h.queue_url) == 0
+    assert h.dlq_bodies() == []
 
 
-def redrive_clearing_dead_claims(h: Harness) -> None:
-    """The runbook's redrive: clear the dead claims of each message's event first, then move it back."""
-    from outbox.consumer import parse_body
-    from outbox.inbox import claim_key
+def _effect(n: int) -> dict[str, object]:
+    return writes.put(ORDERS_TABLE, {"pk": f"MANY#{n}", "sk": "x"})
 
-    while True:
-        messages = h.sqs.receive_message(
-            QueueUrl=h.dlq_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
-        ).get("Messages", [])
-        if not messages:
-            return
-        for message in messages:
-            envelope = parse_body(message["Body"])
-            h.dynamodb.delete_item(
-                TableName="inbox",
-                Key=claim_key(envelope.id, "shipping.book"),
-                ConditionExpression="#s = :dead",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":dead": {"S": "DEAD"}},
-            ) if h.claim_status("shipping.book", envelope) == "DEAD" else None
-            h.send(message["Body"], message["Attributes"]["MessageGroupId"], f"{envelope.id}-redrive")
-            h.sqs.delete_message(QueueUrl=h.dlq_url, ReceiptHandle=message["ReceiptHandle"])
+
+def test_a_worker_crashing_on_every_attempt_is_dead_without_a_further_run(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_times(99, WorkerCrash("killed"))
+    event = h.emit()
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == MAX_ATTEMPTS
+    assert h.claim_status("shipping.book", event) == "DEAD"
+    [dead] = h.dead_letters()
+    assert dead["error_type"]["S"] == "UnfinishedAttemptsError"
+    assert h.dlq_bodies() == []
 
 
 def test_a_follow_up_event_commits_with_the_completion_and_carries_its_cause(make_harness: HarnessFactory) -> None:

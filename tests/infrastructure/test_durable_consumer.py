@@ -14,7 +14,7 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
-from stacks.constructs import durable_consumer, lambda_defaults
+from stacks.constructs import durable_consumer, lambda_defaults, timing
 from stacks.constructs.data_table import DataTable
 from stacks.constructs.durable_consumer import DurableConsumer
 from stacks.constructs.durable_queue import DurableQueue
@@ -58,18 +58,24 @@ def test_the_environment_points_at_this_stacks_tables_and_modules(
     assert environment["EVENTS_TABLE_NAME"] == {"Ref": events_id}
     assert environment["INBOX_TABLE_NAME"] == {"Ref": inbox_id}
     assert environment["DATA_TABLE_NAME"] == {"Ref": data_id}
-    assert environment["INBOX_RETENTION_DAYS"] == "7"
+    assert environment["INBOX_RETENTION_DAYS"] == str(timing.minimum_inbox_retention_days())
     assert environment["SUBSCRIPTIONS"] == lambda_defaults.SUBSCRIPTIONS
     assert environment["POWERTOOLS_SERVICE_NAME"] == "durable-consumer"
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "OutboxEngine"
 
 
-def test_max_receive_count_is_the_queues_redrive_count(
+def test_the_queues_redrive_count_is_a_backstop_derived_from_the_claims_attempts(
     stack_template: dict[str, Any], environment: dict[str, Any]
 ) -> None:
-    # The consumer marks a claim dead on the last receive; it must count to the same number as SQS.
+    # Given the consumer's attempts per (event, subscription) and the mapping's batch size
+    attempts = int(environment["MAX_ATTEMPTS"])
     _, queue = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
-    assert int(environment["MAX_RECEIVE_COUNT"]) == queue["Properties"]["RedrivePolicy"]["maxReceiveCount"]
+
+    # Then SQS gives up on a message only long after every message ahead of it in a batch used its attempts
+    count = queue["Properties"]["RedrivePolicy"]["maxReceiveCount"]
+    assert attempts == timing.MAX_ATTEMPTS
+    assert count == timing.durable_max_receive_count(attempts, timing.CONSUMER_BATCH_SIZE)
+    assert count >= attempts * timing.CONSUMER_BATCH_SIZE
 
 
 def test_the_metrics_namespace_is_the_one_the_dashboard_searches(
@@ -150,7 +156,7 @@ def _probe(**options: Any) -> dict[str, Any]:
         "DurableConsumer",
         queue=DurableQueue(stack, "Durable", alarm_topic=topic),
         events=EventsTable(stack, "Events"),
-        inbox=InboxTable(stack, "Inbox", retention_days=options.pop("retention_days", 7)),
+        inbox=InboxTable(stack, "Inbox", retention_days=options.pop("retention_days", 30)),
         data=DataTable(stack, "Data"),
         layer=imported_engine_layer(stack),
         alarm_topic=topic,
@@ -160,11 +166,11 @@ def _probe(**options: Any) -> dict[str, Any]:
 
 
 def test_the_construct_applies_its_concurrency_and_the_inbox_retention() -> None:
-    probe = _probe(max_concurrency=50, retention_days=30)
+    probe = _probe(max_concurrency=50, retention_days=45)
     _, mapping = only_resource(probe, "AWS::Lambda::EventSourceMapping")
     _, function = only_resource(probe, "AWS::Lambda::Function")
     assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 50}
-    assert function["Properties"]["Environment"]["Variables"]["INBOX_RETENTION_DAYS"] == "30"
+    assert function["Properties"]["Environment"]["Variables"]["INBOX_RETENTION_DAYS"] == "45"
 
 
 def test_the_construct_rejects_a_concurrency_lambda_would() -> None:

@@ -34,14 +34,14 @@ def test_visibility_timeout_is_six_consumer_timeouts_plus_the_batching_window(
     assert queue["VisibilityTimeout"] == expected == timing.QUEUE_VISIBILITY_TIMEOUT_SECONDS
 
 
-def test_durable_queue_redrives_to_a_fifo_dlq_after_five_receives(stack_template: dict[str, Any]) -> None:
+def test_durable_queue_redrives_to_a_fifo_dlq_only_as_a_transport_backstop(stack_template: dict[str, Any]) -> None:
     _, queue = _queue(stack_template, "DurableQueue")
     dlq_id, dlq = _queue(stack_template, "DurableDeadLetters")
     assert queue["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
-        "maxReceiveCount": 5,
+        "maxReceiveCount": timing.DURABLE_MAX_RECEIVE_COUNT,
     }
-    assert timing.MAX_RECEIVE_COUNT == 5
+    assert timing.DURABLE_MAX_RECEIVE_COUNT == 100
     assert dlq["FifoQueue"] is True, "a FIFO queue's DLQ must be FIFO"
     assert dlq["MessageRetentionPeriod"] == FOURTEEN_DAYS
     assert dlq["SqsManagedSseEnabled"] is True
@@ -76,7 +76,7 @@ def test_the_durable_queue_construct_exposes_its_parts() -> None:
 
     stack = Stack(App(), "Probe")
     durable = DurableQueue(stack, "Durable", alarm_topic=sns.Topic(stack, "Topic"))
-    assert durable.max_receive_count == timing.MAX_RECEIVE_COUNT
+    assert durable.max_receive_count == timing.DURABLE_MAX_RECEIVE_COUNT
     assert durable.queue.fifo
     assert durable.dead_letter_queue.fifo
 

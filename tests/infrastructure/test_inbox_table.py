@@ -42,16 +42,17 @@ def _settings(context: dict[str, Any]) -> OutboxSettings:
     return OutboxSettings.from_context(App(context=context).node)
 
 
-def test_retention_defaults_to_seven_days() -> None:
-    assert _settings({}).inbox_retention_days == DEFAULT_RETENTION_DAYS == 7
+def test_retention_defaults_to_the_longest_a_message_can_travel() -> None:
+    # 12 h of pipe record age + 14 days in the queue + 14 days in the DLQ + a day of margin
+    assert _settings({}).inbox_retention_days == DEFAULT_RETENTION_DAYS == 30
 
 
-@pytest.mark.parametrize(("value", "expected"), [("14", 14), (30, 30), (1, 1), ("365", 365)])
+@pytest.mark.parametrize(("value", "expected"), [("31", 31), (30, 30), ("365", 365)])
 def test_retention_is_read_from_the_context(value: Any, expected: int) -> None:
     assert _settings({"inboxRetentionDays": value}).inbox_retention_days == expected
 
 
-@pytest.mark.parametrize("value", [0, 366, "-1", "7.5", 7.5, "seven", True, ""])
+@pytest.mark.parametrize("value", [0, 7, 29, 366, "-1", "7.5", 7.5, "seven", True, ""])
 def test_a_wrong_retention_fails_the_synth_instead_of_falling_back(value: Any) -> None:
     with pytest.raises(ValueError, match="inboxRetentionDays"):
         _settings({"inboxRetentionDays": value})
@@ -62,3 +63,5 @@ def test_the_construct_exposes_its_retention_and_rejects_one_out_of_range() -> N
     assert InboxTable(stack, "Inbox", retention_days=30).retention_days == 30
     with pytest.raises(ValueError, match="retention"):
         InboxTable(stack, "TooLong", retention_days=400)
+    with pytest.raises(ValueError, match="DLQ retention"):
+        InboxTable(stack, "TooShort", retention_days=14)

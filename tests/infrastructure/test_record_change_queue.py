@@ -35,7 +35,7 @@ def test_it_redrives_to_a_standard_alarmed_dlq_after_the_timing_modules_receive_
     dlq_id, dlq = only_resource(stack_template, "AWS::SQS::Queue", "RecordChangesDeadLetters")
     assert queue["Properties"]["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
-        "maxReceiveCount": timing.MAX_RECEIVE_COUNT,
+        "maxReceiveCount": timing.RECORD_CHANGE_MAX_RECEIVE_COUNT,
     }
     assert "FifoQueue" not in dlq["Properties"], "a standard queue's DLQ must be standard"
     assert dlq["Properties"]["MessageRetentionPeriod"] == FOURTEEN_DAYS

@@ -24,7 +24,7 @@ def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Sy
     )
     durable = stack.queues[stack.output_reference("DurableQueueUrl").logical_id]
     assert durable.fifo
-    assert durable.max_receive_count == timing.MAX_RECEIVE_COUNT
+    assert durable.max_receive_count == timing.DURABLE_MAX_RECEIVE_COUNT
     assert durable.dead_letter_queue == stack.output_reference("DurableDeadLetterQueueUrl").logical_id
     consumer = stack.functions[stack.output_reference("DurableConsumerFunctionName").logical_id]
     assert consumer.handler == "lambdas.durable_consumer.handler.handler"

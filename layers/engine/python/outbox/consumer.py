@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,22 +12,27 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import ValidationError
 
 from outbox.envelope import Envelope
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
+    ChainHeadContentionError,
     EnvelopeParseError,
+    EventStoreUnavailableError,
     LeaseLostError,
     OutboxError,
     TerminalError,
 )
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest
+from outbox.messages import parse_body, read_message
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["ContractViolationError", "DeliveryOutcome", "DurableConsumer", "LeasePolicy", "Metric", "parse_body"]
 
 
 class RetryableDeliveryError(OutboxError):
@@ -66,25 +70,6 @@ class LeasePolicy:
         return max(timedelta(milliseconds=remaining_ms), self.floor) + self.margin
 
 
-def parse_body(body: str) -> Envelope:
-    """The pipe forwards the raw NewImage (typed DynamoDB JSON) as the body; also accept it wrapped in
-    a stream record or in ``{"newImage": ...}``, so a changed input template degrades loudly, not silently."""
-    try:
-        document = json.loads(body)
-    except (TypeError, ValueError) as exc:
-        raise EnvelopeParseError(f"body is not JSON: {exc}") from exc
-    if not isinstance(document, dict):
-        raise EnvelopeParseError(f"body is JSON {type(document).__name__}, not a DynamoDB image")
-    if isinstance(document.get("dynamodb"), dict):
-        document = document["dynamodb"].get("NewImage") or {}
-    elif isinstance(document.get("newImage") or document.get("NewImage"), dict):
-        document = document.get("newImage") or document["NewImage"]
-    envelope = Envelope.from_item(document)
-    if envelope.computed_hash() != envelope.hash:
-        raise EnvelopeParseError(f"event {envelope.id} does not match its own hash: altered after emit")
-    return envelope
-
-
 class DurableConsumer:
     """Runs every matching DURABLE subscription of each message exactly once per (event, subscription).
 
@@ -92,9 +77,8 @@ class DurableConsumer:
     ----------
     registry, inbox, store:
         The subscriptions, the claim table, and the event store used for handlers' follow-up events.
-    max_receive_count:
-        The queue's redrive ``maxReceiveCount`` (from the infrastructure): a retryable failure on that
-        receive is the last chance, so it is dead-lettered there.
+        ``inbox.max_attempts`` decides when a pair is dead: the claim counts its own attempts, so a message
+        that waited behind a failing neighbour (and collected receives meanwhile) loses nothing.
     metrics:
         Optional Powertools ``Metrics``; the handler flushes it.
     """
@@ -105,14 +89,12 @@ class DurableConsumer:
         inbox: Inbox,
         store: EventStore,
         *,
-        max_receive_count: int,
         lease_policy: LeasePolicy | None = None,
         metrics: Any | None = None,
     ) -> None:
         self.registry = registry
         self.inbox = inbox
         self.store = store
-        self.max_receive_count = max_receive_count
         self.lease_policy = lease_policy or LeasePolicy()
         self.metrics = metrics
 
@@ -139,23 +121,32 @@ class DurableConsumer:
     # -- one message ----------------------------------------------------------------------------------
 
     def process_record(self, record: SQSRecord, remaining_ms: Callable[[], int]) -> None:
-        receive_count = int(record.attributes.approximate_receive_count)
         try:
-            envelope = parse_body(record.body)
-        except EnvelopeParseError as exc:
-            self._poison(record, str(exc))
+            message = read_message(
+                record.body,
+                record.raw_event.get("messageAttributes") or {},
+                int(record.raw_event.get("attributes", {}).get("ApproximateReceiveCount", "1")),
+            )
+        except Exception as exc:  # whatever reading raised, the record is a poison pill
+            self._poison(record, str(exc) if isinstance(exc, EnvelopeParseError) else f"{type(exc).__name__}")
             return
+        envelope = message.envelope
         log = {"event_id": envelope.id, "correlation_id": envelope.correlation_id, "tenant": envelope.tenant}
         subscriptions = self.registry.matching(envelope.type, Lane.DURABLE)
+        if message.targets is not None:
+            subscriptions = tuple(s for s in subscriptions if s.name in message.targets)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self._count(Metric.UNMATCHED)
             return
         digest = envelope_digest(envelope)  # once per message, not per subscription
+        # Absence of a claim row proves "never completed" only while the inbox still remembers completions.
+        may_create = self.inbox.can_vouch_for(message.issued_at)
         retry = [
             s.name
             for s in subscriptions
-            if self.deliver(envelope, s, receive_count, remaining_ms, digest) is DeliveryOutcome.RETRY
+            if self.deliver(envelope, s, message.receive_count, remaining_ms, digest, may_create=may_create)
+            is DeliveryOutcome.RETRY
         ]
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
@@ -167,16 +158,21 @@ class DurableConsumer:
         receive_count: int,
         remaining_ms: Callable[[], int],
         digest: str | None = None,
+        *,
+        may_create: bool = True,
     ) -> DeliveryOutcome:
         """Claim, run, complete: the outcome of one (event, subscription)."""
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        digest = digest or envelope_digest(envelope)
         lease = self.lease_policy.lease_for(remaining_ms())
-        result = self.inbox.claim(envelope, subscription.name, lease, digest)
+        result = self.inbox.claim(envelope, subscription.name, lease, digest, may_create=may_create)
         if result.outcome is ClaimOutcome.CONFLICT:
             logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
             self.inbox.record_conflict(envelope, subscription.name, result.existing or {}, receive_count)
             self._count(Metric.CONFLICTS)
             return DeliveryOutcome.DEAD
+        if result.outcome is ClaimOutcome.UNVERIFIABLE:
+            return self._unverifiable(envelope, subscription, digest, receive_count)
         if result.outcome is ClaimOutcome.IN_PROGRESS:
             # Another worker holds a live lease. The handler is skipped, but the message is NOT
             # acknowledged: if that worker has crashed, this message may be the only copy left, and
@@ -191,21 +187,24 @@ class DurableConsumer:
             return DeliveryOutcome.SKIPPED
         claim = result.claim
         self._count(Metric.CLAIMS)
+        if claim.attempts > self.inbox.max_attempts:
+            # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
+            crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
+            return self._failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
         delivery = Delivery(envelope, subscription.name, claim.idempotency_key, claim.attempts, remaining_ms)
         try:
-            handler_result = subscription.handler(delivery)
+            handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
         try:
-            self._complete(claim, envelope, subscription, handler_result or HandlerResult())
+            self._complete(claim, envelope, subscription, handler_result)
         except LeaseLostError:
             logger.warning("lost the lease on %s before completing; the new owner finishes it", claim.idempotency_key)
             self._count(Metric.LEASES_LOST)
             return DeliveryOutcome.SKIPPED
-        except (ClientError, OutboxError) as exc:
-            # The completion transaction was cancelled (a handler write's condition, throttling, ...):
-            # nothing of it is visible, so the claim is retried like any retryable failure.
-            return self._failed(claim, envelope, subscription, exc, receive_count)
+        except Exception as exc:  # every completion failure is classified
+            terminal = _is_terminal_completion(exc)
+            return self._failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
         self._count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED
 
@@ -221,7 +220,7 @@ class DurableConsumer:
                 actor=f"subscription:{subscription.name}",
                 correlation_id=envelope.correlation_id,
                 causation_id=envelope.id,
-                extra_writes=[*self.inbox.completion_writes(claim), *result.writes],
+                extra_writes=[self.inbox.completion_write(claim), *result.writes],
             )
         except CallerWriteConditionFailedError as exc:
             if exc.index == 0:  # the completion mark: our fencing token no longer holds
@@ -229,23 +228,32 @@ class DurableConsumer:
             raise
 
     def _failed(
-        self, claim: Claim, envelope: Envelope, subscription: Subscription, exc: BaseException, receive_count: int
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        exc: BaseException,
+        receive_count: int,
+        terminal: bool | None = None,
     ) -> DeliveryOutcome:
+        """Dead at once when no retry can help; dead when the claim's attempts are used up; else released
+        for the next receive."""
         error = f"{type(exc).__name__}: {exc}"
-        terminal = isinstance(exc, TerminalError) or (
-            subscription.terminal_on_validation_error and isinstance(exc, ValidationError)
-        )
-        last_receive = receive_count >= self.max_receive_count
+        if terminal is None:
+            terminal = isinstance(exc, TerminalError | ContractViolationError) or (
+                subscription.terminal_on_validation_error and isinstance(exc, ValidationError)
+            )
+        exhausted = claim.attempts >= self.inbox.max_attempts
         log = {"event_id": envelope.id, "subscription": subscription.name, "attempt": claim.attempts}
         try:
-            if terminal or last_receive:
+            if terminal or exhausted:
                 reason = DeadReason.TERMINAL if terminal else DeadReason.EXHAUSTED
                 logger.error("dead-lettering %s (%s): %s", claim.idempotency_key, reason.value, error, extra=log)
                 self.inbox.mark_dead(claim, envelope, error, type(exc).__name__, reason, receive_count)
                 self._count(Metric.DEAD_LETTERS)
-                # On the last receive the message still goes back, so SQS moves it to the DLQ: the
-                # transport and the inbox then agree on what is dead.
-                return DeliveryOutcome.DEAD if terminal else DeliveryOutcome.RETRY
+                # The dead letter is the record of it now: the message is acknowledged, and only a replay
+                # (which targets this pair alone) runs it again.
+                return DeliveryOutcome.DEAD
             logger.warning("retrying %s after: %s", claim.idempotency_key, error, extra=log)
             self.inbox.release(claim, error)
         except LeaseLostError:
@@ -255,16 +263,74 @@ class DurableConsumer:
         self._count(Metric.RETRIES)
         return DeliveryOutcome.RETRY
 
+    def _unverifiable(
+        self, envelope: Envelope, subscription: Subscription, digest: str, receive_count: int
+    ) -> DeliveryOutcome:
+        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        if not self.inbox.mark_unverifiable(envelope, subscription.name, digest, receive_count):
+            return DeliveryOutcome.RETRY  # a row appeared meanwhile: decide again on the next receive
+        logger.error("not running %s: older than the inbox remembers", subscription.name, extra=log)
+        self._count(Metric.DEAD_LETTERS)
+        return DeliveryOutcome.DEAD
+
     def _poison(self, record: SQSRecord, error: str) -> None:
-        attributes = {
-            "MessageGroupId": record.attributes.message_group_id or "",
-            "MessageDeduplicationId": record.attributes.message_deduplication_id or "",
-            "ApproximateReceiveCount": record.attributes.approximate_receive_count,
+        attributes = record.raw_event.get("attributes") or {}
+        kept = {
+            name: str(attributes.get(name, ""))
+            for name in ("MessageGroupId", "MessageDeduplicationId", "ApproximateReceiveCount")
         }
         logger.error("poison pill %s: %s", record.message_id, error)
-        self.inbox.record_poison(record.message_id, record.body or "", error, attributes)
+        self.inbox.record_poison(str(record.message_id), _text(record.raw_event.get("body")), error, kept)
         self._count(Metric.POISON_PILLS)
 
     def _count(self, metric: Metric) -> None:
         if self.metrics is not None:
             self.metrics.add_metric(name=metric.value, unit="Count", value=1)
+
+
+class ContractViolationError(OutboxError):
+    """A handler broke its contract (returned something that is not a ``HandlerResult`` or ``None``):
+    terminal, with a dead letter that says what it did wrong."""
+
+
+class UnfinishedAttemptsError(OutboxError):
+    """Every attempt the claim allows started and none ended (a crash or a timeout each time)."""
+
+
+def _checked_result(subscription: Subscription, result: object) -> HandlerResult:
+    if result is None:
+        return HandlerResult()
+    if not isinstance(result, HandlerResult):
+        raise ContractViolationError(
+            f"{subscription.name} returned a {type(result).__name__}; a DURABLE handler returns a HandlerResult or None"
+        )
+    return result
+
+
+# Completion failures that a later attempt can get past; anything else (invalid writes, a follow-up that
+# fails validation, a completion too large, a number DynamoDB cannot store, ...) fails again every time.
+_RETRYABLE_COMPLETION_ERRORS = (
+    CallerWriteConditionFailedError,  # the handler's own condition may hold later
+    ChainHeadContentionError,
+    EventStoreUnavailableError,
+    BotoCoreError,
+)
+_TERMINAL_CLIENT_ERRORS = frozenset({"ValidationException", "SerializationException"})
+
+
+def _is_terminal_completion(exc: BaseException) -> bool:
+    if isinstance(exc, ParamValidationError):  # the SDK refused the request's shape: it always will
+        return True
+    if isinstance(exc, _RETRYABLE_COMPLETION_ERRORS):
+        return False
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        reasons = {reason.get("Code") for reason in exc.response.get("CancellationReasons") or []}
+        return code in _TERMINAL_CLIENT_ERRORS or "ValidationError" in reasons
+    return True
+
+
+def _text(body: object) -> str:
+    """A body as storable text: lone surrogates and other unencodable characters escaped, never raised."""
+    text = body if isinstance(body, str) else repr(body)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -4,12 +4,18 @@ States of a claim row::
 
     absent ──claim──► PENDING(owner, lease) ──mark_completed──► COMPLETED (expires after retention)
                         │   ▲        │
-                release │   │ claim  └──mark_dead──► DEAD ──claim while attempts < max──► PENDING
+                release │   │ claim  └──mark_dead──► DEAD (final: only an operator's replay clears it)
                         ▼   │ (lease expired: take-over)
                       PENDING(lease expired)
 
 Every write after the claim is conditioned on the ``owner`` token (fencing), so a worker whose lease
-was taken over can neither complete, release nor kill the new owner's claim.
+was taken over can neither complete, release nor kill the new owner's claim. The same token recognises
+a worker's own write whose answer was lost (an HTTP 500 after the write applied, retried by the SDK).
+
+The inbox forgets a COMPLETED row ``retention`` after the completion. So the absence of a row proves that
+an (event, subscription) never completed only for a message issued less than ``retention`` ago (see
+``claim``'s ``may_create``); past that, the consumer records the pair as UNVERIFIABLE dead work instead of
+guessing. A COMPLETED row that has expired but not yet been swept still counts as completed.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -35,20 +41,24 @@ logger = logging.getLogger(__name__)
 
 PENDING, COMPLETED, DEAD = "PENDING", "COMPLETED", "DEAD"
 POISON_BODY_LIMIT = 64 * 1024  # enough to diagnose; far below the 400 KB item limit
+# Clock skew between whoever issued a message and the consumer judging its age against the retention.
+VOUCH_MARGIN = timedelta(hours=1)
 
 
 class ClaimOutcome(StrEnum):
     CLAIMED = "claimed"
     ALREADY_COMPLETED = "already_completed"
     IN_PROGRESS = "in_progress"  # another worker holds a live lease
-    DEAD_EXHAUSTED = "dead_exhausted"  # dead, and no attempts left: only an operator reset reruns it
+    DEAD = "dead"  # dead work: only an operator's replay reruns it
     CONFLICT = "conflict"  # same event id, different content
+    UNVERIFIABLE = "unverifiable"  # no row, but the message is older than the inbox's memory
 
 
 class DeadReason(StrEnum):
-    TERMINAL = "terminal"  # the handler raised a terminal error or its input failed validation
-    EXHAUSTED = "exhausted"  # a retryable error on the queue's last receive
+    TERMINAL = "terminal"  # a terminal error, invalid input, or a handler that broke its contract
+    EXHAUSTED = "exhausted"  # every attempt failed (or crashed): the claim's attempts, not receives, decide
     CONFLICT = "conflict"  # the same event id arrived with a different digest
+    UNVERIFIABLE = "unverifiable"  # older than the inbox's retention: it may have completed and been forgotten
 
 
 @dataclass(frozen=True)
@@ -62,9 +72,6 @@ class Claim:
     attempts: int
     digest: str
     lease_expires_at: datetime
-    # The dead letter this (event, subscription) left when it was last DEAD, still open: completing the
-    # claim must resolve it too, whoever completes it.
-    open_dead_letter: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -132,13 +139,33 @@ class Inbox:
 
     # -- claim --------------------------------------------------------------------------------------
 
-    def claim(self, envelope: Envelope, subscription: str, lease: timedelta, digest: str | None = None) -> ClaimResult:
-        """One conditional write: take the row if absent, stale, expired, or dead with attempts left.
-        ``digest`` may be passed in when one message is claimed for several subscriptions."""
+    def can_vouch_for(self, issued_at: datetime) -> bool:
+        """Whether a missing row proves that no completion happened since ``issued_at``: any completion after
+        it keeps its COMPLETED row for ``retention``."""
+        return self._clock() < issued_at + self.retention - VOUCH_MARGIN
+
+    def claim(
+        self,
+        envelope: Envelope,
+        subscription: str,
+        lease: timedelta,
+        digest: str | None = None,
+        *,
+        may_create: bool = True,
+    ) -> ClaimResult:
+        """One conditional write: take the row if absent (and ``may_create``) or if its lease has expired.
+
+        ``may_create`` is False for a message issued longer ago than the inbox remembers completions: its
+        row may be missing because the pair completed and the row expired, so absence proves nothing and
+        the outcome is UNVERIFIABLE. ``digest`` may be passed in when one message is claimed for several
+        subscriptions."""
         now = self._clock()
         owner = self._new_owner()
         digest = digest or envelope_digest(envelope)
         lease_expires_at = now + lease
+        claimable = "#status = :pending AND lease_expires_at < :now"
+        if may_create:
+            claimable = f"attribute_not_exists(pk) OR ({claimable})"
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -147,68 +174,62 @@ class Inbox:
                     "SET #status = :pending, #owner = :owner, lease_expires_at = :lease, "
                     "attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, "
                     "event_id = :event_id, subscription = :subscription, tenant = :tenant, "
-                    "event_type = :event_type, created_at = if_not_exists(created_at, :now_iso), "
-                    "updated_at = :now_iso REMOVE expires_at"
+                    "event_type = :event_type, event_seq = :event_seq, "
+                    "created_at = if_not_exists(created_at, :now_iso), updated_at = :now_iso"
                 ),
-                ConditionExpression=(
-                    "(attribute_not_exists(pk) OR digest = :digest) AND ("
-                    "attribute_not_exists(pk)"
-                    " OR (#status = :pending AND lease_expires_at < :now)"
-                    " OR (#status = :dead AND attempts < :max_attempts AND dead_reason <> :terminal)"
-                    " OR (#status = :completed AND expires_at < :now_s))"
-                ),
+                ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})",
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
                 ExpressionAttributeValues={
                     ":pending": {"S": PENDING},
-                    ":dead": {"S": DEAD},
-                    ":completed": {"S": COMPLETED},
                     ":owner": {"S": owner},
                     ":lease": {"N": _epoch_ms(lease_expires_at)},
                     ":now": {"N": _epoch_ms(now)},
-                    ":now_s": {"N": str(int(now.timestamp()))},
                     ":now_iso": {"S": format_timestamp(now)},
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
-                    ":max_attempts": {"N": str(self.max_attempts)},
-                    ":terminal": {"S": DeadReason.TERMINAL.value},
                     ":digest": {"S": digest},
                     ":event_id": {"S": envelope.id},
                     ":subscription": {"S": subscription},
                     ":tenant": {"S": envelope.tenant},
                     ":event_type": {"S": envelope.type},
+                    ":event_seq": {"N": str(envelope.seq)},
                 },
-                ReturnValues="ALL_OLD",  # the previous attempts, and whether it was dead
+                ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             existing = exc.response.get("Item") or {}
+            if _string(existing, "owner") == owner and _string(existing, "status") == PENDING:
+                # Our own claim, applied by an earlier send whose answer was lost (the SDK re-sent it).
+                return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
             return ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
-        previous = response.get("Attributes") or {}
-        attempts = int(previous.get("attempts", {}).get("N", "0")) + 1
-        claim = Claim(
+        row = response["Attributes"]
+        return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
+
+    def _claim_of(self, envelope: Envelope, subscription: str, row: Mapping[str, Any]) -> Claim:
+        return Claim(
             envelope.id,
             subscription,
             envelope.tenant,
-            owner,
-            attempts,
-            digest,
-            lease_expires_at,
-            # Kept on the row (not in this worker's memory) from mark_dead until a completion resolves it, so
-            # it survives releases and take-overs between the DEAD state and the eventual completion.
-            open_dead_letter=previous.get("open_dead_letter", {}).get("S"),
+            owner=row["owner"]["S"],
+            attempts=int(row["attempts"]["N"]),
+            digest=row["digest"]["S"],
+            lease_expires_at=datetime.fromtimestamp(int(row["lease_expires_at"]["N"]) / 1000, tz=UTC),
         )
-        return ClaimResult(ClaimOutcome.CLAIMED, claim=claim)
 
-    def _why_not_claimable(self, existing: Mapping[str, Any], digest: str) -> ClaimOutcome:
+    @staticmethod
+    def _why_not_claimable(existing: Mapping[str, Any], digest: str) -> ClaimOutcome:
+        if not existing:
+            return ClaimOutcome.UNVERIFIABLE  # absent, and the claim was not allowed to create it
         if existing.get("digest", {}).get("S", digest) != digest:
             return ClaimOutcome.CONFLICT
         status = existing.get("status", {}).get("S")
         if status == COMPLETED:
             return ClaimOutcome.ALREADY_COMPLETED
         if status == DEAD:
-            return ClaimOutcome.DEAD_EXHAUSTED
+            return ClaimOutcome.DEAD
         return ClaimOutcome.IN_PROGRESS
 
     # -- finishing a claim (all fenced on the owner token) ------------------------------------------
@@ -222,7 +243,7 @@ class Inbox:
                 "Key": claim_key(claim.event_id, claim.subscription),
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
-                    "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
+                    "expires_at = :expires REMOVE lease_expires_at"
                 ),
                 "ConditionExpression": "#owner = :owner AND #status = :pending",
                 "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},
@@ -233,47 +254,22 @@ class Inbox:
                     ":now_iso": {"S": format_timestamp(now)},
                     ":expires": {"N": str(int((now + self.retention).timestamp()))},
                 },
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
 
-    def completion_writes(self, claim: Claim) -> list[dict[str, Any]]:
-        """The COMPLETED mark first (its index 0 is what fencing failures point at), then, for a claim that
-        took over a DEAD row, the resolution of that row's dead letter: done work is not open work."""
-        writes = [self.completion_write(claim)]
-        if claim.open_dead_letter is not None:
-            writes.append(
-                {
-                    "Update": {
-                        "TableName": self.table_name,
-                        "Key": {"pk": {"S": dead_letter_partition(claim.tenant)}, "sk": {"S": claim.open_dead_letter}},
-                        "UpdateExpression": "SET resolved = :how",
-                        "ConditionExpression": "attribute_exists(pk)",
-                        "ExpressionAttributeValues": {
-                            ":how": {"S": f"completed at {format_timestamp(self._clock())} (attempt {claim.attempts})"}
-                        },
-                    }
-                }
-            )
-        return writes
-
     def mark_completed(self, claim: Claim, writes: Sequence[Mapping[str, Any]] = ()) -> None:
         """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither."""
-        completion = self.completion_writes(claim)
-        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
+        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
-                f"{claim.subscription} returned {len(writes)} writes; at most {MAX_TRANSACT_ITEMS - len(completion)} "
+                f"{claim.subscription} returned {len(writes)} writes; at most {MAX_TRANSACT_ITEMS - 1} "
                 "fit in one transaction with the completion"
             )
-        if not writes and len(completion) == 1:
-            self._fenced_update(claim, "complete", completion[0]["Update"])
+        completion = self.completion_write(claim)
+        if not writes:
+            self._fenced_update(claim, "complete", completion["Update"], landed=COMPLETED)
             return
-        try:
-            self.client.transact_write_items(TransactItems=[*completion, *writes])
-        except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                raise LeaseLostError(claim.event_id, claim.subscription, "complete") from exc
-            raise
+        self._fenced_transaction(claim, "complete", [completion, *map(dict, writes)], landed=COMPLETED)
 
     def release(self, claim: Claim, error: str) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries."""
@@ -295,39 +291,72 @@ class Inbox:
         reason: DeadReason,
         receive_count: int,
     ) -> None:
-        """DEAD plus a tenant-scoped dead-letter row, in one transaction. A terminal reason is never
-        claimed again (only an operator reset reruns it); an exhausted one may be, while attempts last."""
-        now_iso = format_timestamp(self._clock())
+        """DEAD plus a tenant-scoped dead-letter row, in one transaction. DEAD is final for the consumer:
+        only an operator's replay (which clears the row) runs the pair again."""
         claim_update = self._fenced_item(
             claim,
             {
                 "UpdateExpression": (
                     "SET #status = :dead, last_error = :error, dead_reason = :reason, "
-                    "open_dead_letter = :letter, dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
+                    "dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
                 ),
                 "ExpressionAttributeValues": {
                     ":dead": {"S": DEAD},
                     ":error": {"S": error[:2000]},
                     ":reason": {"S": reason.value},
-                    ":letter": {"S": f"{claim.event_id}#{claim.subscription}"},
                 },
             },
         )
         dead_letter = self.dead_letter_item(envelope, claim.subscription, error, error_type, reason, receive_count)
         dead_letter["attempts"] = {"N": str(claim.attempts)}
+        self._fenced_transaction(
+            claim,
+            "mark dead",
+            [{"Update": claim_update}, {"Put": {"TableName": self.table_name, "Item": dead_letter}}],
+            landed=DEAD,
+        )
+
+    def mark_unverifiable(self, envelope: Envelope, subscription: str, digest: str, receive_count: int) -> bool:
+        """Record a pair the inbox cannot vouch for (no row, message older than the retention) as DEAD work
+        with a dead letter that says so, instead of running it and perhaps doubling a forgotten effect.
+        False when a row appeared meanwhile (the caller claims again)."""
+        days = self.retention.days
+        error = (
+            f"the message for {envelope.id}:{subscription} was issued more than {days} days ago, longer than "
+            "the inbox remembers completions, and the pair has no claim row: it may have completed and been "
+            "forgotten. Nothing was run. If you know it did not run, replay it with --force."
+        )
+        now_iso = format_timestamp(self._clock())
+        row = {
+            **claim_key(envelope.id, subscription),
+            "status": {"S": DEAD},
+            "dead_reason": {"S": DeadReason.UNVERIFIABLE.value},
+            "attempts": {"N": "0"},
+            "digest": {"S": digest},
+            "event_id": {"S": envelope.id},
+            "subscription": {"S": subscription},
+            "tenant": {"S": envelope.tenant},
+            "event_type": {"S": envelope.type},
+            "event_seq": {"N": str(envelope.seq)},
+            "last_error": {"S": error},
+            "created_at": {"S": now_iso},
+            "dead_at": {"S": now_iso},
+            "updated_at": {"S": now_iso},
+        }
+        letter = self.dead_letter_item(
+            envelope, subscription, error, "Unverifiable", DeadReason.UNVERIFIABLE, receive_count
+        )
+        letter["attempts"] = {"N": "0"}
+        only_if_absent = {"TableName": self.table_name, "Item": row, "ConditionExpression": "attribute_not_exists(pk)"}
         try:
             self.client.transact_write_items(
-                TransactItems=[
-                    {"Update": claim_update},
-                    {"Put": {"TableName": self.table_name, "Item": dead_letter}},
-                ]
+                TransactItems=[{"Put": only_if_absent}, {"Put": {"TableName": self.table_name, "Item": letter}}]
             )
         except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                raise LeaseLostError(claim.event_id, claim.subscription, "mark dead") from exc
+            if _cancelled_by_condition(exc):
+                return False
             raise
-        logger.debug("dead-lettered %s at %s", claim.idempotency_key, now_iso)
+        return True
 
     def record_conflict(
         self, envelope: Envelope, subscription: str, existing: Mapping[str, Any], receive_count: int
@@ -415,13 +444,46 @@ class Inbox:
                 ":pending": {"S": PENDING},
                 ":now_iso": {"S": now_iso},
             },
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
 
-    def _fenced_update(self, claim: Claim, action: str, update: Mapping[str, Any]) -> None:
+    def _fenced_update(self, claim: Claim, action: str, update: Mapping[str, Any], landed: str | None = None) -> None:
+        """One fenced UpdateItem. ``landed`` is the status our own write leaves: finding it under our owner
+        token after a failed condition means an earlier send of this write applied and its answer was lost."""
         request = update if "TableName" in update else self._fenced_item(claim, update)
         try:
             self.client.update_item(**request)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            if not _is_own(exc.response.get("Item"), claim, landed):
                 raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
-            raise
+
+    def _fenced_transaction(self, claim: Claim, action: str, items: list[dict[str, Any]], landed: str) -> None:
+        """A transaction whose first item is the fenced claim update (see ``_fenced_update``)."""
+        first = next(iter(items[0].values()))
+        first.setdefault("ReturnValuesOnConditionCheckFailure", "ALL_OLD")
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if not reasons or reasons[0].get("Code") != "ConditionalCheckFailed":
+                raise
+            if not _is_own(reasons[0].get("Item"), claim, landed):
+                raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
+
+
+def _string(item: Mapping[str, Any] | None, name: str) -> str | None:
+    value = (item or {}).get(name)
+    return None if value is None else value.get("S")
+
+
+def _is_own(existing: Mapping[str, Any] | None, claim: Claim, landed: str | None) -> bool:
+    return landed is not None and _string(existing, "owner") == claim.owner and _string(existing, "status") == landed
+
+
+def _cancelled_by_condition(exc: ClientError) -> bool:
+    if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        return True
+    reasons = exc.response.get("CancellationReasons") or []
+    return any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons)

@@ -1,9 +1,18 @@
-"""What an operator does: status, chain verification, dead letters, replay, inbox-aware redrive and
-reconciliation. One implementation for the ``outbox`` CLI, the operator endpoint and the tests.
+"""What an operator does: status, chain verification, dead letters, replay, redrive and reconciliation.
+One implementation for the ``outbox`` CLI, the operator endpoint and the tests.
 
-The rule every repair follows: clear the inbox state that would block the rerun *before* putting the
-message back (a dead claim makes a redelivered message a silent skip), and put it back before removing
-the old copy (an interruption leaves a duplicate, which the inbox absorbs, never a loss).
+The rules every repair follows, so that none can rerun work that completed, at any age:
+
+- Dead work is an (event, subscription) pair with a DEAD claim and an open dead letter. ``replay`` reruns
+  exactly the selected pairs: it clears each DEAD claim and re-sends the event from the events table with
+  a message that names those subscriptions only (``outbox.messages``), never the event's other
+  subscriptions, whose completions the inbox may have forgotten.
+- The durable DLQ is a transport backstop (messages the consumer could not process at all). ``redrive``
+  moves them back unchanged and clears nothing: each subscription then runs, or is skipped as COMPLETED,
+  or stays dead with its open dead letter (shown by ``status``, repaired by ``replay``).
+- ``reconcile`` re-sends only events the inbox can still vouch for (younger than its retention), naming
+  only the subscriptions without a claim.
+- Put back before removing the old copy: an interruption leaves a duplicate, which the inbox absorbs.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -22,8 +31,9 @@ from outbox import keys
 from outbox.catalog import Catalog
 from outbox.chain import ChainReport, read_event_rows, verify_chain
 from outbox.envelope import ULID_PATTERN, Envelope, format_timestamp
-from outbox.exceptions import EnvelopeParseError, OutboxValidationError
-from outbox.inbox import COMPLETED, DEAD, PENDING, claim_key, dead_letter_partition
+from outbox.exceptions import OutboxValidationError
+from outbox.inbox import COMPLETED, DEAD, PENDING, VOUCH_MARGIN, DeadReason, claim_key, dead_letter_partition
+from outbox.messages import repair_attributes
 from outbox.subscriptions import Lane
 
 MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "AccessDenied", "NotImplementedError"}
@@ -47,6 +57,9 @@ class Topology:
     record_change_pipe_dlq_url: str | None = None
     relay_pipe_name: str | None = None
     record_change_pipe_name: str | None = None
+    # How long the inbox remembers a completion; the stack's output (an older stack without it: the
+    # shortest retention the inbox ever had, which only makes reconcile refuse sooner).
+    inbox_retention_days: int = 7
 
     OUTPUTS = {
         "events_table": "EventsTableName",
@@ -59,6 +72,7 @@ class Topology:
         "record_change_pipe_dlq_url": "RecordChangePipeDeadLetterQueueUrl",
         "relay_pipe_name": "RelayPipeName",
         "record_change_pipe_name": "RecordChangePipeName",
+        "inbox_retention_days": "InboxRetentionDays",
     }
 
     @classmethod
@@ -66,7 +80,16 @@ class Topology:
         missing = [name for field_name, name in cls.OUTPUTS.items() if name not in outputs and field_name in _REQUIRED]
         if missing:
             raise OperationRefusedError(f"the stack has no outputs {missing}: is it the outbox engine's stack?")
-        return cls(**{field_name: outputs.get(name) for field_name, name in cls.OUTPUTS.items()})  # type: ignore[arg-type]
+        found: dict[str, Any] = {field_name: outputs.get(name) for field_name, name in cls.OUTPUTS.items()}
+        if found["inbox_retention_days"] is None:
+            del found["inbox_retention_days"]
+        else:
+            found["inbox_retention_days"] = int(found["inbox_retention_days"])
+        return cls(**found)
+
+    @property
+    def inbox_retention(self) -> timedelta:
+        return timedelta(days=self.inbox_retention_days)
 
     def queues(self) -> dict[str, str]:
         named = {
@@ -102,7 +125,8 @@ class DeadLetter:
     error_type: str
     attempts: int | None
     dead_at: str
-    resolved: str | None  # "replayed at ..." / "redriven at ..." once an operator acted on it
+    resolved: str | None  # "replayed at ..." once an operator acted on it
+    replay_started: str | None = None  # set while a replay is between clearing the claim and re-sending
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> DeadLetter:
@@ -118,6 +142,7 @@ class DeadLetter:
             attempts=int(item["attempts"]["N"]) if "attempts" in item else None,
             dead_at=item["dead_at"]["S"],
             resolved=item.get("resolved", {}).get("S"),
+            replay_started=item.get("replay_started", {}).get("S"),
         )
 
 
@@ -147,8 +172,8 @@ class ReplayItem:
     event_id: str
     event_seq: int
     subscription: str
-    claim_status: str | None
-    forced: bool = False  # a COMPLETED claim the operator asked to rerun (--force)
+    claim_status: str | None  # None: a replay was interrupted after clearing the claim
+    forced: bool = False  # a COMPLETED or unverifiable pair the operator asked to rerun (--force)
 
 
 @dataclass
@@ -160,9 +185,9 @@ class ReplayResult:
 @dataclass
 class RedriveResult:
     moved: int = 0
-    claims_cleared: int = 0
-    kept_unparseable: int = 0
     method: str = "receive-send-delete"
+    status: str = "COMPLETED"  # the move task's status (RUNNING when it outlived the wait)
+    remaining: int = 0  # messages still in the DLQ afterwards (in flight ones included)
 
 
 @dataclass
@@ -170,6 +195,7 @@ class ReconcileResult:
     scanned: int = 0
     republished: list[str] = field(default_factory=list)
     already_handled: int = 0
+    subscriptions: dict[str, list[str]] = field(default_factory=dict)  # event id -> the pairs re-sent
 
 
 class Operations:
@@ -185,6 +211,7 @@ class Operations:
         pipes: Any | None = None,
         cloudwatch: Any | None = None,
         clock: Callable[[], datetime] = engine_clock.now,
+        sleep: Callable[[float], None] = engine_clock.sleep,
     ) -> None:
         self.topology = topology
         self.dynamodb = dynamodb
@@ -193,6 +220,11 @@ class Operations:
         self.pipes = pipes
         self.cloudwatch = cloudwatch
         self._clock = clock
+        self._sleep = sleep
+
+    def now(self) -> datetime:
+        """The operations' clock: the system clock, or the local runtime's virtual one."""
+        return self._clock()
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -321,62 +353,113 @@ class Operations:
         until: datetime | None = None,
         force: bool = False,
     ) -> list[ReplayItem]:
-        """What a replay would rerun. Dead work is selected from the dead letters; naming an event id also
-        selects its claims, and a COMPLETED one is refused unless ``force`` (it would run the effect again)."""
+        """The (event, subscription) pairs a replay would rerun. Dead work is selected from the open dead
+        letters of a tenant, or by event id. A COMPLETED pair (named by id) and a pair the inbox could not
+        vouch for are refused unless ``force``: either may run an effect a second time."""
         ids = list(event_ids)
         for event_id in ids:
             if not _is_event_id(event_id):
                 raise OperationRefusedError(f"{event_id!r} is not an event id (a 26-character ULID)")
+        if ids and (since is not None or until is not None):
+            raise OperationRefusedError(
+                "--since/--until select a tenant's dead letters by time; with --event-id they would be ignored: "
+                "give one or the other"
+            )
         if subscription is not None and not any(s.name == subscription for s in self.catalog.registry.subscriptions):
             raise OperationRefusedError(f"unknown subscription {subscription!r}")
         if tenant is not None:
             self.require_tenant(tenant)
         if tenant is None and not ids:
             raise OperationRefusedError("select what to replay: a tenant, or one or more event ids")
-        items = self._replay_by_ids(ids, subscription, force) if ids else []
-        if tenant is not None and not ids:
-            items = [
-                ReplayItem(d.tenant, d.event_id, d.event_seq, d.subscription, status)
-                for d in self.dead_letters(tenant, subscription=subscription, since=since, until=until)
-                if d.reason != "conflict"  # a conflict is not dead work: the original content already ran
-                # Only work that is still dead (or whose claim is already cleared): a claim that was taken
-                # over and COMPLETED since is done, whatever its old dead letter says.
-                and (status := self._claim_status(d.event_id, d.subscription)) in (DEAD, None)
-            ]
+        if ids:
+            items = self._replay_by_ids(ids, tenant, subscription, force)
+        else:
+            assert tenant is not None
+            items = self._replay_dead_letters(tenant, subscription, since, until, force)
         if not items:
             raise OperationRefusedError("the selection matches no dead work: nothing to replay")
         return items
 
-    def _replay_by_ids(self, ids: list[str], subscription: str | None, force: bool) -> list[ReplayItem]:
+    def _replay_dead_letters(
+        self, tenant: str, subscription: str | None, since: datetime | None, until: datetime | None, force: bool
+    ) -> list[ReplayItem]:
+        items, unverifiable = [], 0
+        for letter in self.dead_letters(tenant, subscription=subscription, since=since, until=until):
+            if letter.reason == DeadReason.CONFLICT:
+                continue  # not dead work: the original content already ran
+            claim = self._claim(letter.event_id, letter.subscription)
+            status = None if claim is None else claim["status"]["S"]
+            if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:
+                unverifiable += 1
+                continue
+            if status == DEAD or (status is None and self._interrupted_replay(letter)):
+                forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE
+                items.append(
+                    ReplayItem(letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced)
+                )
+            # Anything else is not dead any more (a take-over completed it) or cannot be vouched for.
+        if not items and unverifiable:
+            raise OperationRefusedError(
+                f"{unverifiable} dead letter(s) of {tenant} are unverifiable: the inbox had forgotten whether they "
+                "completed. Replay them with --force only if you know they did not run."
+            )
+        return items
+
+    def _interrupted_replay(self, letter: DeadLetter) -> bool:
+        """A replay cleared this pair's claim but stopped before sending: the pair is still dead work if the
+        inbox can vouch that it has not completed since (the clearing is younger than the retention)."""
+        started = letter.replay_started
+        return started is not None and self._clock() < _parse_timestamp(started) + self.topology.inbox_retention
+
+    def _replay_by_ids(
+        self, ids: list[str], tenant: str | None, subscription: str | None, force: bool
+    ) -> list[ReplayItem]:
         items = []
         for event_id in ids:
             claims = list(self.claims(event_id).values())
             if not claims:
                 raise OperationRefusedError(f"event {event_id} has no claims: was it ever delivered? (try reconcile)")
+            owner = claims[0]["tenant"]["S"]
+            if tenant is not None and owner != tenant:
+                raise OperationRefusedError(f"event {event_id} belongs to tenant {owner!r}, not {tenant!r}")
             for claim in claims:
                 name, status = claim["sk"]["S"], claim["status"]["S"]
                 if subscription is not None and name != subscription:
                     continue
-                if status == COMPLETED and not force:
+                risky = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE
+                if risky and not force:
+                    what = "is COMPLETED" if status == COMPLETED else "may have completed (unverifiable)"
                     raise OperationRefusedError(
-                        f"{event_id}:{name} is COMPLETED; replaying it would run the effect again (use --force)"
+                        f"{event_id}:{name} {what}; replaying it could run the effect again (use --force)"
                     )
                 if status == PENDING:
                     continue  # in progress: the inbox will finish or take it over
                 seq = self._event_seq(claim)
-                items.append(ReplayItem(claim["tenant"]["S"], event_id, seq, name, status, forced=status == COMPLETED))
+                items.append(ReplayItem(owner, event_id, seq, name, status, forced=risky))
         return items
 
     def replay(self, items: list[ReplayItem]) -> ReplayResult:
-        """Clear each selected claim, then re-send each event from the events table with a fresh dedup id."""
+        """Clear each selected claim (marking its dead letter as being replayed, in the same transaction),
+        re-send each event naming only its selected subscriptions, then resolve the dead letters."""
         result = ReplayResult()
+        now = self._clock()
         for item in items:
-            self._clear_claim(item.event_id, item.subscription, allowed=(DEAD, COMPLETED) if item.forced else (DEAD,))
-            result.cleared.append(item)
-        for tenant, seq, event_id in sorted({(i.tenant, i.event_seq, i.event_id) for i in items}):
-            self._publish(self._event_image(tenant, seq), tenant, f"replay-{event_id}-{uuid.uuid4().hex[:12]}")
+            allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
+            if item.claim_status is None or self._clear_claim(item, allowed, now):
+                result.cleared.append(item)
+        by_event: dict[tuple[str, int, str], list[str]] = {}
+        for item in result.cleared:
+            by_event.setdefault((item.tenant, item.event_seq, item.event_id), []).append(item.subscription)
+        for (tenant, seq, event_id), subscriptions in sorted(by_event.items()):
+            self._publish(
+                self._event_image(tenant, seq),
+                tenant,
+                f"replay-{event_id}-{uuid.uuid4().hex[:12]}",
+                targets=subscriptions,
+                issued_at=now,
+            )
             result.republished.append(event_id)
-        for item in items:
+        for item in result.cleared:
             self._resolve_dead_letter(item.tenant, item.event_id, item.subscription, "replayed")
         return result
 
@@ -389,20 +472,27 @@ class Operations:
         max_messages: int | None = None,
         method: str = "auto",
         on_message: Callable[[str], None] | None = None,
+        wait: timedelta = timedelta(minutes=5),
     ) -> RedriveResult:
-        """Move a DLQ's messages back to their source queue, clearing the dead claims of their events first.
+        """Move a DLQ's messages back to their source queue, unchanged; clear nothing.
 
         ``method``: "receive-send-delete" (works everywhere, resumable), "move-task" (SQS
         StartMessageMoveTask), or "auto" (the move task, falling back to the loop where SQS refuses it).
+        A move task is followed until it ends or ``wait`` passes; the result says how many messages moved.
         """
         url, target = self.redrive_route(dlq)
         if method in ("auto", "move-task") and max_messages is None:
             try:
-                return self._redrive_with_move_task(url, dlq)
+                result = self._redrive_with_move_task(url, wait)
             except ClientError as exc:
                 if method == "move-task" or exc.response["Error"]["Code"] not in MOVE_TASK_UNSUPPORTED:
                     raise
-        return self._redrive_loop(url, target, dlq, max_messages, on_message)
+            else:
+                result.remaining = self._depth(url)
+                return result
+        result = self._redrive_loop(url, target, max_messages, on_message)
+        result.remaining = self._depth(url)
+        return result
 
     def redrive_route(self, dlq: str) -> tuple[str, str]:
         routes = {
@@ -420,110 +510,116 @@ class Operations:
         return url, target
 
     def _redrive_loop(
-        self, url: str, target: str, dlq: str, max_messages: int | None, on_message: Callable[[str], None] | None
+        self, url: str, target: str, max_messages: int | None, on_message: Callable[[str], None] | None
     ) -> RedriveResult:
         result = RedriveResult()
-        kept: set[str] = set()
         while max_messages is None or result.moved < max_messages:
             batch = self.sqs.receive_message(
-                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60, MessageSystemAttributeNames=["All"]
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                VisibilityTimeout=60,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
             ).get("Messages", [])
-            fresh = [m for m in batch if m["MessageId"] not in kept]
-            if not fresh:
+            if not batch:
                 break
-            for message in fresh:
-                if max_messages is not None and result.moved >= max_messages:
-                    break
-                if not self._redrive_one(message, url, target, dlq, result):
-                    kept.add(message["MessageId"])
-                elif on_message is not None:
+            for message in batch[: None if max_messages is None else max_messages - result.moved]:
+                self._move(message, url, target)
+                result.moved += 1
+                if on_message is not None:
                     on_message(message["MessageId"])
         return result
 
-    def _redrive_one(self, message: dict[str, Any], url: str, target: str, dlq: str, result: RedriveResult) -> bool:
+    def _move(self, message: dict[str, Any], url: str, target: str) -> None:
         attributes = message.get("Attributes", {})
-        if dlq == "durable-dlq":
-            try:
-                envelope = _envelope_of(message["Body"])
-            except EnvelopeParseError:
-                result.kept_unparseable += 1  # left in the DLQ for a person to look at
-                return False
-            result.claims_cleared += self._clear_dead_claims(envelope)
         send: dict[str, Any] = {"QueueUrl": target, "MessageBody": message["Body"]}
+        if message.get("MessageAttributes"):
+            send["MessageAttributes"] = message["MessageAttributes"]  # a repair's targets travel on
         if "MessageGroupId" in attributes:
             send["MessageGroupId"] = attributes["MessageGroupId"]
             # Stable per DLQ message: a redrive interrupted after this send and run again is deduplicated.
             send["MessageDeduplicationId"] = f"redrive-{message['MessageId']}"
         self.sqs.send_message(**send)  # put back first ...
         self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove
-        result.moved += 1
-        return True
 
-    def _redrive_with_move_task(self, url: str, dlq: str) -> RedriveResult:
-        """Peek every message to clear its claims, make them visible again, then let SQS move them."""
-        result = RedriveResult(method="move-task")
-        if dlq == "durable-dlq":
-            peeked: dict[str, dict[str, Any]] = {}
-            while True:
-                batch = self.sqs.receive_message(
-                    QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=120, MessageSystemAttributeNames=["All"]
-                ).get("Messages", [])
-                if not batch or all(m["MessageId"] in peeked for m in batch):
-                    break
-                peeked.update({m["MessageId"]: m for m in batch})
-            for message in peeked.values():
-                try:
-                    result.claims_cleared += self._clear_dead_claims(_envelope_of(message["Body"]))
-                except EnvelopeParseError:
-                    result.kept_unparseable += 1
-                self.sqs.change_message_visibility(
-                    QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-                )
+    def _redrive_with_move_task(self, url: str, wait: timedelta) -> RedriveResult:
+        """Let SQS move every visible message back to its source queue, and follow the task to its end."""
         arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         handle = self.sqs.start_message_move_task(SourceArn=arn)["TaskHandle"]
-        for task in self.sqs.list_message_move_tasks(SourceArn=arn).get("Results", []):
-            if task.get("TaskHandle") == handle:
-                result.moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
-        return result
+        deadline = self._clock() + wait
+        while True:
+            # The newest task first; SQS names a task's handle only while it is RUNNING, and runs one task per
+            # queue at a time, so the newest one is ours.
+            tasks = self.sqs.list_message_move_tasks(SourceArn=arn, MaxResults=1).get("Results", [])
+            task = tasks[0] if tasks and tasks[0].get("TaskHandle", handle) == handle else {}
+            status = str(task.get("Status", "UNKNOWN"))
+            if status != "RUNNING" or self._clock() >= deadline:
+                moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
+                return RedriveResult(moved=moved, method="move-task", status=status)
+            self._sleep(2)
+
+    def _depth(self, url: str) -> int:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
 
     # -- reconcile ----------------------------------------------------------------------------------
+
+    def reconcile_horizon(self) -> datetime:
+        """The oldest moment reconcile can vouch for: before it, a missing claim may be a forgotten completion."""
+        return self._clock() - self.topology.inbox_retention + VOUCH_MARGIN
 
     def reconcile(
         self, since: datetime, *, tenant: str | None = None, dry_run: bool = False, stale_after: timedelta | None = None
     ) -> ReconcileResult:
-        """Re-publish events (from ``since``) whose durable subscriptions have no completed or dead claim:
-        recovery for anything the stream no longer holds. Running it again publishes nothing new."""
+        """Re-send events (from ``since``) whose durable subscriptions have no claim (or a long-stale one),
+        naming only those subscriptions: recovery for anything the stream no longer holds. Running it again
+        publishes nothing new. ``since`` older than the inbox's retention is refused."""
+        horizon = self.reconcile_horizon()
+        if since < horizon:
+            raise OperationRefusedError(
+                f"the inbox remembers completions for {self.topology.inbox_retention_days} days, so reconcile can "
+                f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
+                "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
+            )
         tenants = [self.require_tenant(tenant)] if tenant else self.tenants()
         if not tenants:
             raise OperationRefusedError("there are no tenants: nothing to reconcile")
         stale = stale_after or timedelta(hours=1)
         result = ReconcileResult()
+        now = self._clock()
         for name in tenants:
             for envelope in self._events_since(name, since):
                 result.scanned += 1
-                wanted = {s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)}
-                if not wanted or self._handled(envelope.id, wanted, stale):
+                wanted = [s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+                missing = self._unclaimed(envelope.id, wanted, stale)
+                if not missing:
                     result.already_handled += 1
                     continue
                 if not dry_run:
-                    self._publish(self._event_image(name, envelope.seq), name, f"reconcile-{envelope.id}")
+                    image = self._event_image(name, envelope.seq)
+                    dedup = f"reconcile-{envelope.id}-{uuid.uuid4().hex[:12]}"
+                    self._publish(image, name, dedup, targets=missing, issued_at=now)
                 result.republished.append(envelope.id)
+                result.subscriptions[envelope.id] = missing
         return result
 
-    def _handled(self, event_id: str, wanted: set[str], stale: timedelta) -> bool:
+    def _unclaimed(self, event_id: str, wanted: list[str], stale: timedelta) -> list[str]:
+        """The subscriptions of ``wanted`` with no claim, or with a lease long expired and never taken over
+        (the message itself was lost)."""
         now_ms = int(self._clock().timestamp() * 1000)
         claims = self.claims(event_id)
+        missing = []
         for name in wanted:
             claim = claims.get(name)
             if claim is None:
-                return False
-            status = claim["status"]["S"]
-            if status == PENDING:
+                missing.append(name)
+            elif claim["status"]["S"] == PENDING:
                 lease = int(claim.get("lease_expires_at", {}).get("N", "0"))
-                # A lease long expired with no redelivery means the message itself was lost.
-                if lease and now_ms - lease > stale.total_seconds() * 1000:
-                    return False
-        return True
+                if now_ms - lease > stale.total_seconds() * 1000:
+                    missing.append(name)
+        return missing
 
     def _events_since(self, tenant: str, since: datetime) -> Iterator[Envelope]:
         threshold = format_timestamp(since)
@@ -542,13 +638,15 @@ class Operations:
         )
         return [item for page in pages for item in page["Items"]]
 
-    def _claim_status(self, event_id: str, subscription: str) -> str | None:
-        item = self.dynamodb.get_item(
+    def _claim(self, event_id: str, subscription: str) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self.dynamodb.get_item(
             TableName=self.topology.inbox_table, Key=claim_key(event_id, subscription), ConsistentRead=True
         ).get("Item")
-        return None if item is None else str(item["status"]["S"])
+        return item
 
     def _event_seq(self, claim: dict[str, Any]) -> int:
+        if "event_seq" in claim:
+            return int(claim["event_seq"]["N"])
         rows = self.dead_letters(claim["tenant"]["S"], event_id=claim["event_id"]["S"], include_resolved=True)
         if rows:
             return rows[0].event_seq
@@ -567,45 +665,68 @@ class Operations:
             raise OperationRefusedError(f"tenant {tenant!r} has no event at seq {seq}")
         return item
 
-    def _publish(self, image: dict[str, Any], tenant: str, dedup_id: str) -> None:
-        """Send an event row as the relay pipe does: the raw image, group = tenant."""
+    def _publish(
+        self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str], issued_at: datetime
+    ) -> None:
+        """Send an event row as the relay pipe does (the raw image, group = tenant), naming the subscriptions
+        it is for and when the inbox last vouched for them."""
         self.sqs.send_message(
             QueueUrl=self.topology.durable_queue_url,
             MessageBody=json.dumps(image),
             MessageGroupId=tenant,
             MessageDeduplicationId=dedup_id[:128],
+            MessageAttributes=repair_attributes(targets, issued_at),
         )
 
-    def _clear_claim(self, event_id: str, subscription: str, allowed: tuple[str, ...]) -> bool:
+    def _clear_claim(self, item: ReplayItem, allowed: tuple[str, ...], now: datetime) -> bool:
+        """Delete the claim and mark its dead letter as being replayed, in one transaction: the dead letter
+        stays open (and selectable) until the event is re-sent, so an interrupted replay loses nothing."""
         values = {f":s{i}": {"S": status} for i, status in enumerate(allowed)}
-        try:
-            self.dynamodb.delete_item(
-                TableName=self.topology.inbox_table,
-                Key=claim_key(event_id, subscription),
-                ConditionExpression=f"#status IN ({', '.join(values)})",
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues=values,
+        letter_key = {
+            "pk": {"S": dead_letter_partition(item.tenant)},
+            "sk": {"S": f"{item.event_id}#{item.subscription}"},
+        }
+        actions: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.topology.inbox_table,
+                    "Key": claim_key(item.event_id, item.subscription),
+                    "ConditionExpression": f"#status IN ({', '.join(values)})",
+                    "ExpressionAttributeNames": {"#status": "status"},
+                    "ExpressionAttributeValues": values,
+                }
+            }
+        ]
+        if self._has_dead_letter(letter_key):
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.topology.inbox_table,
+                        "Key": letter_key,
+                        "UpdateExpression": "SET replay_started = :now REMOVE resolved",
+                        "ExpressionAttributeValues": {":now": {"S": format_timestamp(now)}},
+                    }
+                }
             )
+        try:
+            self.dynamodb.transact_write_items(TransactItems=actions)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            reasons = exc.response.get("CancellationReasons") or []
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
                 return False  # already cleared, or picked up again meanwhile: leave it to the inbox
             raise
         return True
 
-    def _clear_dead_claims(self, envelope: Envelope) -> int:
-        cleared = 0
-        for claim in self.claims(envelope.id).values():
-            if claim["status"]["S"] == DEAD and self._clear_claim(envelope.id, claim["sk"]["S"], allowed=(DEAD,)):
-                self._resolve_dead_letter(envelope.tenant, envelope.id, claim["sk"]["S"], "redriven")
-                cleared += 1
-        return cleared
+    def _has_dead_letter(self, key: dict[str, Any]) -> bool:
+        found = self.dynamodb.get_item(TableName=self.topology.inbox_table, Key=key, ConsistentRead=True)
+        return "Item" in found
 
     def _resolve_dead_letter(self, tenant: str, event_id: str, subscription: str, how: str) -> None:
         try:
             self.dynamodb.update_item(
                 TableName=self.topology.inbox_table,
                 Key={"pk": {"S": dead_letter_partition(tenant)}, "sk": {"S": f"{event_id}#{subscription}"}},
-                UpdateExpression="SET resolved = :how",
+                UpdateExpression="SET resolved = :how REMOVE replay_started",
                 ConditionExpression="attribute_exists(pk)",
                 ExpressionAttributeValues={":how": {"S": f"{how} at {format_timestamp(self._clock())}"}},
             )
@@ -620,7 +741,10 @@ def _is_event_id(value: str) -> bool:
     return bool(re.fullmatch(ULID_PATTERN, value))
 
 
-def _envelope_of(body: str) -> Envelope:
-    from outbox.consumer import parse_body
+def _dead_reason(claim: dict[str, Any] | None) -> str | None:
+    return None if claim is None else claim.get("dead_reason", {}).get("S")
 
-    return parse_body(body)
+
+def _parse_timestamp(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -30,7 +30,7 @@ class ConsumerSettings(BaseModel):
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
-    max_receive_count: int = Field(alias="MAX_RECEIVE_COUNT", ge=1, le=1000)
+    max_attempts: int = Field(alias="MAX_ATTEMPTS", ge=1, le=100)
     inbox_retention_days: int = Field(alias="INBOX_RETENTION_DAYS", ge=1, le=365)
     data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)

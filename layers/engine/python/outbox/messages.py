@@ -1,0 +1,104 @@
+"""What travels on the durable queue, and how the consumer reads it.
+
+The relay pipe sends each event row's image (typed DynamoDB JSON) as the body, with no attributes. The
+operator's repairs (replay, reconcile) send the same body plus two message attributes:
+
+- ``outbox-subscriptions``: the only subscriptions the message is for (comma-separated). A repair reruns
+  the (event, subscription) pairs it selected, never the event's other subscriptions, whose completions
+  the inbox may long have forgotten.
+- ``outbox-issued-at``: when the sender last knew the inbox's state of those pairs. The consumer trusts the
+  absence of a claim row only for a message issued within the inbox's retention; for a pipe message that
+  moment is the event's own ``occurred_at``.
+
+Reading can fail only one way: anything that goes wrong while turning a record into a ``Message`` (any
+exception, any size, any encoding) is a ``EnvelopeParseError``, which the consumer records as a poison
+pill and acknowledges, so that it never blocks its tenant's group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from outbox.envelope import Envelope, format_timestamp
+from outbox.exceptions import EnvelopeParseError
+
+TARGETS_ATTRIBUTE = "outbox-subscriptions"
+ISSUED_AT_ATTRIBUTE = "outbox-issued-at"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One durable-queue message, read."""
+
+    envelope: Envelope
+    targets: frozenset[str] | None  # None: every matching subscription (a pipe message)
+    issued_at: datetime
+    receive_count: int
+
+
+def repair_attributes(subscriptions: Iterable[str], issued_at: datetime) -> dict[str, Any]:
+    """The SQS ``MessageAttributes`` of a repair message for ``subscriptions``, issued at ``issued_at``."""
+    names = sorted(set(subscriptions))
+    if not names:
+        raise ValueError("a repair message must name at least one subscription")
+    return {
+        TARGETS_ATTRIBUTE: {"DataType": "String", "StringValue": ",".join(names)},
+        ISSUED_AT_ATTRIBUTE: {"DataType": "String", "StringValue": format_timestamp(issued_at)},
+    }
+
+
+def read_message(body: str | None, attributes: Mapping[str, Any], receive_count: int) -> Message:
+    """``body`` and the record's message attributes (Lambda's shape: ``{"stringValue": ...}``, or SQS's:
+    ``{"StringValue": ...}``) -> a ``Message``; any failure is an ``EnvelopeParseError``."""
+    try:
+        envelope = parse_body(body)
+        targets = _string_attribute(attributes, TARGETS_ATTRIBUTE)
+        issued = _string_attribute(attributes, ISSUED_AT_ATTRIBUTE)
+        return Message(
+            envelope=envelope,
+            targets=None if targets is None else frozenset(name for name in targets.split(",") if name),
+            issued_at=envelope.occurred_at if issued is None else _timestamp(issued),
+            receive_count=receive_count,
+        )
+    except EnvelopeParseError:
+        raise
+    except Exception as exc:  # reading fails one way only, whatever the input did
+        raise EnvelopeParseError(f"unreadable message ({type(exc).__name__}): {str(exc)[:500]}") from exc
+
+
+def parse_body(body: str | None) -> Envelope:
+    """The pipe forwards the raw NewImage (typed DynamoDB JSON) as the body; also accept it wrapped in
+    a stream record or in ``{"newImage": ...}``, so a changed input template degrades loudly, not silently."""
+    try:
+        document = json.loads(body or "")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EnvelopeParseError(f"body is not JSON: {str(exc)[:200]}") from exc
+    if not isinstance(document, dict):
+        raise EnvelopeParseError(f"body is JSON {type(document).__name__}, not a DynamoDB image")
+    if isinstance(document.get("dynamodb"), dict):
+        document = document["dynamodb"].get("NewImage") or {}
+    elif isinstance(document.get("newImage") or document.get("NewImage"), dict):
+        document = document.get("newImage") or document["NewImage"]
+    envelope = Envelope.from_item(document)
+    if envelope.computed_hash() != envelope.hash:
+        raise EnvelopeParseError(f"event {envelope.id} does not match its own hash: altered after emit")
+    return envelope
+
+
+def _string_attribute(attributes: Mapping[str, Any], name: str) -> str | None:
+    attribute = attributes.get(name)
+    if attribute is None:
+        return None
+    value = attribute.get("stringValue", attribute.get("StringValue")) if isinstance(attribute, Mapping) else None
+    if not isinstance(value, str):
+        raise EnvelopeParseError(f"message attribute {name} is not a string")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

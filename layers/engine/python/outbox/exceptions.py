@@ -64,6 +64,20 @@ class EventStoreUnavailableError(OutboxError):
         super().__init__(message)
 
 
+class EmitOutcomeUnknownError(EventStoreUnavailableError):
+    """emit() could not learn whether its transaction committed (``committed`` is None): check by event id."""
+
+    def __init__(self, event_id: str, tenant: str, reason: str) -> None:
+        self.event_id = event_id
+        self.tenant = tenant
+        super().__init__(
+            f"event {event_id} for tenant {tenant!r} may have committed: {reason}. Check before emitting it "
+            f"again: it committed if it is in the tenant's log (EventStore.events({tenant!r})) or is the "
+            "head's last_event_id (EventStore.head); if it did, its extra_writes committed with it.",
+            committed=None,
+        )
+
+
 class EnvelopeParseError(OutboxError):
     """A stored or delivered item could not be turned back into an envelope."""
 

@@ -7,7 +7,7 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -24,6 +24,7 @@ from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
     ChainIntegrityError,
+    EmitOutcomeUnknownError,
     EventStoreUnavailableError,
     InvalidEventError,
     InvalidWriteError,
@@ -38,15 +39,14 @@ logger = logging.getLogger(__name__)
 
 HEAD_INDEX, EVENT_INDEX, FIRST_EXTRA_INDEX = 0, 1, 2
 TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
-TRANSIENT_ERRORS = frozenset(
-    {
-        "ThrottlingException",
-        "ProvisionedThroughputExceededException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "TransactionInProgressException",
-    }
-)
+THROTTLING_ERRORS = frozenset({"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"})
+# Answers that do not say whether a transaction applied (as do any 5xx and botocore's own errors, such as a
+# timeout): AWS's advice is to re-send it with the same ClientRequestToken until the answer is definite.
+UNKNOWN_OUTCOME_ERRORS = frozenset({"InternalServerError", "TransactionInProgressException"})
+TRANSIENT_ERRORS = THROTTLING_ERRORS | UNKNOWN_OUTCOME_ERRORS  # for reads, which are safe to repeat
+# DynamoDB honours a token for 10 minutes after its first request completes; a re-send after that could
+# apply the transaction a second time, so emit stops re-sending a minute earlier.
+TOKEN_RESEND_WINDOW = timedelta(minutes=9)
 # The largest sequence number the hash can carry (an I-JSON integer), so that checks made before the
 # head is read are an upper bound for whatever seq the event finally gets.
 _WIDEST_SEQ = MAX_SAFE_INTEGER
@@ -140,7 +140,15 @@ class EventStore:
         before any AWS call for bad input, ``CallerWriteConditionFailedError`` when a condition on an
         extra write fails, ``ChainHeadContentionError`` when the head retries run out, and
         ``EventStoreUnavailableError`` for everything DynamoDB did wrong. Nothing is committed in any
-        of these cases (``EventStoreUnavailableError.committed`` is None when that is unknowable).
+        of these cases, except when ``EventStoreUnavailableError.committed`` is None.
+
+        The event commits at most once. An answer that leaves the outcome unknown (a 5xx, a transaction
+        still in progress, a timeout or dropped connection) is followed by the same request with the same
+        ClientRequestToken until DynamoDB answers definitely; only a definite refusal lets emit re-seal the
+        event on a newer head. If the answer stays unknown (the retries run out, or the token's 10-minute
+        idempotency window nears its end), emit raises ``EmitOutcomeUnknownError``, an
+        ``EventStoreUnavailableError`` with ``committed`` None, naming the event id to look for in the
+        tenant's log or head.
         """
         event_id = self._new_event_id()
         if self.catalog is not None:
@@ -279,15 +287,19 @@ class EventStore:
 
     def _commit(self, draft: dict[str, Any], extra_writes: list[Mapping[str, Any]], head: ChainHead) -> Envelope:
         tenant = draft["tenant"]
-        attempted: dict[int, Envelope] = {}
-        head_retries = transient_retries = 0
-        token_serial = 0
+        envelope = self._seal(draft, head)
+        attempted = {envelope.seq: envelope}
+        head_retries = transient_retries = token_serial = 0
+        first_sent = self._clock()  # when the current token was first sent (or a backoff earlier)
+        in_doubt = False  # whether a send of the current token may have committed
         while True:
-            envelope = self._seal(draft, head)
-            attempted[envelope.seq] = envelope
-            # A new token per distinct request; a request whose outcome is unknown is re-sent with the
-            # same token, which DynamoDB treats as idempotent for ten minutes.
-            outcome = self._transact(envelope, head, extra_writes, token=f"{envelope.id}-{token_serial}")
+            try:
+                outcome = self._transact(envelope, head, extra_writes, token=f"{envelope.id}-{token_serial}")
+            except EventStoreUnavailableError as exc:
+                # An error answer to a re-send does not say what an earlier send did.
+                if in_doubt and exc.committed is False:
+                    raise EmitOutcomeUnknownError(envelope.id, tenant, f"the last retry failed with {exc}") from exc
+                raise
             if outcome is None:
                 self._remember(tenant, ChainHead(tenant, envelope.seq, envelope.hash, envelope.id))
                 logger.debug("emitted %s seq %s for tenant %s", envelope.type, envelope.seq, tenant)
@@ -298,23 +310,38 @@ class EventStore:
                 self._remember(tenant, current)
                 return attempted[current.last_seq]
             if kind == "head":
+                # Definite even for a re-sent token: had an earlier send committed, DynamoDB would have
+                # answered this one with success. So the event is re-sealed, with a new token.
                 head_retries += 1
                 if head_retries > self.max_head_retries:
                     self._forget(tenant)
                     raise ChainHeadContentionError(tenant, head_retries)
                 head = current if current is not None else self._read_head(tenant)
-                token_serial += 1
+                envelope = attempted[head.last_seq + 1] = self._seal(draft, head)
+                token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:
+                # Once a send's outcome is unknown, every retry repeats it exactly, whatever comes next:
+                # a throttle only says that this send did not run.
+                in_doubt = in_doubt or kind == "unknown"
                 transient_retries += 1
                 if transient_retries > self.max_transient_retries:
+                    if in_doubt:
+                        raise EmitOutcomeUnknownError(
+                            envelope.id, tenant, f"DynamoDB's answer stayed ambiguous for {transient_retries} tries"
+                        )
                     raise EventStoreUnavailableError(
-                        f"DynamoDB kept failing emit for tenant {tenant!r}; "
-                        + ("it may have committed" if kind == "unknown" else "nothing was committed"),
-                        committed=None if kind == "unknown" else False,
+                        f"DynamoDB kept throttling or conflicting emit for tenant {tenant!r}; nothing was committed"
                     )
-                if kind == "transient":
-                    token_serial += 1
+                if not in_doubt:
+                    token_serial, first_sent = token_serial + 1, self._clock()
             self._pause(head_retries + transient_retries)
+            if in_doubt and self._clock() - first_sent >= TOKEN_RESEND_WINDOW:
+                raise EmitOutcomeUnknownError(
+                    envelope.id,
+                    tenant,
+                    f"DynamoDB's answer stayed ambiguous for {TOKEN_RESEND_WINDOW.total_seconds() / 60:.0f} "
+                    "minutes, and a re-send after its token's 10-minute idempotency window could commit it twice",
+                )
 
     def _transact(
         self, envelope: Envelope, head: ChainHead, extra_writes: list[Mapping[str, Any]], token: str
@@ -332,16 +359,25 @@ class EventStore:
             return None
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code == "TransactionCanceledException":
                 return self._cancelled(exc, envelope, extra_writes)
-            if code in TRANSIENT_ERRORS:
+            if code in UNKNOWN_OUTCOME_ERRORS or status >= 500:
+                return _unknown_outcome(envelope, exc)
+            if code in THROTTLING_ERRORS:
                 return "transient", None
             if code == "ValidationException":
                 raise InvalidWriteError(f"DynamoDB rejected the transaction: {exc}") from exc
+            if code == "IdempotentParameterMismatchException":
+                raise EmitOutcomeUnknownError(
+                    envelope.id,
+                    envelope.tenant,
+                    f"DynamoDB says token {token} was used with other parameters; that is a bug in emit(), "
+                    "which must re-send a token's request unchanged",
+                ) from exc
             raise EventStoreUnavailableError(f"emit failed: {exc}", committed=False) from exc
         except BotoCoreError as exc:
-            logger.warning("emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc)
-            return "unknown", None
+            return _unknown_outcome(envelope, exc)
 
     def _cancelled(
         self, exc: ClientError, envelope: Envelope, extra_writes: list[Mapping[str, Any]]
@@ -476,6 +512,11 @@ class EventStore:
     def _pause(self, attempt: int) -> None:
         base, cap = self._backoff
         self._sleep(self._rng.uniform(0, min(cap, base * 2**attempt)))
+
+
+def _unknown_outcome(envelope: Envelope, exc: Exception) -> tuple[str, None]:
+    logger.warning("emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc)
+    return "unknown", None
 
 
 def _delivery(envelope: Envelope, subscription: Subscription) -> Delivery:

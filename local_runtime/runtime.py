@@ -25,6 +25,7 @@ import boto3
 from botocore.config import Config
 
 from local_runtime import aws_fixes
+from local_runtime.aws_fixes.ttl import sweep_expired_items
 from local_runtime.clock import VirtualClock
 from local_runtime.esm import SqsEventSourceMapping
 from local_runtime.functions import LambdaHandler, LocalFunction
@@ -363,6 +364,29 @@ class LocalRuntime:
                 batch_size=spec.batch_size,
                 region=REGION,
             )
+
+    # -- DynamoDB Time to Live ------------------------------------------------------------------------
+
+    def sweep_expired_items(self) -> dict[str, int]:
+        """Run DynamoDB's TTL sweep now, on the virtual clock: delete every item whose TTL attribute is a
+        Number at or before ``self.clock()`` (epoch seconds), in every table of the stack whose TTL is
+        enabled (by the template's TimeToLiveSpecification, or by a later UpdateTimeToLive: moto's state).
+
+        AWS deletes expired items at an unspecified time after expiry, typically within a few days; the
+        runtime deletes them only when asked, so a test decides when the sweep runs, and reads before the
+        sweep still see expired items, as on AWS. An item without the attribute, or with a value that is
+        not a Number, is never deleted. On a table with a stream each deletion writes a REMOVE record whose
+        ``userIdentity`` is ``{"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}``
+        (``local_runtime.aws_fixes.ttl``, rule 11).
+
+        Returns the number of items deleted by table name (the table's logical id), for every table with
+        TTL enabled; 0 when none had expired.
+        """
+        dynamodb = self.client("dynamodb")
+        arns = [
+            dynamodb.describe_table(TableName=name)["Table"]["TableArn"] for name in self.resources.table_names.values()
+        ]
+        return sweep_expired_items(arns, self.clock())
 
     # -- driving the pipeline -----------------------------------------------------------------------
 

@@ -18,11 +18,15 @@ Rule   AWS behaviour                                                moto gap / A
 8      Visibility, delays, retention on the virtual clock           M19, M15 (``sqs``)
 9      StartMessageMoveTask / ListMessageMoveTasks / Cancel…        M18; R5.6 (``sqs``)
 10     ChangeMessageVisibility: 12 h from the receive, 0 always     M20; R5.5 (``sqs``)
+11     TTL deletes expired items (a later sweep, REMOVE record      moto never expires an item (``ttl``:
+       by the Service ``dynamodb.amazonaws.com``)                   a function, not a patch)
 -      ReceiveRequestAttemptId                                      M16; R5.3 (``sqs``)
 =====  ===========================================================  ==================================
 
 Nothing is patched at import. ``install`` applies the patches and returns the function that removes
 them; per-queue and per-table state lives beside moto's own objects, so ``mock_aws`` resets it too.
+Rule 11 is no patch: AWS sweeps expired items at a time of its choosing, so the sweep runs only when
+called (``ttl.sweep_expired_items``, which ``LocalRuntime.sweep_expired_items`` calls on its stack).
 
 Example
 -------

@@ -27,22 +27,10 @@ HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harnes
 TENANT = "acme"
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 
-# Corpus entries the consumer gets wrong today, by name, with why: each runs as a strict xfail, so the
-# bug stays visible and the fix turns it into a failure that asks for the mark to go.
-KNOWN_BUGS: dict[str, str] = {
-    "surrogate-escape-in-tag": (
-        "consumer._poison escapes the body (_text) but not the error: boto3's TypeDeserializer puts the tag "
-        "'\\ud800' into 'Dynamodb type \\ud800 is not supported' as a raw lone surrogate, the put_item of "
-        "the poison row fails (UnicodeEncodeError in moto), the record fails on every receive, and after "
-        "maxReceiveCount both it and the event behind it are in the DLQ: no pill, the event never ran"
-    ),
-    **dict.fromkeys(
-        ("hash-blind-nan-for-null", "hash-blind-infinity-for-null", "hash-blind-set-for-list"),
-        "the hash check does not see the change: Envelope.hashed_body() is model_dump(mode='json'), which "
-        "writes NaN and +-Infinity as null and a set as a list, so an emitted image altered that way "
-        "(impossible in DynamoDB) reads as valid and its handler gets nan, inf or a set",
-    ),
-}
+# Corpus entries the consumer gets wrong, by name, with why: each runs as a strict xfail, so a bug stays
+# visible and its fix turns it into a failure that asks for the mark to go. None today: the lone surrogate
+# in an error text and the payloads the hash could not see (NaN, Infinity, a set) were fixed.
+KNOWN_BUGS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

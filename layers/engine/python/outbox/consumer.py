@@ -280,7 +280,8 @@ class DurableConsumer:
             for name in ("MessageGroupId", "MessageDeduplicationId", "ApproximateReceiveCount")
         }
         logger.error("poison pill %s: %s", record.message_id, error)
-        self.inbox.record_poison(str(record.message_id), _text(record.raw_event.get("body")), error, kept)
+        body = record.raw_event.get("body")
+        self.inbox.record_poison(str(record.message_id), body if isinstance(body, str) else repr(body), error, kept)
         self._count(Metric.POISON_PILLS)
 
     def _count(self, metric: Metric) -> None:
@@ -328,9 +329,3 @@ def _is_terminal_completion(exc: BaseException) -> bool:
         reasons = {reason.get("Code") for reason in exc.response.get("CancellationReasons") or []}
         return code in _TERMINAL_CLIENT_ERRORS or "ValidationError" in reasons
     return True
-
-
-def _text(body: object) -> str:
-    """A body as storable text: lone surrogates and other unencodable characters escaped, never raised."""
-    text = body if isinstance(body, str) else repr(body)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,7 +10,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from outbox import keys
-from outbox.canonical import chain_hash, from_dynamodb_numbers, to_dynamodb_numbers
+from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
 
 ULID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
@@ -108,10 +109,26 @@ class Envelope(BaseModel):
         if "event_id" not in plain:
             raise EnvelopeParseError("event row without event_id")
         plain["id"] = plain.pop("event_id")
+        plain = from_dynamodb_numbers(plain)
+        # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload
+        # that is not plain JSON could be altered without changing the hash, so it is not an event.
+        problem = json_problem(plain.get("payload")) or _non_finite(plain.get("payload"))
+        if problem:
+            raise EnvelopeParseError(f"event row payload is not JSON: {problem}")
         try:
-            return cls.model_validate(from_dynamodb_numbers(plain))
+            return cls.model_validate(plain)
         except ValidationError as exc:
             raise EnvelopeParseError(f"event row is not a valid envelope: {exc}") from exc
+
+
+def _non_finite(value: Any, path: str = "payload") -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path} is {value}, which JSON cannot carry"
+    if isinstance(value, dict):
+        return next((p for key, item in value.items() if (p := _non_finite(item, f"{path}.{key}"))), None)
+    if isinstance(value, list):
+        return next((p for index, item in enumerate(value) if (p := _non_finite(item, f"{path}[{index}]"))), None)
+    return None
 
 
 def format_timestamp(value: datetime) -> str:

@@ -407,16 +407,18 @@ class Inbox:
         now = self._clock()
         item: dict[str, Any] = {
             "pk": {"S": f"POISON#{now.strftime('%Y-%m-%d')}"},
-            "sk": {"S": f"{format_timestamp(now)}#{message_id}"},
+            "sk": {"S": f"{format_timestamp(now)}#{storable_text(message_id)}"},
             "kind": {"S": "POISON"},
-            "message_id": {"S": message_id},
-            "body": {"S": body[:POISON_BODY_LIMIT]},
+            "message_id": {"S": storable_text(message_id)},
+            "body": {"S": storable_text(body[:POISON_BODY_LIMIT])},
             "body_truncated": {"BOOL": len(body) > POISON_BODY_LIMIT},
-            "error": {"S": error[:4000]},
+            "error": {"S": storable_text(error[:4000])},
             "recorded_at": {"S": format_timestamp(now)},
         }
         if attributes:
-            item["attributes"] = {"M": {name: {"S": str(value)} for name, value in attributes.items()}}
+            item["attributes"] = {
+                "M": {storable_text(name): {"S": storable_text(str(value))} for name, value in attributes.items()}
+            }
         self.client.put_item(TableName=self.table_name, Item=item)
 
     # -- reads --------------------------------------------------------------------------------------
@@ -471,6 +473,12 @@ class Inbox:
                 raise
             if not _is_own(reasons[0].get("Item"), claim, landed):
                 raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
+
+
+def storable_text(text: str) -> str:
+    """``text`` as DynamoDB can store it: a lone surrogate (or anything UTF-8 cannot encode) escaped, so that
+    recording a poison pill can never fail on the very content that made it one."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _string(item: Mapping[str, Any] | None, name: str) -> str | None:

@@ -1,0 +1,99 @@
+"""Repairs at any age: replay, redrive and reconcile never rerun an (event, subscription) that completed,
+however long ago, and a selection that contradicts itself changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
+from tests.e2e.test_pipeline import order_and_pay, unique
+from tests.e2e.test_runbook import as_json, outbox, paid_with_a_dead_pet_tag
+
+
+@pytest.mark.parametrize("days", [8, 15, 31])
+def test_a_replay_days_later_reruns_only_the_dead_pair_never_its_completed_siblings(
+    local: LocalBackend, days: int
+) -> None:
+    # Given a payment whose pet-tag mark died on a terminal error while its siblings completed
+    tenant = unique("tenant")
+    payment = paid_with_a_dead_pet_tag(local, tenant)
+    completed_siblings = {name for name, status in claim_statuses(local, payment).items() if status == "COMPLETED"}
+
+    # When days pass (the inbox's TTL sweep runs) and the operator replays the tenant's dead work
+    local.runtime.clock.advance(days * 24 * 3600)
+    local.runtime.sweep_expired_items()
+    result = outbox(local, "replay", "--tenant", tenant, "--yes")
+    assert result.exit_code == 0, result.output
+    local.settle()
+
+    # Then the dead pair ran once and no sibling ran again, whether or not the inbox still remembers them
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "COMPLETED"
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+    assert local.service("notifier").calls[f"{payment}:notify.buyer"] == 1
+    remembered = set(claim_statuses(local, payment)) - {"pet_tag.mark_ordered"}
+    assert remembered == (completed_siblings if days < 30 else set()), "the sweep forgot them after 30 days"
+
+
+def test_an_event_redelivered_after_the_inbox_forgot_it_is_dead_lettered_as_unverifiable_not_run(
+    local: LocalBackend,
+) -> None:
+    # Given a completed payment, forgotten by the inbox a month later
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    local.runtime.clock.advance(31 * 24 * 3600)
+    local.runtime.sweep_expired_items()
+    assert claim_statuses(local, payment) == {}
+
+    # When the event arrives again as the pipe sends it (a month-old message, say from a DLQ)
+    local.client("sqs").send_message(
+        QueueUrl=local.output("DurableQueueUrl"),
+        MessageBody=json.dumps(event_image(local, tenant, 2)),
+        MessageGroupId=tenant,
+        MessageDeduplicationId=f"{payment}-again",
+    )
+    local.settle()
+
+    # Then nothing ran again; each pair is an unverifiable dead letter the operator can see
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+    assert set(claim_statuses(local, payment).values()) == {"DEAD"}
+    listed = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
+    assert {row["reason"] for row in listed} == {"unverifiable"}
+    refused = outbox(local, "replay", "--tenant", tenant, "--yes")
+    assert refused.exit_code == 2
+    assert "--force" in refused.output
+
+
+@pytest.mark.parametrize("since", ["31d", "2020-01-01T00:00:00Z"])
+def test_reconcile_refuses_a_window_older_than_the_inbox_remembers(local: LocalBackend, since: str) -> None:
+    order_and_pay(local, unique("tenant"))
+    local.settle()
+
+    result = outbox(local, "reconcile", "--since", since, "--yes")
+
+    assert result.exit_code == 2
+    assert "remembers completions for 30 days" in result.output
+
+
+def test_a_replay_selection_that_contradicts_itself_is_refused_and_sends_nothing(local: LocalBackend) -> None:
+    # Given two tenants, each with a dead pair
+    tenants = [unique("tenant"), unique("tenant")]
+    payments = []
+    for tenant in tenants:
+        payments.append(paid_with_a_dead_pet_tag(local, tenant))
+    before = queue_depth(local, "DurableQueueUrl")
+
+    # When the operator names tenant A with an event of tenant B, or an event id with a time window
+    wrong_tenant = outbox(local, "replay", "--tenant", tenants[0], "--event-id", payments[1], "--yes")
+    with_window = outbox(local, "replay", "--event-id", payments[0], "--since", "1d", "--yes")
+
+    # Then both are refused with exit code 2, and nothing was cleared or sent
+    assert wrong_tenant.exit_code == 2
+    assert "belongs to tenant" in wrong_tenant.output
+    assert with_window.exit_code == 2
+    assert "--since" in with_window.output
+    assert queue_depth(local, "DurableQueueUrl") == before
+    for payment in payments:
+        assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD"

@@ -199,9 +199,12 @@ class DurableConsumer:
         try:
             self._complete(claim, envelope, subscription, handler_result)
         except LeaseLostError:
+            # The new owner may have died since: the message comes back, and the inbox decides then (done,
+            # or a take-over). Acknowledging it here would rely on SQS keeping a message deleted with a
+            # receipt handle from an older receive, which FIFO queues do not promise.
             logger.warning("lost the lease on %s before completing; the new owner finishes it", claim.idempotency_key)
             self._count(Metric.LEASES_LOST)
-            return DeliveryOutcome.SKIPPED
+            return DeliveryOutcome.RETRY
         except Exception as exc:  # every completion failure is classified
             terminal = _is_terminal_completion(exc)
             return self._failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
@@ -259,7 +262,7 @@ class DurableConsumer:
         except LeaseLostError:
             logger.warning("lost the lease on %s while recording a failure", claim.idempotency_key, extra=log)
             self._count(Metric.LEASES_LOST)
-            return DeliveryOutcome.SKIPPED
+            return DeliveryOutcome.RETRY  # as above: the next receive sees what the new owner did
         self._count(Metric.RETRIES)
         return DeliveryOutcome.RETRY
 

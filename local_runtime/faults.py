@@ -17,6 +17,7 @@ The crash points of the claim protocol, in order::
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "crash_before_completion",
     "expire_lease_while_running",
     "fail_handler",
+    "lose_answers_after_commit",
     "redeliver",
     "rival_emit_before_commit",
     "throttle_dynamodb",
@@ -221,9 +223,12 @@ def visibility_timeout_during_handler(
     subscription: str | None = None,
     *,
     count: FaultCount | None = None,
+    second_worker_crashes: Callable[[], bool] = lambda: False,
 ) -> Iterator[FaultCount]:
     """The handler outlives its message's visibility timeout (and so its lease): SQS hands the message to
-    a second worker, which runs to the end (a nested poll of ``mapping``) before the first one finishes.
+    a second worker, which runs to the end (a nested poll of ``mapping``) before the first one finishes;
+    or, when ``second_worker_crashes()``, which takes the claim over and dies holding a live lease, so the
+    first worker finishes while another owns its claim.
 
     The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
     what the lease and the fencing token do when the configuration is wrong."""
@@ -236,7 +241,11 @@ def visibility_timeout_during_handler(
             mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
             nested = True
             try:
-                mapping.poll()  # the second worker
+                if second_worker_crashes():
+                    with crash_after_claim(subscription=delivery.subscription):
+                        mapping.poll()  # the second worker, which dies right after its take-over
+                else:
+                    mapping.poll()  # the second worker
             finally:
                 nested = False
 
@@ -325,6 +334,56 @@ def throttle_dynamodb_calls(count: FaultCount, operations: Sequence[str] = DYNAM
             replacement = throttling(operation, getattr(DynamoHandler, method))
             stack.enter_context(mock.patch.object(DynamoHandler, method, replacement))
         yield count
+
+
+@contextmanager
+def lose_answers_after_commit(
+    count: FaultCount,
+    operations: Sequence[str] = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem"),
+    after: Callable[[str, dict[str, Any]], None] | None = None,
+) -> Iterator[FaultCount]:
+    """A write DynamoDB applied whose answer is lost: the caller sees HTTP 500 (InternalServerError), as
+    after a server fault past the commit, and cannot tell whether it was applied (R8.2b).
+    ``count.take(subject)`` decides per call; the subject is the operation and the first key it writes
+    (e.g. "TransactWriteItems TENANT#t0#HEAD"). ``after(subject, request)`` runs between the commit and the
+    error, so another writer can act before the caller retries."""
+    from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
+    from moto.dynamodb.responses import DynamoHandler
+
+    class InternalServerError(DynamodbException):
+        code = 500
+
+    def losing(operation: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def lost(handler: Any, *args: Any, **kwargs: Any) -> Any:
+            response = original(handler, *args, **kwargs)
+            body = handler.body
+            request = body if isinstance(body, dict) else json.loads(body or "{}")
+            subject = f"{operation} {_first_key(request)}"
+            if count.take(subject):
+                if after is not None:
+                    after(subject, request)
+                raise InternalServerError(ERROR_TYPE_PREFIX + "InternalServerError", "injected: the answer was lost")
+            return response
+
+        return lost
+
+    with ExitStack() as stack:
+        for operation in operations:
+            method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+            stack.enter_context(
+                mock.patch.object(DynamoHandler, method, losing(operation, getattr(DynamoHandler, method)))
+            )
+        yield count
+
+
+def _first_key(request: dict[str, Any]) -> str:
+    """The partition key a write request touches first: names the write in a subject."""
+    body = request
+    if request.get("TransactItems"):
+        body = next(iter(request["TransactItems"][0].values()))
+    key = body.get("Key") or body.get("Item") or {}
+    value = key.get("pk", {})
+    return str(value.get("S", "?")) if isinstance(value, dict) else "?"
 
 
 def redeliver(mapping: SqsEventSourceMapping) -> int:

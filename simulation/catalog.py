@@ -16,6 +16,7 @@ reads 2, so a doubled effect cannot hide behind an idempotent write.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,19 @@ CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
 # The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
 DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
 RUN_VARIABLE = "SIMULATION_RUN"
+# Bodies a broken or hostile sender may put in a tenant's group: each must become a poison pill, recorded
+# once and acknowledged, and never block the real events behind it.
+MALFORMED_BODIES: dict[str, str] = {
+    "empty": "",
+    "not json": "{not json",
+    "a json array": "[1, 2, 3]",
+    "plain json": json.dumps({"id": "x", "type": "sim.item_created", "payload": {}}),
+    "wrong type tags": json.dumps({"kind": {"S": "EVENT"}, "seq": {"N": "abc"}, "tenant": {"X": "t"}}),
+    "a head row": json.dumps({"pk": {"S": "TENANT#t0#HEAD"}, "sk": {"S": "HEAD"}, "kind": {"S": "HEAD"}}),
+    "deep nesting": "[" * 100_000 + "]" * 100_000,
+    "a lone surrogate": '{"kind": {"S": "\\ud800"}}',
+}
+CONTRACT_BREACH = "returned a dict; a DURABLE handler returns a HandlerResult or None"
 
 
 class ItemCreated(BaseModel):
@@ -111,25 +125,34 @@ class SimulatedApp:
 
     # -- durable: the consumer Lambda ---------------------------------------------------------------
 
-    def charge(self, delivery: Delivery) -> HandlerResult:
+    def charge(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
         item = ItemCreated.model_validate(delivery.envelope.payload)
         self.world.service.call("charges", delivery.idempotency_key, {"amount": item.amount})
         self._maybe_fail(delivery)  # failing after the remote effect: the retry must not charge twice
-        return HandlerResult(writes=[self._effect(delivery)])
+        return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
 
-    def announce(self, delivery: Delivery) -> HandlerResult:
+    def announce(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
         item = ItemCreated.model_validate(delivery.envelope.payload)
         noted = ItemNoted(item_id=item.item_id, amount=item.amount).model_dump()
-        return HandlerResult(writes=[self._effect(delivery)], follow_up=FollowUp("sim.item_noted", noted))
+        result = HandlerResult(writes=[self._effect(delivery)], follow_up=FollowUp("sim.item_noted", noted))
+        return self._result(delivery, result)
 
-    def archive(self, delivery: Delivery) -> HandlerResult:
+    def archive(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
-        return HandlerResult(writes=[self._effect(delivery)])
+        return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
+
+    def _result(self, delivery: Delivery, result: HandlerResult) -> Any:
+        """The handler's result, or (the ``contract_breach`` fault) a dict where a HandlerResult belongs."""
+        key = delivery.idempotency_key
+        if self.world.chaos.fires(Fault.CONTRACT_BREACH, key):
+            self.world.injected[key].append(InjectedError("terminal", CONTRACT_BREACH))
+            return {"writes": list(result.writes)}
+        return result
 
     # -- best effort: the record-change Lambda --------------------------------------------------------
 
@@ -143,6 +166,7 @@ class SimulatedApp:
         return writes.update(self.world.data_table, key, "ADD applied :one", values={":one": 1})
 
     def _trace_run(self, delivery: Delivery) -> None:
+        self.world.handler_runs.append((delivery.idempotency_key, self.world.trace_clock()))
         self.world.trace.add("handler", f"{self.world.trace.key(delivery.idempotency_key)} attempt {delivery.attempt}")
 
     def _maybe_fail(self, delivery: Delivery) -> None:

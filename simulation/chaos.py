@@ -22,13 +22,16 @@ class Chaos:
         self.rates = dict(rates)
         self.fired: Counter[Fault] = Counter()
         self.active = True
+        self.healed = False
         self._trace = trace
         self._random = {kind: random.Random(f"{seed}:{kind.value}") for kind in Fault}
 
-    def fires(self, kind: Fault, subject: str = "") -> bool:
-        """Whether ``kind`` fires now; a fired fault is traced with its subject."""
+    def fires(self, kind: Fault, subject: str = "", *, while_paused: bool = False) -> bool:
+        """Whether ``kind`` fires now; a fired fault is traced with its subject. ``while_paused``: a fault of
+        the operator's own process, which may strike while the pipeline's faults are paused for an action."""
         rate = self.rates.get(kind)
-        if not self.active or rate is None or self.fired[kind] >= rate.budget:
+        live = not self.healed if while_paused else self.active
+        if not live or rate is None or self.fired[kind] >= rate.budget:
             return False
         if self._random[kind].random() >= rate.probability:
             return False
@@ -47,6 +50,7 @@ class Chaos:
     def heal(self) -> None:
         """The operator fixed the cause: no fault fires any more (the runbook's "fix, then redrive")."""
         self.active = False
+        self.healed = True
 
     @contextmanager
     def paused(self) -> Iterator[None]:

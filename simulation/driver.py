@@ -11,8 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
+from unittest import mock
 
 import boto3
 from botocore.config import Config
@@ -25,13 +27,53 @@ from local_runtime.runtime import REGION, LocalRuntime
 from outbox import EventStore
 from outbox.catalog import Catalog
 from outbox.operations import OperationRefusedError, Operations
-from simulation.catalog import create_item
+from simulation.catalog import MALFORMED_BODIES, create_item
 from simulation.recorder import Observations, Send, brief
-from simulation.schedule import Action, Emit, Fault, LateRedelivery, Redeliver, Redrive, Replay, Steps
+from simulation.schedule import (
+    Action,
+    Emit,
+    Fault,
+    LateRedelivery,
+    Poison,
+    Reconcile,
+    Redeliver,
+    Redrive,
+    Replay,
+    Steps,
+    TimeJump,
+)
 from simulation.world import EmitRecord, World
 
 DEDUPLICATION_WINDOW = timedelta(minutes=5)
 SHARD_REFRESH = timedelta(minutes=1)
+# Before the operator reconciles while settling: long enough that a lease left by a lost message is stale.
+RECONCILE_WAIT = timedelta(hours=2)
+
+
+class OperatorInterrupted(BaseException):
+    """The operator's process died in the middle of an action (a laptop lid, a lost SSH session)."""
+
+
+class Interrupting:
+    """An operator's AWS client whose process may die before any call of an action (the
+    ``operator_interrupted`` fault); the simulator's own reads through it (``armed`` is False) never do."""
+
+    def __init__(self, client: Any, chaos: Any) -> None:
+        self._client = client
+        self._chaos = chaos
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute) or name in ("get_paginator", "can_paginate"):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and self._chaos.fires(Fault.OPERATOR_INTERRUPTED, name, while_paused=True):
+                raise OperatorInterrupted(f"the operator's process died before {name}")
+            return attribute(*args, **kwargs)
+
+        return call
 
 
 class RecordingIds:
@@ -86,12 +128,25 @@ class Driver:
             tenant: Emitter(f"{tenant}/rival", world, events_table, dynamodb, self.catalog)
             for tenant in world.schedule.tenants
         }
+        # Who commits between a lost answer and its caller's retry: a writer of its own (it may interrupt the
+        # rival itself, whose ids must not be mixed up with its own).
+        self.interlopers = {
+            tenant: Emitter(f"{tenant}/interloper", world, events_table, dynamodb, self.catalog)
+            for tenant in world.schedule.tenants
+        }
         self.sqs = runtime.client("sqs")
-        self.operations: Operations = runtime.operations(self.catalog, sqs=self.sqs)
+        operator_sqs = Interrupting(self.sqs, world.chaos)
+        self.operations: Operations = runtime.operations(self.catalog, sqs=operator_sqs)
+        operator_dynamodb = Interrupting(self.operations.dynamodb, world.chaos)
+        self.operations.dynamodb = operator_dynamodb
+        self._operator_clients = (operator_sqs, operator_dynamodb)
         self.durable_queue_url = runtime.output("DurableQueueUrl")
         self.durable_dlq_url = runtime.output("DurableDeadLetterQueueUrl")
         self._random = random.Random(f"{world.seed}:driver")
         self._rival_serial = 0
+        self._rivalling = False
+        self._poison_serial = 0
+        self._start = runtime.clock()
 
     # -- the faults ---------------------------------------------------------------------------------
 
@@ -120,8 +175,14 @@ class Driver:
                 clock, None, count=chaos.count(Fault.LEASE_EXPIRY)
             ),
             Fault.VISIBILITY_TIMEOUT: lambda: faults.visibility_timeout_during_handler(
-                self.durable, count=chaos.count(Fault.VISIBILITY_TIMEOUT)
+                self.durable,
+                count=chaos.count(Fault.VISIBILITY_TIMEOUT),
+                second_worker_crashes=lambda: chaos.draw(Fault.VISIBILITY_TIMEOUT).random() < 0.5,
             ),
+            Fault.LOST_ANSWER: lambda: faults.lose_answers_after_commit(
+                chaos.count(Fault.LOST_ANSWER), after=self._after_lost_answer
+            ),
+            Fault.MESSAGE_LOST: self._losing_messages,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -131,6 +192,39 @@ class Driver:
                 if kind in armed:
                     stack.enter_context(seam())
             yield
+
+    def _after_lost_answer(self, subject: str, _request: dict[str, Any]) -> None:
+        """Between a lost answer and the caller's retry, another writer of the tenant commits first."""
+        _, _, partition = subject.partition(" ")
+        tenant = partition.removeprefix("TENANT#").removesuffix("#HEAD")
+        if partition.endswith("#HEAD") and tenant in self.interlopers and not self._rivalling:
+            self._rivalling = True
+            try:
+                self._rival_serial += 1
+                serial = self._rival_serial
+                action = Emit(f"rival{serial}", tenant, -1, f"rival-item{serial}", serial, False)
+                self._emit(self.interlopers[tenant], action, "rival")
+            finally:
+                self._rivalling = False
+
+    @contextmanager
+    def _losing_messages(self) -> Iterator[FaultCount]:
+        """After an invocation failed as a whole, one of its messages may be gone for good (the
+        ``message_lost`` fault): what its claim left, or nothing, is all that remains."""
+        poll = self.durable.poll
+
+        def lossy() -> Any:
+            result = poll()
+            if result is None or result.crashed is None or not self.durable.in_flight:
+                return result
+            entry = self.durable.in_flight[0]
+            if self.chaos.fires(Fault.MESSAGE_LOST, self.trace.message(entry.message_id)):
+                self.durable.in_flight.pop(0)
+                self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
+            return result
+
+        with mock.patch.object(self.durable, "poll", lossy):
+            yield self.chaos.count(Fault.MESSAGE_LOST)
 
     def _before_send(self, entries: Sequence[Mapping[str, Any]]) -> None:
         names = ", ".join(
@@ -189,6 +283,12 @@ class Driver:
             self.redrive(action.method)
         elif isinstance(action, Replay):
             self.replay()
+        elif isinstance(action, Reconcile):
+            self.reconcile(self.runtime.clock() - timedelta(days=action.days))
+        elif isinstance(action, Poison):
+            self._send_poison(action)
+        elif isinstance(action, TimeJump):
+            self._jump(action.days)
 
     def drain(self) -> None:
         """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""
@@ -242,25 +342,81 @@ class Driver:
         self.sqs.send_message_batch(QueueUrl=self.durable_queue_url, Entries=batch)
         self._record_sends(batch, "pipe redelivers" + (" after the deduplication window" if after_window else ""))
 
+    def _send_poison(self, action: Poison) -> None:
+        self._poison_serial += 1
+        self.world.poison_sent += 1
+        self.sqs.send_message(
+            QueueUrl=self.durable_queue_url,
+            MessageBody=MALFORMED_BODIES[action.kind],
+            MessageGroupId=action.tenant,
+            MessageDeduplicationId=f"poison-{self._poison_serial}",
+        )
+        self.trace.add("sqs", f"a malformed body ({action.kind}) lands in {action.tenant}'s group")
+
+    def _jump(self, days: int) -> None:
+        self.runtime.clock.advance(timedelta(days=days))
+        swept = self.runtime.sweep_expired_items()
+        if timedelta(days=days) >= self.operations.topology.inbox_retention:
+            self.world.retention_passed = True
+        self.trace.add("time", f"{days} days pass; the TTL sweep deletes {sum(swept.values())} expired row(s)")
+
     # -- the operator -------------------------------------------------------------------------------
 
+    def operator(self, name: str, action: Callable[[], str]) -> None:
+        """Run an operator action with the pipeline's faults paused. If the operator's process dies in the
+        middle, they run the same command once more, as a person would."""
+        with self.chaos.paused(), self._armed():
+            for attempt in (1, 2):
+                try:
+                    self.trace.add("operator", f"{name}: {action()}")
+                    return
+                except OperatorInterrupted as exc:
+                    again = ", runs it again" if attempt == 1 else ""
+                    self.trace.add("operator", f"{name} interrupted: {exc}{again}")
+                except OperationRefusedError as exc:
+                    self.trace.add("operator", f"{name} refused: {exc}")
+                    return
+
+    @contextmanager
+    def _armed(self) -> Iterator[None]:
+        for client in self._operator_clients:
+            client.armed = True
+        try:
+            yield
+        finally:
+            for client in self._operator_clients:
+                client.armed = False
+
     def redrive(self, method: str) -> None:
-        with self.chaos.paused():
+        def run() -> str:
             result = self.operations.redrive(method=method)
-        self.trace.add("operator", f"redrive ({method}): moved {result.moved}, {result.remaining} left in the DLQ")
+            return f"moved {result.moved}, {result.remaining} left in the DLQ"
+
+        self.operator(f"redrive ({method})", run)
 
     def replay(self) -> None:
-        with self.chaos.paused():
-            for tenant in self.world.schedule.tenants:
-                if not self.operations.dead_letters(tenant):
-                    continue  # nothing to replay (and plan_replay would list every tenant to say so)
-                try:
-                    items = self.operations.plan_replay(tenant=tenant)
-                except OperationRefusedError:
-                    continue  # its dead letters are conflicts, which are never replayed
-                self.operations.replay(items)
-                keys = ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
-                self.trace.add("operator", f"replay {tenant}: {keys}")
+        for tenant in self.world.schedule.tenants:
+            self.operator(f"replay {tenant}", partial(self._replay_tenant, tenant))
+
+    def _replay_tenant(self, tenant: str) -> str:
+        if not self.operations.dead_letters(tenant):
+            return "no dead letters"
+        items = self.operations.plan_replay(tenant=tenant)
+        now = self.runtime.clock()
+        self.world.replays.extend((f"{item.event_id}:{item.subscription}", now) for item in items)
+        self.operations.replay(items)
+        return ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
+
+    def reconcile(self, since: datetime) -> None:
+        def run() -> str:
+            result = self.operations.reconcile(since)
+            now = self.runtime.clock()
+            for event_id, subscriptions in result.subscriptions.items():
+                self.world.replays.extend((f"{event_id}:{name}", now) for name in subscriptions)
+            sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
+            return f"scanned {result.scanned}, re-sent {sent}"
+
+        self.operator("reconcile", run)
 
     def settle(self) -> None:
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
@@ -271,9 +427,19 @@ class Driver:
                 self.redrive("receive-send-delete")
             if round_ == 0 and self.world.schedule.replay_at_the_end:
                 self.replay()
+            if round_ == 0 and self.chaos.fired[Fault.MESSAGE_LOST]:
+                self.runtime.clock.advance(RECONCILE_WAIT)
+                self.reconcile(self._start)
             self.runtime.run_until_idle()
             if self.durable_dlq_depth() == 0:
                 return
+
+    def age(self) -> None:
+        """Days later (``Schedule.aged``): old messages arrive again and the operator repairs; nothing
+        that completed may run again."""
+        for action in self.world.schedule.aged:
+            self.perform(action)
+            self.runtime.run_until_idle()
 
     def durable_dlq_depth(self) -> int:
         attributes = self.sqs.get_queue_attributes(

@@ -11,6 +11,13 @@
 6. Per tenant, the durable consumer first receives the pipe's messages in the order SQS accepted them.
 7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``.
 8. Every item row reaches its BEST_EFFORT subscriber at least once (the record-change lane).
+9. Every malformed body is recorded as a poison pill, and none is left in a queue.
+10. Dead work never runs again without an operator: after a pair is marked dead, its handler runs only
+    after a replay (or a reconcile) named that pair.
+
+Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
+Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
+dead letter is then expected beside its one effect, and a swept claim beside it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ NAMES = {
     6: "FIFO order",
     7: "status",
     8: "best-effort lane",
+    9: "poison pills",
+    10: "dead stays dead",
 }
 DEDUPLICATION_SECONDS = 300
 
@@ -58,6 +67,8 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *check_fifo_order(world, observations),
         *check_status(state, topology),
         *check_best_effort_lane(world, state),
+        *check_poison(world, state),
+        *check_dead_stays_dead(world, observations),
     ]
 
 
@@ -122,7 +133,8 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
         for subscription in DURABLE[envelope.type]:
             key = f"{envelope.id}:{subscription}"
             expected.add(key)
-            found.extend(_one_outcome(world, state, key, ledger.get(key, 0), key in letters))
+            letter = letters.get(key)
+            found.extend(_one_outcome(world, state, key, ledger.get(key, 0), letter.reason if letter else None))
             if subscription == ANNOUNCE and follow_ups[envelope.id] != ledger.get(key, 0):
                 found.append(
                     Violation(
@@ -138,11 +150,14 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     return found
 
 
-def _one_outcome(world: World, state: State, key: str, applied: int, dead: bool) -> list[Violation]:
+def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason: str | None) -> list[Violation]:
     name, claim = _name(world, key), state.claims.get(key)
     status = claim["status"]["S"] if claim else "no claim"
+    dead = dead_reason is not None
     if applied > 1:
         return [Violation(2, f"{name}: its DynamoDB effect was applied {applied} times")]
+    if world.retention_passed and applied == 1 and (dead_reason == "unverifiable" or claim is None):
+        return []  # done once, then forgotten by the inbox: refused as unverifiable, or swept
     if applied == 1 and dead:
         return [Violation(2, f"{name}: completed and dead-lettered (claim {status})")]
     if applied == 0 and not dead:
@@ -168,8 +183,10 @@ def _earned(
             return [Violation(2, f"{name}: dead as terminal, but no terminal error was injected ({error})")]
         return []
     if reason == "unverifiable":
+        if world.retention_passed:
+            return []
         return [Violation(2, f"{name}: dead as unverifiable although no message outlived the inbox's memory")]
-    claimed = observations.claims[key]
+    claimed = observations.claims[key] + observations.uncertain_claims[key]
     if attempts < state.max_attempts or claimed < state.max_attempts:
         return [
             Violation(
@@ -207,7 +224,13 @@ def check_external_effects(world: World, state: State) -> list[Violation]:
 def check_fencing(world: World, observations: Observations, state: State) -> list[Violation]:
     found: list[Violation] = []
     trace = world.trace
-    for kind, writes in (("completed", observations.completions), ("marked dead", observations.dead_marks)):
+    found.extend(Violation(4, takeover) for takeover in observations.live_lease_takeovers)
+    fenced = (
+        ("completed", observations.completions),
+        ("marked dead", observations.dead_marks),
+        ("released", observations.releases),
+    )
+    for kind, writes in fenced:
         for write in writes:
             if not write.owner_was_current:
                 found.append(
@@ -217,7 +240,9 @@ def check_fencing(world: World, observations: Observations, state: State) -> lis
                 )
     completer = {write.key: write.owner for write in observations.completions}
     for key, claim in sorted(state.claims.items()):
-        if claim["status"]["S"] == "COMPLETED" and completer.get(key) != claim["owner"]["S"]:
+        owner = claim["owner"]["S"] if "owner" in claim else None
+        maybe = observations.uncertain_completers.get(key, set())
+        if claim["status"]["S"] == "COMPLETED" and completer.get(key) != owner and owner not in maybe:
             found.append(Violation(4, f"{trace.key(key)} is COMPLETED under an owner whose completion was never seen"))
     return found
 
@@ -336,6 +361,31 @@ def check_best_effort_lane(world: World, state: State) -> list[Violation]:
     for pk, _ in sorted(state.data):
         if pk.startswith("SIMITEM#") and world.row_changes[pk] < 1:
             found.append(Violation(8, f"the row {pk} never reached its BEST_EFFORT subscriber"))
+    return found
+
+
+# -- 9 ---------------------------------------------------------------------------------------------------
+
+
+def check_poison(world: World, state: State) -> list[Violation]:
+    recorded = state.poison_pills
+    if recorded < world.poison_sent:
+        return [Violation(9, f"{world.poison_sent} malformed bodies were sent but {recorded} recorded as poison pills")]
+    return []
+
+
+# -- 10 --------------------------------------------------------------------------------------------------
+
+
+def check_dead_stays_dead(world: World, observations: Observations) -> list[Violation]:
+    found: list[Violation] = []
+    for mark in observations.dead_marks:
+        for key, ran_at in world.handler_runs:
+            if key != mark.key or ran_at <= mark.at:
+                continue
+            if not any(k == key and mark.at <= at <= ran_at for k, at in world.replays):
+                found.append(Violation(10, f"{_name(world, key)} ran again after it was dead, with no replay"))
+                break
     return found
 
 

@@ -63,8 +63,14 @@ class Send:
 class Observations:
     current_owner: dict[str, str] = field(default_factory=dict)
     claims: Counter[str] = field(default_factory=Counter)  # idempotency key -> successful claims
+    uncertain_claims: Counter[str] = field(default_factory=Counter)  # claims that raised (maybe committed)
+    uncertain_completers: dict[str, set[str]] = field(default_factory=dict)  # completions that raised
     completions: list[FencedWrite] = field(default_factory=list)
     dead_marks: list[FencedWrite] = field(default_factory=list)
+    releases: list[FencedWrite] = field(default_factory=list)
+    # idempotency key -> (owner, lease end) of the claim that holds it now; dropped when its owner finishes
+    live_leases: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    live_lease_takeovers: list[str] = field(default_factory=list)  # what a claim did to a lease still live
     receipts: list[Receipt] = field(default_factory=list)
     sends: list[Send] = field(default_factory=list)
     sent_batches: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -122,21 +128,40 @@ class Recorder:
     def claim(
         self, inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any
     ) -> ClaimResult:
-        result = self._claim(inbox, envelope, name, lease, *args, **kwargs)
+        try:
+            result = self._claim(inbox, envelope, name, lease, *args, **kwargs)
+        except BaseException:
+            # The claim's answer may have been lost after it committed: it may count as an attempt.
+            self.observations.uncertain_claims[f"{envelope.id}:{name}"] += 1
+            raise
         key = self.trace.key(f"{envelope.id}:{name}")
         if result.claim is None:
             self.trace.add("claim", f"{key} refused: {result.outcome.value}")
             return result
-        self.observations.current_owner[result.claim.idempotency_key] = result.claim.owner
-        self.observations.claims[result.claim.idempotency_key] += 1
+        claim, now = result.claim, self.durable.clock()
+        previous = self.observations.live_leases.get(claim.idempotency_key)
+        if previous is not None and previous[0] != claim.owner and previous[1] >= now:
+            self.observations.live_lease_takeovers.append(
+                f"{key} taken over by {self.trace.owner(claim.owner)} while {self.trace.owner(previous[0])}'s lease "
+                f"ran {(previous[1] - now).total_seconds():.0f} s more"
+            )
+        self.observations.live_leases[claim.idempotency_key] = (claim.owner, claim.lease_expires_at)
+        self.observations.current_owner[claim.idempotency_key] = claim.owner
+        self.observations.claims[claim.idempotency_key] += 1
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
         return result
 
     def complete(
         self, consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any
     ) -> None:
-        self._complete(consumer, claim, envelope, sub, result)
+        try:
+            self._complete(consumer, claim, envelope, sub, result)
+        except BaseException:
+            # A completion whose answer was lost may have committed: its owner may be the completer.
+            self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
+            raise
         self.observations.completions.append(self._fenced(claim))
+        self._finished(claim)
         follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
         self.trace.add(
             "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
@@ -146,11 +171,14 @@ class Recorder:
         error, _error_type, reason, receive_count = details
         self._mark_dead(inbox, claim, envelope, *details)
         self.observations.dead_marks.append(self._fenced(claim))
+        self._finished(claim)
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
     def release(self, inbox: Inbox, claim: Claim, error: str) -> None:
         self._release(inbox, claim, error)
+        self.observations.releases.append(self._fenced(claim))
+        self._finished(claim)
         self.trace.add(
             "release", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}: {brief(error)}"
         )
@@ -161,6 +189,11 @@ class Recorder:
         outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
         self.trace.add("outcome", f"{self.trace.key(f'{envelope.id}:{sub.name}')} {outcome.value}")
         return outcome
+
+    def _finished(self, claim: Claim) -> None:
+        """The owner's lease ends with its fenced write (a release sets it to zero)."""
+        if self.observations.live_leases.get(claim.idempotency_key, ("",))[0] == claim.owner:
+            del self.observations.live_leases[claim.idempotency_key]
 
     def _fenced(self, claim: Claim) -> FencedWrite:
         key = claim.idempotency_key
@@ -203,7 +236,7 @@ def _receipt(record: dict[str, Any]) -> Receipt:
     attributes = record.get("attributes", {})
     try:
         event_id: str | None = json.loads(record["body"])["event_id"]["S"]
-    except (ValueError, KeyError, TypeError):
+    except Exception:  # a malformed body (the simulator sends some on purpose): not an event
         event_id = None
     return Receipt(
         tenant=str(attributes.get("MessageGroupId", "")),

@@ -55,7 +55,7 @@ def run_seed(seed: int, stack: StackSpec) -> SeedResult:
     clock = VirtualClock()
     trace = Trace(clock)
     chaos = Chaos(seed, schedule.faults, trace)
-    world = World(seed, schedule, trace, chaos, DeterministicIds(clock, seed))
+    world = World(seed, schedule, trace, chaos, DeterministicIds(clock, seed), clock=clock)
     world.service.before_effect = lambda key: _effect_applied(world, key)
     observations = Observations()
     environment = {**FUNCTION_ENVIRONMENT, RUN_VARIABLE: world.run_id}
@@ -92,6 +92,7 @@ def _run(
         ]
     with recording(world, observations, driver.durable):
         driver.settle()
+        driver.age()
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

@@ -33,6 +33,10 @@ class Fault(StrEnum):
     LEASE_EXPIRY = "lease_expiry"  # the lease runs out while its owner still runs
     VISIBILITY_TIMEOUT = "visibility_timeout"  # the message's visibility runs out while the handler runs
     LOCAL_HANDLER_ERROR = "local_handler_error"
+    LOST_ANSWER = "lost_answer"  # a DynamoDB write applied, its answer lost (HTTP 500); a rival may act first
+    CONTRACT_BREACH = "contract_breach"  # a durable handler returns something that is not a HandlerResult
+    MESSAGE_LOST = "message_lost"  # a message of a failed invocation is gone (only reconcile recovers it)
+    OPERATOR_INTERRUPTED = "operator_interrupted"  # the operator's process dies in the middle of an action
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ _FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
     Fault.LEASE_EXPIRY: (0.2, (0.1, 0.4), (1, 2)),
     Fault.VISIBILITY_TIMEOUT: (0.15, (0.1, 0.4), (1, 1)),
     Fault.LOCAL_HANDLER_ERROR: (0.15, (0.2, 0.5), (1, 2)),
+    Fault.LOST_ANSWER: (0.35, (0.05, 0.3), (1, 3)),
+    Fault.CONTRACT_BREACH: (0.15, (0.05, 0.2), (1, 1)),
+    Fault.MESSAGE_LOST: (0.15, (0.2, 0.5), (1, 1)),
+    Fault.OPERATOR_INTERRUPTED: (0.25, (0.1, 0.4), (1, 2)),
 }
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
@@ -114,7 +122,29 @@ class Replay:
     """An operator replays every open dead letter of every tenant."""
 
 
-Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay
+@dataclass(frozen=True)
+class Reconcile:
+    """An operator re-sends, from the events table, what has no claim since ``days`` ago."""
+
+    days: int
+
+
+@dataclass(frozen=True)
+class Poison:
+    """A malformed body lands in ``tenant``'s message group (a broken producer, a hostile sender)."""
+
+    tenant: str
+    kind: str  # a name of ``simulation.catalog.MALFORMED_BODIES``
+
+
+@dataclass(frozen=True)
+class TimeJump:
+    """``days`` pass (the inbox's TTL sweep runs); then an old message arrives again and the operator repairs."""
+
+    days: int
+
+
+Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay | Reconcile | Poison | TimeJump
 
 
 @dataclass(frozen=True)
@@ -127,6 +157,8 @@ class Schedule:
     # Operator actions while the pipeline drains: (drain step, action); dead work shows up there.
     during_drain: tuple[tuple[int, Action], ...] = ()
     replay_at_the_end: bool = False  # after healing: replay terminal dead letters too (else they stay)
+    # After everything settled: time passes and the old work is repaired (nothing completed may run again).
+    aged: tuple[Action, ...] = ()
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -145,6 +177,7 @@ class Schedule:
         ]
         lines.extend(f"  {_describe(action)}" for action in self.actions)
         lines.extend(f"  at drain step {step}: {_describe(action)}" for step, action in self.during_drain)
+        lines.extend(f"  afterwards: {_describe(action)}" for action in self.aged)
         return lines
 
 
@@ -160,6 +193,12 @@ def _describe(action: Action) -> str:
         return f"operator: redrive ({action.method})"
     if isinstance(action, Replay):
         return "operator: replay dead letters"
+    if isinstance(action, Reconcile):
+        return f"operator: reconcile the last {action.days} day(s)"
+    if isinstance(action, Poison):
+        return f"a malformed body ({action.kind}) in {action.tenant}'s group"
+    if isinstance(action, TimeJump):
+        return f"{action.days} days pass; the TTL sweep runs"
     return "SQS: redeliver what is in flight"
 
 
@@ -174,8 +213,9 @@ def generate(seed: int) -> Schedule:
         emitters=emitters,
         actions=tuple(_actions(rng, tenants, emitters)),
         faults=_faults(rng),
-        during_drain=_during_drain(rng),
+        during_drain=_during_drain(rng, tenants),
         replay_at_the_end=rng.random() < 0.5,
+        aged=_aged(rng),
     )
 
 
@@ -192,8 +232,11 @@ def _faults(rng: random.Random) -> dict[Fault, FaultRate]:
 def _actions(rng: random.Random, tenants: tuple[str, ...], emitters: dict[str, int]) -> list[Action]:
     actions: list[Action] = []
     items: dict[str, list[str]] = {tenant: [] for tenant in tenants}
-    for number in range(1, rng.randint(2, 3) + 1):
-        tenant = rng.choice(tenants)
+    # Now and then one tenant's backlog outgrows a batch (FIFO hands over at most 10 of a group at once).
+    burst = rng.choice(tenants) if rng.random() < 0.12 else None
+    count = rng.randint(11, 13) if burst else rng.randint(2, 3)
+    for number in range(1, count + 1):
+        tenant = burst or rng.choice(tenants)
         # Now and then the same item again: the caller's own write fails its condition, nothing commits.
         reuse = items[tenant] and rng.random() < 0.1
         item_id = rng.choice(items[tenant]) if reuse else f"item{number}"
@@ -208,14 +251,18 @@ def _actions(rng: random.Random, tenants: tuple[str, ...], emitters: dict[str, i
                 reject=rng.random() < 0.08,
             )
         )
-        if rng.random() < 0.5:
+        if burst is None and rng.random() < 0.5:
             actions.append(Steps(rng.randint(1, 2)))
-        actions.extend(_interruption(rng))
+        actions.extend(_interruption(rng, tenants))
     return actions
 
 
-def _during_drain(rng: random.Random) -> tuple[tuple[int, Action], ...]:
+def _during_drain(rng: random.Random, tenants: tuple[str, ...]) -> tuple[tuple[int, Action], ...]:
     actions: list[tuple[int, Action]] = []
+    if rng.random() < 0.15:
+        actions.append((rng.randint(2, 40), Reconcile(days=rng.choice((1, 3)))))
+    if rng.random() < 0.1:
+        actions.append((rng.randint(2, 40), _poison(rng, tenants)))
     if rng.random() < 0.3:
         actions.append((rng.randint(2, 40), Redrive(rng.choice(("move-task", "receive-send-delete")))))
     if rng.random() < 0.2:
@@ -227,8 +274,34 @@ def _during_drain(rng: random.Random) -> tuple[tuple[int, Action], ...]:
     return tuple(sorted(actions, key=lambda pair: pair[0]))
 
 
-def _interruption(rng: random.Random) -> list[Action]:
+def _poison(rng: random.Random, tenants: tuple[str, ...]) -> Poison:
+    from simulation.catalog import MALFORMED_BODIES
+
+    return Poison(rng.choice(tenants), rng.choice(sorted(MALFORMED_BODIES)))
+
+
+def _aged(rng: random.Random) -> tuple[Action, ...]:
+    """Sometimes, after the run settled: days pass (past the inbox's retention, or not), an old message
+    arrives again, and the operator repairs."""
+    if rng.random() >= 0.3:
+        return ()
+    days = rng.choice((8, 15, 31, 45))
+    repairs: list[Action] = [LateRedelivery(after_window=True)]
+    if rng.random() < 0.5:
+        repairs.append(Replay())
+    if rng.random() < 0.4:
+        repairs.append(Reconcile(days=rng.choice((1, days + 1))))
+    if rng.random() < 0.3:
+        repairs.append(Redrive(rng.choice(("move-task", "receive-send-delete"))))
+    rng.shuffle(repairs)
+    return (TimeJump(days), *repairs)
+
+
+def _interruption(rng: random.Random, tenants: tuple[str, ...]) -> list[Action]:
     """Now and then, something happens between two emits besides the pipeline running."""
+    roll = rng.random()
+    if roll < 0.05:
+        return [_poison(rng, tenants)]
     roll = rng.random()
     if roll < 0.08:
         return [Redeliver()]

@@ -42,6 +42,7 @@ class State:
     queue_depths: dict[str, int] = field(default_factory=dict)  # queue url -> messages stored
     status: Status | None = None
     max_attempts: int = 0
+    poison_pills: int = 0  # poison-pill rows in the inbox
 
     @property
     def events(self) -> dict[str, Envelope]:
@@ -101,6 +102,8 @@ def _read_inbox(state: State, dynamodb: Any, inbox_table: str) -> None:
             state.claims[f"{pk.removeprefix('CLAIM#')}:{item['sk']['S']}"] = item
         elif item.get("kind", {}).get("S") == "DEAD_LETTER":
             state.dead_letters.append(_dead_letter(item))
+        elif item.get("kind", {}).get("S") == "POISON":
+            state.poison_pills += 1
 
 
 def max_attempts(runtime: LocalRuntime) -> int:

@@ -81,6 +81,15 @@ class World:
     injected: defaultdict[str, list[InjectedError]] = field(default_factory=lambda: defaultdict(list))
     down: set[str] = field(default_factory=set)  # keys whose dependency stays down until healed
     effects_created: Counter[str] = field(default_factory=Counter)  # idempotency key -> effects applied
+    handler_runs: list[tuple[str, datetime]] = field(default_factory=list)  # (idempotency key, when)
+    replays: list[tuple[str, datetime]] = field(default_factory=list)  # pairs an operator replayed, and when
+    poison_sent: int = 0  # malformed bodies the schedule put in the queue
+    retention_passed: bool = False  # a time jump went past the inbox's retention
+    clock: Callable[[], datetime] | None = None
+
+    def trace_clock(self) -> datetime:
+        assert self.clock is not None, "the runner sets the world's clock"
+        return self.clock()
 
     @property
     def run_id(self) -> str:

@@ -20,7 +20,13 @@ from outbox.subscriptions import Subscription
 
 
 def plain_claim(
-    inbox: Inbox, envelope: Envelope, subscription: str, lease: timedelta, digest: str | None = None
+    inbox: Inbox,
+    envelope: Envelope,
+    subscription: str,
+    lease: timedelta,
+    digest: str | None = None,
+    *,
+    may_create: bool = True,
 ) -> ClaimResult:
     """Bug 1: the claim is a put conditioned on ``attribute_not_exists(pk)``. Any existing row refuses it:
     a stale PENDING row is never taken over, a DEAD row never retried."""
@@ -57,9 +63,10 @@ def dead_on_first_error(
     subscription: Subscription,
     exc: BaseException,
     receive_count: int,
+    terminal: bool | None = None,
 ) -> DeliveryOutcome:
     """Bug 2: the first handler error marks the claim dead and writes the dead letter, and the message is
-    deleted as after a success: SQS's redrive never gets to retry it."""
+    deleted as after a success: it is never retried."""
     reason = DeadReason.TERMINAL if isinstance(exc, TerminalError) else DeadReason.EXHAUSTED
     try:
         consumer.inbox.mark_dead(

@@ -41,6 +41,10 @@ demo: setup ## Run the whole pipeline locally on moto with a workload and inject
 simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=500; one seed with its trace: SEED=n)
 	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),500))
 
+.PHONY: mutants
+mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..40 (ARGS="--only ID", "--check")
+	$(PY) -m simulation.mutation $(ARGS)
+
 test: setup ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -1,0 +1,358 @@
+"""The mutants of ``make mutants``: small, realistic bugs in the engine's guarantee code, as data.
+
+Each one replaces a snippet that must occur exactly once in its module's source today (the engine moves
+on: ``python -m simulation.mutation --check`` says which snippets went stale). A fencing condition is
+loosened with an OR rather than cut, because DynamoDB refuses an expression value the expression does
+not use; the bug is the same: a PENDING claim of another owner satisfies it.
+"""
+
+from __future__ import annotations
+
+from simulation.mutation import Mutant
+
+INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
+STORE, CHAIN, OPERATIONS = "outbox.store", "outbox.chain", "outbox.operations"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the claim -----------------------------------------------------------------------------------------
+    Mutant(
+        id="claim-no-takeover",
+        module=INBOX,
+        original='claimable = "#status = :pending AND lease_expires_at < :now"',
+        replacement='claimable = "attribute_not_exists(pk) AND lease_expires_at < :now"',
+        description="the claim is a plain create (attribute_not_exists): an expired lease is never taken over",
+        what_should_catch_it="a crash after the claim: the stale PENDING row blocks every redelivery (invariant 2)",
+    ),
+    Mutant(
+        id="claim-takes-over-live-lease",
+        module=INBOX,
+        original='"#status = :pending AND lease_expires_at < :now"',
+        replacement='"#status = :pending AND lease_expires_at < :lease"',
+        description="the take-over compares the lease with the new lease's end, not now: live leases are taken",
+        what_should_catch_it="a redelivery while the owner runs: two runs of one pair (invariants 3, 4)",
+    ),
+    Mutant(
+        id="claim-ignores-digest",
+        module=INBOX,
+        original='ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})"',
+        replacement="ConditionExpression=claimable",
+        description="the claim does not compare the digest: other content under the same event id takes over",
+        what_should_catch_it="the same event id redelivered with other content while its lease is expired",
+    ),
+    Mutant(
+        id="claim-ignores-may-create",
+        module=INBOX,
+        original='        if may_create:\n            claimable = f"attribute_not_exists(pk) OR ({claimable})"',
+        replacement='        claimable = f"attribute_not_exists(pk) OR ({claimable})"',
+        description="a missing row is created even for a message older than the retention (may_create ignored)",
+        what_should_catch_it="an old message redelivered after the retention: a forgotten completion runs again",
+    ),
+    Mutant(
+        id="claim-never-counts-attempts",
+        module=INBOX,
+        original='"attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, "',
+        replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, "',
+        description="the claim's attempts stay at 1 (placeholders swapped): a failing pair is retried forever",
+        what_should_catch_it="a dependency down or repeated crashes: never dead-lettered (invariant 2)",
+    ),
+    Mutant(
+        id="own-claim-not-recognised",
+        module=INBOX,
+        original='if _string(existing, "owner") == owner and _string(existing, "status") == PENDING:',
+        replacement='if _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED:',
+        description="a claim whose answer was lost (applied, re-sent) is not recognised as ours: IN_PROGRESS",
+        what_should_catch_it="a lost answer on the claim: the pair waits a lease out and burns an attempt",
+    ),
+    Mutant(
+        id="vouch-margin-wrong-way",
+        module=INBOX,
+        original="return self._clock() < issued_at + self.retention - VOUCH_MARGIN",
+        replacement="return self._clock() < issued_at + self.retention + VOUCH_MARGIN",
+        description="the inbox vouches for a message an hour past the retention instead of an hour before it",
+        what_should_catch_it="a redelivery just after the retention (a time jump of exactly the retention)",
+    ),
+    # -- fencing -------------------------------------------------------------------------------------------
+    Mutant(
+        id="completion-unfenced",
+        module=INBOX,
+        original=(
+            'REMOVE lease_expires_at"\n'
+            "                ),\n"
+            '                "ConditionExpression": "#owner = :owner AND #status = :pending",'
+        ),
+        replacement=(
+            'REMOVE lease_expires_at"\n'
+            "                ),\n"
+            '                "ConditionExpression": "#owner = :owner OR #status = :pending",'
+        ),
+        description="the COMPLETED mark holds for any PENDING claim: a worker whose lease was taken completes",
+        what_should_catch_it="a lease expiry while the handler runs (invariant 4: completed by a non-owner)",
+    ),
+    Mutant(
+        id="release-unfenced",
+        module=INBOX,
+        original='"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso",',
+        replacement=(
+            '"TableName": self.table_name, "Key": claim_key(claim.event_id, claim.subscription), '
+            '"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error",'
+        ),
+        description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",
+        what_should_catch_it="a lease expiry, then a retryable error of the old owner (invariant 4: releases)",
+    ),
+    Mutant(
+        id="mark-dead-unfenced",
+        module=INBOX,
+        original=(
+            "        dead_letter = self.dead_letter_item(envelope, claim.subscription, error, error_type, reason, "
+            "receive_count)"
+        ),
+        replacement=(
+            '        claim_update["ConditionExpression"] = "#owner = :owner OR #status = :pending"\n'
+            "        dead_letter = self.dead_letter_item(envelope, claim.subscription, error, error_type, reason, "
+            "receive_count)"
+        ),
+        description="the DEAD mark holds for any PENDING claim: a worker whose lease was taken kills the claim",
+        what_should_catch_it="a lease expiry, then a terminal error of the old owner (invariant 4)",
+    ),
+    Mutant(
+        id="completion-writes-separate",
+        module=INBOX,
+        original='self._fenced_transaction(claim, "complete", [completion, *map(dict, writes)], landed=COMPLETED)',
+        replacement=(
+            "self.client.transact_write_items(TransactItems=[*map(dict, writes)])\n"
+            '        self._fenced_update(claim, "complete", completion["Update"], landed=COMPLETED)'
+        ),
+        description="the handler's writes commit in their own call before the COMPLETED mark",
+        what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
+    ),
+    # -- the consumer: completion and classification --------------------------------------------------------
+    Mutant(
+        id="follow-up-before-completion",
+        module=CONSUMER,
+        original="extra_writes=[self.inbox.completion_write(claim), *result.writes],\n            )",
+        replacement="extra_writes=[*result.writes],\n            )\n            self.inbox.mark_completed(claim)",
+        description="the follow-up event commits without the COMPLETED mark, which is written after it",
+        what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
+    ),
+    Mutant(
+        id="every-error-terminal",
+        module=CONSUMER,
+        original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
+        replacement="terminal = isinstance(exc, Exception) or (",
+        description="a retryable handler error is dead at once",
+        what_should_catch_it="a retryable error: dead-lettered without its retries (invariant 2, not earned)",
+    ),
+    Mutant(
+        id="contract-violation-retryable",
+        module=CONSUMER,
+        original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
+        replacement="terminal = isinstance(exc, TerminalError) or (",
+        description="a handler that breaks its contract is retried instead of dead at once",
+        what_should_catch_it="a contract breach: retried, and it runs its effect again on the retry",
+    ),
+    Mutant(
+        id="attempts-check-one-late",
+        module=CONSUMER,
+        original="exhausted = claim.attempts >= self.inbox.max_attempts",
+        replacement="exhausted = claim.attempts > self.inbox.max_attempts",
+        description="the attempts check is off by one: a failing pair gets one attempt more than allowed",
+        what_should_catch_it="a dependency down: the last failure is released, then dead unrun as a crash",
+    ),
+    Mutant(
+        id="attempts-check-one-early",
+        module=CONSUMER,
+        original="exhausted = claim.attempts >= self.inbox.max_attempts",
+        replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
+        description="the attempts check is off by one: a failing pair is dead one attempt early",
+        what_should_catch_it="retryable errors on max_attempts - 1 attempts: dead, not earned (invariant 2)",
+    ),
+    Mutant(
+        id="crash-check-off-by-one",
+        module=CONSUMER,
+        original="if claim.attempts > self.inbox.max_attempts:",
+        replacement="if claim.attempts >= self.inbox.max_attempts:",
+        description="the last allowed attempt is taken for a crash and dead-lettered without running",
+        what_should_catch_it="a crash or a retry before the last attempt: dead, not earned (invariant 2)",
+    ),
+    Mutant(
+        id="in-progress-acknowledged",
+        module=CONSUMER,
+        original="self._count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
+        replacement="self._count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
+        description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
+        what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
+    ),
+    Mutant(
+        id="poison-raised",
+        module=CONSUMER,
+        original=('self._poison(record, str(exc) if isinstance(exc, EnvelopeParseError) else f"{type(exc).__name__}")'),
+        replacement="raise",
+        description="an unreadable body raises instead of being recorded as a poison pill",
+        what_should_catch_it="a malformed body: no poison pill, and it blocks its group until the DLQ (9)",
+    ),
+    Mutant(
+        id="lease-shorter-than-invocation",
+        module=CONSUMER,
+        original="return max(timedelta(milliseconds=remaining_ms), self.floor) + self.margin",
+        replacement="return self.floor + self.margin",
+        description="the lease is a fixed 10 seconds, shorter than the invocation can run",
+        what_should_catch_it="a slow handler: taken over while it runs (invariants 3, 4)",
+    ),
+    # -- reading a message ---------------------------------------------------------------------------------
+    Mutant(
+        id="altered-envelope-accepted",
+        module=MESSAGES,
+        original=(
+            "    if envelope.computed_hash() != envelope.hash:\n"
+            '        raise EnvelopeParseError(f"event {envelope.id} does not match its own hash: altered after emit")\n'
+        ),
+        replacement="",
+        description="the consumer does not check an envelope against its own hash",
+        what_should_catch_it="a body that is a genuine event image with one field altered (a poison pill, 9)",
+    ),
+    Mutant(
+        id="repair-targets-ignored",
+        module=MESSAGES,
+        original='targets=None if targets is None else frozenset(name for name in targets.split(",") if name),',
+        replacement="targets=None,",
+        description="a repair message runs every subscription of its event, not only the ones it names",
+        what_should_catch_it="a replay after the retention: a completed, forgotten sibling pair runs again (2)",
+    ),
+    Mutant(
+        id="repair-issued-at-ignored",
+        module=MESSAGES,
+        original="issued_at=envelope.occurred_at if issued is None else _timestamp(issued),",
+        replacement="issued_at=envelope.occurred_at,",
+        description="a repair message's issue time is ignored: an old event's replay is unverifiable",
+        what_should_catch_it="a replay of a pair dead since before the retention: it never runs (2)",
+    ),
+    # -- emit: the head and the chain ----------------------------------------------------------------------
+    Mutant(
+        id="event-put-unconditional",
+        module=STORE,
+        original='"Item": envelope.to_item(),\n                "ConditionExpression": "attribute_not_exists(pk)",',
+        replacement='"Item": envelope.to_item(),',
+        description="the event row is put without attribute_not_exists: it may replace an event at its seq",
+        what_should_catch_it="a head and log out of step (only a bug elsewhere): the head condition covers it",
+    ),
+    Mutant(
+        id="head-condition-without-hash",
+        module=STORE,
+        original='"ConditionExpression": "last_seq = :prev AND last_hash = :prev_hash",',
+        replacement='"ConditionExpression": "last_seq = :prev OR last_hash = :prev_hash",',
+        description="the head condition ORs in last_hash: in effect it checks last_seq only",
+        what_should_catch_it="two heads at one seq with different hashes, which only another bug can make",
+    ),
+    Mutant(
+        id="head-race-retries-stale-head",
+        module=STORE,
+        original="head = current if current is not None else self._read_head(tenant)",
+        replacement="head = head if current is not None else self._read_head(tenant)",
+        description="a lost head race is retried on the stale head instead of the current one returned",
+        what_should_catch_it="a rival emit: every retry loses, the emit fails with ChainHeadContentionError",
+    ),
+    Mutant(
+        id="unknown-outcome-new-token",
+        module=STORE,
+        original=(
+            "                if not in_doubt:\n"
+            "                    token_serial, first_sent = token_serial + 1, self._clock()"
+        ),
+        replacement="                token_serial, first_sent = token_serial + 1, self._clock()",
+        description="an ambiguous answer is re-sent with a new ClientRequestToken instead of the same one",
+        what_should_catch_it="a lost answer, a rival commit, then a re-seal: the event commits twice (1, 2)",
+    ),
+    Mutant(
+        id="seal-hash-without-prev",
+        module=STORE,
+        original="chain_hash(head.last_hash, unsealed.hashed_body())",
+        replacement="chain_hash(GENESIS_HASH, unsealed.hashed_body())",
+        description="the event's hash leaves out the previous hash (the genesis hash instead)",
+        what_should_catch_it="verify_chain (invariant 1) and the consumer's hash check (poison pills)",
+    ),
+    Mutant(
+        id="head-forgets-last-event-id",
+        module=CHAIN,
+        original='last_event_id=item.get("last_event_id", {}).get("S"),',
+        replacement="last_event_id=None,",
+        description="the head read loses last_event_id: emit cannot recognise its own commit after a lost answer",
+        what_should_catch_it="a lost answer on emit: the event is re-sealed on its own head and commits twice",
+    ),
+    Mutant(
+        id="verify-ignores-links",
+        module=CHAIN,
+        original="if envelope.prev_hash != prev_hash:",
+        replacement="if False:",
+        description="verify_chain does not check that each row links to the one before it",
+        what_should_catch_it="a row replaced or moved in the log; the simulator never tampers with the log",
+    ),
+    # -- the operator's repairs ----------------------------------------------------------------------------
+    Mutant(
+        id="replay-without-targets",
+        module=OPERATIONS,
+        original="targets=subscriptions,",
+        replacement="targets=[s.name for s in self.catalog.registry.subscriptions if s.lane is Lane.DURABLE],",
+        description="replay sends the event to all its durable subscriptions, not only the selected dead pairs",
+        what_should_catch_it="a replay after the retention: a completed, forgotten pair runs again (2)",
+    ),
+    Mutant(
+        id="replay-reruns-completed",
+        module=OPERATIONS,
+        original=(
+            "            if status == DEAD or (status is None and self._interrupted_replay(letter)):\n"
+            "                forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+        ),
+        replacement=(
+            "            if status in (DEAD, COMPLETED) or (status is None and self._interrupted_replay(letter)):\n"
+            "                forced = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+        ),
+        description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
+        what_should_catch_it="a replay interrupted after the re-send, then run again: the pair runs twice (2)",
+    ),
+    Mutant(
+        id="replay-unverifiable-without-force",
+        module=OPERATIONS,
+        original="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:",
+        replacement="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and force:",
+        description="the tenant replay reruns unverifiable pairs without --force",
+        what_should_catch_it="a redelivery after the retention, then a replay: a forgotten completion reruns (2)",
+    ),
+    Mutant(
+        id="replay-resolves-at-clear",
+        module=OPERATIONS,
+        original='"UpdateExpression": "SET replay_started = :now REMOVE resolved",',
+        replacement='"UpdateExpression": "SET resolved = :now REMOVE replay_started",',
+        description="replay resolves the dead letter when it clears the claim, before the event is re-sent",
+        what_should_catch_it="a replay interrupted before the re-send: no claim, no dead letter, no effect (2)",
+    ),
+    Mutant(
+        id="redrive-deletes-before-send",
+        module=OPERATIONS,
+        original=(
+            "        self.sqs.send_message(**send)  # put back first ...\n"
+            '        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove'
+        ),
+        replacement=(
+            '        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])\n'
+            "        self.sqs.send_message(**send)"
+        ),
+        description="redrive deletes the DLQ message before sending it back",
+        what_should_catch_it="a redrive interrupted between the two calls: the message is lost (2)",
+    ),
+    Mutant(
+        id="reconcile-stale-pending-handled",
+        module=OPERATIONS,
+        original='elif claim["status"]["S"] == PENDING:',
+        replacement='elif claim["status"]["S"] == "never":',
+        description="reconcile counts a stale PENDING claim as handled",
+        what_should_catch_it="a message lost after its claim: reconcile does not re-send it (2)",
+    ),
+    Mutant(
+        id="reconcile-ignores-horizon",
+        module=OPERATIONS,
+        original="if since < horizon:",
+        replacement="if False:",
+        description="reconcile re-sends events older than the inbox's retention",
+        what_should_catch_it="a reconcile over more days than the retention: forgotten completions rerun (2)",
+    ),
+)

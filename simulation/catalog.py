@@ -37,6 +37,7 @@ CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
 # The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
 DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
 RUN_VARIABLE = "SIMULATION_RUN"
+ALTERED_EVENT = "an altered event"
 # Bodies a broken or hostile sender may put in a tenant's group: each must become a poison pill, recorded
 # once and acknowledged, and never block the real events behind it.
 MALFORMED_BODIES: dict[str, str] = {
@@ -48,6 +49,8 @@ MALFORMED_BODIES: dict[str, str] = {
     "a head row": json.dumps({"pk": {"S": "TENANT#t0#HEAD"}, "sk": {"S": "HEAD"}, "kind": {"S": "HEAD"}}),
     "deep nesting": "[" * 100_000 + "]" * 100_000,
     "a lone surrogate": '{"kind": {"S": "\\ud800"}}',
+    # Built by the driver from a real event row of the tenant, one payload field changed, hash kept.
+    ALTERED_EVENT: "",
 }
 CONTRACT_BREACH = "returned a dict; a DURABLE handler returns a HandlerResult or None"
 
@@ -150,7 +153,7 @@ class SimulatedApp:
         """The handler's result, or (the ``contract_breach`` fault) a dict where a HandlerResult belongs."""
         key = delivery.idempotency_key
         if self.world.chaos.fires(Fault.CONTRACT_BREACH, key):
-            self.world.injected[key].append(InjectedError("terminal", CONTRACT_BREACH))
+            self.world.injected[key].append(InjectedError("terminal", CONTRACT_BREACH, delivery.attempt))
             return {"writes": list(result.writes)}
         return result
 
@@ -174,16 +177,17 @@ class SimulatedApp:
         key, chaos = delivery.idempotency_key, self.world.chaos
         if chaos.active and (key in self.world.down or chaos.fires(Fault.DEPENDENCY_DOWN, key)):
             self.world.down.add(key)
-            raise self._injected(key, "retryable", ServiceUnavailableError, "its dependency is down")
+            raise self._injected(delivery, "retryable", ServiceUnavailableError, "its dependency is down")
         if chaos.fires(Fault.TERMINAL_ERROR, key):
-            raise self._injected(key, "terminal", TerminalError, "no retry can fix this")
+            raise self._injected(delivery, "terminal", TerminalError, "no retry can fix this")
         if chaos.fires(Fault.RETRYABLE_ERROR, key):
-            raise self._injected(key, "retryable", ServiceUnavailableError, "try again later")
+            raise self._injected(delivery, "retryable", ServiceUnavailableError, "try again later")
 
-    def _injected(self, key: str, kind: str, error: type[Exception], what: str) -> Exception:
+    def _injected(self, delivery: Delivery, kind: str, error: type[Exception], what: str) -> Exception:
+        key = delivery.idempotency_key
         errors = self.world.injected[key]
         message = f"injected {kind} error #{len(errors) + 1} of {self.world.trace.key(key)}: {what}"
-        errors.append(InjectedError(kind, message))
+        errors.append(InjectedError(kind, message, delivery.attempt))
         return error(message)
 
     # -- the module ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ there. No thread is involved, so a seed replays exactly.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -145,6 +146,7 @@ class Driver:
         self._random = random.Random(f"{world.seed}:driver")
         self._rival_serial = 0
         self._rivalling = False
+        self._current: EmitRecord | None = None  # the emit in progress (rivals commit inside it)
         self._poison_serial = 0
         self._start = runtime.clock()
 
@@ -183,6 +185,7 @@ class Driver:
                 chaos.count(Fault.LOST_ANSWER), after=self._after_lost_answer
             ),
             Fault.MESSAGE_LOST: self._losing_messages,
+            Fault.EARLY_REDELIVERY: self._redelivering_early,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -225,6 +228,22 @@ class Driver:
 
         with mock.patch.object(self.durable, "poll", lossy):
             yield self.chaos.count(Fault.MESSAGE_LOST)
+
+    @contextmanager
+    def _redelivering_early(self) -> Iterator[FaultCount]:
+        """After an invocation failed as a whole, its messages are visible again at once (a visibility timeout
+        shorter than the lease): a copy arrives while a crashed worker's lease is still live."""
+        poll = self.durable.poll
+
+        def early() -> Any:
+            result = poll()
+            crashed = result is not None and result.crashed is not None and self.durable.in_flight
+            if crashed and self.chaos.fires(Fault.EARLY_REDELIVERY, f"{len(self.durable.in_flight)} message(s)"):
+                faults.redeliver(self.durable)
+            return result
+
+        with mock.patch.object(self.durable, "poll", early):
+            yield self.chaos.count(Fault.EARLY_REDELIVERY)
 
     def _before_send(self, entries: Sequence[Mapping[str, Any]]) -> None:
         names = ", ".join(
@@ -306,6 +325,15 @@ class Driver:
     def _emit(self, emitter: Emitter, action: Emit, origin: str) -> None:
         record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin)
         self.world.emits.append(record)
+        outer, self._current = self._current, record
+        try:
+            self._create(emitter, action, record)
+        finally:
+            self._current = outer
+        if record.committed and outer is not None and outer.tenant == record.tenant:
+            outer.rivals += 1  # a writer that moved the head under the emit in progress
+
+    def _create(self, emitter: Emitter, action: Emit, record: EmitRecord) -> None:
         try:
             record.envelope = create_item(
                 emitter.store,
@@ -345,13 +373,32 @@ class Driver:
     def _send_poison(self, action: Poison) -> None:
         self._poison_serial += 1
         self.world.poison_sent += 1
+        body = MALFORMED_BODIES[action.kind] or self._altered_event(action.tenant)
         self.sqs.send_message(
             QueueUrl=self.durable_queue_url,
-            MessageBody=MALFORMED_BODIES[action.kind],
+            MessageBody=body,
             MessageGroupId=action.tenant,
             MessageDeduplicationId=f"poison-{self._poison_serial}",
         )
         self.trace.add("sqs", f"a malformed body ({action.kind}) lands in {action.tenant}'s group")
+
+    def _altered_event(self, tenant: str) -> str:
+        """A real event row of ``tenant`` with its amount changed and its hash kept: tampered in transit."""
+        rows = self.operations.dynamodb.query(
+            TableName=self.runtime.output("EventsTableName"),
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"TENANT#{tenant}#EVENT"}},
+            Limit=1,
+        )["Items"]
+        if not rows:
+            return json.dumps({"kind": {"S": "EVENT"}})
+        row = rows[0]
+        payload = row["payload"]["M"]
+        if "amount" in payload:
+            payload["amount"] = {"N": str(int(payload["amount"]["N"]) + 1)}
+        else:
+            payload["tampered"] = {"BOOL": True}
+        return json.dumps(row)
 
     def _jump(self, days: int) -> None:
         self.runtime.clock.advance(timedelta(days=days))
@@ -402,17 +449,21 @@ class Driver:
         if not self.operations.dead_letters(tenant):
             return "no dead letters"
         items = self.operations.plan_replay(tenant=tenant)
-        now = self.runtime.clock()
-        self.world.replays.extend((f"{item.event_id}:{item.subscription}", now) for item in items)
+        self._record_repair([f"{item.event_id}:{item.subscription}" for item in items])
         self.operations.replay(items)
         return ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
+
+    def _record_repair(self, keys: list[str]) -> None:
+        now, position = self.runtime.clock(), len(self.world.handler_runs)
+        self.world.replays.extend((key, now) for key in keys)
+        self.world.replay_positions.extend((key, position) for key in keys)
 
     def reconcile(self, since: datetime) -> None:
         def run() -> str:
             result = self.operations.reconcile(since)
-            now = self.runtime.clock()
-            for event_id, subscriptions in result.subscriptions.items():
-                self.world.replays.extend((f"{event_id}:{name}", now) for name in subscriptions)
+            self._record_repair(
+                [f"{event_id}:{name}" for event_id, names in result.subscriptions.items() for name in names]
+            )
             sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
             return f"scanned {result.scanned}, re-sent {sent}"
 

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from outbox import Envelope, OutboxError
+from outbox import ChainHeadContentionError, Envelope, OutboxError
 from outbox.operations import Topology
 from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_NOTED, audit_key, item_key
 from simulation.recorder import Observations, Send
@@ -46,6 +46,7 @@ NAMES = {
     10: "dead stays dead",
 }
 DEDUPLICATION_SECONDS = 300
+MAX_HEAD_RETRIES = 5  # EventStore's default, which the simulated emitters use
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,11 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     for key in sorted(set(ledger) - expected):
         found.append(Violation(2, f"{_name(world, key)}: an effect for no event of the log"))
     for key, letter in sorted(letters.items()):
-        found.extend(_earned(world, observations, state, key, letter.reason, letter.error, letter.attempts))
+        found.extend(
+            _earned(world, observations, state, key, letter.reason, letter.error, letter.attempts, ledger.get(key, 0))
+        )
+    found.extend(_terminal_errors_are_terminal(world, observations))
+    found.extend(_attempts_are_bounded(world, state))
     return found
 
 
@@ -169,8 +174,44 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason
     return []
 
 
+def _terminal_errors_are_terminal(world: World, observations: Observations) -> list[Violation]:
+    """Every injected terminal error (a TerminalError, a broken contract) is marked dead as terminal by the
+    attempt it struck (the mark may lose to a new owner's fencing, but it must be tried)."""
+    tried = {(key, attempt) for key, attempt, reason in observations.dead_calls if reason == "terminal"}
+    return [
+        Violation(2, f"{_name(world, key)}: attempt {error.attempt} hit a terminal error but was not marked dead")
+        for key, errors in sorted(world.injected.items())
+        for error in errors
+        if error.kind == "terminal" and (key, error.attempt) not in tried
+    ]
+
+
+def _attempts_are_bounded(world: World, state: State) -> list[Violation]:
+    """Between two operator repairs, a pair's handler runs at most ``max_attempts`` times."""
+    found: list[Violation] = []
+    runs: dict[str, list[int]] = defaultdict(list)
+    for position, (key, _) in enumerate(world.handler_runs):
+        runs[key].append(position)
+    for key, positions in sorted(runs.items()):
+        resets = [at for k, at in world.replay_positions if k == key]
+        segments: Counter[int] = Counter(sum(1 for reset in resets if reset <= run) for run in positions)
+        most = max(segments.values())
+        if most > state.max_attempts:
+            found.append(
+                Violation(2, f"{_name(world, key)}: its handler ran {most} times, more than {state.max_attempts}")
+            )
+    return found
+
+
 def _earned(
-    world: World, observations: Observations, state: State, key: str, reason: str, error: str, attempts: int
+    world: World,
+    observations: Observations,
+    state: State,
+    key: str,
+    reason: str,
+    error: str,
+    attempts: int,
+    applied: int,
 ) -> list[Violation]:
     """A dead letter needs its cause: an injected terminal error, or every attempt the claim allows (each
     claimed, and failed or crashed); never the receive count, which skipped followers collect too."""
@@ -183,8 +224,8 @@ def _earned(
             return [Violation(2, f"{name}: dead as terminal, but no terminal error was injected ({error})")]
         return []
     if reason == "unverifiable":
-        if world.retention_passed:
-            return []
+        if world.retention_passed and applied == 1:
+            return []  # completed, then forgotten: the inbox rightly refused to guess
         return [Violation(2, f"{name}: dead as unverifiable although no message outlived the inbox's memory")]
     claimed = observations.claims[key] + observations.uncertain_claims[key]
     if attempts < state.max_attempts or claimed < state.max_attempts:
@@ -255,6 +296,12 @@ def check_failed_emits(world: World, observations: Observations, state: State) -
     received = {receipt.event_id for receipt in observations.receipts}
     for record in (r for r in world.emits if r.error is not None):
         event_id, what = record.event_id, f"{record.operation} (failed: {type(record.error).__name__})"
+        if isinstance(record.error, ChainHeadContentionError) and record.rivals <= MAX_HEAD_RETRIES:
+            found.append(
+                Violation(
+                    5, f"{what}: gave up on the chain head after {record.rivals} rival commit(s), fewer than retries"
+                )
+            )
         if not isinstance(record.error, OutboxError):
             # Nothing committed, but the engine promises its callers OutboxError only (outbox.exceptions).
             found.append(Violation(5, f"{what}: emit let a {type(record.error).__name__} through: {record.error}"))
@@ -379,11 +426,11 @@ def check_poison(world: World, state: State) -> list[Violation]:
 
 def check_dead_stays_dead(world: World, observations: Observations) -> list[Violation]:
     found: list[Violation] = []
-    for mark in observations.dead_marks:
-        for key, ran_at in world.handler_runs:
-            if key != mark.key or ran_at <= mark.at:
+    for dead_key, marked in observations.dead_positions:
+        for position, (key, _) in enumerate(world.handler_runs):
+            if key != dead_key or position < marked:
                 continue
-            if not any(k == key and mark.at <= at <= ran_at for k, at in world.replays):
+            if not any(k == key and marked <= at <= position for k, at in world.replay_positions):
                 found.append(Violation(10, f"{_name(world, key)} ran again after it was dead, with no replay"))
                 break
     return found

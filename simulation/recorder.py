@@ -65,6 +65,8 @@ class Observations:
     claims: Counter[str] = field(default_factory=Counter)  # idempotency key -> successful claims
     uncertain_claims: Counter[str] = field(default_factory=Counter)  # claims that raised (maybe committed)
     uncertain_completers: dict[str, set[str]] = field(default_factory=dict)  # completions that raised
+    dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
+    dead_positions: list[tuple[str, int]] = field(default_factory=list)  # (key, handler runs before the mark)
     completions: list[FencedWrite] = field(default_factory=list)
     dead_marks: list[FencedWrite] = field(default_factory=list)
     releases: list[FencedWrite] = field(default_factory=list)
@@ -81,6 +83,7 @@ class Recorder:
 
     def __init__(self, world: World, observations: Observations, durable: SqsEventSourceMapping) -> None:
         self.trace = world.trace
+        self.world = world
         self.observations = observations
         self.durable = durable
         # The originals, captured when recording starts (a mutation test may have replaced one).
@@ -169,8 +172,10 @@ class Recorder:
 
     def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
         error, _error_type, reason, receive_count = details
+        self.observations.dead_calls.append((claim.idempotency_key, claim.attempts, reason.value))
         self._mark_dead(inbox, claim, envelope, *details)
         self.observations.dead_marks.append(self._fenced(claim))
+        self.observations.dead_positions.append((claim.idempotency_key, len(self.world.handler_runs)))
         self._finished(claim)
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")

@@ -53,6 +53,7 @@ class EmitRecord:
     origin: str  # "workload" or "rival"
     envelope: Envelope | None = None  # set when it committed
     error: BaseException | None = None  # set when it failed
+    rivals: int = 0  # other writers of the tenant that committed while this emit ran
 
     @property
     def committed(self) -> bool:
@@ -63,6 +64,7 @@ class EmitRecord:
 class InjectedError:
     kind: str  # "retryable" or "terminal"
     message: str
+    attempt: int = 0  # the claim's attempt that the error struck
 
 
 @dataclass
@@ -83,6 +85,8 @@ class World:
     effects_created: Counter[str] = field(default_factory=Counter)  # idempotency key -> effects applied
     handler_runs: list[tuple[str, datetime]] = field(default_factory=list)  # (idempotency key, when)
     replays: list[tuple[str, datetime]] = field(default_factory=list)  # pairs an operator replayed, and when
+    # The same, as the number of handler runs before it: virtual time stands still, order does not.
+    replay_positions: list[tuple[str, int]] = field(default_factory=list)
     poison_sent: int = 0  # malformed bodies the schedule put in the queue
     retention_passed: bool = False  # a time jump went past the inbox's retention
     clock: Callable[[], datetime] | None = None

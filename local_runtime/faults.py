@@ -223,12 +223,12 @@ def visibility_timeout_during_handler(
     subscription: str | None = None,
     *,
     count: FaultCount | None = None,
-    second_worker_crashes: Callable[[], bool] = lambda: False,
+    second_worker_crashes: Callable[[str], bool] = lambda _key: False,
 ) -> Iterator[FaultCount]:
     """The handler outlives its message's visibility timeout (and so its lease): SQS hands the message to
     a second worker, which runs to the end (a nested poll of ``mapping``) before the first one finishes;
-    or, when ``second_worker_crashes()``, which takes the claim over and dies holding a live lease, so the
-    first worker finishes while another owns its claim.
+    or, when ``second_worker_crashes(idempotency_key)``, which takes the claim over and dies holding a
+    live lease, so the first worker finishes (completes, fails or dies) while another owns its claim.
 
     The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
     what the lease and the fencing token do when the configuration is wrong."""
@@ -241,7 +241,7 @@ def visibility_timeout_during_handler(
             mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
             nested = True
             try:
-                if second_worker_crashes():
+                if second_worker_crashes(delivery.idempotency_key):
                     with crash_after_claim(subscription=delivery.subscription):
                         mapping.poll()  # the second worker, which dies right after its take-over
                 else:

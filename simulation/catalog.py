@@ -170,11 +170,18 @@ class SimulatedApp:
 
     def _trace_run(self, delivery: Delivery) -> None:
         self.world.handler_runs.append((delivery.idempotency_key, self.world.trace_clock()))
+        self.world.run_attempts.add((delivery.idempotency_key, delivery.attempt))
+        self.world.run_log.append((delivery.idempotency_key, delivery.attempt))
         self.world.trace.add("handler", f"{self.world.trace.key(delivery.idempotency_key)} attempt {delivery.attempt}")
 
     def _maybe_fail(self, delivery: Delivery) -> None:
         """Raise the error the schedule has for this run of the handler, if any."""
         key, chaos = delivery.idempotency_key, self.world.chaos
+        stale = self.world.stale_owner_failure.pop(key, None)
+        if stale == "retryable":
+            raise self._injected(delivery, "retryable", ServiceUnavailableError, "failed after losing its claim")
+        if stale == "terminal":
+            raise self._injected(delivery, "terminal", TerminalError, "failed for good after losing its claim")
         if chaos.active and (key in self.world.down or chaos.fires(Fault.DEPENDENCY_DOWN, key)):
             self.world.down.add(key)
             raise self._injected(delivery, "retryable", ServiceUnavailableError, "its dependency is down")

@@ -1,6 +1,6 @@
 """``make simulate``: run many seeds (over a few processes), or replay one with its trace.
 
-    python -m simulation                      # seeds 1..500 on 2 processes
+    python -m simulation                      # seeds 1..150 on 2 processes (under 3 minutes)
     python -m simulation --seeds 5000         # a longer run
     python -m simulation --seed 1234          # one seed, with the trace of every fault and delivery
     python -m simulation --regression         # every seed in simulation/regression_seeds.txt
@@ -29,7 +29,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ASSEMBLY_DIR = PROJECT_ROOT / ".local" / "simulation" / "cdk.out"
 REGRESSION_SEEDS = Path(__file__).resolve().parent / "regression_seeds.txt"
 STACK_NAME = "OutboxEngine"
-DEFAULT_SEEDS = 500
+DEFAULT_SEEDS = 150
 DEFAULT_JOBS = 2
 
 

@@ -27,6 +27,7 @@ from local_runtime.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from local_runtime.runtime import REGION, LocalRuntime
 from outbox import EventStore
 from outbox.catalog import Catalog
+from outbox.consumer import DurableConsumer
 from outbox.operations import OperationRefusedError, Operations
 from simulation.catalog import MALFORMED_BODIES, create_item
 from simulation.recorder import Observations, Send, brief
@@ -55,9 +56,24 @@ class OperatorInterrupted(BaseException):
     """The operator's process died in the middle of an action (a laptop lid, a lost SSH session)."""
 
 
+# The calls that change something: an operator's process dying before one of them leaves an action half done.
+MUTATING_CALLS = frozenset(
+    {
+        "send_message",
+        "delete_message",
+        "change_message_visibility",
+        "start_message_move_task",
+        "transact_write_items",
+        "update_item",
+        "delete_item",
+        "put_item",
+    }
+)
+
+
 class Interrupting:
-    """An operator's AWS client whose process may die before any call of an action (the
-    ``operator_interrupted`` fault); the simulator's own reads through it (``armed`` is False) never do."""
+    """An operator's AWS client whose process may die before any call of an action that changes something
+    (the ``operator_interrupted`` fault); the simulator's own reads through it (``armed`` False) never do."""
 
     def __init__(self, client: Any, chaos: Any) -> None:
         self._client = client
@@ -66,7 +82,7 @@ class Interrupting:
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
-        if not callable(attribute) or name in ("get_paginator", "can_paginate"):
+        if not callable(attribute) or name not in MUTATING_CALLS:
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -179,13 +195,14 @@ class Driver:
             Fault.VISIBILITY_TIMEOUT: lambda: faults.visibility_timeout_during_handler(
                 self.durable,
                 count=chaos.count(Fault.VISIBILITY_TIMEOUT),
-                second_worker_crashes=lambda: chaos.draw(Fault.VISIBILITY_TIMEOUT).random() < 0.5,
+                second_worker_crashes=self._second_worker_crashes,
             ),
             Fault.LOST_ANSWER: lambda: faults.lose_answers_after_commit(
                 chaos.count(Fault.LOST_ANSWER), after=self._after_lost_answer
             ),
             Fault.MESSAGE_LOST: self._losing_messages,
             Fault.EARLY_REDELIVERY: self._redelivering_early,
+            Fault.BROKEN_DEPLOY: self._broken_deploy,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -228,6 +245,37 @@ class Driver:
 
         with mock.patch.object(self.durable, "poll", lossy):
             yield self.chaos.count(Fault.MESSAGE_LOST)
+
+    def _second_worker_crashes(self, key: str) -> bool:
+        """Half the time the second worker dies holding the claim; the first worker then completes, or fails
+        with a retryable or a terminal error, all of which its lost claim must fence out."""
+        draw = self.chaos.draw(Fault.VISIBILITY_TIMEOUT)
+        if draw.random() >= 0.5:
+            return False
+        ending = draw.choice(("completes", "retryable", "terminal"))
+        if ending != "completes":
+            self.world.stale_owner_failure[key] = ending
+        self.trace.add("FAULT", f"the second worker of {self.trace.key(key)} dies holding it; the first {ending}")
+        return True
+
+    @contextmanager
+    def _broken_deploy(self) -> Iterator[FaultCount]:
+        """A deploy that cannot start (``broken_deploy``): for as many invocations as the queue's backstop,
+        every batch fails before any claim, so its messages reach the DLQ; then the fix is deployed."""
+        handle, failing = DurableConsumer.handle, {"left": 0}
+        backstop = self.runtime.stack.queues[self.runtime.stack.output_reference("DurableQueueUrl").logical_id]
+        window = (backstop.max_receive_count or 0) + 1
+
+        def deploy(consumer: DurableConsumer, event: Any, context: Any) -> Any:
+            if failing["left"] == 0 and self.chaos.fires(Fault.BROKEN_DEPLOY, "the durable consumer"):
+                failing["left"] = window
+            if failing["left"] > 0:
+                failing["left"] -= 1
+                raise faults.WorkerCrash("the deployed consumer fails at start")
+            return handle(consumer, event, context)
+
+        with mock.patch.object(DurableConsumer, "handle", deploy):
+            yield self.chaos.count(Fault.BROKEN_DEPLOY)
 
     @contextmanager
     def _redelivering_early(self) -> Iterator[FaultCount]:

@@ -151,6 +151,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
             _earned(world, observations, state, key, letter.reason, letter.error, letter.attempts, ledger.get(key, 0))
         )
     found.extend(_terminal_errors_are_terminal(world, observations))
+    found.extend(_exhaustion_is_earned(world, observations, state))
     found.extend(_attempts_are_bounded(world, state))
     return found
 
@@ -169,7 +170,7 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason
         return [Violation(2, f"{name}: lost: no effect and no dead letter (claim {status})")]
     if applied == 1 and status != "COMPLETED":
         return [Violation(2, f"{name}: its effect committed but the claim is {status}")]
-    if dead and status != "DEAD":
+    if dead and status not in ("DEAD", "REPLAYING"):  # REPLAYING: a replay cut short, still open work
         return [Violation(2, f"{name}: an open dead letter but the claim is {status}")]
     return []
 
@@ -184,6 +185,23 @@ def _terminal_errors_are_terminal(world: World, observations: Observations) -> l
         for error in errors
         if error.kind == "terminal" and (key, error.attempt) not in tried
     ]
+
+
+def _exhaustion_is_earned(world: World, observations: Observations, state: State) -> list[Violation]:
+    """Dead as exhausted by the last allowed attempt means that attempt ran its handler and failed; by the
+    attempt after it, that the last allowed attempt never ended (it crashed: it was not released)."""
+    found: list[Violation] = []
+    last = state.max_attempts
+    for key, attempt, reason in observations.dead_calls:
+        if reason != "exhausted":
+            continue
+        if attempt <= last and (key, attempt) not in world.run_attempts:
+            found.append(Violation(2, f"{_name(world, key)}: dead as exhausted by attempt {attempt}, which never ran"))
+        elif attempt > last and (key, last) in observations.release_calls:
+            found.append(
+                Violation(2, f"{_name(world, key)}: attempt {last} failed and was released, then dead unrun as a crash")
+            )
+    return found
 
 
 def _attempts_are_bounded(world: World, state: State) -> list[Violation]:
@@ -425,10 +443,15 @@ def check_poison(world: World, state: State) -> list[Violation]:
 
 
 def check_dead_stays_dead(world: World, observations: Observations) -> list[Violation]:
+    """A run after the mark counts only if its claim came after it too: a worker that claimed before the
+    pair died (and lost the claim) may still be running its handler."""
     found: list[Violation] = []
     for dead_key, marked in observations.dead_positions:
-        for position, (key, _) in enumerate(world.handler_runs):
+        for position, (key, attempt) in enumerate(world.run_log):
             if key != dead_key or position < marked:
+                continue
+            claimed = max((p for p in world.claim_positions.get((key, attempt), []) if p <= position), default=-1)
+            if claimed < marked:
                 continue
             if not any(k == key and marked <= at <= position for k, at in world.replay_positions):
                 found.append(Violation(10, f"{_name(world, key)} ran again after it was dead, with no replay"))

@@ -67,6 +67,7 @@ class Observations:
     uncertain_completers: dict[str, set[str]] = field(default_factory=dict)  # completions that raised
     dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
     dead_positions: list[tuple[str, int]] = field(default_factory=list)  # (key, handler runs before the mark)
+    release_calls: set[tuple[str, int]] = field(default_factory=set)  # (key, attempt), fenced or not
     completions: list[FencedWrite] = field(default_factory=list)
     dead_marks: list[FencedWrite] = field(default_factory=list)
     releases: list[FencedWrite] = field(default_factory=list)
@@ -151,6 +152,8 @@ class Recorder:
         self.observations.live_leases[claim.idempotency_key] = (claim.owner, claim.lease_expires_at)
         self.observations.current_owner[claim.idempotency_key] = claim.owner
         self.observations.claims[claim.idempotency_key] += 1
+        position = len(self.world.handler_runs)
+        self.world.claim_positions.setdefault((claim.idempotency_key, claim.attempts), []).append(position)
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
         return result
 
@@ -181,6 +184,7 @@ class Recorder:
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
     def release(self, inbox: Inbox, claim: Claim, error: str) -> None:
+        self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
         self._release(inbox, claim, error)
         self.observations.releases.append(self._fenced(claim))
         self._finished(claim)

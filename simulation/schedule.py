@@ -38,6 +38,7 @@ class Fault(StrEnum):
     MESSAGE_LOST = "message_lost"  # a message of a failed invocation is gone (only reconcile recovers it)
     OPERATOR_INTERRUPTED = "operator_interrupted"  # the operator's process dies in the middle of an action
     EARLY_REDELIVERY = "early_redelivery"  # after a crashed invocation its messages are visible at once
+    BROKEN_DEPLOY = "broken_deploy"  # the consumer fails at start until its messages reach the DLQ
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ _FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
     Fault.LOST_ANSWER: (0.35, (0.05, 0.3), (1, 3)),
     Fault.CONTRACT_BREACH: (0.2, (0.05, 0.2), (1, 1)),
     Fault.EARLY_REDELIVERY: (0.25, (0.3, 0.8), (1, 2)),
-    Fault.MESSAGE_LOST: (0.15, (0.2, 0.5), (1, 1)),
-    Fault.OPERATOR_INTERRUPTED: (0.35, (0.1, 0.4), (1, 3)),
+    Fault.BROKEN_DEPLOY: (0.06, (0.05, 0.2), (1, 1)),
+    Fault.MESSAGE_LOST: (0.25, (0.2, 0.5), (1, 1)),
+    Fault.OPERATOR_INTERRUPTED: (0.35, (0.2, 0.5), (1, 3)),
 }
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03

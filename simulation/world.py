@@ -84,6 +84,12 @@ class World:
     down: set[str] = field(default_factory=set)  # keys whose dependency stays down until healed
     effects_created: Counter[str] = field(default_factory=Counter)  # idempotency key -> effects applied
     handler_runs: list[tuple[str, datetime]] = field(default_factory=list)  # (idempotency key, when)
+    run_attempts: set[tuple[str, int]] = field(default_factory=set)  # (idempotency key, attempt) that ran
+    run_log: list[tuple[str, int]] = field(default_factory=list)  # per handler run: (key, attempt)
+    # (key, attempt) -> the positions in handler_runs at which a claim with that attempt succeeded
+    claim_positions: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    # Keys whose owner lost its claim to a second worker that died holding it: how that owner's run ends.
+    stale_owner_failure: dict[str, str] = field(default_factory=dict)
     replays: list[tuple[str, datetime]] = field(default_factory=list)  # pairs an operator replayed, and when
     # The same, as the number of handler runs before it: virtual time stands still, order does not.
     replay_positions: list[tuple[str, int]] = field(default_factory=list)

@@ -4,6 +4,7 @@ however long ago, and a selection that contradicts itself changes nothing."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,39 @@ def test_a_replay_selection_that_contradicts_itself_is_refused_and_sends_nothing
     assert queue_depth(local, "DurableQueueUrl") == before
     for payment in payments:
         assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "DEAD"
+
+
+def test_a_replay_cut_short_before_it_re_sent_loses_nothing_and_leaves_no_stale_dead_letter(
+    local: LocalBackend,
+) -> None:
+    """Found by simulation seed 14: a replay interrupted after clearing the claim, and the pair then
+    completed by another copy of its event, left its dead letter open beside the completed work."""
+    tenant = unique("tenant")
+    payment = paid_with_a_dead_pet_tag(local, tenant)
+
+    class DiesBeforeSending:
+        def __init__(self, sqs: Any) -> None:
+            self._sqs = sqs
+
+        def send_message(self, **_request: Any) -> Any:
+            raise KeyboardInterrupt  # the operator's laptop goes to sleep
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._sqs, name)
+
+    # When the replay dies before it re-sends, and another copy of the event arrives meanwhile
+    interrupted = outbox(local, "replay", "--tenant", tenant, "--yes", sqs=DiesBeforeSending(local.client("sqs")))
+    assert interrupted.exit_code != 0
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "REPLAYING"
+    local.client("sqs").send_message(
+        QueueUrl=local.output("DurableQueueUrl"),
+        MessageBody=json.dumps(event_image(local, tenant, 2)),
+        MessageGroupId=tenant,
+        MessageDeduplicationId=f"{payment}-copy",
+    )
+    local.settle()
+
+    # Then the pair ran once, and its dead letter was resolved by that completion, not left open
+    assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "COMPLETED"
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1

@@ -223,7 +223,7 @@ class DurableConsumer:
                 actor=f"subscription:{subscription.name}",
                 correlation_id=envelope.correlation_id,
                 causation_id=envelope.id,
-                extra_writes=[self.inbox.completion_write(claim), *result.writes],
+                extra_writes=[*self.inbox.completion_writes(claim), *result.writes],
             )
         except CallerWriteConditionFailedError as exc:
             if exc.index == 0:  # the completion mark: our fencing token no longer holds

@@ -4,9 +4,9 @@ States of a claim row::
 
     absent ──claim──► PENDING(owner, lease) ──mark_completed──► COMPLETED (expires after retention)
                         │   ▲        │
-                release │   │ claim  └──mark_dead──► DEAD (final: only an operator's replay clears it)
-                        ▼   │ (lease expired: take-over)
-                      PENDING(lease expired)
+                release │   │ claim  └──mark_dead──► DEAD ──replay──► REPLAYING ──claim──► PENDING
+                        ▼   │ (lease expired: take-over)     (final for the consumer; only an operator's
+                      PENDING(lease expired)                     replay reruns it)
 
 Every write after the claim is conditioned on the ``owner`` token (fencing), so a worker whose lease
 was taken over can neither complete, release nor kill the new owner's claim. The same token recognises
@@ -40,6 +40,9 @@ from outbox.transaction import MAX_TRANSACT_ITEMS
 logger = logging.getLogger(__name__)
 
 PENDING, COMPLETED, DEAD = "PENDING", "COMPLETED", "DEAD"
+# Set by an operator's replay in place of DEAD: claimable like an absent row (the row itself proves the
+# pair has not completed since), and it names the dead letter that the completion resolves.
+REPLAYING = "REPLAYING"
 POISON_BODY_LIMIT = 64 * 1024  # enough to diagnose; far below the 400 KB item limit
 # Clock skew between whoever issued a message and the consumer judging its age against the retention.
 VOUCH_MARGIN = timedelta(hours=1)
@@ -72,6 +75,8 @@ class Claim:
     attempts: int
     digest: str
     lease_expires_at: datetime
+    # The dead letter a replay left open on the row: completing the claim resolves it in the same write.
+    open_dead_letter: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -163,9 +168,9 @@ class Inbox:
         owner = self._new_owner()
         digest = digest or envelope_digest(envelope)
         lease_expires_at = now + lease
-        claimable = "#status = :pending AND lease_expires_at < :now"
+        claimable = "(#status = :pending AND lease_expires_at < :now) OR #status = :replaying"
         if may_create:
-            claimable = f"attribute_not_exists(pk) OR ({claimable})"
+            claimable = f"attribute_not_exists(pk) OR {claimable}"
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -181,6 +186,7 @@ class Inbox:
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
                 ExpressionAttributeValues={
                     ":pending": {"S": PENDING},
+                    ":replaying": {"S": REPLAYING},
                     ":owner": {"S": owner},
                     ":lease": {"N": _epoch_ms(lease_expires_at)},
                     ":now": {"N": _epoch_ms(now)},
@@ -217,6 +223,7 @@ class Inbox:
             attempts=int(row["attempts"]["N"]),
             digest=row["digest"]["S"],
             lease_expires_at=datetime.fromtimestamp(int(row["lease_expires_at"]["N"]) / 1000, tz=UTC),
+            open_dead_letter=_string(row, "open_dead_letter"),
         )
 
     @staticmethod
@@ -243,7 +250,7 @@ class Inbox:
                 "Key": claim_key(claim.event_id, claim.subscription),
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
-                    "expires_at = :expires REMOVE lease_expires_at"
+                    "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
                 ),
                 "ConditionExpression": "#owner = :owner AND #status = :pending",
                 "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},
@@ -258,18 +265,38 @@ class Inbox:
             }
         }
 
+    def completion_writes(self, claim: Claim) -> list[dict[str, Any]]:
+        """The COMPLETED mark first (fencing failures point at index 0), then, for a replayed pair, the
+        resolution of its dead letter: done work is never left as open work."""
+        writes = [self.completion_write(claim)]
+        if claim.open_dead_letter is not None:
+            writes.append(
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {"pk": {"S": dead_letter_partition(claim.tenant)}, "sk": {"S": claim.open_dead_letter}},
+                        "UpdateExpression": "SET resolved = :how",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": {
+                            ":how": {"S": f"completed at {format_timestamp(self._clock())} after a replay"}
+                        },
+                    }
+                }
+            )
+        return writes
+
     def mark_completed(self, claim: Claim, writes: Sequence[Mapping[str, Any]] = ()) -> None:
         """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither."""
-        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
+        completion = self.completion_writes(claim)
+        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
-                f"{claim.subscription} returned {len(writes)} writes; at most {MAX_TRANSACT_ITEMS - 1} "
-                "fit in one transaction with the completion"
+                f"{claim.subscription} returned {len(writes)} writes; at most "
+                f"{MAX_TRANSACT_ITEMS - len(completion)} fit in one transaction with the completion"
             )
-        completion = self.completion_write(claim)
-        if not writes:
-            self._fenced_update(claim, "complete", completion["Update"], landed=COMPLETED)
+        if not writes and len(completion) == 1:
+            self._fenced_update(claim, "complete", completion[0]["Update"], landed=COMPLETED)
             return
-        self._fenced_transaction(claim, "complete", [completion, *map(dict, writes)], landed=COMPLETED)
+        self._fenced_transaction(claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED)
 
     def release(self, claim: Claim, error: str) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries."""

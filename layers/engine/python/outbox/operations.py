@@ -21,7 +21,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -32,7 +32,7 @@ from outbox.catalog import Catalog
 from outbox.chain import ChainReport, read_event_rows, verify_chain
 from outbox.envelope import ULID_PATTERN, Envelope, format_timestamp
 from outbox.exceptions import OutboxValidationError
-from outbox.inbox import COMPLETED, DEAD, PENDING, VOUCH_MARGIN, DeadReason, claim_key, dead_letter_partition
+from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, VOUCH_MARGIN, DeadReason, claim_key, dead_letter_partition
 from outbox.messages import repair_attributes
 from outbox.subscriptions import Lane
 
@@ -126,7 +126,6 @@ class DeadLetter:
     attempts: int | None
     dead_at: str
     resolved: str | None  # "replayed at ..." once an operator acted on it
-    replay_started: str | None = None  # set while a replay is between clearing the claim and re-sending
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> DeadLetter:
@@ -142,7 +141,6 @@ class DeadLetter:
             attempts=int(item["attempts"]["N"]) if "attempts" in item else None,
             dead_at=item["dead_at"]["S"],
             resolved=item.get("resolved", {}).get("S"),
-            replay_started=item.get("replay_started", {}).get("S"),
         )
 
 
@@ -172,7 +170,7 @@ class ReplayItem:
     event_id: str
     event_seq: int
     subscription: str
-    claim_status: str | None  # None: a replay was interrupted after clearing the claim
+    claim_status: str | None  # REPLAYING: a replay stopped after clearing the claim, before re-sending
     forced: bool = False  # a COMPLETED or unverifiable pair the operator asked to rerun (--force)
 
 
@@ -392,7 +390,7 @@ class Operations:
             if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:
                 unverifiable += 1
                 continue
-            if status == DEAD or (status is None and self._interrupted_replay(letter)):
+            if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
                 forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE
                 items.append(
                     ReplayItem(letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced)
@@ -404,12 +402,6 @@ class Operations:
                 "completed. Replay them with --force only if you know they did not run."
             )
         return items
-
-    def _interrupted_replay(self, letter: DeadLetter) -> bool:
-        """A replay cleared this pair's claim but stopped before sending: the pair is still dead work if the
-        inbox can vouch that it has not completed since (the clearing is younger than the retention)."""
-        started = letter.replay_started
-        return started is not None and self._clock() < _parse_timestamp(started) + self.topology.inbox_retention
 
     def _replay_by_ids(
         self, ids: list[str], tenant: str | None, subscription: str | None, force: bool
@@ -445,7 +437,7 @@ class Operations:
         now = self._clock()
         for item in items:
             allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
-            if item.claim_status is None or self._clear_claim(item, allowed, now):
+            if item.claim_status == REPLAYING or self._clear_claim(item, allowed, now):
                 result.cleared.append(item)
         by_event: dict[tuple[str, int, str], list[str]] = {}
         for item in result.cleared:
@@ -679,41 +671,32 @@ class Operations:
         )
 
     def _clear_claim(self, item: ReplayItem, allowed: tuple[str, ...], now: datetime) -> bool:
-        """Delete the claim and mark its dead letter as being replayed, in one transaction: the dead letter
-        stays open (and selectable) until the event is re-sent, so an interrupted replay loses nothing."""
-        values = {f":s{i}": {"S": status} for i, status in enumerate(allowed)}
-        letter_key = {
-            "pk": {"S": dead_letter_partition(item.tenant)},
-            "sk": {"S": f"{item.event_id}#{item.subscription}"},
-        }
-        actions: list[dict[str, Any]] = [
-            {
-                "Delete": {
-                    "TableName": self.topology.inbox_table,
-                    "Key": claim_key(item.event_id, item.subscription),
-                    "ConditionExpression": f"#status IN ({', '.join(values)})",
-                    "ExpressionAttributeNames": {"#status": "status"},
-                    "ExpressionAttributeValues": values,
-                }
-            }
-        ]
-        if self._has_dead_letter(letter_key):
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self.topology.inbox_table,
-                        "Key": letter_key,
-                        "UpdateExpression": "SET replay_started = :now REMOVE resolved",
-                        "ExpressionAttributeValues": {":now": {"S": format_timestamp(now)}},
-                    }
-                }
-            )
+        """Turn the claim into REPLAYING: claimable by the next delivery, and carrying the pair's open dead
+        letter, which the completion resolves in its own transaction. An interrupted replay loses nothing
+        (the row stays REPLAYING, and the next replay re-sends it) and done work never stays open work."""
+        values: dict[str, Any] = {f":s{i}": {"S": status} for i, status in enumerate(allowed)}
+        values.update({":replaying": {"S": REPLAYING}, ":zero": {"N": "0"}, ":now": {"S": format_timestamp(now)}})
+        sets = "SET #status = :replaying, attempts = :zero, replayed_at = :now"
+        removes = "REMOVE #owner, lease_expires_at, expires_at"
+        letter = f"{item.event_id}#{item.subscription}"
+        if self._has_dead_letter({"pk": {"S": dead_letter_partition(item.tenant)}, "sk": {"S": letter}}):
+            sets += ", open_dead_letter = :letter"
+            values[":letter"] = {"S": letter}
+        else:
+            removes += ", open_dead_letter"
+        status_names = ", ".join(name for name in values if name.startswith(":s"))
         try:
-            self.dynamodb.transact_write_items(TransactItems=actions)
+            self.dynamodb.update_item(
+                TableName=self.topology.inbox_table,
+                Key=claim_key(item.event_id, item.subscription),
+                UpdateExpression=f"{sets} {removes}",
+                ConditionExpression=f"#status IN ({status_names})",
+                ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
+                ExpressionAttributeValues=values,
+            )
         except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                return False  # already cleared, or picked up again meanwhile: leave it to the inbox
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False  # already replayed, or picked up again meanwhile: leave it to the inbox
             raise
         return True
 
@@ -726,7 +709,7 @@ class Operations:
             self.dynamodb.update_item(
                 TableName=self.topology.inbox_table,
                 Key={"pk": {"S": dead_letter_partition(tenant)}, "sk": {"S": f"{event_id}#{subscription}"}},
-                UpdateExpression="SET resolved = :how REMOVE replay_started",
+                UpdateExpression="SET resolved = :how",
                 ConditionExpression="attribute_exists(pk)",
                 ExpressionAttributeValues={":how": {"S": f"{how} at {format_timestamp(self._clock())}"}},
             )
@@ -743,8 +726,3 @@ def _is_event_id(value: str) -> bool:
 
 def _dead_reason(claim: dict[str, Any] | None) -> str | None:
     return None if claim is None else claim.get("dead_reason", {}).get("S")
-
-
-def _parse_timestamp(text: str) -> datetime:
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

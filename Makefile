@@ -38,8 +38,8 @@ demo: setup ## Run the whole pipeline locally on moto with a workload and inject
 	$(PY) -m local_runtime.demo $(ARGS)
 
 .PHONY: simulate
-simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=500; one seed with its trace: SEED=n)
-	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),500))
+simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=150; one seed with its trace: SEED=n)
+	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),150))
 
 .PHONY: mutants
 mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..40 (ARGS="--only ID", "--check")

@@ -115,14 +115,16 @@ def crash_before_claim(
 
 @contextmanager
 def crash_after_claim(
-    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None, key: str | None = None
 ) -> Iterator[FaultCount]:
-    """The worker dies right after its claim committed, before the handler ran."""
+    """The worker dies right after its claim committed, before the handler ran (only for the idempotency
+    ``key``, when given)."""
     count, original = count or FaultCount(times), Inbox.claim
 
     def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
         result = original(inbox, envelope, name, lease, *args, **kwargs)
-        if result.claim is not None and (subscription in (None, name)) and count.take(result.claim.idempotency_key):
+        chosen = subscription in (None, name) and key in (None, f"{envelope.id}:{name}")
+        if result.claim is not None and chosen and count.take(result.claim.idempotency_key):
             raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
         return result
 
@@ -242,7 +244,7 @@ def visibility_timeout_during_handler(
             nested = True
             try:
                 if second_worker_crashes(delivery.idempotency_key):
-                    with crash_after_claim(subscription=delivery.subscription):
+                    with crash_after_claim(key=delivery.idempotency_key):
                         mapping.poll()  # the second worker, which dies right after its take-over
                 else:
                     mapping.poll()  # the second worker

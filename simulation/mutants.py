@@ -18,16 +18,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="claim-no-takeover",
         module=INBOX,
-        original='claimable = "#status = :pending AND lease_expires_at < :now"',
-        replacement='claimable = "attribute_not_exists(pk) AND lease_expires_at < :now"',
+        original='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status = :replaying"',
+        replacement='claimable = "(attribute_not_exists(pk) AND lease_expires_at < :now) OR #status = :replaying"',
         description="the claim is a plain create (attribute_not_exists): an expired lease is never taken over",
         what_should_catch_it="a crash after the claim: the stale PENDING row blocks every redelivery (invariant 2)",
     ),
     Mutant(
         id="claim-takes-over-live-lease",
         module=INBOX,
-        original='"#status = :pending AND lease_expires_at < :now"',
-        replacement='"#status = :pending AND lease_expires_at < :lease"',
+        original='"(#status = :pending AND lease_expires_at < :now) OR',
+        replacement='"(#status = :pending AND lease_expires_at < :lease) OR',
         description="the take-over compares the lease with the new lease's end, not now: live leases are taken",
         what_should_catch_it="a redelivery while the owner runs: two runs of one pair (invariants 3, 4)",
     ),
@@ -42,8 +42,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="claim-ignores-may-create",
         module=INBOX,
-        original='        if may_create:\n            claimable = f"attribute_not_exists(pk) OR ({claimable})"',
-        replacement='        claimable = f"attribute_not_exists(pk) OR ({claimable})"',
+        original='        if may_create:\n            claimable = f"attribute_not_exists(pk) OR {claimable}"',
+        replacement='        claimable = f"attribute_not_exists(pk) OR {claimable}"',
         description="a missing row is created even for a message older than the retention (may_create ignored)",
         what_should_catch_it="an old message redelivered after the retention: a forgotten completion runs again",
     ),
@@ -76,12 +76,12 @@ MUTANTS: tuple[Mutant, ...] = (
         id="completion-unfenced",
         module=INBOX,
         original=(
-            'REMOVE lease_expires_at"\n'
+            'REMOVE lease_expires_at, open_dead_letter"\n'
             "                ),\n"
             '                "ConditionExpression": "#owner = :owner AND #status = :pending",'
         ),
         replacement=(
-            'REMOVE lease_expires_at"\n'
+            'REMOVE lease_expires_at, open_dead_letter"\n'
             "                ),\n"
             '                "ConditionExpression": "#owner = :owner OR #status = :pending",'
         ),
@@ -117,10 +117,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="completion-writes-separate",
         module=INBOX,
-        original='self._fenced_transaction(claim, "complete", [completion, *map(dict, writes)], landed=COMPLETED)',
+        original='self._fenced_transaction(claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED)',
         replacement=(
             "self.client.transact_write_items(TransactItems=[*map(dict, writes)])\n"
-            '        self._fenced_update(claim, "complete", completion["Update"], landed=COMPLETED)'
+            '        self._fenced_transaction(claim, "complete", completion, landed=COMPLETED)'
         ),
         description="the handler's writes commit in their own call before the COMPLETED mark",
         what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
@@ -129,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="follow-up-before-completion",
         module=CONSUMER,
-        original="extra_writes=[self.inbox.completion_write(claim), *result.writes],\n            )",
+        original="extra_writes=[*self.inbox.completion_writes(claim), *result.writes],\n            )",
         replacement="extra_writes=[*result.writes],\n            )\n            self.inbox.mark_completed(claim)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
@@ -299,11 +299,12 @@ MUTANTS: tuple[Mutant, ...] = (
         id="replay-reruns-completed",
         module=OPERATIONS,
         original=(
-            "            if status == DEAD or (status is None and self._interrupted_replay(letter)):\n"
+            "            if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent"
+            " the event\n"
             "                forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE"
         ),
         replacement=(
-            "            if status in (DEAD, COMPLETED) or (status is None and self._interrupted_replay(letter)):\n"
+            "            if status in (DEAD, REPLAYING, COMPLETED):\n"
             "                forced = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE"
         ),
         description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
@@ -320,10 +321,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="replay-resolves-at-clear",
         module=OPERATIONS,
-        original='"UpdateExpression": "SET replay_started = :now REMOVE resolved",',
-        replacement='"UpdateExpression": "SET resolved = :now REMOVE replay_started",',
+        original=(
+            "            if item.claim_status == REPLAYING or self._clear_claim(item, allowed, now):\n"
+            "                result.cleared.append(item)\n"
+        ),
+        replacement=(
+            "            if item.claim_status == REPLAYING or self._clear_claim(item, allowed, now):\n"
+            "                result.cleared.append(item)\n"
+            '                self._resolve_dead_letter(item.tenant, item.event_id, item.subscription, "replayed")\n'
+        ),
         description="replay resolves the dead letter when it clears the claim, before the event is re-sent",
-        what_should_catch_it="a replay interrupted before the re-send: no claim, no dead letter, no effect (2)",
+        what_should_catch_it="a replay interrupted before the re-send: a REPLAYING claim, no open dead letter (2)",
     ),
     Mutant(
         id="redrive-deletes-before-send",

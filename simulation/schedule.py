@@ -66,7 +66,7 @@ _FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
     Fault.PIPE_DUPLICATE_BATCH: (0.25, (0.2, 0.6), (1, 2)),
     Fault.STREAM_REORDER: (0.3, (0.3, 1.0), (1, 5)),
     Fault.LEASE_EXPIRY: (0.2, (0.1, 0.4), (1, 2)),
-    Fault.VISIBILITY_TIMEOUT: (0.15, (0.1, 0.4), (1, 1)),
+    Fault.VISIBILITY_TIMEOUT: (0.3, (0.1, 0.4), (1, 2)),
     Fault.LOCAL_HANDLER_ERROR: (0.15, (0.2, 0.5), (1, 2)),
     Fault.LOST_ANSWER: (0.35, (0.05, 0.3), (1, 3)),
     Fault.CONTRACT_BREACH: (0.2, (0.05, 0.2), (1, 1)),

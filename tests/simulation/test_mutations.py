@@ -8,7 +8,7 @@ Two more mutants check that the fencing (4) and FIFO (6) invariants are not vacu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -21,12 +21,12 @@ from tests.simulation.mutants import (
     introduce_unfenced_completion,
 )
 
-# The documented subset: the first seeds of the default set. Each bug is caught well before its end.
-SEEDS = range(1, 61)
 
-
-def first_seed_reporting(stack: StackSpec, signature: str) -> tuple[int, str] | None:
-    for seed in SEEDS:
+# The seeds that catch each mutant, found with `make mutants` and simulation/mutants.py's catalogue (which
+# measures the default seed set as a whole): CI replays only those, so a change that blinds the simulator to
+# one of these bugs fails here in seconds. A schedule change renumbers them: find new ones with make mutants.
+def first_seed_reporting(stack: StackSpec, signature: str, seeds: Sequence[int]) -> tuple[int, str] | None:
+    for seed in seeds:
         found = [str(v) for v in run_seed(seed, stack).violations if signature in str(v)]
         if found:
             return seed, found[0]
@@ -35,21 +35,27 @@ def first_seed_reporting(stack: StackSpec, signature: str) -> tuple[int, str] | 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("introduce", "signature"),
+    ("introduce", "signature", "seeds"),
     [
-        pytest.param(introduce_plain_claim, ": lost: no effect and no dead letter", id="claim-is-a-plain-put"),
-        pytest.param(introduce_dead_on_first_error, "a retryable error was not retried", id="dead-on-first-error"),
+        pytest.param(introduce_plain_claim, ": lost: no effect and no dead letter", (1, 2), id="claim-is-a-plain-put"),
+        pytest.param(
+            introduce_dead_on_first_error, "a retryable error was not retried", (6, 8), id="dead-on-first-error"
+        ),
         # Not bugs of the seed article: machinery whose failure only invariants 4 and 6 would notice.
-        pytest.param(introduce_unfenced_completion, "which no longer owned it", id="completion-without-fencing"),
-        pytest.param(introduce_reversed_receive, "but first received as", id="fifo-order-broken"),
+        pytest.param(introduce_unfenced_completion, "which no longer owned it", (52,), id="completion-without-fencing"),
+        pytest.param(introduce_reversed_receive, "but first received as", (1, 2), id="fifo-order-broken"),
     ],
 )
 def test_the_simulator_catches_the_bug(
-    introduce: Callable[[pytest.MonkeyPatch], None], signature: str, stack: StackSpec, monkeypatch: pytest.MonkeyPatch
+    introduce: Callable[[pytest.MonkeyPatch], None],
+    signature: str,
+    seeds: Sequence[int],
+    stack: StackSpec,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     introduce(monkeypatch)
 
-    caught = first_seed_reporting(stack, signature)
+    caught = first_seed_reporting(stack, signature, seeds)
 
-    assert caught is not None, f"no seed in {SEEDS} reported {signature!r}"
+    assert caught is not None, f"no seed of {seeds} reported {signature!r}"
     print(f"caught by seed {caught[0]}: {caught[1]}")

@@ -213,18 +213,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="repair-targets-ignored",
         module=MESSAGES,
-        original='targets=None if targets is None else frozenset(name for name in targets.split(",") if name),',
-        replacement="targets=None,",
+        original="        return Message(envelope, _targets(attributes), receive_count)",
+        replacement="        return Message(envelope, None, receive_count)",
         description="a repair message runs every subscription of its event, not only the ones it names",
         what_should_catch_it="a replay after the retention: a completed, forgotten sibling pair runs again (2)",
-    ),
-    Mutant(
-        id="repair-issued-at-ignored",
-        module=MESSAGES,
-        original="issued_at=envelope.occurred_at if issued is None else _timestamp(issued),",
-        replacement="issued_at=envelope.occurred_at,",
-        description="a repair message's issue time is ignored: an old event's replay is unverifiable",
-        what_should_catch_it="a replay of a pair dead since before the retention: it never runs (2)",
     ),
     # -- emit: the head and the chain ----------------------------------------------------------------------
     Mutant(
@@ -350,8 +342,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="reconcile-stale-pending-handled",
         module=OPERATIONS,
-        original='elif claim["status"]["S"] == PENDING:',
-        replacement='elif claim["status"]["S"] == "never":',
+        original="    if status == PENDING:\n        return datetime.fromtimestamp(",
+        replacement='    if status == "never":\n        return datetime.fromtimestamp(',
         description="reconcile counts a stale PENDING claim as handled",
         what_should_catch_it="a message lost after its claim: reconcile does not re-send it (2)",
     ),

@@ -4,13 +4,16 @@ however long ago, and a selection that contradicts itself changes nothing."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from local_runtime.pipe import PipeFaults, TargetInvocationError
+from outbox.inbox import claim_key
 from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tests.e2e.test_runbook import as_json, outbox, paid_with_a_dead_pet_tag
+from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag
 
 
 @pytest.mark.parametrize("days", [8, 15, 31])
@@ -134,3 +137,86 @@ def test_a_replay_cut_short_before_it_re_sent_loses_nothing_and_leaves_no_stale_
     assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "COMPLETED"
     assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
     assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+
+
+def never_relayed(local: LocalBackend) -> tuple[str, str]:
+    """A tenant's order and payment that the relay pipe never delivered (its role could not send, and the
+    records ended in the pipe DLQ): only reconcile recovers them. Returns (tenant, payment event id)."""
+    relay = local.runtime.pipe("RelayPipeName")
+
+    def queue_refuses(_entries: Any) -> None:
+        raise TargetInvocationError("AccessDenied: the pipe's role lost sqs:SendMessage")
+
+    relay.faults = PipeFaults(before_send=queue_refuses)
+    tenant = unique("tenant")
+    payment = order_and_pay(local, tenant)
+    local.settle()
+    relay.faults = PipeFaults()
+    return tenant, payment
+
+
+def test_a_reconciled_pair_runs_once_even_when_its_message_arrives_after_the_retention(local: LocalBackend) -> None:
+    # Given a payment the relay never delivered, reconciled 29 days later (just inside the inbox's memory)
+    tenant, payment = never_relayed(local)
+    local.runtime.clock.advance(29 * 24 * 3600 - 3600)
+    result = outbox(local, "--json", "reconcile", "--since", "29d", "--tenant", tenant, "--yes")
+    assert payment in as_json(result)["republished"]
+
+    # When the re-sent message reaches the consumer two days later (a backlog, a stay in the DLQ), when a
+    # missing claim row could no longer prove that the pair never completed
+    assert set(claim_statuses(local, payment).values()) == {"REPLAYING"}, "reconcile wrote the rows that vouch"
+    local.runtime.clock.advance(2 * 24 * 3600)
+    local.settle()
+
+    # Then every subscription ran once: the rows reconcile wrote vouched for the message
+    assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
+
+
+def test_reconcile_re_sends_a_pair_whose_repair_message_was_lost_and_nothing_twice(local: LocalBackend) -> None:
+    # Given a reconcile whose re-sent messages were lost before any consumer saw them
+    tenant, payment = never_relayed(local)
+    as_json(outbox(local, "--json", "reconcile", "--since", "1d", "--tenant", tenant, "--yes"))
+    sqs, url = local.client("sqs"), local.output("DurableQueueUrl")
+    sqs.purge_queue(QueueUrl=url)
+
+    # When the operator reconciles again at once, and again two hours later
+    at_once = as_json(outbox(local, "--json", "reconcile", "--since", "1d", "--tenant", tenant, "--yes"))
+    local.runtime.clock.advance(2 * 3600)
+    later = as_json(outbox(local, "--json", "reconcile", "--since", "1d", "--tenant", tenant, "--yes"))
+    local.settle()
+
+    # Then the first repair was still in hand, the later one re-sent it, and each effect happened once
+    assert at_once["republished"] == []
+    assert payment in later["republished"]
+    assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
+    assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
+
+
+def test_reconcile_sends_nothing_for_a_pair_claimed_between_its_read_and_its_repair(local: LocalBackend) -> None:
+    # Given an event whose claim appears after reconcile read the inbox and before it marked the pair
+    tenant, payment = never_relayed(local)
+    ops = operations(local)
+    unclaimed = ops._unclaimed
+
+    def claimed_meanwhile(event_id: str, wanted: list[str], stale: Any) -> dict[str, str | None]:
+        missing = unclaimed(event_id, wanted, stale)
+        if event_id == payment:  # a slow pipe delivery claims every pair right now
+            for name in missing:
+                local.client("dynamodb").put_item(
+                    TableName=local.output("InboxTableName"),
+                    Item={**claim_key(payment, name), "status": {"S": "COMPLETED"}},
+                )
+        return missing
+
+    ops._unclaimed = claimed_meanwhile  # type: ignore[method-assign]
+    before = queue_depth(local, "DurableQueueUrl")
+
+    # When reconcile runs
+    result = ops.reconcile(local.runtime.clock() - timedelta(days=1), tenant=tenant)
+
+    # Then it re-sent the order (unclaimed) but nothing for the payment, whose pairs are in hand
+    assert payment not in result.republished
+    assert queue_depth(local, "DurableQueueUrl") == before + len(result.republished)
+    assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}

@@ -254,10 +254,10 @@ def _attributes() -> list[PoisonBody]:
     (of an event in no table the tests use), so only reading the attributes can fail."""
     return [
         PoisonBody(
-            "attribute-issued-at-garbage",
+            "attribute-targets-empty",
             _text(),
-            "a repair message whose issued-at is not a time",
-            {"outbox-issued-at": {"DataType": "String", "StringValue": "yesterday"}},
+            "a repair message that names no subscription",
+            {"outbox-subscriptions": {"DataType": "String", "StringValue": " , ,"}},
         ),
         PoisonBody(
             "attribute-targets-binary",

@@ -140,8 +140,9 @@ class DurableConsumer:
             self._count(Metric.UNMATCHED)
             return
         digest = envelope_digest(envelope)  # once per message, not per subscription
-        # Absence of a claim row proves "never completed" only while the inbox still remembers completions.
-        may_create = self.inbox.can_vouch_for(message.issued_at)
+        # Absence of a claim row proves "never completed" only while the inbox still remembers completions
+        # (a repair message is vouched for by the REPLAYING row its repair wrote, at any age).
+        may_create = self.inbox.can_vouch_for(envelope.occurred_at)
         retry = [
             s.name
             for s in subscriptions

@@ -104,6 +104,32 @@ def dead_letter_partition(tenant: str) -> str:
     return f"TENANT#{tenant}#DEAD"
 
 
+def unclaimed_row(envelope: Envelope, subscription: str, status: str, now: datetime, **extra: Any) -> dict[str, Any]:
+    """A claim row that no worker holds (no owner, no lease), in ``status``, for a pair that had none."""
+    now_iso = format_timestamp(now)
+    return {
+        **claim_key(envelope.id, subscription),
+        "status": {"S": status},
+        "attempts": {"N": "0"},
+        "digest": {"S": envelope_digest(envelope)},
+        "event_id": {"S": envelope.id},
+        "subscription": {"S": subscription},
+        "tenant": {"S": envelope.tenant},
+        "event_type": {"S": envelope.type},
+        "event_seq": {"N": str(envelope.seq)},
+        "created_at": {"S": now_iso},
+        "updated_at": {"S": now_iso},
+        **{name: {"S": value} for name, value in extra.items()},
+    }
+
+
+def reconcile_row(envelope: Envelope, subscription: str, now: datetime) -> dict[str, Any]:
+    """The claim row a reconcile writes, only where there is none, before it re-sends ``envelope`` for
+    ``subscription``: REPLAYING, so the re-sent message is claimable at any age (the row itself proves the
+    pair has not completed since), with the event's digest, so other content under its id is a conflict."""
+    return unclaimed_row(envelope, subscription, REPLAYING, now, replayed_at=format_timestamp(now))
+
+
 def _epoch_ms(moment: datetime) -> str:
     return str(int(moment.timestamp() * 1000))
 
@@ -353,23 +379,17 @@ class Inbox:
             "the inbox remembers completions, and the pair has no claim row: it may have completed and been "
             "forgotten. Nothing was run. If you know it did not run, replay it with --force."
         )
-        now_iso = format_timestamp(self._clock())
-        row = {
-            **claim_key(envelope.id, subscription),
-            "status": {"S": DEAD},
-            "dead_reason": {"S": DeadReason.UNVERIFIABLE.value},
-            "attempts": {"N": "0"},
-            "digest": {"S": digest},
-            "event_id": {"S": envelope.id},
-            "subscription": {"S": subscription},
-            "tenant": {"S": envelope.tenant},
-            "event_type": {"S": envelope.type},
-            "event_seq": {"N": str(envelope.seq)},
-            "last_error": {"S": error},
-            "created_at": {"S": now_iso},
-            "dead_at": {"S": now_iso},
-            "updated_at": {"S": now_iso},
-        }
+        now = self._clock()
+        row = unclaimed_row(
+            envelope,
+            subscription,
+            DEAD,
+            now,
+            dead_reason=DeadReason.UNVERIFIABLE.value,
+            last_error=error,
+            dead_at=format_timestamp(now),
+        )
+        row["digest"] = {"S": digest}
         letter = self.dead_letter_item(
             envelope, subscription, error, "Unverifiable", DeadReason.UNVERIFIABLE, receive_count
         )

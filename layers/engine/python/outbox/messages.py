@@ -1,14 +1,11 @@
 """What travels on the durable queue, and how the consumer reads it.
 
 The relay pipe sends each event row's image (typed DynamoDB JSON) as the body, with no attributes. The
-operator's repairs (replay, reconcile) send the same body plus two message attributes:
-
-- ``outbox-subscriptions``: the only subscriptions the message is for (comma-separated). A repair reruns
-  the (event, subscription) pairs it selected, never the event's other subscriptions, whose completions
-  the inbox may long have forgotten.
-- ``outbox-issued-at``: when the sender last knew the inbox's state of those pairs. The consumer trusts the
-  absence of a claim row only for a message issued within the inbox's retention; for a pipe message that
-  moment is the event's own ``occurred_at``.
+operator's repairs (replay, reconcile) send the same body plus one message attribute,
+``outbox-subscriptions``: the only subscriptions the message is for (comma-separated). A repair reruns the
+(event, subscription) pairs it selected, never the event's other subscriptions, whose completions the inbox
+may long have forgotten. Before it sends, a repair gives each pair a REPLAYING claim row, which vouches for
+the message at any age; a missing row vouches only for an event younger than the inbox's retention.
 
 Reading can fail only one way: anything that goes wrong while turning a record into a ``Message`` (any
 exception, any size, any encoding) is a ``EnvelopeParseError``, which the consumer records as a poison
@@ -20,14 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from outbox.envelope import Envelope, format_timestamp
+from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
 
 TARGETS_ATTRIBUTE = "outbox-subscriptions"
-ISSUED_AT_ATTRIBUTE = "outbox-issued-at"
 
 
 @dataclass(frozen=True)
@@ -36,19 +31,15 @@ class Message:
 
     envelope: Envelope
     targets: frozenset[str] | None  # None: every matching subscription (a pipe message)
-    issued_at: datetime
     receive_count: int
 
 
-def repair_attributes(subscriptions: Iterable[str], issued_at: datetime) -> dict[str, Any]:
-    """The SQS ``MessageAttributes`` of a repair message for ``subscriptions``, issued at ``issued_at``."""
+def repair_attributes(subscriptions: Iterable[str]) -> dict[str, Any]:
+    """The SQS ``MessageAttributes`` of a repair message for ``subscriptions``."""
     names = sorted(set(subscriptions))
     if not names:
         raise ValueError("a repair message must name at least one subscription")
-    return {
-        TARGETS_ATTRIBUTE: {"DataType": "String", "StringValue": ",".join(names)},
-        ISSUED_AT_ATTRIBUTE: {"DataType": "String", "StringValue": format_timestamp(issued_at)},
-    }
+    return {TARGETS_ATTRIBUTE: {"DataType": "String", "StringValue": ",".join(names)}}
 
 
 def read_message(body: str | None, attributes: Mapping[str, Any], receive_count: int) -> Message:
@@ -56,14 +47,7 @@ def read_message(body: str | None, attributes: Mapping[str, Any], receive_count:
     ``{"StringValue": ...}``) -> a ``Message``; any failure is an ``EnvelopeParseError``."""
     try:
         envelope = parse_body(body)
-        targets = _string_attribute(attributes, TARGETS_ATTRIBUTE)
-        issued = _string_attribute(attributes, ISSUED_AT_ATTRIBUTE)
-        return Message(
-            envelope=envelope,
-            targets=None if targets is None else frozenset(name for name in targets.split(",") if name),
-            issued_at=envelope.occurred_at if issued is None else _timestamp(issued),
-            receive_count=receive_count,
-        )
+        return Message(envelope, _targets(attributes), receive_count)
     except EnvelopeParseError:
         raise
     except Exception as exc:  # reading fails one way only, whatever the input did
@@ -89,6 +73,16 @@ def parse_body(body: str | None) -> Envelope:
     return envelope
 
 
+def _targets(attributes: Mapping[str, Any]) -> frozenset[str] | None:
+    text = _string_attribute(attributes, TARGETS_ATTRIBUTE)
+    if text is None:
+        return None
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise EnvelopeParseError(f"message attribute {TARGETS_ATTRIBUTE} names no subscription")
+    return names
+
+
 def _string_attribute(attributes: Mapping[str, Any], name: str) -> str | None:
     attribute = attributes.get(name)
     if attribute is None:
@@ -97,8 +91,3 @@ def _string_attribute(attributes: Mapping[str, Any], name: str) -> str | None:
     if not isinstance(value, str):
         raise EnvelopeParseError(f"message attribute {name} is not a string")
     return value
-
-
-def _timestamp(text: str) -> datetime:
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -11,7 +11,10 @@ The rules every repair follows, so that none can rerun work that completed, at a
   moves them back unchanged and clears nothing: each subscription then runs, or is skipped as COMPLETED,
   or stays dead with its open dead letter (shown by ``status``, repaired by ``replay``).
 - ``reconcile`` re-sends only events the inbox can still vouch for (younger than its retention), naming
-  only the subscriptions without a claim.
+  only the subscriptions without a claim (or with a claim long left waiting).
+- Every repair message is vouched for by a claim row written before it is sent (REPLAYING: by replay from
+  DEAD, by reconcile where there was none), so however late it arrives, the consumer knows the pair has
+  not completed since; a missing row proves that only for an event younger than the inbox's retention.
 - Put back before removing the old copy: an interruption leaves a duplicate, which the inbox absorbs.
 """
 
@@ -21,7 +24,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -32,7 +35,17 @@ from outbox.catalog import Catalog
 from outbox.chain import ChainReport, read_event_rows, verify_chain
 from outbox.envelope import ULID_PATTERN, Envelope, format_timestamp
 from outbox.exceptions import OutboxValidationError
-from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, VOUCH_MARGIN, DeadReason, claim_key, dead_letter_partition
+from outbox.inbox import (
+    COMPLETED,
+    DEAD,
+    PENDING,
+    REPLAYING,
+    VOUCH_MARGIN,
+    DeadReason,
+    claim_key,
+    dead_letter_partition,
+    reconcile_row,
+)
 from outbox.messages import repair_attributes
 from outbox.subscriptions import Lane
 
@@ -448,7 +461,6 @@ class Operations:
                 tenant,
                 f"replay-{event_id}-{uuid.uuid4().hex[:12]}",
                 targets=subscriptions,
-                issued_at=now,
             )
             result.republished.append(event_id)
         for item in result.cleared:
@@ -581,37 +593,59 @@ class Operations:
         stale = stale_after or timedelta(hours=1)
         result = ReconcileResult()
         now = self._clock()
-        for name in tenants:
-            for envelope in self._events_since(name, since):
+        for tenant_name in tenants:
+            for envelope in self._events_since(tenant_name, since):
                 result.scanned += 1
                 wanted = [s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)]
                 missing = self._unclaimed(envelope.id, wanted, stale)
+                if missing and not dry_run:
+                    # A stale claim is claimable as it is; a missing one first gets the row that vouches.
+                    missing = {
+                        s: status for s, status in missing.items() if status or self._open_for_repair(envelope, s, now)
+                    }
+                    if missing:
+                        image = self._event_image(tenant_name, envelope.seq)
+                        dedup = f"reconcile-{envelope.id}-{uuid.uuid4().hex[:12]}"
+                        self._publish(image, tenant_name, dedup, targets=missing)
                 if not missing:
                     result.already_handled += 1
                     continue
-                if not dry_run:
-                    image = self._event_image(name, envelope.seq)
-                    dedup = f"reconcile-{envelope.id}-{uuid.uuid4().hex[:12]}"
-                    self._publish(image, name, dedup, targets=missing, issued_at=now)
                 result.republished.append(envelope.id)
-                result.subscriptions[envelope.id] = missing
+                result.subscriptions[envelope.id] = sorted(missing)
         return result
 
-    def _unclaimed(self, event_id: str, wanted: list[str], stale: timedelta) -> list[str]:
-        """The subscriptions of ``wanted`` with no claim, or with a lease long expired and never taken over
-        (the message itself was lost)."""
-        now_ms = int(self._clock().timestamp() * 1000)
+    def _unclaimed(self, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:
+        """The subscriptions of ``wanted`` that need a re-send, each with its claim's status: no claim (None),
+        a lease long expired and never taken over (PENDING: the message itself was lost), or a repair marked
+        long ago whose message never arrived (REPLAYING)."""
+        now = self._clock()
         claims = self.claims(event_id)
-        missing = []
+        missing: dict[str, str | None] = {}
         for name in wanted:
             claim = claims.get(name)
             if claim is None:
-                missing.append(name)
-            elif claim["status"]["S"] == PENDING:
-                lease = int(claim.get("lease_expires_at", {}).get("N", "0"))
-                if now_ms - lease > stale.total_seconds() * 1000:
-                    missing.append(name)
+                missing[name] = None
+                continue
+            idle_since = _idle_since(claim)
+            if idle_since is not None and now - idle_since > stale:
+                missing[name] = claim["status"]["S"]
         return missing
+
+    def _open_for_repair(self, envelope: Envelope, subscription: str, now: datetime) -> bool:
+        """Give a pair without a claim the REPLAYING row that vouches for its re-sent message at any age (the
+        row proves the pair has not completed since). False when a claim appeared since it was read: the pair
+        is in hand, and nothing is re-sent for it."""
+        try:
+            self.dynamodb.put_item(
+                TableName=self.topology.inbox_table,
+                Item=reconcile_row(envelope, subscription, now),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def _events_since(self, tenant: str, since: datetime) -> Iterator[Envelope]:
         threshold = format_timestamp(since)
@@ -657,17 +691,15 @@ class Operations:
             raise OperationRefusedError(f"tenant {tenant!r} has no event at seq {seq}")
         return item
 
-    def _publish(
-        self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str], issued_at: datetime
-    ) -> None:
+    def _publish(self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str]) -> None:
         """Send an event row as the relay pipe does (the raw image, group = tenant), naming the subscriptions
-        it is for and when the inbox last vouched for them."""
+        it is for: each has a DEAD-turned-REPLAYING, or a REPLAYING, claim row that vouches for it."""
         self.sqs.send_message(
             QueueUrl=self.topology.durable_queue_url,
             MessageBody=json.dumps(image),
             MessageGroupId=tenant,
             MessageDeduplicationId=dedup_id[:128],
-            MessageAttributes=repair_attributes(targets, issued_at),
+            MessageAttributes=repair_attributes(targets),
         )
 
     def _clear_claim(self, item: ReplayItem, allowed: tuple[str, ...], now: datetime) -> bool:
@@ -722,6 +754,17 @@ def _is_event_id(value: str) -> bool:
     import re
 
     return bool(re.fullmatch(ULID_PATTERN, value))
+
+
+def _idle_since(claim: dict[str, Any]) -> datetime | None:
+    """Since when a claim has waited for a message: a PENDING lease's end, a REPLAYING mark's time; None for a
+    claim that waits for nothing (COMPLETED, DEAD)."""
+    status = claim["status"]["S"]
+    if status == PENDING:
+        return datetime.fromtimestamp(int(claim.get("lease_expires_at", {}).get("N", "0")) / 1000, tz=UTC)
+    if status == REPLAYING and "replayed_at" in claim:
+        return datetime.fromisoformat(claim["replayed_at"]["S"])
+    return None
 
 
 def _dead_reason(claim: dict[str, Any] | None) -> str | None:

@@ -9,6 +9,7 @@ its ``ApproximateReceiveCount`` raised, until the queue's redrive policy moves i
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
@@ -40,6 +41,17 @@ def change_visibility_if_in_flight(sqs: Any, queue_url: str, receipt_handle: str
             raise
         return False
     return True
+
+
+def lambda_message_attribute(attribute: Mapping[str, Any]) -> dict[str, Any]:
+    """An SQS message attribute as Lambda puts it in an SQS event record: lower-case keys, a binary value in
+    base64, and the (always empty) list values."""
+    shaped: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": attribute["DataType"]}
+    if "StringValue" in attribute:
+        shaped["stringValue"] = attribute["StringValue"]
+    if "BinaryValue" in attribute:
+        shaped["binaryValue"] = base64.b64encode(attribute["BinaryValue"]).decode("ascii")
+    return shaped
 
 
 @dataclass
@@ -76,6 +88,9 @@ class SqsEventSourceMapping:
     region: str = "us-east-1"
     in_flight: list[InFlight] = field(default_factory=list)
     invocations: int = 0
+    # The messages of the invocation under way (empty between invocations): what a fault needs to make one
+    # of them visible again while its handler still runs.
+    receiving: list[dict[str, Any]] = field(default_factory=list)
 
     def poll(self) -> BatchResult | None:
         """Receive one batch and invoke the function with it; None when nothing is visible."""
@@ -94,11 +109,14 @@ class SqsEventSourceMapping:
         context = LocalLambdaContext(self.function_name, self.function_timeout, self.clock)
         received = [message["MessageId"] for message in messages]
         crashed: BaseException | None = None
+        outer, self.receiving = self.receiving, messages
         try:
             failed = self._failed_ids(self.handler(event, context), received)
         except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
             logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
             failed, crashed = list(received), exc
+        finally:
+            self.receiving = outer
         if crashed is None and context.get_remaining_time_in_millis() == 0:
             # Past its deadline Lambda would have killed the invocation: whatever the handler returned
             # (or committed before) the batch as a whole failed, and every message comes back.
@@ -158,7 +176,9 @@ class SqsEventSourceMapping:
             "receiptHandle": message["ReceiptHandle"],
             "body": body,
             "attributes": dict(message.get("Attributes", {})),
-            "messageAttributes": dict(message.get("MessageAttributes", {})),
+            "messageAttributes": {
+                name: lambda_message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
+            },
             "md5OfBody": message.get("MD5OfBody") or hashlib.md5(body.encode()).hexdigest(),
             "eventSource": "aws:sqs",
             "eventSourceARN": self.queue_arn,

@@ -616,8 +616,8 @@ class Operations:
 
     def _unclaimed(self, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:
         """The subscriptions of ``wanted`` that need a re-send, each with its claim's status: no claim (None),
-        a lease long expired and never taken over (PENDING: the message itself was lost), or a repair marked
-        long ago whose message never arrived (REPLAYING)."""
+        a lease long expired and never taken over (PENDING: the message itself was lost), or a repair whose
+        message may never have been sent (REPLAYING)."""
         now = self._clock()
         claims = self.claims(event_id)
         missing: dict[str, str | None] = {}
@@ -626,9 +626,12 @@ class Operations:
             if claim is None:
                 missing[name] = None
                 continue
-            idle_since = _idle_since(claim)
-            if idle_since is not None and now - idle_since > stale:
-                missing[name] = claim["status"]["S"]
+            status = claim["status"]["S"]
+            # A REPLAYING pair waits for a repair's message, which may never have been sent (a repair cut short):
+            # re-send it at any age; a copy too many is absorbed by the inbox.
+            lease_end = _lease_end(claim)
+            if status == REPLAYING or (lease_end is not None and now - lease_end > stale):
+                missing[name] = status
         return missing
 
     def _open_for_repair(self, envelope: Envelope, subscription: str, now: datetime) -> bool:
@@ -756,15 +759,11 @@ def _is_event_id(value: str) -> bool:
     return bool(re.fullmatch(ULID_PATTERN, value))
 
 
-def _idle_since(claim: dict[str, Any]) -> datetime | None:
-    """Since when a claim has waited for a message: a PENDING lease's end, a REPLAYING mark's time; None for a
-    claim that waits for nothing (COMPLETED, DEAD)."""
-    status = claim["status"]["S"]
-    if status == PENDING:
-        return datetime.fromtimestamp(int(claim.get("lease_expires_at", {}).get("N", "0")) / 1000, tz=UTC)
-    if status == REPLAYING and "replayed_at" in claim:
-        return datetime.fromisoformat(claim["replayed_at"]["S"])
-    return None
+def _lease_end(claim: dict[str, Any]) -> datetime | None:
+    """When a PENDING claim's lease ends (None for a claim in another state)."""
+    if claim["status"]["S"] != PENDING:
+        return None
+    return datetime.fromtimestamp(int(claim.get("lease_expires_at", {}).get("N", "0")) / 1000, tz=UTC)
 
 
 def _dead_reason(claim: dict[str, Any] | None) -> str | None:

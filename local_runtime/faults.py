@@ -39,6 +39,7 @@ from outbox.subscriptions import Subscription
 __all__ = [
     "DYNAMODB_OPERATIONS",
     "FaultCount",
+    "SecondWorker",
     "WorkerCrash",
     "crash_after_claim",
     "crash_after_completion",
@@ -218,6 +219,19 @@ def expire_lease_while_running(
         yield count
 
 
+@dataclass(frozen=True)
+class SecondWorker:
+    """What happens when a message's visibility runs out while its handler still runs.
+
+    ``after``: how long the handler has run by then; None means the queue's own visibility timeout (which the
+    design makes outlast the invocation), a shorter time stands for a queue configured with a visibility
+    timeout shorter than the handler. ``dies``: the second worker takes the claim over and dies holding it.
+    """
+
+    after: timedelta | None = None
+    dies: bool = False
+
+
 @contextmanager
 def visibility_timeout_during_handler(
     mapping: SqsEventSourceMapping,
@@ -225,12 +239,16 @@ def visibility_timeout_during_handler(
     subscription: str | None = None,
     *,
     count: FaultCount | None = None,
-    second_worker_crashes: Callable[[str], bool] = lambda _key: False,
+    second_worker: Callable[[str], SecondWorker] = lambda _key: SecondWorker(),
 ) -> Iterator[FaultCount]:
-    """The handler outlives its message's visibility timeout (and so its lease): SQS hands the message to
-    a second worker, which runs to the end (a nested poll of ``mapping``) before the first one finishes;
-    or, when ``second_worker_crashes(idempotency_key)``, which takes the claim over and dies holding a
-    live lease, so the first worker finishes (completes, fails or dies) while another owns its claim.
+    """The handler outlives its message's visibility timeout: SQS hands the message to a second worker
+    (a nested poll of ``mapping``) before the first one finishes. ``second_worker(idempotency_key)`` says
+    when that happens and whether the second worker runs to the end or takes the claim over and dies holding
+    it, so the first worker finishes (completes, fails or dies) while another owns its claim.
+
+    After the queue's visibility timeout the first invocation is past its deadline and its lease has expired:
+    the second worker may take the claim over, and fencing must keep the first one out. Sooner, the first
+    worker's lease is still live: the second worker must leave the claim alone.
 
     The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
     what the lease and the fencing token do when the configuration is wrong."""
@@ -239,20 +257,33 @@ def visibility_timeout_during_handler(
 
     def before(_consumer: DurableConsumer, delivery: Any) -> None:
         nonlocal nested
-        if not nested and count.take(delivery.idempotency_key):
+        if nested or not count.take(delivery.idempotency_key):
+            return
+        plan = second_worker(delivery.idempotency_key)
+        if plan.after is None:
             mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
-            nested = True
-            try:
-                if second_worker_crashes(delivery.idempotency_key):
-                    with crash_after_claim(key=delivery.idempotency_key):
-                        mapping.poll()  # the second worker, which dies right after its take-over
-                else:
-                    mapping.poll()  # the second worker
-            finally:
-                nested = False
+        else:
+            mapping.clock.advance(plan.after)
+            _make_visible(mapping)
+        nested = True
+        try:
+            if plan.dies:
+                with crash_after_claim(key=delivery.idempotency_key):
+                    mapping.poll()  # the second worker, which dies right after its take-over
+            else:
+                mapping.poll()  # the second worker
+        finally:
+            nested = False
 
     with _before_handler(lambda sub: _selected(sub, subscription), before):
         yield count
+
+
+def _make_visible(mapping: SqsEventSourceMapping) -> None:
+    """The messages the invocation under way received become visible again now, as they would all at once
+    under a visibility timeout shorter than the handler (they were received together)."""
+    for message in mapping.receiving:
+        change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, message["ReceiptHandle"])
 
 
 @contextmanager
@@ -343,12 +374,15 @@ def lose_answers_after_commit(
     count: FaultCount,
     operations: Sequence[str] = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem"),
     after: Callable[[str, dict[str, Any]], None] | None = None,
+    resent: Callable[[str], bool] = lambda _subject: False,
 ) -> Iterator[FaultCount]:
     """A write DynamoDB applied whose answer is lost: the caller sees HTTP 500 (InternalServerError), as
     after a server fault past the commit, and cannot tell whether it was applied (R8.2b).
     ``count.take(subject)`` decides per call; the subject is the operation and the first key it writes
     (e.g. "TransactWriteItems TENANT#t0#HEAD"). ``after(subject, request)`` runs between the commit and the
-    error, so another writer can act before the caller retries."""
+    error, so another writer can act before the caller retries. When ``resent(subject)``, the caller's SDK
+    retries the 500 at once, as botocore does: the same request runs again, and its answer (a failed
+    condition, for a write whose first send applied) is what the caller sees."""
     from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
     from moto.dynamodb.responses import DynamoHandler
 
@@ -364,6 +398,8 @@ def lose_answers_after_commit(
             if count.take(subject):
                 if after is not None:
                     after(subject, request)
+                if resent(subject):
+                    return original(handler, *args, **kwargs)
                 raise InternalServerError(ERROR_TYPE_PREFIX + "InternalServerError", "injected: the answer was lost")
             return response
 

@@ -11,7 +11,8 @@
 - ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
 
 Every DynamoDB effect is an ``ADD applied :one`` on a ledger row per (event, subscription): applied twice
-reads 2, so a doubled effect cannot hide behind an idempotent write.
+reads 2, so a doubled effect cannot hide behind an idempotent write. The row also keeps the amount it was
+computed from, so an effect of other content than the logged event's shows.
 """
 
 from __future__ import annotations
@@ -165,8 +166,11 @@ class SimulatedApp:
     # -- helpers ------------------------------------------------------------------------------------
 
     def _effect(self, delivery: Delivery) -> Mapping[str, Any]:
+        """The ledger row: how often the effect was applied, and from what content (the event's amount)."""
         key = effect_key(delivery.envelope.id, delivery.subscription)
-        return writes.update(self.world.data_table, key, "ADD applied :one", values={":one": 1})
+        amount = int(delivery.envelope.payload["amount"])
+        values = {":one": 1, ":amount": amount}
+        return writes.update(self.world.data_table, key, "ADD applied :one SET amount = :amount", values=values)
 
     def _trace_run(self, delivery: Delivery) -> None:
         self.world.handler_runs.append((delivery.idempotency_key, self.world.trace_clock()))

@@ -28,9 +28,10 @@ class Chaos:
 
     def fires(self, kind: Fault, subject: str = "", *, while_paused: bool = False) -> bool:
         """Whether ``kind`` fires now; a fired fault is traced with its subject. ``while_paused``: a fault of
-        the operator's own process, which may strike while the pipeline's faults are paused for an action."""
+        the operator's own process, which may strike while the pipeline's faults are paused for an action,
+        and after the causes are fixed (fixing the pipeline does not keep the operator's laptop awake)."""
         rate = self.rates.get(kind)
-        live = not self.healed if while_paused else self.active
+        live = True if while_paused else self.active
         if not live or rate is None or self.fired[kind] >= rate.budget:
             return False
         if self._random[kind].random() >= rate.probability:
@@ -38,6 +39,11 @@ class Chaos:
         self.fired[kind] += 1
         self._trace.add("FAULT", f"{kind.value} {self._subject(subject)}".rstrip())
         return True
+
+    def can_fire(self, kind: Fault) -> bool:
+        """Whether ``kind`` is scheduled, live and has budget left (so that looking for an opportunity is worth it)."""
+        rate = self.rates.get(kind)
+        return self.active and rate is not None and self.fired[kind] < rate.budget
 
     def draw(self, kind: Fault) -> random.Random:
         """The random stream of ``kind``, for a fault that needs more than yes or no (a new order)."""

@@ -98,6 +98,9 @@ def run_one(seed: int) -> Outcome:
     return Outcome(seed, violations, error, dict(result.faults_fired), result.trace.digest(), elapsed)
 
 
+PROGRESS_EVERY = 20.0  # seconds between progress lines of a survey
+
+
 def run_many(seeds: Iterable[int], stack: StackSpec, jobs: int) -> Iterator[Outcome]:
     """Each seed's outcome, as the workers finish them (in no particular order)."""
     global _STACK
@@ -108,7 +111,7 @@ def run_many(seeds: Iterable[int], stack: StackSpec, jobs: int) -> Iterator[Outc
         yield from (run_one(seed) for seed in seeds)
         return
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap_unordered(run_one, seeds, chunksize=4)
+        yield from pool.imap_unordered(run_one, seeds, chunksize=1)
 
 
 def warm_up() -> None:
@@ -161,15 +164,25 @@ def replay(seed: int, stack: StackSpec) -> int:
 
 
 def survey(seeds: list[int], stack: StackSpec, jobs: int) -> int:
+    """Run the seeds, printing each violation the moment its seed ends (with the command that replays it)
+    and a progress line now and then; the totals come last."""
     started = time.monotonic()
-    outcomes = sorted(run_many(seeds, stack, jobs), key=lambda outcome: outcome.seed)
+    outcomes: list[Outcome] = []
     fired: Counter[str] = Counter()
-    for outcome in outcomes:
+    last_progress = started
+    for outcome in run_many(seeds, stack, jobs):
+        outcomes.append(outcome)
         fired.update(outcome.faults)
         for violation in outcome.violations:
-            print(f"seed {outcome.seed}: {violation}")
+            print(f"seed {outcome.seed}: {violation}  (replay: make simulate SEED={outcome.seed})", flush=True)
         if outcome.error is not None:
-            print(f"seed {outcome.seed}: the simulator failed: {outcome.error}")
+            print(f"seed {outcome.seed}: the simulator failed: {outcome.error}", flush=True)
+        now = time.monotonic()
+        if now - last_progress >= PROGRESS_EVERY or len(outcomes) == len(seeds):
+            last_progress = now
+            bad = sum(not o.ok for o in outcomes)
+            print(f"... {len(outcomes)}/{len(seeds)} schedules, {bad} failing, {now - started:.0f} s", flush=True)
+    outcomes.sort(key=lambda outcome: outcome.seed)
     failing = [outcome.seed for outcome in outcomes if not outcome.ok]
     elapsed = time.monotonic() - started
     print(f"{len(outcomes)} schedules in {elapsed:.0f} s on {jobs} process(es); faults fired: " + _totals(fired))

@@ -12,6 +12,7 @@ import json
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -22,19 +23,23 @@ from botocore.config import Config
 
 from local_runtime import faults
 from local_runtime.esm import SqsEventSourceMapping
-from local_runtime.faults import FaultCount
+from local_runtime.faults import FaultCount, SecondWorker
 from local_runtime.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from local_runtime.runtime import REGION, LocalRuntime
-from outbox import EventStore
+from outbox import Envelope, EventStore, keys
+from outbox.canonical import chain_hash
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
+from outbox.envelope import format_timestamp
 from outbox.operations import OperationRefusedError, Operations
+from outbox.subscriptions import Lane
 from simulation.catalog import MALFORMED_BODIES, create_item
 from simulation.recorder import Observations, Send, brief
 from simulation.schedule import (
     Action,
     Emit,
     Fault,
+    HeadRollback,
     LateRedelivery,
     Poison,
     Reconcile,
@@ -50,6 +55,12 @@ DEDUPLICATION_WINDOW = timedelta(minutes=5)
 SHARD_REFRESH = timedelta(minutes=1)
 # Before the operator reconciles while settling: long enough that a lease left by a lost message is stale.
 RECONCILE_WAIT = timedelta(hours=2)
+# The operator's process dies before one of the first this many changing calls of an action.
+MAX_DEATH_CALL = 3
+# How often the operator replays new dead letters at once (the cause may not be fixed yet).
+REPLAY_ON_ALARM = 0.6
+# Longer than any lease (the function's timeout and a margin), shorter than the queue's visibility timeout.
+CRASHED_LEASES_RUN_OUT = timedelta(minutes=2)
 
 
 class OperatorInterrupted(BaseException):
@@ -71,24 +82,55 @@ MUTATING_CALLS = frozenset(
 )
 
 
-class Interrupting:
-    """An operator's AWS client whose process may die before any call of an action that changes something
-    (the ``operator_interrupted`` fault); the simulator's own reads through it (``armed`` False) never do."""
+@dataclass
+class OperatorDeath:
+    """When the operator's process dies during the action under way (the ``operator_interrupted`` fault):
+    before its ``at``-th call that changes something, or never (None)."""
 
-    def __init__(self, client: Any, chaos: Any) -> None:
+    at: int | None = None
+    calls: int = 0
+    # Decides ``at`` on the action's first changing call, so an action with nothing to change costs no fault.
+    plan: Callable[[], tuple[int | None, bool]] | None = None
+    # What the operator's clients did, in order: (call, request, answer or None if it raised). Read by the
+    # invariants (a DLQ message the redrive deleted must have been sent back first).
+    log: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)
+
+    # Or: before the action's first send_message, the moment a repair hands its work to the queue.
+    at_first_send: bool = False
+    sent: bool = False
+
+    def before(self, name: str) -> None:
+        if self.calls == 0 and self.plan is not None:
+            self.at, self.at_first_send = self.plan()
+        self.calls += 1
+        first_send = name == "send_message" and not self.sent
+        self.sent = self.sent or name == "send_message"
+        if (self.at is not None and self.calls == self.at) or (self.at_first_send and first_send):
+            raise OperatorInterrupted(f"the operator's process died before {name} (call {self.calls} of the action)")
+
+
+class Interrupting:
+    """An operator's AWS client whose process may die before a call of an action that changes something;
+    the simulator's own reads through it (``armed`` False) never do. Both operator clients share one death."""
+
+    def __init__(self, client: Any, death: OperatorDeath) -> None:
         self._client = client
-        self._chaos = chaos
+        self._death = death
         self.armed = False
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
-        if not callable(attribute) or name not in MUTATING_CALLS:
+        if not callable(attribute) or (name not in MUTATING_CALLS and name != "receive_message"):
             return attribute
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.armed and self._chaos.fires(Fault.OPERATOR_INTERRUPTED, name, while_paused=True):
-                raise OperatorInterrupted(f"the operator's process died before {name}")
-            return attribute(*args, **kwargs)
+        def call(**kwargs: Any) -> Any:
+            if not self.armed:
+                return attribute(**kwargs)
+            if name in MUTATING_CALLS:
+                self._death.before(name)
+            answer = attribute(**kwargs)
+            self._death.log.append((name, kwargs, answer))
+            return answer
 
         return call
 
@@ -152,9 +194,10 @@ class Driver:
             for tenant in world.schedule.tenants
         }
         self.sqs = runtime.client("sqs")
-        operator_sqs = Interrupting(self.sqs, world.chaos)
+        self._death = OperatorDeath(log=world.operator_calls)
+        operator_sqs = Interrupting(self.sqs, self._death)
         self.operations: Operations = runtime.operations(self.catalog, sqs=operator_sqs)
-        operator_dynamodb = Interrupting(self.operations.dynamodb, world.chaos)
+        operator_dynamodb = Interrupting(self.operations.dynamodb, self._death)
         self.operations.dynamodb = operator_dynamodb
         self._operator_clients = (operator_sqs, operator_dynamodb)
         self.durable_queue_url = runtime.output("DurableQueueUrl")
@@ -165,6 +208,11 @@ class Driver:
         self._current: EmitRecord | None = None  # the emit in progress (rivals commit inside it)
         self._poison_serial = 0
         self._start = runtime.clock()
+        # What alarms make the operator do while the pipeline runs (a redrive once a broken deploy is fixed and
+        # its messages reach the DLQ; now and then a replay of new dead letters), and the dead marks seen.
+        self._dlq_alarm = False
+        self._alarm_random = random.Random(f"{world.seed}:alarms")
+        self._dead_seen = 0
 
     # -- the faults ---------------------------------------------------------------------------------
 
@@ -193,16 +241,15 @@ class Driver:
                 clock, None, count=chaos.count(Fault.LEASE_EXPIRY)
             ),
             Fault.VISIBILITY_TIMEOUT: lambda: faults.visibility_timeout_during_handler(
-                self.durable,
-                count=chaos.count(Fault.VISIBILITY_TIMEOUT),
-                second_worker_crashes=self._second_worker_crashes,
+                self.durable, count=chaos.count(Fault.VISIBILITY_TIMEOUT), second_worker=self._second_worker
             ),
             Fault.LOST_ANSWER: lambda: faults.lose_answers_after_commit(
-                chaos.count(Fault.LOST_ANSWER), after=self._after_lost_answer
+                chaos.count(Fault.LOST_ANSWER), after=self._after_lost_answer, resent=self._sdk_resends
             ),
             Fault.MESSAGE_LOST: self._losing_messages,
             Fault.EARLY_REDELIVERY: self._redelivering_early,
             Fault.BROKEN_DEPLOY: self._broken_deploy,
+            Fault.CONFLICTING_COPY: self._conflicting_copies,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -246,17 +293,92 @@ class Driver:
         with mock.patch.object(self.durable, "poll", lossy):
             yield self.chaos.count(Fault.MESSAGE_LOST)
 
-    def _second_worker_crashes(self, key: str) -> bool:
-        """Half the time the second worker dies holding the claim; the first worker then completes, or fails
-        with a retryable or a terminal error, all of which its lost claim must fence out."""
+    @contextmanager
+    def _conflicting_copies(self) -> Iterator[FaultCount]:
+        """After an invocation failed as a whole, its crashed worker's claims wait for their leases to run out;
+        then (``conflicting_copy``) a copy of one of its events arrives with other content under the same id
+        and a hash that matches that content, in another message group, before the original comes back."""
+        poll = self.durable.poll
+
+        def copying() -> Any:
+            result = poll()
+            if result is None or result.crashed is None:
+                return result
+            if not self.chaos.can_fire(Fault.CONFLICTING_COPY):
+                return result
+            with self.chaos.paused():  # the simulator's own reads are not the pipeline's: no fault for them
+                event_id = self._event_with_a_waiting_claim(result.received)
+            if event_id is not None and self.chaos.fires(Fault.CONFLICTING_COPY, self.trace.event(event_id)):
+                self.runtime.clock.advance(CRASHED_LEASES_RUN_OUT)
+                with self.chaos.paused():
+                    self._send_conflicting_copy(event_id)
+            return result
+
+        with mock.patch.object(self.durable, "poll", copying):
+            yield self.chaos.count(Fault.CONFLICTING_COPY)
+
+    def _event_with_a_waiting_claim(self, message_ids: Sequence[str]) -> str | None:
+        """An event of these messages whose every durable pair has a claim row, one of them PENDING (so no
+        pair of it can go to the copy first: the first content to claim a pair wins it)."""
+        by_message = {r.message_id: r.event_id for r in self.observations.receipts if r.event_id}
+        wanted = [by_message[m] for m in message_ids if m in by_message]
+        logged = {e.id: e for e in self._logs() if e.id in wanted}
+        for event_id in wanted:
+            envelope = logged.get(event_id)
+            if envelope is None:
+                continue
+            names = [s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+            rows = self.operations.claims(event_id)
+            statuses = [rows[name]["status"]["S"] for name in names if name in rows]
+            if names and len(statuses) == len(names) and "PENDING" in statuses:
+                return event_id
+        return None
+
+    def _logs(self) -> Iterator[Envelope]:
+        """Every tenant's log (workload events and follow-ups alike)."""
+        for tenant in self.world.schedule.tenants:
+            yield from self.emitters[tenant][0].store.events(tenant)
+
+    def _send_conflicting_copy(self, event_id: str) -> None:
+        envelope = next(e for e in self._logs() if e.id == event_id)
+        forged = reseal(envelope, {**envelope.payload, "amount": int(envelope.payload["amount"]) + 1000})
+        self.world.conflicting_copies.append(event_id)
+        self.sqs.send_message(
+            QueueUrl=self.durable_queue_url,
+            MessageBody=json.dumps(forged.to_item()),
+            MessageGroupId=f"{envelope.tenant}-copy",
+            MessageDeduplicationId=f"copy-{event_id}-{len(self.world.conflicting_copies)}",
+        )
+        self.trace.add("sqs", f"a copy of {self.trace.event(event_id)} with other content lands in another group")
+
+    def _second_worker(self, key: str) -> SecondWorker:
+        """How a handler outlives its message's visibility: after the queue's visibility timeout, a second
+        worker runs the message to the end, or dies holding the claim while the first worker completes, fails
+        retryably or fails terminally (all of which its lost claim must fence out); or, with a visibility
+        timeout shorter than the handler, a second worker arrives while the first one's lease is live (and
+        must leave the claim alone)."""
         draw = self.chaos.draw(Fault.VISIBILITY_TIMEOUT)
-        if draw.random() >= 0.5:
-            return False
-        ending = draw.choice(("completes", "retryable", "terminal"))
+        endings = ("second completes", "completes", "retryable", "terminal", "shorter visibility")
+        ending = draw.choices(endings, weights=(1, 2, 1, 2, 2))[0]
+        name = self.trace.key(key)
+        if ending == "second completes":
+            return SecondWorker()
+        if ending == "shorter visibility":
+            after = timedelta(seconds=draw.randint(15, 45))
+            self.trace.add("FAULT", f"{name}: its message is visible again after {after.seconds} s, while it runs")
+            return SecondWorker(after=after)
         if ending != "completes":
             self.world.stale_owner_failure[key] = ending
-        self.trace.add("FAULT", f"the second worker of {self.trace.key(key)} dies holding it; the first {ending}")
-        return True
+        self.trace.add("FAULT", f"the second worker of {name} dies holding it; the first {ending}")
+        return SecondWorker(dies=True)
+
+    def _sdk_resends(self, subject: str) -> bool:
+        """Some lost answers are retried by the caller's SDK at once (botocore re-sends a 500): the
+        caller sees the answer to the second send, and must recognise its own write in it."""
+        resent = self.chaos.draw(Fault.LOST_ANSWER).random() < 0.4
+        if resent:
+            self.trace.add("FAULT", f"the SDK re-sends {subject}")
+        return resent
 
     @contextmanager
     def _broken_deploy(self) -> Iterator[FaultCount]:
@@ -269,6 +391,7 @@ class Driver:
         def deploy(consumer: DurableConsumer, event: Any, context: Any) -> Any:
             if failing["left"] == 0 and self.chaos.fires(Fault.BROKEN_DEPLOY, "the durable consumer"):
                 failing["left"] = window
+                self._dlq_alarm = True  # once its messages reach the DLQ, the operator redrives them
             if failing["left"] > 0:
                 failing["left"] -= 1
                 raise faults.WorkerCrash("the deployed consumer fails at start")
@@ -342,6 +465,7 @@ class Driver:
         elif isinstance(action, Steps):
             for _ in range(action.count):
                 self.runtime.step()
+                self._respond_to_alarms()
         elif isinstance(action, Redeliver):
             self.trace.add("sqs", f"redelivers {faults.redeliver(self.durable)} message(s) in flight now")
         elif isinstance(action, LateRedelivery):
@@ -356,6 +480,8 @@ class Driver:
             self._send_poison(action)
         elif isinstance(action, TimeJump):
             self._jump(action.days)
+        elif isinstance(action, HeadRollback):
+            self._roll_back_head(action.tenant)
 
     def drain(self) -> None:
         """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""
@@ -364,11 +490,33 @@ class Driver:
         def on_step(step: int) -> None:
             while pending and pending[0][0] <= step:
                 self.perform(pending.pop(0)[1])
+            self._respond_to_alarms()
 
         self.runtime.run_until_idle(on_step=on_step)
         for _, action in pending:  # the pipeline went idle before their step came
             self.perform(action)
         self.runtime.run_until_idle()
+        while self._respond_to_alarms():  # an alarm raised by the pipeline's last steps
+            self.runtime.run_until_idle(on_step=self._respond_each_step)
+
+    def _respond_each_step(self, _step: int) -> None:
+        self._respond_to_alarms()
+
+    def _respond_to_alarms(self) -> bool:
+        """The operator answers the alarms raised since the last step, as the runbook says; True if they acted."""
+        acted = False
+        if self._dlq_alarm and self.durable_dlq_depth() > 0:
+            self._dlq_alarm = False
+            # The loop more often than the move task: it is the method an interruption can cut in two.
+            self.redrive(self._alarm_random.choices(("move-task", "receive-send-delete"), weights=(1, 2))[0])
+            acted = True
+        dead = len(self.observations.dead_marks)
+        if dead > self._dead_seen:
+            self._dead_seen = dead
+            if self._alarm_random.random() < REPLAY_ON_ALARM:
+                self.replay()
+                acted = True
+        return acted
 
     def _emit(self, emitter: Emitter, action: Emit, origin: str) -> None:
         record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin)
@@ -380,6 +528,64 @@ class Driver:
             self._current = outer
         if record.committed and outer is not None and outer.tenant == record.tenant:
             outer.rivals += 1  # a writer that moved the head under the emit in progress
+        if outer is None and action.tenant in self.world.rolled_back:
+            self._repair_head(action.tenant)
+
+    # -- the log's own integrity --------------------------------------------------------------------
+
+    def _roll_back_head(self, tenant: str) -> None:
+        """The tenant's head goes back one event, as a restore from an older backup would set it: the next
+        emit must refuse to write over the event at the seq it thinks is free."""
+        with self.chaos.paused():
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            if not log:
+                return
+            self._write_head(tenant, log[:-1])
+        self.world.rolled_back.add(tenant)
+        self.trace.add("log", f"{tenant}'s chain head is set back to seq {len(log) - 1}")
+
+    def _repair_head(self, tenant: str) -> None:
+        """The operator, told by ChainIntegrityError to run verify_chain, sets the head to the log's last event."""
+        with self.chaos.paused():
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            self._write_head(tenant, log)
+        self.world.rolled_back.discard(tenant)
+        self.trace.add("log", f"the operator sets {tenant}'s chain head to the log's last event, seq {len(log)}")
+
+    def _write_head(self, tenant: str, log: list[Envelope]) -> None:
+        table, key = self.runtime.output("EventsTableName"), head_key(tenant)
+        dynamodb = self.operations.dynamodb
+        if not log:
+            dynamodb.delete_item(TableName=table, Key=key)
+            return
+        last = log[-1]
+        item = {
+            **key,
+            "kind": {"S": "HEAD"},
+            "tenant": {"S": tenant},
+            "last_seq": {"N": str(last.seq)},
+            "last_hash": {"S": last.hash},
+            "last_event_id": {"S": last.id},
+            "updated_at": {"S": format_timestamp(last.occurred_at)},
+        }
+        dynamodb.put_item(TableName=table, Item=item)
+
+    def tamper(self) -> None:
+        """Someone with write access to the events table rewrites an event in the middle of a tenant's log,
+        with a hash that matches its new content (the row after it still links to the old hash)."""
+        for tenant in self.world.schedule.tenants:
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            if len(log) < 2:
+                continue
+            victim = log[self._random.randrange(len(log) - 1)]
+            payload = {**victim.payload, "amount": int(victim.payload["amount"]) + 1}
+            rewritten = reseal(victim, payload)
+            self.operations.dynamodb.put_item(
+                TableName=self.runtime.output("EventsTableName"), Item=rewritten.to_item()
+            )
+            self.world.tampered[tenant] = victim
+            self.trace.add("log", f"{tenant} seq {victim.seq} is rewritten with a recomputed hash")
+            return
 
     def _create(self, emitter: Emitter, action: Emit, record: EmitRecord) -> None:
         try:
@@ -441,6 +647,7 @@ class Driver:
         if not rows:
             return json.dumps({"kind": {"S": "EVENT"}})
         row = rows[0]
+        self.world.altered_in_transit.add(row["event_id"]["S"])
         payload = row["payload"]["M"]
         if "amount" in payload:
             payload["amount"] = {"N": str(int(payload["amount"]["N"]) + 1)}
@@ -453,24 +660,42 @@ class Driver:
         swept = self.runtime.sweep_expired_items()
         if timedelta(days=days) >= self.operations.topology.inbox_retention:
             self.world.retention_passed = True
+            self.world.retention_passed_at = self.runtime.clock()
         self.trace.add("time", f"{days} days pass; the TTL sweep deletes {sum(swept.values())} expired row(s)")
 
     # -- the operator -------------------------------------------------------------------------------
 
     def operator(self, name: str, action: Callable[[], str]) -> None:
         """Run an operator action with the pipeline's faults paused. If the operator's process dies in the
-        middle, they run the same command once more, as a person would."""
+        middle, they run the same command again until it completes, as the runbook says (the fault's budget
+        bounds the deaths)."""
         with self.chaos.paused(), self._armed():
-            for attempt in (1, 2):
+            while True:
+                self._plan_death(name)
                 try:
                     self.trace.add("operator", f"{name}: {action()}")
                     return
                 except OperatorInterrupted as exc:
-                    again = ", runs it again" if attempt == 1 else ""
-                    self.trace.add("operator", f"{name} interrupted: {exc}{again}")
+                    self.trace.add("operator", f"{name} interrupted: {exc}, runs it again")
                 except OperationRefusedError as exc:
                     self.trace.add("operator", f"{name} refused: {exc}")
                     return
+
+    def _plan_death(self, name: str) -> None:
+        """Whether the operator's process dies during this run of the action, and before which of its calls
+        that change something: any of the first few, or the first message it sends (after a repair marked its
+        pairs and before it handed them to the queue)."""
+
+        def plan() -> tuple[int | None, bool]:
+            if not self.chaos.fires(Fault.OPERATOR_INTERRUPTED, name, while_paused=True):
+                return None, False
+            draw = self.chaos.draw(Fault.OPERATOR_INTERRUPTED)
+            if draw.random() < 0.5:
+                return None, True
+            return draw.randint(1, MAX_DEATH_CALL), False
+
+        death = self._death
+        death.calls, death.at, death.at_first_send, death.sent, death.plan = 0, None, False, False, plan
 
     @contextmanager
     def _armed(self) -> Iterator[None]:
@@ -507,15 +732,20 @@ class Driver:
         self.world.replay_positions.extend((key, position) for key in keys)
 
     def reconcile(self, since: datetime) -> None:
+        publish = self.operations._publish
+
+        def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any) -> None:
+            # Recorded as it is sent: a reconcile cut short has still repaired what it sent.
+            self._record_repair([f"{image['event_id']['S']}:{name}" for name in targets])
+            publish(image, tenant, dedup_id, targets=targets)
+
         def run() -> str:
             result = self.operations.reconcile(since)
-            self._record_repair(
-                [f"{event_id}:{name}" for event_id, names in result.subscriptions.items() for name in names]
-            )
             sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
             return f"scanned {result.scanned}, re-sent {sent}"
 
-        self.operator("reconcile", run)
+        with mock.patch.object(self.operations, "_publish", recorded):
+            self.operator("reconcile", run)
 
     def settle(self) -> None:
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
@@ -546,6 +776,16 @@ class Driver:
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return sum(int(value) for value in attributes.values())
+
+
+def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
+    """``envelope`` with another payload and a hash that matches it (linked to the same previous hash)."""
+    unsealed = envelope.model_copy(update={"payload": payload})
+    return unsealed.model_copy(update={"hash": chain_hash(envelope.prev_hash, unsealed.hashed_body())})
+
+
+def head_key(tenant: str) -> dict[str, Any]:
+    return {"pk": {"S": keys.head_partition(tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
 
 
 def client(runtime: LocalRuntime, service: str) -> Any:

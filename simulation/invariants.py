@@ -1,7 +1,8 @@
 """The invariants a run must keep, checked against what the pipeline left behind and what was observed.
 
 1. Every emitted event is in its tenant's log, gapless, and verify_chain is intact (and its entity row,
-   its INLINE writes and one LOCAL run came with it).
+   its INLINE writes and one LOCAL run came with it); a log rewritten at the end (with recomputed hashes)
+   is reported broken at the rewrite.
 2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
    with its error; never both, never neither. A dead letter must be earned: a terminal error the
    schedule injected, or every attempt the claim allows, each claimed.
@@ -23,10 +24,12 @@ dead letter is then expected beside its one effect, and a swept claim beside it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
+from outbox.chain import ChainReport
 from outbox.operations import Topology
 from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_NOTED, audit_key, item_key
 from simulation.recorder import Observations, Send
@@ -62,11 +65,12 @@ def check_all(world: World, observations: Observations, state: State, topology: 
     return [
         *check_log(world, state),
         *check_exactly_once(world, observations, state),
+        *check_redrive_keeps_every_message(world, topology),
         *check_external_effects(world, state),
         *check_fencing(world, observations, state),
         *check_failed_emits(world, observations, state),
         *check_fifo_order(world, observations),
-        *check_status(state, topology),
+        *check_status(state, topology, world.tampered),
         *check_best_effort_lane(world, state),
         *check_poison(world, state),
         *check_dead_stays_dead(world, observations),
@@ -79,12 +83,16 @@ def check_all(world: World, observations: Observations, state: State, topology: 
 def check_log(world: World, state: State) -> list[Violation]:
     found: list[Violation] = []
     for tenant, report in state.chains.items():
-        if not report.intact:
+        victim = world.tampered.get(tenant)
+        if victim is not None:
+            found.extend(_rewrite_detected(tenant, victim, report))
+        elif not report.intact:
             found.append(
                 Violation(1, f"tenant {tenant}: verify_chain broke at seq {report.first_broken_seq}: {report.detail}")
             )
     events = state.events
-    for record in (r for r in world.emits if r.envelope is not None):
+    rewritten = {victim.id for victim in world.tampered.values()}
+    for record in (r for r in world.emits if r.envelope is not None and r.envelope.id not in rewritten):
         envelope = record.envelope
         assert envelope is not None
         logged = events.get(envelope.id)
@@ -99,6 +107,22 @@ def check_log(world: World, state: State) -> list[Violation]:
         if envelope.id not in emitted and not _is_follow_up(envelope, events):
             found.append(Violation(1, f"{envelope.tenant} seq {envelope.seq} ({envelope.type}) was emitted by nobody"))
     return found
+
+
+def _rewrite_detected(tenant: str, victim: Envelope, report: ChainReport) -> list[Violation]:
+    """A row rewritten in the middle of the log, with a hash that matches its new content, breaks the link
+    from the row after it: verify_chain must report the log broken there or before."""
+    if report.intact:
+        return [Violation(1, f"tenant {tenant}: seq {victim.seq} was rewritten, and verify_chain says intact")]
+    if report.first_broken_seq is None or report.first_broken_seq > victim.seq + 1:
+        return [
+            Violation(
+                1,
+                f"tenant {tenant}: seq {victim.seq} was rewritten; verify_chain broke only at "
+                f"{report.first_broken_seq}",
+            )
+        ]
+    return []
 
 
 def _committed_with_its_writes(world: World, state: State, record: EmitRecord) -> list[Violation]:
@@ -146,6 +170,9 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
                 )
     for key in sorted(set(ledger) - expected):
         found.append(Violation(2, f"{_name(world, key)}: an effect for no event of the log"))
+    found.extend(_effects_match_the_log(world, state))
+    found.extend(_conflicts_are_recorded(world, state))
+    found.extend(_repairs_run_what_they_name(world, observations))
     for key, letter in sorted(letters.items()):
         found.extend(
             _earned(world, observations, state, key, letter.reason, letter.error, letter.attempts, ledger.get(key, 0))
@@ -153,6 +180,89 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     found.extend(_terminal_errors_are_terminal(world, observations))
     found.extend(_exhaustion_is_earned(world, observations, state))
     found.extend(_attempts_are_bounded(world, state))
+    found.extend(_attempts_were_claimed(world, observations, state))
+    return found
+
+
+def _attempts_were_claimed(world: World, observations: Observations, state: State) -> list[Violation]:
+    """A claim row counts no attempt that no worker saw claimed (or saw fail in a way that may have claimed):
+    attempts decide when a pair is dead, so one spent unseen (a worker's own claim, its answer lost and not
+    recognised) kills a pair early. A replay resets the count, which only makes it smaller."""
+    found: list[Violation] = []
+    for key, claim in sorted(state.claims.items()):
+        counted = int(claim.get("attempts", {}).get("N", "0"))
+        seen = observations.claims[key] + observations.uncertain_claims[key]
+        if counted > seen:
+            found.append(
+                Violation(
+                    2,
+                    f"{_name(world, key)}: its claim counts {counted} attempt(s), but {seen} claim(s) were seen: "
+                    "an attempt was spent that no worker took",
+                )
+            )
+    return found
+
+
+def _effects_match_the_log(world: World, state: State) -> list[Violation]:
+    """Every effect was computed from the event as the log holds it, never from other content under its id."""
+    events, found = state.events, []
+    rewritten = {victim.id for victim in world.tampered.values()}
+    for key, amount in sorted(state.effect_amounts().items()):
+        event = None if key.partition(":")[0] in rewritten else events.get(key.partition(":")[0])
+        logged = None if event is None else event.payload.get("amount")
+        if event is not None and amount != logged:
+            found.append(Violation(2, f"{_name(world, key)}: its effect used amount {amount}, the log says {logged}"))
+    return found
+
+
+def _repairs_run_what_they_name(world: World, observations: Observations) -> list[Violation]:
+    """A repair reruns the pairs the operator selected and nothing else: its message names only those, and
+    the consumer runs only the pairs a message names (a completed sibling, perhaps forgotten, stays alone)."""
+    found = [
+        Violation(2, f"{_name(world, key)} was delivered for a repair message that did not name it")
+        for key in sorted(set(observations.unnamed_deliveries))
+    ]
+    selected = {key for key, _ in world.replays}
+    for receipt in observations.receipts:
+        if receipt.targets is None or receipt.event_id is None:
+            continue
+        named = {f"{receipt.event_id}:{subscription}" for subscription in receipt.targets}
+        for key in sorted(named - selected):
+            found.append(Violation(2, f"{_name(world, key)} was named by a repair message, but no repair selected it"))
+    return sorted(set(found), key=str)
+
+
+def _conflicts_are_recorded(world: World, state: State) -> list[Violation]:
+    """A copy of an event with other content is recorded as a conflict (and never run)."""
+    conflicts = {row.event_id for row in state.dead_letters if row.reason == "conflict"}
+    found = [
+        Violation(2, f"{world.trace.event(event_id)}: a copy with other content came, and no conflict was recorded")
+        for event_id in sorted(set(world.conflicting_copies) - conflicts)
+    ]
+    for victim in world.tampered.values():
+        other_copies = {*world.conflicting_copies, *world.altered_in_transit}
+        if victim.id in conflicts and victim.id not in other_copies:
+            found.append(Violation(2, f"{world.trace.event(victim.id)} was rewritten in the log and relayed again"))
+    return found
+
+
+def check_redrive_keeps_every_message(world: World, topology: Topology) -> list[Violation]:
+    """A DLQ message an operator's tool deleted had been sent back to its queue first: however a redrive is cut
+    short, it leaves a duplicate (which the inbox absorbs), never a gap. Checked on the calls themselves,
+    because the effect of a lost message may still happen through another copy of its event."""
+    handles: dict[str, str] = {}
+    sent_back: set[str] = set()
+    found: list[Violation] = []
+    for name, request, answer in world.operator_calls:
+        queue = request.get("QueueUrl")
+        if name == "receive_message" and queue == topology.durable_dlq_url:
+            handles.update({m["ReceiptHandle"]: m["MessageId"] for m in (answer or {}).get("Messages", [])})
+        elif name == "send_message" and queue == topology.durable_queue_url:
+            sent_back.add(str(request.get("MessageDeduplicationId", "")).removeprefix("redrive-"))
+        elif name == "delete_message" and queue == topology.durable_dlq_url:
+            message_id = handles.get(request["ReceiptHandle"], "?")
+            if message_id not in sent_back:
+                found.append(Violation(2, f"DLQ message {message_id} was deleted by a redrive before it was sent back"))
     return found
 
 
@@ -188,14 +298,17 @@ def _terminal_errors_are_terminal(world: World, observations: Observations) -> l
 
 
 def _exhaustion_is_earned(world: World, observations: Observations, state: State) -> list[Violation]:
-    """Dead as exhausted by the last allowed attempt means that attempt ran its handler and failed; by the
-    attempt after it, that the last allowed attempt never ended (it crashed: it was not released)."""
+    """Dead as exhausted only by the last allowed attempt, which ran its handler and failed, or by the attempt
+    after it, when the last allowed attempt never ended (it crashed: it was not released); never earlier,
+    even if a replay later reran the pair."""
     found: list[Violation] = []
     last = state.max_attempts
     for key, attempt, reason in observations.dead_calls:
         if reason != "exhausted":
             continue
-        if attempt <= last and (key, attempt) not in world.run_attempts:
+        if attempt < last:
+            found.append(Violation(2, f"{_name(world, key)}: dead as exhausted by attempt {attempt} of {last}"))
+        elif attempt <= last and (key, attempt) not in world.run_attempts:
             found.append(Violation(2, f"{_name(world, key)}: dead as exhausted by attempt {attempt}, which never ran"))
         elif attempt > last and (key, last) in observations.release_calls:
             found.append(
@@ -242,9 +355,11 @@ def _earned(
             return [Violation(2, f"{name}: dead as terminal, but no terminal error was injected ({error})")]
         return []
     if reason == "unverifiable":
-        if world.retention_passed and applied == 1:
-            return []  # completed, then forgotten: the inbox rightly refused to guess
-        return [Violation(2, f"{name}: dead as unverifiable although no message outlived the inbox's memory")]
+        if not (world.retention_passed and applied == 1):
+            return [Violation(2, f"{name}: dead as unverifiable although no message outlived the inbox's memory")]
+        if not _arrived_late_for(world, observations, key):
+            return [Violation(2, f"{name}: dead as unverifiable, but no message for it arrived after the retention")]
+        return []  # completed, then forgotten: the inbox rightly refused to guess
     claimed = observations.claims[key] + observations.uncertain_claims[key]
     if attempts < state.max_attempts or claimed < state.max_attempts:
         return [
@@ -255,6 +370,17 @@ def _earned(
             )
         ]
     return []
+
+
+def _arrived_late_for(world: World, observations: Observations, key: str) -> bool:
+    """Whether a message for this pair (its event's, naming every subscription or this one) arrived after the
+    inbox's retention had passed: only that can make the inbox refuse it as unverifiable."""
+    event_id, _, subscription = key.partition(":")
+    since = world.retention_passed_at
+    return since is not None and any(
+        r.event_id == event_id and r.at >= since and (r.targets is None or subscription in r.targets)
+        for r in observations.receipts
+    )
 
 
 # -- 3 ---------------------------------------------------------------------------------------------------
@@ -387,7 +513,9 @@ def _enqueued(sends: list[Send]) -> dict[str, list[str]]:
 # -- 7 ---------------------------------------------------------------------------------------------------
 
 
-def check_status(state: State, topology: Topology) -> list[Violation]:
+def check_status(state: State, topology: Topology, tampered: Collection[str] = ()) -> list[Violation]:
+    """What status shows: every queue's depth, every tenant's open dead letters, and its chain broken exactly
+    when its log was rewritten (``tampered``)."""
     status = state.status
     if status is None:
         return [Violation(7, "Operations.status() failed")]
@@ -413,8 +541,12 @@ def check_status(state: State, topology: Topology) -> list[Violation]:
                     f"status shows {shown_tenant.dead_letters}",
                 )
             )
-        elif not shown_tenant.chain_intact:
-            found.append(Violation(7, f"status reports tenant {tenant}'s chain broken"))
+        elif shown_tenant.chain_intact == (tenant in tampered):
+            found.append(
+                Violation(
+                    7, f"status reports tenant {tenant}'s chain {'intact' if shown_tenant.chain_intact else 'broken'}"
+                )
+            )
     return found
 
 

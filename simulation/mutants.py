@@ -22,6 +22,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='claimable = "(attribute_not_exists(pk) AND lease_expires_at < :now) OR #status = :replaying"',
         description="the claim is a plain create (attribute_not_exists): an expired lease is never taken over",
         what_should_catch_it="a crash after the claim: the stale PENDING row blocks every redelivery (invariant 2)",
+        seeds=(2, 3, 4),
     ),
     Mutant(
         id="claim-takes-over-live-lease",
@@ -30,6 +31,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='"(#status = :pending AND lease_expires_at < :lease) OR',
         description="the take-over compares the lease with the new lease's end, not now: live leases are taken",
         what_should_catch_it="a redelivery while the owner runs: two runs of one pair (invariants 3, 4)",
+        seeds=(1, 2, 3),
     ),
     Mutant(
         id="claim-ignores-digest",
@@ -38,6 +40,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="ConditionExpression=claimable",
         description="the claim does not compare the digest: other content under the same event id takes over",
         what_should_catch_it="the same event id redelivered with other content while its lease is expired",
+        seeds=(3, 5, 37),
     ),
     Mutant(
         id="claim-ignores-may-create",
@@ -46,6 +49,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='        claimable = f"attribute_not_exists(pk) OR {claimable}"',
         description="a missing row is created even for a message older than the retention (may_create ignored)",
         what_should_catch_it="an old message redelivered after the retention: a forgotten completion runs again",
+        seeds=(13, 19, 31),
     ),
     Mutant(
         id="claim-never-counts-attempts",
@@ -54,6 +58,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, "',
         description="the claim's attempts stay at 1 (placeholders swapped): a failing pair is retried forever",
         what_should_catch_it="a dependency down or repeated crashes: never dead-lettered (invariant 2)",
+        seeds=(2, 3, 11),
     ),
     Mutant(
         id="own-claim-not-recognised",
@@ -62,6 +67,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='if _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED:',
         description="a claim whose answer was lost (applied, re-sent) is not recognised as ours: IN_PROGRESS",
         what_should_catch_it="a lost answer on the claim: the pair waits a lease out and burns an attempt",
+        seeds=(4, 10),
     ),
     Mutant(
         id="vouch-margin-wrong-way",
@@ -70,6 +76,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="return self._clock() < issued_at + self.retention + VOUCH_MARGIN",
         description="the inbox vouches for a message an hour past the retention instead of an hour before it",
         what_should_catch_it="a redelivery just after the retention (a time jump of exactly the retention)",
+        seeds=(31, 77, 132),
     ),
     # -- fencing -------------------------------------------------------------------------------------------
     Mutant(
@@ -87,6 +94,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the COMPLETED mark holds for any PENDING claim: a worker whose lease was taken completes",
         what_should_catch_it="a lease expiry while the handler runs (invariant 4: completed by a non-owner)",
+        seeds=(2, 10, 40),
     ),
     Mutant(
         id="release-unfenced",
@@ -98,6 +106,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",
         what_should_catch_it="a lease expiry, then a retryable error of the old owner (invariant 4: releases)",
+        seeds=(2, 17, 22),
     ),
     Mutant(
         id="mark-dead-unfenced",
@@ -113,6 +122,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the DEAD mark holds for any PENDING claim: a worker whose lease was taken kills the claim",
         what_should_catch_it="a lease expiry, then a terminal error of the old owner (invariant 4)",
+        seeds=(2, 3, 26),
     ),
     Mutant(
         id="completion-writes-separate",
@@ -124,6 +134,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the handler's writes commit in their own call before the COMPLETED mark",
         what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
+        seeds=(6, 11, 14),
     ),
     # -- the consumer: completion and classification --------------------------------------------------------
     Mutant(
@@ -133,6 +144,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="extra_writes=[*result.writes],\n            )\n            self.inbox.mark_completed(claim)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
+        seeds=(2, 10, 11),
     ),
     Mutant(
         id="every-error-terminal",
@@ -141,6 +153,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="terminal = isinstance(exc, Exception) or (",
         description="a retryable handler error is dead at once",
         what_should_catch_it="a retryable error: dead-lettered without its retries (invariant 2, not earned)",
+        seeds=(5, 15, 25),
     ),
     Mutant(
         id="contract-violation-retryable",
@@ -149,6 +162,25 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="terminal = isinstance(exc, TerminalError) or (",
         description="a handler that breaks its contract is retried instead of dead at once",
         what_should_catch_it="a contract breach: retried, and it runs its effect again on the retry",
+        seeds=(4, 14, 22),
+    ),
+    Mutant(
+        id="terminal-error-retried",
+        module=CONSUMER,
+        original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
+        replacement="terminal = isinstance(exc, ContractViolationError) or (",
+        description="a handler's TerminalError is retried like any other error instead of dead at once",
+        what_should_catch_it="a terminal error: released and run again, not marked dead by its attempt (2)",
+        seeds=(2, 3, 5),
+    ),
+    Mutant(
+        id="dead-by-receive-count",
+        module=CONSUMER,
+        original="exhausted = claim.attempts >= self.inbox.max_attempts",
+        replacement="exhausted = receive_count >= self.inbox.max_attempts",
+        description="dead is decided by the message's receive count, which followers of a failing head collect too",
+        what_should_catch_it="a backlog behind a failing head: healthy followers dead after one failure (2)",
+        seeds=(2, 3, 7),
     ),
     Mutant(
         id="attempts-check-one-late",
@@ -157,6 +189,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="exhausted = claim.attempts > self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair gets one attempt more than allowed",
         what_should_catch_it="a dependency down: the last failure is released, then dead unrun as a crash",
+        seeds=(2, 3, 21),
     ),
     Mutant(
         id="attempts-check-one-early",
@@ -165,6 +198,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair is dead one attempt early",
         what_should_catch_it="retryable errors on max_attempts - 1 attempts: dead, not earned (invariant 2)",
+        seeds=(2, 11, 21),
     ),
     Mutant(
         id="crash-check-off-by-one",
@@ -173,6 +207,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if claim.attempts >= self.inbox.max_attempts:",
         description="the last allowed attempt is taken for a crash and dead-lettered without running",
         what_should_catch_it="a crash or a retry before the last attempt: dead, not earned (invariant 2)",
+        seeds=(2, 3, 11),
     ),
     Mutant(
         id="in-progress-acknowledged",
@@ -181,6 +216,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="self._count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
+        seeds=(9, 22, 31),
     ),
     Mutant(
         id="poison-raised",
@@ -189,6 +225,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="raise",
         description="an unreadable body raises instead of being recorded as a poison pill",
         what_should_catch_it="a malformed body: no poison pill, and it blocks its group until the DLQ (9)",
+        seeds=(4, 5, 6),
     ),
     Mutant(
         id="lease-shorter-than-invocation",
@@ -197,6 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="return self.floor + self.margin",
         description="the lease is a fixed 10 seconds, shorter than the invocation can run",
         what_should_catch_it="a slow handler: taken over while it runs (invariants 3, 4)",
+        seeds=(10, 17, 30),
     ),
     # -- reading a message ---------------------------------------------------------------------------------
     Mutant(
@@ -209,6 +247,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="",
         description="the consumer does not check an envelope against its own hash",
         what_should_catch_it="a body that is a genuine event image with one field altered (a poison pill, 9)",
+        seeds=(9, 25, 34),
     ),
     Mutant(
         id="repair-targets-ignored",
@@ -217,8 +256,18 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="        return Message(envelope, None, receive_count)",
         description="a repair message runs every subscription of its event, not only the ones it names",
         what_should_catch_it="a replay after the retention: a completed, forgotten sibling pair runs again (2)",
+        seeds=(2, 3, 4),
     ),
     # -- emit: the head and the chain ----------------------------------------------------------------------
+    Mutant(
+        id="local-error-escapes",
+        module=STORE,
+        original="except Exception:  # best effort by contract: the event is committed whatever happens here",
+        replacement="except ValueError:",
+        description="an error of a LOCAL handler other than a ValueError escapes emit() after the commit",
+        what_should_catch_it="a LOCAL handler that fails: the caller sees an error for a committed event (5)",
+        seeds=(2, 27, 35),
+    ),
     Mutant(
         id="event-put-unconditional",
         module=STORE,
@@ -226,6 +275,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='"Item": envelope.to_item(),',
         description="the event row is put without attribute_not_exists: it may replace an event at its seq",
         what_should_catch_it="a head and log out of step (only a bug elsewhere): the head condition covers it",
+        seeds=(1, 10, 23),
     ),
     Mutant(
         id="head-condition-without-hash",
@@ -234,6 +284,12 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='"ConditionExpression": "last_seq = :prev OR last_hash = :prev_hash",',
         description="the head condition ORs in last_hash: in effect it checks last_seq only",
         what_should_catch_it="two heads at one seq with different hashes, which only another bug can make",
+        equivalent=(
+            "the head row is written only by emit(), which moves it forward one seq at a time with that seq's "
+            "hash, so a head whose last_seq matches always has the expected last_hash; only a head rewritten "
+            "outside emit() tells the two conditions apart, and then the event row's own condition refuses the "
+            "write"
+        ),
     ),
     Mutant(
         id="head-race-retries-stale-head",
@@ -242,6 +298,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="head = head if current is not None else self._read_head(tenant)",
         description="a lost head race is retried on the stale head instead of the current one returned",
         what_should_catch_it="a rival emit: every retry loses, the emit fails with ChainHeadContentionError",
+        seeds=(3, 7, 10),
     ),
     Mutant(
         id="unknown-outcome-new-token",
@@ -253,6 +310,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="                token_serial, first_sent = token_serial + 1, self._clock()",
         description="an ambiguous answer is re-sent with a new ClientRequestToken instead of the same one",
         what_should_catch_it="a lost answer, a rival commit, then a re-seal: the event commits twice (1, 2)",
+        seeds=(7, 14, 24),
     ),
     Mutant(
         id="seal-hash-without-prev",
@@ -261,6 +319,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="chain_hash(GENESIS_HASH, unsealed.hashed_body())",
         description="the event's hash leaves out the previous hash (the genesis hash instead)",
         what_should_catch_it="verify_chain (invariant 1) and the consumer's hash check (poison pills)",
+        seeds=(1, 2, 3),
     ),
     Mutant(
         id="head-forgets-last-event-id",
@@ -269,6 +328,11 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="last_event_id=None,",
         description="the head read loses last_event_id: emit cannot recognise its own commit after a lost answer",
         what_should_catch_it="a lost answer on emit: the event is re-sealed on its own head and commits twice",
+        equivalent=(
+            "a lost or ambiguous answer is re-sent with the same ClientRequestToken, which DynamoDB answers with "
+            "success for 10 minutes, and emit() stops re-sending after 9: the head's last_event_id check is "
+            "reached only if DynamoDB broke that promise; it stays as defence in depth"
+        ),
     ),
     Mutant(
         id="verify-ignores-links",
@@ -277,6 +341,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if False:",
         description="verify_chain does not check that each row links to the one before it",
         what_should_catch_it="a row replaced or moved in the log; the simulator never tampers with the log",
+        seeds=(1, 3, 4),
     ),
     # -- the operator's repairs ----------------------------------------------------------------------------
     Mutant(
@@ -286,6 +351,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="targets=[s.name for s in self.catalog.registry.subscriptions if s.lane is Lane.DURABLE],",
         description="replay sends the event to all its durable subscriptions, not only the selected dead pairs",
         what_should_catch_it="a replay after the retention: a completed, forgotten pair runs again (2)",
+        seeds=(2, 3, 4),
     ),
     Mutant(
         id="replay-reruns-completed",
@@ -301,6 +367,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
         what_should_catch_it="a replay interrupted after the re-send, then run again: the pair runs twice (2)",
+        equivalent=(
+            "a COMPLETED claim never has an open dead letter: the completion of a REPLAYING claim resolves the "
+            "letter it carries in the same transaction, and a DEAD mark writes the letter in the transaction that "
+            "makes the claim DEAD (invariant 2 checks that no pair is completed and dead-lettered)"
+        ),
     ),
     Mutant(
         id="replay-unverifiable-without-force",
@@ -309,6 +380,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and force:",
         description="the tenant replay reruns unverifiable pairs without --force",
         what_should_catch_it="a redelivery after the retention, then a replay: a forgotten completion reruns (2)",
+        seeds=(13, 19, 31),
     ),
     Mutant(
         id="replay-resolves-at-clear",
@@ -324,6 +396,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="replay resolves the dead letter when it clears the claim, before the event is re-sent",
         what_should_catch_it="a replay interrupted before the re-send: a REPLAYING claim, no open dead letter (2)",
+        seeds=(4, 21, 22),
     ),
     Mutant(
         id="redrive-deletes-before-send",
@@ -338,14 +411,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="redrive deletes the DLQ message before sending it back",
         what_should_catch_it="a redrive interrupted between the two calls: the message is lost (2)",
+        seeds=(10, 11, 12),
     ),
     Mutant(
         id="reconcile-stale-pending-handled",
         module=OPERATIONS,
-        original="    if status == PENDING:\n        return datetime.fromtimestamp(",
-        replacement='    if status == "never":\n        return datetime.fromtimestamp(',
+        original='    if claim["status"]["S"] != PENDING:\n        return None',
+        replacement='    if claim["status"]["S"] != "never":\n        return None',
         description="reconcile counts a stale PENDING claim as handled",
         what_should_catch_it="a message lost after its claim: reconcile does not re-send it (2)",
+        seeds=(3, 12, 28),
+    ),
+    Mutant(
+        id="reconcile-waits-for-replaying",
+        module=OPERATIONS,
+        original="            if status == REPLAYING or (lease_end is not None and now - lease_end > stale):",
+        replacement="            if lease_end is not None and now - lease_end > stale:",
+        description="reconcile leaves a REPLAYING pair alone: what a run cut short marked, the next run does not send",
+        what_should_catch_it="a reconcile interrupted between marking a pair and sending it, then run again (2)",
+        seeds=(1, 48, 72),
     ),
     Mutant(
         id="reconcile-ignores-horizon",
@@ -354,5 +438,6 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if False:",
         description="reconcile re-sends events older than the inbox's retention",
         what_should_catch_it="a reconcile over more days than the retention: forgotten completions rerun (2)",
+        seeds=(32, 38),
     ),
 )

@@ -59,6 +59,11 @@ class Mutant:
     replacement: str
     description: str
     what_should_catch_it: str
+    # Why no run of the pipeline can tell this mutant from the engine (an equivalent mutant): it is still run,
+    # and left out of the score only while it survives. A caught "equivalent" mutant is a catalogue error.
+    equivalent: str = ""
+    # Seeds that caught it in the last ``make mutants`` run: CI replays them (tests/simulation/test_fault_classes.py).
+    seeds: tuple[int, ...] = ()
 
 
 class StaleMutantError(Exception):
@@ -282,7 +287,7 @@ class MutantResult:
     module: str
     description: str
     what_should_catch_it: str
-    status: str  # caught | crashed (the simulator, never an invariant) | survived | error
+    status: str  # caught | crashed (the simulator, never an invariant) | survived | equivalent | error
     seeds_run: list[int] = field(default_factory=list)
     caught_by: list[int] = field(default_factory=list)
     crashed: list[int] = field(default_factory=list)
@@ -295,14 +300,18 @@ class MutantResult:
 def judge(mutant: Mutant, run: Run) -> MutantResult:
     caught = [s for s in run.seeds if s["violations"]]
     crashed = [s for s in run.seeds if s["error"] is not None]
-    if caught:
+    error = run.error
+    if caught and mutant.equivalent:
+        status = "error"
+        error = f"caught by seed {caught[0]['seed']}, so not equivalent: drop its `equivalent` reason"
+    elif caught:
         status = "caught"
     elif run.error is not None:
         status = "error"
     elif crashed:
         status = "crashed"
     else:
-        status = "survived"
+        status = "equivalent" if mutant.equivalent else "survived"
     return MutantResult(
         mutant.id,
         mutant.module,
@@ -314,7 +323,7 @@ def judge(mutant: Mutant, run: Run) -> MutantResult:
         crashed=[s["seed"] for s in crashed],
         first_violation=caught[0]["violations"][0] if caught else None,
         first_crash=f"seed {crashed[0]['seed']}: {crashed[0]['error']}" if crashed else None,
-        error=run.error,
+        error=error,
         seconds=run.seconds,
     )
 
@@ -351,18 +360,31 @@ def progress_line(result: MutantResult) -> str:
         detail = f"crashed the simulator on {len(result.crashed)} seed(s), no violation: {result.first_crash}"
     elif result.status == "error":
         detail = f"ERROR: {result.error}"
+    elif result.status == "equivalent":
+        detail = f"survived {len(result.seeds_run)} seeds, as an equivalent mutant should"
     else:
         detail = f"survived {len(result.seeds_run)} seeds"
     return f"{result.id:<40} {result.status:<8} {result.seconds:6.0f} s  {_brief(detail, 220)}"
 
 
-def summary(results: list[MutantResult]) -> list[str]:
+def summary(results: list[MutantResult], mutants: Sequence[Mutant] = ()) -> list[str]:
     lines = ["", f"{'mutant':<40} {'status':<8} {'caught':>7} {'crashed':>7} {'run':>4}  module"]
     for r in results:
         caught, crashed = len(r.caught_by), len(r.crashed)
         lines.append(f"{r.id:<40} {r.status:<8} {caught:>7} {crashed:>7} {len(r.seeds_run):>4}  {r.module}")
     by_status = {status: [r for r in results if r.status == status] for status in ("caught", "crashed", "survived")}
     errors = [r for r in results if r.status == "error"]
+    equivalent = [r for r in results if r.status == "equivalent"]
+    reasons = {m.id: m.equivalent for m in mutants}
+    once = [r for r in by_status["caught"] if len(r.caught_by) < 2]
+    if once:
+        lines.append("")
+        lines.append("caught by one seed only (a change of schedule may lose it; strengthen the faults):")
+        lines.extend(f"  {r.id}: seed {r.caught_by[0]} of {len(r.seeds_run)}" for r in once)
+    if equivalent:
+        lines.append("")
+        lines.append("equivalent (no run can tell them from the engine; not in the score):")
+        lines.extend(f"  {r.id}: {reasons.get(r.id, '')}" for r in equivalent)
     if by_status["crashed"]:
         lines.append("")
         lines.append("crashed the simulator (no invariant reported them; weaker evidence, not in the score):")
@@ -378,7 +400,14 @@ def summary(results: list[MutantResult]) -> list[str]:
     measured = sum(len(group) for group in by_status.values())
     caught = len(by_status["caught"])
     lines.append("")
-    lines.append(f"mutation score: {caught}/{measured} ({_percent(caught, measured)}%)")
+    lines.append(
+        f"mutation score: {caught}/{measured} ({_percent(caught, measured)}%)"
+        + (
+            f"; {len(equivalent)} equivalent mutant(s) left out, {caught}/{measured + len(equivalent)} of all"
+            if equivalent
+            else ""
+        )
+    )
     if by_status["crashed"]:
         with_crashes = caught + len(by_status["crashed"])
         lines.append(f"counting the simulator crashes as caught: {with_crashes}/{measured}")
@@ -386,7 +415,8 @@ def summary(results: list[MutantResult]) -> list[str]:
 
 
 def score(results: list[MutantResult]) -> float:
-    measured = [r for r in results if r.status != "error"]
+    """Caught, in per cent of the mutants measured (errors and surviving equivalent mutants left out)."""
+    measured = [r for r in results if r.status not in ("error", "equivalent")]
     return 100.0 * sum(r.status == "caught" for r in measured) / len(measured) if measured else 0.0
 
 
@@ -461,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             results[result.id] = result
             _say(progress_line(result))
     ordered = [results[m.id] for m in mutants]
-    for line in summary(ordered):
+    for line in summary(ordered, mutants):
         _say(line)
     _say(f"{len(mutants)} mutants in {time.monotonic() - started:.0f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from local_runtime.esm import BatchResult, SqsEventSourceMapping
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.subscriptions import Subscription
 from simulation.world import World
 
@@ -48,6 +49,8 @@ class Receipt:
     message_id: str
     deduplication_id: str
     receive_count: int
+    at: datetime
+    targets: frozenset[str] | None = None  # a repair message's subscriptions; None: every one of its event
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,16 @@ class Send:
     tenant: str
     event_id: str
     at: datetime
+
+
+@dataclass
+class Run:
+    """A delivery of one (event, subscription) in progress, and the deadline of the invocation it runs in:
+    until then, a take-over of its claim would run the pair twice at once."""
+
+    key: str
+    deadline: datetime
+    owner: str | None = None  # set once its claim succeeded
 
 
 @dataclass
@@ -74,6 +87,11 @@ class Observations:
     # idempotency key -> (owner, lease end) of the claim that holds it now; dropped when its owner finishes
     live_leases: dict[str, tuple[str, datetime]] = field(default_factory=dict)
     live_lease_takeovers: list[str] = field(default_factory=list)  # what a claim did to a lease still live
+    running: list[Run] = field(default_factory=list)  # deliveries in progress, outermost first
+    # The subscriptions the message being read names (None: every one of its event), innermost last.
+    reading: list[frozenset[str] | None] = field(default_factory=list)
+    unnamed_deliveries: list[str] = field(default_factory=list)  # pairs run for a message that did not name them
+    deadlines: list[datetime] = field(default_factory=list)  # of the invocations in progress, outermost first
     receipts: list[Receipt] = field(default_factory=list)
     sends: list[Send] = field(default_factory=list)
     sent_batches: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -90,6 +108,7 @@ class Recorder:
         # The originals, captured when recording starts (a mutation test may have replaced one).
         self._claim, self._complete, self._mark_dead = Inbox.claim, DurableConsumer._complete, Inbox.mark_dead
         self._release, self._deliver = Inbox.release, DurableConsumer.deliver
+        self._process_record = DurableConsumer.process_record
         self._handler, self._poll = durable.handler, durable.poll
 
     @contextmanager
@@ -117,12 +136,16 @@ class Recorder:
         ) -> DeliveryOutcome:
             return recorder.deliver(consumer, envelope, sub, *args, **kwargs)
 
+        def process_record(consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
+            recorder.process_record(consumer, record, *args, **kwargs)
+
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
             stack.enter_context(mock.patch.object(DurableConsumer, "_complete", complete))
             stack.enter_context(mock.patch.object(Inbox, "mark_dead", mark_dead))
             stack.enter_context(mock.patch.object(Inbox, "release", release))
             stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
+            stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             yield
@@ -149,6 +172,16 @@ class Recorder:
                 f"{key} taken over by {self.trace.owner(claim.owner)} while {self.trace.owner(previous[0])}'s lease "
                 f"ran {(previous[1] - now).total_seconds():.0f} s more"
             )
+        for run in self.observations.running:
+            if run.key == claim.idempotency_key and run.owner not in (None, claim.owner) and run.deadline > now:
+                self.observations.live_lease_takeovers.append(
+                    f"{key} taken over by {self.trace.owner(claim.owner)} while {self.trace.owner(run.owner)}'s "
+                    f"invocation had {(run.deadline - now).total_seconds():.0f} s to run"
+                )
+        for run in reversed(self.observations.running):
+            if run.key == claim.idempotency_key and run.owner is None:
+                run.owner = claim.owner
+                break
         self.observations.live_leases[claim.idempotency_key] = (claim.owner, claim.lease_expires_at)
         self.observations.current_owner[claim.idempotency_key] = claim.owner
         self.observations.claims[claim.idempotency_key] += 1
@@ -195,9 +228,27 @@ class Recorder:
     def deliver(
         self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
     ) -> DeliveryOutcome:
-        outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
-        self.trace.add("outcome", f"{self.trace.key(f'{envelope.id}:{sub.name}')} {outcome.value}")
+        key = f"{envelope.id}:{sub.name}"
+        reading = self.observations.reading
+        if reading and reading[-1] is not None and sub.name not in reading[-1]:
+            self.observations.unnamed_deliveries.append(key)
+        deadlines = self.observations.deadlines
+        run = Run(key, deadlines[-1] if deadlines else self.durable.clock())
+        self.observations.running.append(run)
+        try:
+            outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
+        finally:
+            running = self.observations.running
+            del running[next(i for i, r in enumerate(running) if r is run)]
+        self.trace.add("outcome", f"{self.trace.key(key)} {outcome.value}")
         return outcome
+
+    def process_record(self, consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
+        self.observations.reading.append(_targets(record.raw_event))
+        try:
+            self._process_record(consumer, record, *args, **kwargs)
+        finally:
+            self.observations.reading.pop()
 
     def _finished(self, claim: Claim) -> None:
         """The owner's lease ends with its fenced write (a release sets it to zero)."""
@@ -213,12 +264,17 @@ class Recorder:
 
     def batch(self, event: dict[str, Any], context: Any) -> Any:
         for record in event["Records"]:
-            receipt = _receipt(record)
+            receipt = _receipt(record, self.durable.clock())
             self.observations.receipts.append(receipt)
             name = self.trace.event(receipt.event_id) if receipt.event_id else "?"
             message = self.trace.message(receipt.message_id)
             self.trace.add("receive", f"{message} = {name} of {receipt.tenant} (receive {receipt.receive_count})")
-        return self._handler(event, context)
+        deadline = self.durable.clock() + timedelta(milliseconds=context.get_remaining_time_in_millis())
+        self.observations.deadlines.append(deadline)
+        try:
+            return self._handler(event, context)
+        finally:
+            self.observations.deadlines.pop()
 
     def poll(self) -> BatchResult | None:
         result = self._poll()
@@ -241,7 +297,7 @@ def brief(error: str, limit: int = 110) -> str:
     return error if len(error) <= limit else error[: limit - 3] + "..."
 
 
-def _receipt(record: dict[str, Any]) -> Receipt:
+def _receipt(record: dict[str, Any], at: datetime) -> Receipt:
     attributes = record.get("attributes", {})
     try:
         event_id: str | None = json.loads(record["body"])["event_id"]["S"]
@@ -253,4 +309,13 @@ def _receipt(record: dict[str, Any]) -> Receipt:
         message_id=str(record["messageId"]),
         deduplication_id=str(attributes.get("MessageDeduplicationId", "")),
         receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
+        at=at,
+        targets=_targets(record),
     )
+
+
+def _targets(record: dict[str, Any]) -> frozenset[str] | None:
+    """The subscriptions a repair message names, read from the raw record (never through the engine)."""
+    attribute = (record.get("messageAttributes") or {}).get(TARGETS_ATTRIBUTE) or {}
+    text = attribute.get("stringValue") if isinstance(attribute, dict) else None
+    return frozenset(text.split(",")) if isinstance(text, str) else None

@@ -93,6 +93,9 @@ def _run(
     with recording(world, observations, driver.durable):
         driver.settle()
         driver.age()
+        if world.schedule.tamper:
+            driver.tamper()
+            runtime.run_until_idle()  # the rewrite is a MODIFY on the stream: the relay must not pass it on
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

@@ -39,6 +39,9 @@ class Fault(StrEnum):
     OPERATOR_INTERRUPTED = "operator_interrupted"  # the operator's process dies in the middle of an action
     EARLY_REDELIVERY = "early_redelivery"  # after a crashed invocation its messages are visible at once
     BROKEN_DEPLOY = "broken_deploy"  # the consumer fails at start until its messages reach the DLQ
+    # After a crash left a claim waiting, a copy of its event with other content (and a hash that matches
+    # it) arrives in another message group: a producer reusing an event id, or a forger.
+    CONFLICTING_COPY = "conflicting_copy"
 
 
 @dataclass(frozen=True)
@@ -66,15 +69,20 @@ _FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
     Fault.PIPE_DUPLICATE_BATCH: (0.25, (0.2, 0.6), (1, 2)),
     Fault.STREAM_REORDER: (0.3, (0.3, 1.0), (1, 5)),
     Fault.LEASE_EXPIRY: (0.2, (0.1, 0.4), (1, 2)),
-    Fault.VISIBILITY_TIMEOUT: (0.3, (0.1, 0.4), (1, 2)),
+    Fault.VISIBILITY_TIMEOUT: (0.4, (0.15, 0.4), (1, 3)),
     Fault.LOCAL_HANDLER_ERROR: (0.15, (0.2, 0.5), (1, 2)),
     Fault.LOST_ANSWER: (0.35, (0.05, 0.3), (1, 3)),
     Fault.CONTRACT_BREACH: (0.2, (0.05, 0.2), (1, 1)),
     Fault.EARLY_REDELIVERY: (0.25, (0.3, 0.8), (1, 2)),
-    Fault.BROKEN_DEPLOY: (0.06, (0.05, 0.2), (1, 1)),
-    Fault.MESSAGE_LOST: (0.25, (0.2, 0.5), (1, 1)),
-    Fault.OPERATOR_INTERRUPTED: (0.35, (0.2, 0.5), (1, 3)),
+    Fault.BROKEN_DEPLOY: (0.2, (0.2, 0.5), (1, 1)),
+    Fault.MESSAGE_LOST: (0.45, (0.3, 0.7), (1, 2)),
+    Fault.OPERATOR_INTERRUPTED: (0.55, (0.3, 0.7), (2, 4)),
+    Fault.CONFLICTING_COPY: (0.35, (0.4, 0.9), (1, 2)),
 }
+_BATCH = 10  # the durable event source mapping's batch size: a tenant's backlog beyond it waits in the queue
+_BACKLOG_FAILURES = FaultRate(0.35, 8)
+_TAMPER_CHANCE = 0.25
+_HEAD_ROLLBACK_CHANCE = 0.2
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
 _HOT_TENANT_RATE = FaultRate(1.0, 6)
@@ -148,7 +156,15 @@ class TimeJump:
     days: int
 
 
-Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay | Reconcile | Poison | TimeJump
+@dataclass(frozen=True)
+class HeadRollback:
+    """The tenant's chain head is set back one event (restored from an older backup, or rewritten by a script
+    with write access); the operator puts it right after the next emit of the tenant."""
+
+    tenant: str
+
+
+Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay | Reconcile | Poison | TimeJump | HeadRollback
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,9 @@ class Schedule:
     replay_at_the_end: bool = False  # after healing: replay terminal dead letters too (else they stay)
     # After everything settled: time passes and the old work is repaired (nothing completed may run again).
     aged: tuple[Action, ...] = ()
+    # At the very end, someone with write access rewrites an event in the middle of a tenant's log and
+    # recomputes its hash; verify_chain must say so.
+    tamper: bool = False
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -182,6 +201,8 @@ class Schedule:
         lines.extend(f"  {_describe(action)}" for action in self.actions)
         lines.extend(f"  at drain step {step}: {_describe(action)}" for step, action in self.during_drain)
         lines.extend(f"  afterwards: {_describe(action)}" for action in self.aged)
+        if self.tamper:
+            lines.append("  at the end: an event in the middle of a tenant's log is rewritten, its hash recomputed")
         return lines
 
 
@@ -203,6 +224,8 @@ def _describe(action: Action) -> str:
         return f"a malformed body ({action.kind}) in {action.tenant}'s group"
     if isinstance(action, TimeJump):
         return f"{action.days} days pass; the TTL sweep runs"
+    if isinstance(action, HeadRollback):
+        return f"{action.tenant}'s chain head is set back one event"
     return "SQS: redeliver what is in flight"
 
 
@@ -212,16 +235,22 @@ def generate(seed: int) -> Schedule:
     aged = _aged(random.Random(f"schedule:{seed}:aged"))
     tenants = tuple(f"t{index}" for index in range(rng.randint(1, 2)))
     emitters = {tenant: rng.randint(1, 2) for tenant in tenants}
+    actions = _actions(rng, tenants, emitters)
+    faults = _faults(rng)
+    if sum(isinstance(action, Emit) for action in actions) > _BATCH:
+        # A backlog behind a failing head: failures for the head and for the followers alike.
+        faults[Fault.RETRYABLE_ERROR] = _BACKLOG_FAILURES
     return Schedule(
         seed=seed,
         tenants=tenants,
         emitters=emitters,
-        actions=tuple(_actions(rng, tenants, emitters)),
-        faults=_faults(rng),
+        actions=tuple(_with_a_head_rollback(random.Random(f"schedule:{seed}:rollback"), actions)),
+        faults=faults,
         during_drain=_during_drain(rng, tenants),
         # Dead work left for the aged phase when there is one: replayed weeks later, beside forgotten siblings.
         replay_at_the_end=not aged and rng.random() < 0.5,
         aged=aged,
+        tamper=random.Random(f"schedule:{seed}:tamper").random() < _TAMPER_CHANCE,
     )
 
 
@@ -232,6 +261,9 @@ def _faults(rng: random.Random) -> dict[Fault, FaultRate]:
             chosen[kind] = FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
     if Fault.RIVAL_EMIT in chosen and rng.random() < _HOT_TENANT_CHANCE / _FAULT_MENU[Fault.RIVAL_EMIT][0]:
         chosen[Fault.RIVAL_EMIT] = _HOT_TENANT_RATE
+    if (Fault.BROKEN_DEPLOY in chosen or Fault.MESSAGE_LOST in chosen) and rng.random() < 0.7:
+        # The redrive and the reconcile after an incident are the operator actions most worth interrupting.
+        chosen.setdefault(Fault.OPERATOR_INTERRUPTED, FaultRate(0.5, 2))
     return chosen
 
 
@@ -263,11 +295,28 @@ def _actions(rng: random.Random, tenants: tuple[str, ...], emitters: dict[str, i
     return actions
 
 
+def _with_a_head_rollback(rng: random.Random, actions: list[Action]) -> list[Action]:
+    """Now and then, before an emit of a tenant that has emitted before, its chain head is set back."""
+    seen: set[str] = set()
+    later = []
+    for index, action in enumerate(actions):
+        if isinstance(action, Emit):
+            if action.tenant in seen:
+                later.append(index)
+            seen.add(action.tenant)
+    if not later or rng.random() >= _HEAD_ROLLBACK_CHANCE:
+        return actions
+    index = rng.choice(later)
+    target = actions[index]
+    assert isinstance(target, Emit)
+    return [*actions[:index], HeadRollback(target.tenant), *actions[index:]]
+
+
 def _during_drain(rng: random.Random, tenants: tuple[str, ...]) -> tuple[tuple[int, Action], ...]:
     actions: list[tuple[int, Action]] = []
     if rng.random() < 0.15:
         actions.append((rng.randint(2, 40), Reconcile(days=rng.choice((1, 3)))))
-    if rng.random() < 0.1:
+    if rng.random() < 0.25:
         actions.append((rng.randint(2, 40), _poison(rng, tenants)))
     if rng.random() < 0.3:
         actions.append((rng.randint(2, 40), Redrive(rng.choice(("move-task", "receive-send-delete")))))
@@ -281,9 +330,12 @@ def _during_drain(rng: random.Random, tenants: tuple[str, ...]) -> tuple[tuple[i
 
 
 def _poison(rng: random.Random, tenants: tuple[str, ...]) -> Poison:
-    from simulation.catalog import MALFORMED_BODIES
+    from simulation.catalog import ALTERED_EVENT, MALFORMED_BODIES
 
-    return Poison(rng.choice(tenants), rng.choice(sorted(MALFORMED_BODIES)))
+    kinds = sorted(MALFORMED_BODIES)
+    # A genuine event altered in transit is the one body only the hash check can tell: drawn more often.
+    weights = [3 if kind == ALTERED_EVENT else 1 for kind in kinds]
+    return Poison(rng.choice(tenants), rng.choices(kinds, weights=weights)[0])
 
 
 def _aged(rng: random.Random) -> tuple[Action, ...]:
@@ -291,14 +343,19 @@ def _aged(rng: random.Random) -> tuple[Action, ...]:
     arrives again, and the operator repairs."""
     if rng.random() >= 0.4:
         return ()
-    days = rng.choice((8, 15, 30, 31, 45))
-    repairs: list[Action] = [LateRedelivery(after_window=True), Replay()]
-    if rng.random() < 0.4:
-        repairs.append(Reconcile(days=rng.choice((1, days + 1))))
+    # The retention itself (30 days) more often: a message just past it is the edge the vouching rule guards.
+    days = rng.choice((8, 15, 30, 30, 31, 45))
+    repairs: list[Action] = [Replay()]
+    if rng.random() < 0.6:
+        # Often "everything since the incident": a window that reaches back before the jump.
+        repairs.append(Reconcile(days=days + 1 if rng.random() < 0.6 else 1))
     if rng.random() < 0.3:
         repairs.append(Redrive(rng.choice(("move-task", "receive-send-delete"))))
     rng.shuffle(repairs)
-    return (TimeJump(days), *repairs)
+    if rng.random() < 0.6:
+        # An old message arrives first (it raises the alarm), then the operator repairs.
+        return (TimeJump(days), LateRedelivery(after_window=True), *repairs)
+    return (TimeJump(days), *repairs)  # the operator repairs what they remember, with nothing new in the queue
 
 
 def _interruption(rng: random.Random, tenants: tuple[str, ...]) -> list[Action]:

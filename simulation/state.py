@@ -52,6 +52,14 @@ class State:
         """Unresolved dead letters of work that failed, by idempotency key (a conflict is not dead work)."""
         return {row.key: row for row in self.dead_letters if not row.resolved and row.reason != "conflict"}
 
+    def effect_amounts(self) -> dict[str, int]:
+        """Idempotency key -> the amount its (last) DynamoDB effect was computed from."""
+        return {
+            f"{pk.removeprefix('SIMEFFECT#')}:{sk}": int(row["amount"]["N"])
+            for (pk, sk), row in self.data.items()
+            if pk.startswith("SIMEFFECT#") and "amount" in row
+        }
+
     def ledger(self) -> dict[str, int]:
         """Idempotency key -> how often its DynamoDB effect was applied."""
         applied: dict[str, int] = defaultdict(int)

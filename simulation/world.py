@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
@@ -94,7 +94,14 @@ class World:
     # The same, as the number of handler runs before it: virtual time stands still, order does not.
     replay_positions: list[tuple[str, int]] = field(default_factory=list)
     poison_sent: int = 0  # malformed bodies the schedule put in the queue
+    conflicting_copies: list[str] = field(default_factory=list)  # event ids a copy with other content came for
+    # (call, request, answer) of every call the operator's tools made while acting, in order.
+    operator_calls: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)
+    rolled_back: set[str] = field(default_factory=set)  # tenants whose chain head is set back right now
+    tampered: dict[str, Envelope] = field(default_factory=dict)  # tenant -> the event rewritten in its log
     retention_passed: bool = False  # a time jump went past the inbox's retention
+    retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
+    altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
     clock: Callable[[], datetime] | None = None
 
     def trace_clock(self) -> datetime:

@@ -13,7 +13,18 @@ import pytest
 
 import simulation.mutation
 from simulation.mutants import MUTANTS
-from simulation.mutation import Mutant, MutantResult, Run, check, install, judge, run_mutant, run_worker, summary
+from simulation.mutation import (
+    Mutant,
+    MutantResult,
+    Run,
+    check,
+    install,
+    judge,
+    run_mutant,
+    run_worker,
+    score,
+    summary,
+)
 
 GUARANTEE_MODULES = {
     "outbox.inbox",
@@ -128,3 +139,31 @@ def test_the_summary_says_what_should_catch_each_survivor() -> None:
     survivor = MutantResult("m", "outbox.inbox", "a bug", "a fault that would find it", "survived", [1, 2])
 
     assert "  m: a fault that would find it" in summary([survivor])
+
+
+def equivalent_probe() -> Mutant:
+    return Mutant("same", "mutation_probe", "ANSWER = 41", "ANSWER = 42", "a bug no run can see", "nothing", "why")
+
+
+def test_an_equivalent_mutant_that_survives_is_left_out_of_the_score_with_its_reason() -> None:
+    caught = judge(probe_mutant(), Run([seed(1, ["invariant 2: lost"])]))
+    equivalent = judge(equivalent_probe(), Run([seed(1), seed(2)]))
+
+    assert equivalent.status == "equivalent"
+    assert score([caught, equivalent]) == 100.0
+    text = "\n".join(summary([caught, equivalent], [probe_mutant(), equivalent_probe()]))
+    assert "  same: why" in text
+    assert "mutation score: 1/1 (100%); 1 equivalent mutant(s) left out, 1/2 of all" in text
+
+
+def test_an_equivalent_mutant_that_is_caught_is_a_catalogue_error() -> None:
+    result = judge(equivalent_probe(), Run([seed(1), seed(2, ["invariant 2: lost"])]))
+
+    assert result.status == "error"
+    assert "not equivalent" in (result.error or "")
+
+
+def test_a_mutant_caught_by_one_seed_only_is_flagged() -> None:
+    result = judge(probe_mutant(), Run([seed(1), seed(2, ["invariant 2: lost"]), seed(3)]))
+
+    assert "caught by one seed only" in "\n".join(summary([result]))

@@ -105,6 +105,9 @@ class SqsEventSourceMapping:
         if not messages:
             return None
         self.invocations += 1
+        # Visibility runs from the receive, not from the handler's end: SQS started the clock when it
+        # handed the messages over, whatever the function does with them.
+        visible_again_at = self.clock() + self.visibility_timeout
         event = {"Records": [self._record(message) for message in messages]}
         context = LocalLambdaContext(self.function_name, self.function_timeout, self.clock)
         received = [message["MessageId"] for message in messages]
@@ -125,23 +128,18 @@ class SqsEventSourceMapping:
             failed = list(received)
         for message in messages:
             if message["MessageId"] in failed:
-                self.in_flight.append(
-                    InFlight(message["ReceiptHandle"], message["MessageId"], self.clock() + self.visibility_timeout)
-                )
+                self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))
             else:
                 self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         return BatchResult(received, failed, crashed)
 
     def release_expired(self) -> None:
-        """Messages whose visibility timeout has passed on the virtual clock become visible again."""
+        """Forget the failed messages whose visibility timeout has passed: SQS makes them visible again by
+        itself (on the virtual clock), as Lambda leaves them to it. Lambda never changes their visibility
+        with the receipt handle of its receive: by then the message may have been received again, and a
+        change with the old handle (which moto accepts) would make that newer receive visible early."""
         now = self.clock()
-        still = []
-        for entry in self.in_flight:
-            if entry.visible_at <= now:
-                change_visibility_if_in_flight(self.sqs, self.queue_url, entry.receipt_handle)
-            else:
-                still.append(entry)
-        self.in_flight = still
+        self.in_flight = [entry for entry in self.in_flight if entry.visible_at > now]
 
     def drain(self, max_invocations: int = 1000) -> list[BatchResult]:
         """Poll until the queue is empty, letting virtual time pass whenever only in-flight messages remain."""

@@ -96,6 +96,7 @@ class PipeConfig:
     maximum_record_age_seconds: int = -1  # -1: never expires (R4.1)
     starting_position: str = "TRIM_HORIZON"
     dead_letter_queue_url: str | None = None
+    automatic_bisect: bool = False  # OnPartialBatchItemFailure: AUTOMATIC_BISECT (R4.1)
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= SQS_BATCH_LIMIT:
@@ -120,6 +121,13 @@ class PipeRecord:
     @property
     def event_id(self) -> str:
         return str(self.event["eventID"])
+
+    @property
+    def created(self) -> datetime:
+        """When the stream record was written (ApproximateCreationDateTime, epoch seconds): what
+        MaximumRecordAgeInSeconds counts from on AWS, however late the pipe first reads it."""
+        created = self.event["dynamodb"].get("ApproximateCreationDateTime")
+        return datetime.fromtimestamp(created, UTC) if isinstance(created, int | float) else self.first_seen
 
     @property
     def sequence_number(self) -> str:
@@ -148,6 +156,7 @@ class PipeCounters:
     dead_lettered: int = 0
     internal_errors: int = 0
     duplicate_sends: int = 0
+    bisections: int = 0  # batches halved by AUTOMATIC_BISECT
 
 
 @dataclass(frozen=True)
@@ -361,8 +370,8 @@ class PipeEmulator:
             self._read_shard(shard)
 
     def _read_shard(self, shard: _Shard) -> None:
-        """Buffer every record now readable. Its age counts from here, on the virtual clock: moto's
-        ApproximateCreationDateTime is wall-clock time (M5, M19)."""
+        """Buffer every record now readable. Its age counts from its ApproximateCreationDateTime, which the
+        local runtime's DynamoDB fixes stamp on the virtual clock (M5), not from when the pipe reads it."""
         while shard.iterator is not None:
             response = self._streams.get_records(ShardIterator=shard.iterator)
             shard.iterator = response.get("NextShardIterator")  # None once a closed shard is read out
@@ -428,10 +437,10 @@ class PipeEmulator:
         if max_age < 0:
             return ()
         cutoff = self._clock() - timedelta(seconds=max_age)
-        expired = [record for record in batch.records if record.first_seen < cutoff]
+        expired = [record for record in batch.records if record.created < cutoff]
         if not expired:
             return ()
-        batch.records = [record for record in batch.records if record.first_seen >= cutoff]
+        batch.records = [record for record in batch.records if record.created >= cutoff]
         reason = f"{len(expired)} record(s) older than MaximumRecordAgeInSeconds={max_age}"
         self._dead_letter(shard, expired, RECORD_AGE_EXCEEDED, reason, batch.attempts)
         return tuple(record.event_id for record in expired)
@@ -527,7 +536,11 @@ class PipeEmulator:
         return None if value is None else resolve_dynamic_parameter(value, record.event)
 
     def _send(self, messages: list[_Message]) -> dict[str, str]:
-        """SendMessageBatch; the failures by eventID. A rejected call fails every entry in it."""
+        """SendMessageBatch; the failures by eventID. A rejected call fails every entry in it, unless
+        AUTOMATIC_BISECT is on and SQS refused the request for what it carries (a batch over 1 MiB, a message
+        over the queue's size): then each half is sent on its own, down to the one record that cannot go.
+        Halves are sent in order, so a tenant's events keep theirs. [UNCERTAIN: whether Pipes also bisects
+        on a target's 5xx; the emulator retries those whole.]"""
         if not messages:
             return {}
         entries = [message.entry(index) for index, message in enumerate(messages)]
@@ -536,6 +549,10 @@ class PipeEmulator:
                 self.faults.before_send(entries)
             response = self._sqs.send_message_batch(QueueUrl=self.config.target_queue_url, Entries=entries)
         except (ClientError, TargetInvocationError) as exc:
+            if self.config.automatic_bisect and len(messages) > 1 and _refused_for_content(exc):
+                self.counters.bisections += 1
+                half = len(messages) // 2
+                return {**self._send(messages[:half]), **self._send(messages[half:])}
             return {message.record.event_id: f"SQS SendMessageBatch failed: {exc}" for message in messages}
         failures = {
             messages[int(failed["Id"])].record.event_id: f"SQS rejected the entry: {failed.get('Code')}: "
@@ -643,6 +660,14 @@ def _queue_arn(sqs: Any, queue_url: str) -> str:
 
 
 def _arrival(record: PipeRecord) -> str:
-    created = record.event["dynamodb"].get("ApproximateCreationDateTime")
-    moment = datetime.fromtimestamp(created, UTC) if isinstance(created, int | float) else record.first_seen
-    return iso8601(moment)
+    return iso8601(record.created)
+
+
+# What SQS says when a request is refused for what it carries: sending less of it can succeed.
+_CONTENT_ERRORS = frozenset(
+    {"AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong", "InvalidParameterValue"}
+)
+
+
+def _refused_for_content(exc: Exception) -> bool:
+    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in _CONTENT_ERRORS

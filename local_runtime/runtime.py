@@ -270,6 +270,7 @@ class LocalRuntime:
             attributes = {
                 "VisibilityTimeout": str(spec.visibility_timeout),
                 "MessageRetentionPeriod": str(spec.retention_seconds),
+                "MaximumMessageSize": str(spec.maximum_message_size),
             }
             if spec.fifo:
                 attributes["FifoQueue"] = "true"
@@ -330,6 +331,7 @@ class LocalRuntime:
                 maximum_retry_attempts=spec.maximum_retry_attempts,
                 maximum_record_age_seconds=spec.maximum_record_age_seconds,
                 starting_position=spec.starting_position,
+                automatic_bisect=spec.automatic_bisect,
                 dead_letter_queue_url=(
                     self.resources.queue_urls[spec.dead_letter_queue] if spec.dead_letter_queue else None
                 ),

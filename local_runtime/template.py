@@ -60,6 +60,7 @@ class QueueSpec:
     retention_seconds: int
     dead_letter_queue: str | None  # logical id
     max_receive_count: int | None
+    maximum_message_size: int = 262_144  # bytes; SQS's documented default when the template says nothing
 
     @property
     def name(self) -> str:
@@ -81,6 +82,7 @@ class PipeSpec:
     starting_position: str
     dead_letter_queue: str | None
     log_level: str
+    automatic_bisect: bool = False  # OnPartialBatchItemFailure: AUTOMATIC_BISECT
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ def _queue(logical_id: str, resource: Mapping[str, Any]) -> QueueSpec:
         retention_seconds=int(properties.get("MessageRetentionPeriod", 345600)),
         dead_letter_queue=dead_letter.logical_id if dead_letter else None,
         max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
+        maximum_message_size=int(properties.get("MaximumMessageSize", 262_144)),
     )
 
 
@@ -196,6 +199,7 @@ def _pipe(logical_id: str, resource: Mapping[str, Any]) -> PipeSpec:
         starting_position=str(stream.get("StartingPosition", "LATEST")),
         dead_letter_queue=_reference(dead_letter, f"{logical_id} DeadLetterConfig").logical_id if dead_letter else None,
         log_level=str(properties.get("LogConfiguration", {}).get("Level", "OFF")),
+        automatic_bisect=stream.get("OnPartialBatchItemFailure") == "AUTOMATIC_BISECT",
     )
 
 

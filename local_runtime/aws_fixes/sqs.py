@@ -29,6 +29,11 @@ Rule 10, visibility changes (M20; R5.5). A message's visibility can be extended 
 receive that put it in flight, and setting it to 0 (visible now) is always allowed; moto counted the 12
 hours from when the message was sent.
 
+Rule 11, message size (M21). SQS measures a message in bytes, its body (UTF-8) and its message attributes
+(each name, data type and value) together, against the queue's MaximumMessageSize; moto counts the body's
+characters alone, so a body of multi-byte text, or a repair message's attributes, would fit locally and be
+refused by AWS.
+
 ReceiveRequestAttemptId (M16; R5.3). On a FIFO queue, a retry with the same id within five minutes
 returns the same messages and receipt handles and restarts their visibility timeout, unless one of
 them was deleted or had its visibility changed since; then it is a new receive.
@@ -75,13 +80,12 @@ MAX_VISIBILITY_MS = 12 * 60 * 60 * 1000
 _RECEIVE_ATTEMPT: ContextVar[str | None] = ContextVar("receive_request_attempt_id", default=None)
 
 # Backend calls that read or change queues: each runs under SQS_LOCK. receive_message has its own.
+# Also locked: send_message and send_message_batch, which rule 11 replaces (the lock wraps the replacement).
 _LOCKED_BACKEND_CALLS = (
     "create_queue",
     "delete_queue",
     "get_queue_attributes",
     "set_queue_attributes",
-    "send_message",
-    "send_message_batch",
     "delete_message",
     "delete_message_batch",
     "change_message_visibility_batch",
@@ -223,12 +227,26 @@ class SqsFixes:
         def cancel_message_move_task(self: SQSResponse) -> ActionResult:
             fixes._cancel_move_task(self.sqs_backend, self._get_param("TaskHandle"))
 
+        def send_message(self: SQSBackend, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Message:
+            attributes = kwargs.get("message_attributes", args[0] if args else None)
+            _check_size(self.get_queue(queue_name), message_body, attributes or {})
+            return original_send_message(self, queue_name, message_body, *args, **kwargs)
+
+        def send_message_batch(self: SQSBackend, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
+            # Every entry is measured before any is sent, as moto validates the rest: no half-sent batch.
+            queue = self.get_queue(queue_name)
+            for entry in entries.values():
+                _check_size(queue, entry["MessageBody"], entry.get("MessageAttributes") or {})
+            return original_send_message_batch(self, queue_name, entries)
+
         def change_message_visibility(
             self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int
         ) -> None:
             fixes._change_visibility(self, queue_name, receipt_handle, int(visibility_timeout))
 
         original_receive_request = SQSResponse.receive_message
+        original_send_message = SQSBackend.send_message
+        original_send_message_batch = SQSBackend.send_message_batch
         module: ModuleType = sqs_models
         return [
             Patch(module, "unix_time", unix_time, "M19: SQS on the virtual clock"),
@@ -241,6 +259,8 @@ class SqsFixes:
             Patch(SQSResponse, "list_message_move_tasks", list_message_move_tasks, "M18"),
             Patch(SQSResponse, "cancel_message_move_task", cancel_message_move_task, "M18"),
             Patch(SQSBackend, "change_message_visibility", change_message_visibility, "M20: 12 h from the receive"),
+            Patch(SQSBackend, "send_message", locked(send_message), "M21: size in bytes, attributes included; M17"),
+            Patch(SQSBackend, "send_message_batch", locked(send_message_batch), "M21: size in bytes, attributes; M17"),
             *(
                 Patch(SQSBackend, name, locked(getattr(SQSBackend, name)), "M17: one lock for all SQS calls")
                 for name in _LOCKED_BACKEND_CALLS
@@ -482,3 +502,28 @@ def _redriven(message: Message, target: Queue) -> Message:
         moved.sequence_number = "".join(mock_random.choice(string.digits) for _ in range(20))
     moved.mark_sent()
     return moved
+
+
+# Rule 11: the size of a message.
+
+
+def message_size(body: str, attributes: dict[str, Any]) -> int:
+    """Bytes SQS counts for a message: the UTF-8 body plus each attribute's name, data type and value."""
+    size = len(body.encode("utf-8"))
+    for name, attribute in attributes.items():
+        size += len(name.encode("utf-8"))
+        for value in attribute.values():
+            if isinstance(value, str):
+                size += len(value.encode("utf-8"))
+            elif isinstance(value, bytes):
+                size += len(value)
+    return size
+
+
+def _check_size(queue: Queue, body: str, attributes: dict[str, Any]) -> None:
+    limit = int(queue.maximum_message_size)  # type: ignore[attr-defined]
+    size = message_size(body, attributes)
+    if size > limit:
+        raise InvalidParameterValue(
+            f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."
+        )

@@ -6,6 +6,12 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+# Every queue states its MaximumMessageSize instead of inheriting a default that AWS has changed before
+# (256 KiB for years, 1 MiB allowed since 2025). 256 KiB: ten of them stay well inside the 6 MB payload of
+# one Lambda invocation. The engine's relay bound (outbox.messages.MAX_RELAY_BODY_BYTES) is derived from
+# this number, and an infrastructure test keeps the two equal.
+MESSAGE_MAX_BYTES = 262_144
+
 
 def encrypted_queue(
     scope: Construct,
@@ -16,6 +22,7 @@ def encrypted_queue(
     visibility_timeout: Duration | None = None,
     dead_letter_queue: sqs.DeadLetterQueue | None = None,
     content_based_deduplication: bool | None = None,
+    max_message_size_bytes: int = MESSAGE_MAX_BYTES,
 ) -> sqs.Queue:
     """A queue encrypted with SSE-SQS that refuses every request without TLS.
 
@@ -31,6 +38,7 @@ def encrypted_queue(
         visibility_timeout=visibility_timeout,
         retention_period=retention_period,
         dead_letter_queue=dead_letter_queue,
+        max_message_size_bytes=max_message_size_bytes,
         encryption=sqs.QueueEncryption.SQS_MANAGED,
         enforce_ssl=True,
     )

@@ -28,7 +28,8 @@ class RecordChangePipe(StreamPipe):
     "A path that does not resolve"). Without a template there is no path to miss.
 
     No target parameters either: a standard queue takes no message group or deduplication id. A replaced
-    pipe re-sends up to 24 h of row changes (TRIM_HORIZON), and SQS may deliver any message twice, so
+    pipe re-sends the row changes younger than its maximum record age (TRIM_HORIZON; older ones go to the
+    pipe's DLQ), and SQS may deliver any message twice, so
     best-effort handlers must tolerate a repeat. What reaches the DLQ is a shard and sequence range, not
     the records: recover by rebuilding the affected projections from the data table.
     """

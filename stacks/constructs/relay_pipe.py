@@ -26,16 +26,20 @@ EVENT_KIND: Final = "EVENT"  # outbox.keys.KIND_EVENT; chain heads carry "HEAD" 
 TENANT_ATTRIBUTE: Final = "tenant"
 EVENT_ID_ATTRIBUTE: Final = "event_id"
 
-# Only inserts of event rows. Event rows are insert-only, so INSERT alone would do; the kind test keeps
-# chain-head inserts (a tenant's first emit) out. Plain equality only: Pipes rejects several operators
-# the event-bus matcher accepts (AWS-SEMANTICS R3.2).
+# Inserted event rows only, by what is certain: the kind in the new image, and no old image (the stream
+# carries NEW_AND_OLD_IMAGES, so only an insert lacks one). Chain heads, tenant rows, removals (no new
+# image) and rewrites of an event row (an old image) do not match. Not eventName: whether Pipes filters on
+# it is uncertain (one AWS page says it cannot), and a pattern on a field Pipes ignores or refuses would
+# silence the durable lane. Equality and exists only, both supported by Pipes; exists on the leaf (the
+# "S" of the old kind), as exists does not work on intermediate nodes.
 FILTER_PATTERN: Final = {
-    "eventName": ["INSERT"],
-    "dynamodb": {"NewImage": {KIND_ATTRIBUTE: {"S": [EVENT_KIND]}}},
+    "dynamodb": {
+        "NewImage": {KIND_ATTRIBUTE: {"S": [EVENT_KIND]}},
+        "OldImage": {KIND_ATTRIBUTE: {"S": [{"exists": False}]}},
+    }
 }
-# The raw image as one blob (the decision at the top of AWS-SEMANTICS.md); the consumer parses the
-# DynamoDB JSON itself. Safe here, unlike on the record-change pipe: the filter admits INSERTs only,
-# and every INSERT has a NewImage.
+# The raw image as one blob; the consumer parses the DynamoDB JSON itself. Safe here, unlike on the
+# record-change pipe: the filter admits records with a NewImage only.
 INPUT_TEMPLATE: Final = "<$.dynamodb.NewImage>"
 # Dynamic target parameters are evaluated against the stream record, not the rendered template (R2.2).
 MESSAGE_GROUP_ID_PATH: Final = f"$.dynamodb.NewImage.{TENANT_ATTRIBUTE}.S"
@@ -45,9 +49,10 @@ MESSAGE_DEDUPLICATION_ID_PATH: Final = f"$.dynamodb.NewImage.{EVENT_ID_ATTRIBUTE
 class RelayPipe(StreamPipe):
     """The events stream's inserted event rows, into the durable FIFO queue.
 
-    A replaced pipe re-sends up to 24 h of events (TRIM_HORIZON); SQS deduplicates only for 5 minutes,
-    and the inbox claim absorbs the rest. Whatever reaches the DLQ is recovered by reconciliation from
-    the events table, not by redrive.
+    A replaced pipe re-sends the stream's events younger than its maximum record age (TRIM_HORIZON; older
+    ones, up to the stream's 24 h, go to the pipe's DLQ); SQS deduplicates only for 5 minutes, and the inbox
+    claim absorbs the rest. Whatever reaches the DLQ is recovered by reconciliation from the events table,
+    not by redrive.
     """
 
     def __init__(

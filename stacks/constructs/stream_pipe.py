@@ -34,7 +34,8 @@ PIPE_LOG_LEVELS: Final[tuple[PipeLogLevel, ...]] = ("OFF", "ERROR", "INFO", "TRA
 
 # TRIM_HORIZON, not LATEST: a pipe created (or replaced) after rows were written must still forward
 # them; LATEST would silently skip everything already in the stream. The price is that a replaced pipe
-# re-sends up to 24 h of records, so whatever consumes them must tolerate a repeat.
+# re-sends the stream's records younger than MAXIMUM_RECORD_AGE (the rest of the 24 h it keeps go to the
+# pipe's DLQ: the age counts from each record's creation), so whatever consumes them must tolerate a repeat.
 STARTING_POSITION: Final = "TRIM_HORIZON"
 # SQS takes at most 10 messages per batch (R2.4).
 BATCH_SIZE: Final = 10

@@ -14,15 +14,19 @@ from outbox.record_changes import RecordChange
 
 # (lane, subscription, who ran it): "caller" in the process that called emit(), else the function name.
 RUNS: list[tuple[str, str, str]] = []
+# What each lane's handler received, in order: (subscription, Delivery or RecordChange).
+RECEIVED: list[tuple[str, Any]] = []
 
 
 class Placed(BaseModel):
     order_id: str
+    details: dict[str, Any] = {}
 
 
 def _record(lane: Lane, name: str) -> Any:
-    def handler(_delivery_or_change: Delivery | RecordChange) -> None:
+    def handler(delivery_or_change: Delivery | RecordChange) -> None:
         RUNS.append((lane.value, name, os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "caller")))
+        RECEIVED.append((name, delivery_or_change))
 
     return handler
 

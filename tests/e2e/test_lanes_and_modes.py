@@ -6,17 +6,21 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from decimal import Decimal
 
 import boto3
 import pytest
+from boto3.dynamodb.types import TypeSerializer
 
 from local_runtime.fake_services import FakeServiceServer
 from local_runtime.runtime import LocalRuntime
 from modules.commerce import OrderConflictError
+from outbox import EventStore, InvalidEventError
 from tests.conftest import Synthesized
 from tests.e2e import lane_catalog
 from tests.e2e.backends import LocalBackend
 from tests.e2e.test_pipeline import order_and_pay, unique
+from tests.unit.test_emit_validation import NoAwsClient
 
 LANE_CATALOG = "tests.e2e.lane_catalog:build_catalog"
 
@@ -24,6 +28,7 @@ LANE_CATALOG = "tests.e2e.lane_catalog:build_catalog"
 @pytest.fixture
 def lanes_runtime(synthesized: Synthesized) -> Iterator[LocalRuntime]:
     lane_catalog.RUNS.clear()
+    lane_catalog.RECEIVED.clear()
     with LocalRuntime.from_assembly(
         synthesized.outdir, environment={"SUBSCRIPTIONS": LANE_CATALOG}, function_log_level="CRITICAL"
     ) as runtime:
@@ -47,6 +52,96 @@ def test_each_lane_is_run_by_its_one_dispatcher_and_no_other(lanes_runtime: Loca
             ("BEST_EFFORT", "lanes.best_effort", record_change),
         ]
     )
+
+
+def test_every_dynamodb_type_reaches_the_best_effort_lane_as_written(lanes_runtime: LocalRuntime) -> None:
+    data_table = lanes_runtime.output("DataTableName")
+    row = {
+        "pk": "LANEORDER#acme#typed",
+        "sk": "ORDER",
+        "n": Decimal("12.5"),
+        "blob": b"\x00\xffpng",
+        "names": {"a", "b"},
+        "counts": {Decimal(1), Decimal("2.5")},
+        "blobs": {b"x", b"\x01\x02"},
+        "nested": {"inner": b"deep", "list": [Decimal(3), b"in-list"]},
+        "items": ["s", True, None],
+        "flag": False,
+        "nothing": None,
+    }
+    serializer = TypeSerializer()
+    lanes_runtime.client("dynamodb").put_item(
+        TableName=data_table, Item={name: serializer.serialize(value) for name, value in row.items()}
+    )
+
+    lanes_runtime.run_until_idle()
+
+    [change] = [received for name, received in lane_catalog.RECEIVED if name == "lanes.best_effort"]
+    assert change.operation == "INSERT"
+    assert change.new_image == {**row, "n": 12.5, "nested": {"inner": b"deep", "list": [3, b"in-list"]}}
+    assert isinstance(change.new_image["blob"], bytes)
+    assert (
+        lanes_runtime.client("sqs").get_queue_attributes(
+            QueueUrl=lanes_runtime.resources.queue_urls[_record_change_dlq(lanes_runtime)],
+            AttributeNames=["ApproximateNumberOfMessages"],
+        )["Attributes"]["ApproximateNumberOfMessages"]
+        == "0"
+    )
+
+
+def test_every_json_type_reaches_the_durable_lane_as_emitted(lanes_runtime: LocalRuntime) -> None:
+    data_table = lanes_runtime.output("DataTableName")
+    store = lanes_runtime.event_store(catalog=lane_catalog.build_catalog(data_table))
+    details = {"s": "text", "n": 12.5, "i": 7, "m": {"deep": [1, "two", None]}, "l": [True, False], "z": None}
+
+    store.emit("lanes.placed", {"order_id": "o-typed", "details": details}, tenant="acme", actor="test")
+    lanes_runtime.run_until_idle()
+
+    [delivery] = [received for name, received in lane_catalog.RECEIVED if name == "lanes.durable"]
+    assert delivery.envelope.payload == {"order_id": "o-typed", "details": details}
+
+
+def test_the_largest_event_emit_accepts_is_relayed_and_delivered(lanes_runtime: LocalRuntime) -> None:
+    data_table = lanes_runtime.output("DataTableName")
+    catalog = lane_catalog.build_catalog(data_table)
+    checker = EventStore("events", client=NoAwsClient(), catalog=catalog)
+
+    def payload(size: int) -> dict[str, object]:
+        return {"order_id": "o-big", "details": {"blob": "é" * size}}  # two bytes each in UTF-8
+
+    low, high = 0, 200 * 1024
+    while low < high:  # the largest payload emit() lets through to AWS
+        middle = (low + high + 1) // 2
+        try:
+            checker.emit("lanes.placed", payload(middle), tenant="acme", actor="test")
+        except InvalidEventError:
+            high = middle - 1
+        except AssertionError:
+            low = middle
+    store = lanes_runtime.event_store(catalog=catalog)
+
+    store.emit("lanes.placed", payload(low), tenant="acme", actor="test")
+    lanes_runtime.run_until_idle()
+
+    [delivery] = [received for name, received in lane_catalog.RECEIVED if name == "lanes.durable"]
+    assert delivery.envelope.payload == payload(low)
+    relay_dlq = _queue_depth(lanes_runtime, "RelayDeadLetters")
+    assert relay_dlq == 0, "the relay carried it: nothing went to the pipe's dead-letter queue"
+
+
+def _queue_depth(runtime: LocalRuntime, prefix: str) -> int:
+    [queue] = [q for q in runtime.stack.queues.values() if q.logical_id.startswith(prefix)]
+    attributes = runtime.client("sqs").get_queue_attributes(
+        QueueUrl=runtime.resources.queue_urls[queue.logical_id], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"])
+
+
+def _record_change_dlq(runtime: LocalRuntime) -> str:
+    [queue] = [
+        q for q in runtime.stack.queues.values() if "RecordChanges" in q.logical_id and "DeadLetters" in q.logical_id
+    ]
+    return queue.logical_id
 
 
 def test_the_operator_endpoint_reports_chain_intact_and_dead_letters(local: LocalBackend) -> None:

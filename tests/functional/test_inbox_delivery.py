@@ -406,3 +406,27 @@ def test_a_follow_up_event_commits_with_the_completion_and_carries_its_cause(mak
     assert follow_up.payload == {"order": 7}
     assert h.claim_status("shipping.book", event) == "COMPLETED"
     assert h.store.verify_chain("acme").intact
+
+
+def test_a_follow_up_with_a_number_dynamodb_cannot_store_is_dead_at_once_with_the_reason(
+    make_harness: HarnessFactory,
+) -> None:
+    from outbox import FollowUp, HandlerResult, Lane
+
+    runs: list[int] = []
+
+    def book(delivery: Delivery) -> HandlerResult:
+        runs.append(delivery.attempt)
+        return HandlerResult(follow_up=FollowUp("shipment.booked", {"order": 1e300}))
+
+    h = make_harness(lambda _r: [Subscription("shipping.book", "order.created", Lane.DURABLE, book)])
+    event = h.emit(n=7)
+
+    h.esm.drain()
+
+    assert runs == [1], "no retry can make 1e300 fit: dead on the first attempt"
+    assert h.claim_status("shipping.book", event) == "DEAD"
+    [dead] = h.dead_letters()
+    assert dead["error_type"]["S"] == "InvalidEventError"
+    assert "number range" in dead["error"]["S"]
+    assert [e.type for e in h.store.events("acme")] == ["order.created"]

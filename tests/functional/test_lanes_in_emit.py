@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from outbox import Delivery, EventStore, HandlerResult, Lane, Subscription, TerminalError, writes
+from outbox import Delivery, EventStore, FollowUp, HandlerResult, Lane, Subscription, TerminalError, writes
 from outbox.catalog import Catalog, EventTypeSpec, Module
+from outbox.exceptions import ContractViolationError
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE
 
 
@@ -101,3 +102,78 @@ def test_emit_runs_neither_durable_nor_best_effort_subscriptions(dynamodb: Any) 
     )
 
     store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
+
+
+class Interrupted(BaseException):
+    """What a handler may raise that is not an Exception (asyncio's CancelledError is one)."""
+
+
+def test_a_local_handler_raising_a_base_exception_is_logged_and_later_handlers_still_run(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+
+    def cancelled(_delivery: Delivery) -> None:
+        raise Interrupted("cancelled")
+
+    store = EventStore(
+        EVENTS_TABLE,
+        client=dynamodb,
+        catalog=catalog(
+            Subscription("a.cancelled", "order.*", Lane.LOCAL, cancelled),
+            Subscription("b.works", "order.*", Lane.LOCAL, lambda d: ran.append(d.envelope.id)),
+        ),
+    )
+
+    with caplog.at_level(logging.ERROR, logger="outbox.store"):
+        envelope = store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
+
+    assert ran == [envelope.id]
+    assert any("a.cancelled" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        HandlerResult(writes=[writes.put(ORDERS_TABLE, {"pk": "X#1", "sk": "A"})]),
+        HandlerResult(follow_up=FollowUp("order.created", {"n": 2})),
+        "done",
+    ],
+    ids=["writes", "follow-up", "not-a-result"],
+)
+def test_a_local_handler_that_returns_something_is_reported_not_silently_dropped(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture, returned: object
+) -> None:
+    store = EventStore(
+        EVENTS_TABLE,
+        client=dynamodb,
+        catalog=catalog(Subscription("a.local", "order.*", Lane.LOCAL, lambda _d: returned)),
+    )
+
+    with caplog.at_level(logging.ERROR, logger="outbox.store"):
+        envelope = store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
+
+    assert [e.id for e in store.events("acme")] == [envelope.id], "the event is committed, and only it"
+    assert count(dynamodb) == 0, "a LOCAL handler's writes are never committed"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("a.local" in message and "LOCAL handlers return None" in message for message in errors), errors
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [HandlerResult(follow_up=FollowUp("order.created", {"n": 2})), "done", {"writes": []}],
+    ids=["follow-up", "a-string", "a-dict"],
+)
+def test_an_inline_handler_that_breaks_its_contract_fails_the_emit_and_commits_nothing(
+    dynamodb: Any, returned: object
+) -> None:
+    store = EventStore(
+        EVENTS_TABLE,
+        client=dynamodb,
+        catalog=catalog(Subscription("a.inline", "order.*", Lane.INLINE, lambda _d: returned)),
+    )
+
+    with pytest.raises(ContractViolationError, match=r"a\.inline"):
+        store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
+
+    assert list(store.events("acme")) == []

@@ -90,3 +90,17 @@ def test_visibility_timeout_formula(function_timeout: int, window: int, expected
 def test_visibility_timeout_rejects_what_sqs_or_lambda_would(function_timeout: int, window: int) -> None:
     with pytest.raises(ValueError, match="timeout"):
         timing.visibility_timeout_seconds(function_timeout, window)
+
+
+def test_every_queue_states_its_maximum_message_size_and_the_engine_s_relay_bound_fits_it(
+    stack_template: dict[str, Any],
+) -> None:
+    from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES, REPAIR_ATTRIBUTES_RESERVE_BYTES
+    from stacks.constructs.queue_defaults import MESSAGE_MAX_BYTES
+
+    queues = resources_of_type(stack_template, "AWS::SQS::Queue")
+    sizes = {queue_id: queue["Properties"].get("MaximumMessageSize") for queue_id, queue in queues.items()}
+    assert set(sizes.values()) == {MESSAGE_MAX_BYTES}, f"a default is not a decision: {sizes}"
+    assert MAX_MESSAGE_BYTES == MESSAGE_MAX_BYTES, "emit()'s bound must be the durable queue's"
+    assert MAX_RELAY_BODY_BYTES + REPAIR_ATTRIBUTES_RESERVE_BYTES == MAX_MESSAGE_BYTES
+    assert 10 * MESSAGE_MAX_BYTES < 6 * 1024 * 1024, "a batch of ten must fit one Lambda invocation's payload"

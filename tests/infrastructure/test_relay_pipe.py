@@ -24,18 +24,43 @@ def pipe(stack_template: dict[str, Any]) -> dict[str, Any]:
     return resource["Properties"]  # type: ignore[no-any-return]
 
 
-def test_only_inserted_event_rows_pass_the_filter(pipe: dict[str, Any]) -> None:
+def test_only_event_rows_pass_the_filter_which_names_only_what_is_certain(pipe: dict[str, Any]) -> None:
     filters = pipe["SourceParameters"]["FilterCriteria"]["Filters"]
     assert len(filters) == 1
-    assert json.loads(filters[0]["Pattern"]) == {
-        "eventName": ["INSERT"],
-        "dynamodb": {"NewImage": {"kind": {"S": ["EVENT"]}}},
+    pattern = json.loads(filters[0]["Pattern"])
+    assert pattern == {
+        "dynamodb": {"NewImage": {"kind": {"S": ["EVENT"]}}, "OldImage": {"kind": {"S": [{"exists": False}]}}}
     }
+    assert "eventName" not in pattern, "whether Pipes filters on eventName is uncertain: the lane must not hang on it"
 
 
-def test_the_filter_uses_only_exact_matches_which_pipes_supports(pipe: dict[str, Any]) -> None:
-    # Pipes rejects anything-but with prefix/suffix/ignore-case/wildcard and wildcard (AWS-SEMANTICS R3.2);
-    # exact string matches are supported everywhere, so the pattern's leaves must all be plain strings.
+@pytest.mark.parametrize(
+    ("record", "relayed"),
+    [
+        ({"eventName": "INSERT", "dynamodb": {"NewImage": {"kind": {"S": "EVENT"}}}}, True),
+        ({"eventName": "INSERT", "dynamodb": {"NewImage": {"kind": {"S": "HEAD"}}}}, False),
+        ({"eventName": "MODIFY", "dynamodb": {"NewImage": {"kind": {"S": "HEAD"}}}}, False),
+        ({"eventName": "INSERT", "dynamodb": {"NewImage": {"kind": {"S": "TENANT"}}}}, False),
+        ({"eventName": "REMOVE", "dynamodb": {"OldImage": {"kind": {"S": "EVENT"}}}}, False),
+        (
+            {
+                "eventName": "MODIFY",
+                "dynamodb": {"NewImage": {"kind": {"S": "EVENT"}}, "OldImage": {"kind": {"S": "EVENT"}}},
+            },
+            False,
+        ),
+    ],
+    ids=["event-insert", "head-insert", "head-update", "tenant-row", "event-removed", "event-rewritten"],
+)
+def test_the_filter_relays_event_rows_and_nothing_else(record: dict[str, Any], relayed: bool) -> None:
+    from local_runtime.pipe_filter import compile_filter_criteria
+
+    assert compile_filter_criteria([json.dumps(relay_pipe.FILTER_PATTERN)]).matches(record) is relayed
+
+
+def test_the_filter_uses_only_exact_matches_and_exists_which_pipes_supports(pipe: dict[str, Any]) -> None:
+    # Pipes rejects anything-but with prefix/suffix/ignore-case/wildcard and wildcard; exact string matches
+    # and exists are supported, so the pattern's leaves must be plain strings or an exists test.
     def leaves(node: Any) -> list[Any]:
         if isinstance(node, dict):
             return [leaf for value in node.values() for leaf in leaves(value)]
@@ -44,7 +69,7 @@ def test_the_filter_uses_only_exact_matches_which_pipes_supports(pipe: dict[str,
         return [node]
 
     pattern = json.loads(pipe["SourceParameters"]["FilterCriteria"]["Filters"][0]["Pattern"])
-    assert all(isinstance(leaf, str) for leaf in leaves(pattern))
+    assert all(isinstance(leaf, str) or leaf in ({"exists": False}, {"exists": True}) for leaf in leaves(pattern))
 
 
 def test_the_target_gets_the_raw_image_grouped_by_tenant_and_deduplicated_by_event_id(

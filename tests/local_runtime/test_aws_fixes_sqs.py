@@ -383,3 +383,31 @@ def test_a_message_that_waited_a_day_can_still_be_released_and_extended_from_its
         fifo.sqs.change_message_visibility(
             QueueUrl=fifo.url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=12 * 3600 - 1800
         )
+
+
+# Rule 11: SQS measures a message in bytes, body and attributes together.
+
+
+def test_a_message_is_measured_in_utf8_bytes_with_its_attributes(sqs: Any) -> None:
+    url, _ = create_queue(sqs, "small", MaximumMessageSize="1024")
+    three_byte = "€" * 342  # 342 characters, 1026 bytes
+
+    with pytest.raises(ClientError, match="shorter than 1024 bytes"):
+        sqs.send_message(QueueUrl=url, MessageBody=three_byte)
+    attribute = {"outbox-subscriptions": {"DataType": "String", "StringValue": "x" * 30}}
+    with pytest.raises(ClientError, match="shorter than 1024 bytes"):
+        sqs.send_message(QueueUrl=url, MessageBody="a" * 1000, MessageAttributes=attribute)
+    sqs.send_message(QueueUrl=url, MessageBody="a" * 1024)
+    sqs.send_message(QueueUrl=url, MessageBody="a" * 960, MessageAttributes=attribute)  # 960 + 20 + 6 + 30
+
+    assert len(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]) == 2
+
+
+def test_a_batch_with_one_oversized_entry_sends_none_of_them(sqs: Any) -> None:
+    url, _ = create_queue(sqs, "small-batch", MaximumMessageSize="1024")
+    entries = [{"Id": "ok", "MessageBody": "fine"}, {"Id": "big", "MessageBody": "€" * 342}]
+
+    with pytest.raises(ClientError, match="shorter than 1024 bytes"):
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []

@@ -66,3 +66,49 @@ def test_a_handler_within_its_deadline_succeeds(queue: tuple[Any, str, VirtualCl
 
     assert result is not None
     assert (result.crashed, result.failed) == (None, [])
+
+
+# Visibility, as Lambda leaves it to SQS: it runs from the receive, and the mapping never changes it with
+# the receipt handle of an older receive (AWS: "you must provide the most recently received receipt handle";
+# moto accepts an old one, which made a newer receive visible early).
+
+
+def failing_after(clock: VirtualClock, seconds: int) -> Any:
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        clock.advance(seconds)
+        return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+
+    return handler
+
+
+def test_a_failed_message_is_visible_again_a_visibility_timeout_after_its_receive(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    esm = mapping(sqs, url, clock, failing_after(clock, 8))
+
+    esm.poll()  # received at 0, failed at 8
+    clock.advance(51)  # 59 s after the receive
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+    clock.advance(1)  # 60 s after the receive, 52 s after the handler ended
+
+    [message] = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert message["Body"] == "a"
+
+
+def test_the_mapping_never_makes_a_newer_receive_visible_with_an_old_receipt_handle(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    esm = mapping(sqs, url, clock, failing_after(clock, 8))
+    esm.poll()
+    clock.advance(60)
+    [again] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"]  # another consumer has it now
+
+    clock.advance(8)  # the handler's end plus the timeout: when the old mapping released it with its handle
+    esm.release_expired()
+
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == [], "the newer receive stays in flight"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from local_runtime import aws_fixes
 from local_runtime.clock import VirtualClock
 from local_runtime.pipe import PipeConfig, PipeEmulator, PipeFaults, PipeInternalError, PipeRecord, reverse_items
 from outbox import EventStore
@@ -101,9 +103,20 @@ def event_row(tenant: str = "acme", seq: int = 1, event_id: str | None = None) -
     }
 
 
+@contextmanager
+def aws_fixes_on(clock: VirtualClock) -> Iterator[None]:
+    """Stream records stamped on the virtual clock (M5), as in the local runtime: their age counts from it."""
+    uninstall = aws_fixes.install(clock)
+    try:
+        yield
+    finally:
+        uninstall()
+
+
 @pytest.fixture
 def world(aws_credentials: None) -> Iterator[World]:
-    with mock_aws():
+    clock = VirtualClock()
+    with mock_aws(), aws_fixes_on(clock):
         dynamodb = boto3.client("dynamodb", region_name=REGION)
         create_pk_sk_table(dynamodb, EVENTS_TABLE, stream=True)
         stream_arn = dynamodb.describe_table(TableName=EVENTS_TABLE)["Table"]["LatestStreamArn"]
@@ -124,7 +137,7 @@ def world(aws_credentials: None) -> Iterator[World]:
             dynamodb,
             boto3.client("dynamodbstreams", region_name=REGION),
             sqs,
-            VirtualClock(),
+            clock,
             stream_arn,
             queue_url,
             pipe_dlq_url,
@@ -406,3 +419,77 @@ def test_a_reorder_hook_may_not_reorder_one_items_records(world: World) -> None:
 def test_a_batch_larger_than_sqs_takes_is_refused(world: World) -> None:
     with pytest.raises(ValueError, match="batch_size 11"):
         world.config(batch_size=11)
+
+
+def test_a_record_s_age_counts_from_its_creation_not_from_when_the_pipe_first_reads_it(world: World) -> None:
+    # Given a record written 13 hours before the pipe reads it, with a 12-hour maximum age
+    world.put(event_row())
+    world.clock.advance(13 * 3600)
+    pipe = world.pipe()
+
+    # Then AWS would discard it: it goes to the pipe's DLQ, not to the queue
+    pipe.drain()
+
+    assert world.received() == []
+    [dead_letter] = world.dead_letters()
+    assert dead_letter["requestContext"]["condition"] == "RecordAgeExceeded"
+
+
+def test_a_record_younger_than_the_maximum_age_is_delivered_however_late_it_is_read(world: World) -> None:
+    world.put(event_row())
+    world.clock.advance(11 * 3600)
+    pipe = world.pipe()
+
+    pipe.drain()
+
+    assert len(world.received()) == 1
+    assert world.dead_letters() == []
+
+
+# AUTOMATIC_BISECT (R4.1): "halves each batch and retry each half until all the records are processed or
+# there is one failed message left in the batch".
+
+
+def big_event_row(seq: int) -> dict[str, str]:
+    return {**event_row(seq=seq), "blob": "x" * 120_000}  # ten of them are over SendMessageBatch's 1 MiB
+
+
+def test_a_batch_too_large_to_send_whole_is_halved_and_every_record_delivered_in_order(world: World) -> None:
+    pipe = world.pipe(automatic_bisect=True)
+    for seq in range(1, 11):
+        world.put(big_event_row(seq))
+
+    pipe.drain()
+
+    assert [json.loads(m["Body"])["event_id"]["S"] for m in world.received()] == [f"acme-{n}" for n in range(1, 11)]
+    assert world.dead_letters() == []
+    assert pipe.counters.bisections >= 1
+
+
+def test_without_bisect_a_batch_too_large_to_send_is_dead_lettered_whole(world: World) -> None:
+    pipe = world.pipe(automatic_bisect=False)
+    for seq in range(1, 11):
+        world.put(big_event_row(seq))
+
+    pipe.drain()
+
+    assert world.received() == []
+    [dead_letter] = world.dead_letters()
+    assert dead_letter["DDBStreamBatchInfo"]["batchSize"] == 10
+
+
+def test_bisect_isolates_the_one_record_the_queue_refuses(world: World) -> None:
+    small = world.sqs.create_queue(
+        QueueName="small.fifo", Attributes={"FifoQueue": "true", "MaximumMessageSize": "4096"}
+    )
+    pipe = world.pipe(automatic_bisect=True, target_queue_url=small["QueueUrl"])
+    for seq in range(1, 5):
+        world.put({**event_row(seq=seq), "blob": "x" * (8_000 if seq == 3 else 10)})
+
+    pipe.drain()
+
+    delivered = [json.loads(m["Body"])["event_id"]["S"] for m in world.received(small["QueueUrl"])]
+    assert "acme-3" not in delivered
+    assert {"acme-1", "acme-2", "acme-4"} <= set(delivered)
+    [dead_letter] = world.dead_letters()
+    assert dead_letter["DDBStreamBatchInfo"]["batchSize"] == 1

@@ -22,8 +22,11 @@ def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Sy
         "$.dynamodb.NewImage.tenant.S",
         "$.dynamodb.NewImage.event_id.S",
     )
+    assert relay.automatic_bisect, "the emulator halves a batch SQS refuses whole, as the pipe is configured to"
+    assert relay.maximum_record_age_seconds == timing.RELAY_MAXIMUM_RECORD_AGE_HOURS * 3600
     durable = stack.queues[stack.output_reference("DurableQueueUrl").logical_id]
     assert durable.fifo
+    assert durable.maximum_message_size == 262_144
     assert durable.max_receive_count == timing.DURABLE_MAX_RECEIVE_COUNT
     assert durable.dead_letter_queue == stack.output_reference("DurableDeadLetterQueueUrl").logical_id
     consumer = stack.functions[stack.output_reference("DurableConsumerFunctionName").logical_id]

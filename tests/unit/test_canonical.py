@@ -71,3 +71,17 @@ def test_json_problem_rejects_nesting_deeper_than_dynamodb_allows() -> None:
         node = node["d"]  # type: ignore[assignment]
     assert "nests deeper" in (json_problem(deep) or "")
     assert json_problem({"a": [1, {"b": None}], "c": True}) is None
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 1e-130, -1e-130, 9.999999999999998e125, -9.999999999999998e125, 0.1])
+def test_floats_at_dynamodb_s_number_bounds_are_accepted(value: float) -> None:
+    assert json_problem({"x": value}) is None
+
+
+@pytest.mark.parametrize("value", [1e126, -1e126, 1e-131, 5e-324, 1e300, 1.7976931348623157e308])
+def test_floats_past_dynamodb_s_number_bounds_are_refused_with_the_path(value: float) -> None:
+    problem = json_problem({"x": value})
+
+    assert problem is not None
+    assert problem.startswith("payload.x is ")
+    assert "DynamoDB's number range" in problem

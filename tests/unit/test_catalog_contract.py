@@ -118,3 +118,66 @@ def test_subscription_names_that_cannot_key_the_inbox_are_refused(name: str) -> 
     catalog = widgets(Subscription(name, "widget.made", Lane.DURABLE, noop))
     with pytest.raises(OutboxValidationError):
         _ = catalog.registry
+
+
+def _lanes_catalog(*subscriptions: Subscription) -> Catalog:
+    return Catalog(
+        [
+            Module(
+                name="widgets",
+                code=("tests.unit.catalog_fixtures.lanes",),
+                event_types=(EventTypeSpec("widget.made", Widget), EventTypeSpec("widget.shipped", Widget)),
+                subscriptions=subscriptions,
+            )
+        ]
+    )
+
+
+@pytest.mark.parametrize("lane", [Lane.LOCAL, Lane.INLINE])
+def test_a_follow_up_in_a_handler_of_a_lane_that_drops_it_is_reported_and_produces_nothing(lane: Lane) -> None:
+    from tests.unit.catalog_fixtures import lanes
+
+    catalog = _lanes_catalog(Subscription("widgets.ship", "widget.made", lane, lanes.ship_locally))
+
+    problems = catalog.problems()
+
+    [dropped] = [p for p in problems if "ship_locally" in p]
+    assert f"{lane.value} handler" in dropped
+    assert "only DURABLE handlers" in dropped
+    producers = {p.where.split(" (")[0] for p in catalog.producers() if p.event_type == "widget.shipped"}
+    assert "tests.unit.catalog_fixtures.lanes:ship_locally" not in producers
+    assert "tests.unit.catalog_fixtures.lanes:ship_durably" in producers
+
+
+def test_a_type_produced_only_by_a_local_handler_s_follow_up_is_reported_as_never_emitted() -> None:
+    catalog = Catalog(
+        [
+            Module(
+                name="widgets",
+                code=("tests.unit.catalog_fixtures.widgets",),
+                event_types=(EventTypeSpec("widget.made", Widget), EventTypeSpec("widget.shipped", Widget)),
+                subscriptions=(Subscription("widgets.ship", "widget.made", Lane.LOCAL, _ship_widget()),),
+            )
+        ]
+    )
+
+    problems = catalog.problems()
+
+    assert any("'widget.shipped' is declared by widgets but nothing emits it" in p for p in problems), problems
+
+
+def test_a_follow_up_in_a_durable_handler_or_a_helper_counts() -> None:
+    from tests.unit.catalog_fixtures import lanes
+
+    catalog = _lanes_catalog(
+        Subscription("widgets.ship", "widget.made", Lane.DURABLE, lanes.ship_durably),
+        Subscription("widgets.note", "widget.made", Lane.LOCAL, noop),
+    )
+
+    assert catalog.problems() == []
+
+
+def _ship_widget() -> Any:
+    from tests.unit.catalog_fixtures import widgets as fixture
+
+    return fixture.ship_widget

@@ -50,6 +50,10 @@ def emit(store: EventStore, **overrides: Any) -> Envelope:
         ({"payload": ["not", "an", "object"]}, "JSON object"),
         ({"payload": {"amount": float("nan")}}, "canonical JSON"),
         ({"payload": {"amount": 2**60}}, "outside"),
+        ({"payload": {"amount": 1e300}}, "DynamoDB's number range"),
+        ({"payload": {"amount": -1e126}}, "DynamoDB's number range"),
+        ({"payload": {"nested": [{"tiny": 5e-324}]}}, "tiny is 5e-324, outside"),
+        ({"payload": {"tiny": 1e-131}}, "DynamoDB's number range"),
         ({"payload": {"when": datetime(2026, 1, 1)}}, "payload.when is a datetime"),
         ({"actor": ""}, "actor"),
         ({"correlation_id": "c" * 129}, "correlation_id"),
@@ -134,3 +138,35 @@ def test_the_envelope_round_trips_through_its_row_with_the_same_hash() -> None:
 
 
 EXPECTED_VECTOR_HASH = "9cffd2b2f10066638b8ed25659e84479fb0b450aad1c431557e16af574fdda0f"
+
+
+def _largest_blob_that_fits(store: EventStore) -> int:
+    """The longest string payload emit() lets through to AWS (found by bisection)."""
+    low, high = 0, 300 * 1024
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            emit(store, payload={"blob": "x" * middle})
+        except InvalidEventError:
+            high = middle - 1
+        except AssertionError:  # NoAwsClient: validation passed and the request would reach AWS
+            low = middle
+    return low
+
+
+def test_an_event_the_relay_could_not_carry_is_refused_at_the_boundary(store: EventStore) -> None:
+    from outbox.messages import MAX_RELAY_BODY_BYTES
+
+    fits = _largest_blob_that_fits(store)
+
+    assert MAX_RELAY_BODY_BYTES - 1024 < fits < MAX_RELAY_BODY_BYTES, "the bound is the relay body's, not the row's"
+    with pytest.raises(InvalidEventError, match="durable queue takes at most"):
+        emit(store, payload={"blob": "x" * (fits + 1)})
+
+
+def test_a_small_row_with_a_large_relay_body_is_refused(store: EventStore) -> None:
+    # 40,000 small numbers: about 160 KB as a row, over 400 KB as DynamoDB JSON ({"N":"7"} each).
+    payload = {"numbers": [7] * 40_000}
+
+    with pytest.raises(InvalidEventError, match="relay would carry this event as a"):
+        emit(store, payload=payload)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +15,10 @@ GENESIS_HASH = "0" * 64
 MAX_SAFE_INTEGER = 2**53 - 1
 # DynamoDB allows 32 levels of nesting; the payload map itself is one of them.
 MAX_PAYLOAD_DEPTH = 31
+# DynamoDB's number range: magnitudes from 1E-130 to 9.9999999999999999999999999999999999999E+125, and
+# zero. Precision (38 digits) never binds: a float's shortest repr has at most 17.
+DYNAMODB_SMALLEST_MAGNITUDE = Decimal("1E-130")
+DYNAMODB_LARGEST_MAGNITUDE = Decimal("9.9999999999999999999999999999999999999E+125")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -85,5 +90,18 @@ def json_problem(value: Any, depth: int = 1, path: str = "payload") -> str | Non
             return f"{path} is an integer outside ±(2**53-1), which JSON cannot carry exactly"
         return None
     if isinstance(value, float):
-        return None  # NaN and infinities are caught by the canonicaliser with a precise message
+        return _float_problem(value, path)
     return f"{path} is a {type(value).__name__}, not a JSON value"
+
+
+def _float_problem(value: float, path: str) -> str | None:
+    """A float DynamoDB cannot store, compared as the Decimal the row will hold (``to_dynamodb_numbers``)."""
+    if not math.isfinite(value):
+        return None  # NaN and infinities are caught by the canonicaliser with a precise message
+    magnitude = abs(Decimal(repr(value)))
+    if magnitude and not DYNAMODB_SMALLEST_MAGNITUDE <= magnitude <= DYNAMODB_LARGEST_MAGNITUDE:
+        return (
+            f"{path} is {value!r}, outside DynamoDB's number range (a magnitude from 1E-130 to below 1E+126, "
+            "or 0); send such a value as a string"
+        )
+    return None

@@ -67,6 +67,12 @@ class Module:
 class Producer:
     event_type: str | None  # None when the type is not a literal: the contract cannot check it
     where: str  # "module:function (file:line)"
+    follow_up: bool = False  # a FollowUp(...), not an emit(...)
+
+    @property
+    def function(self) -> str:
+        """``module:function``, as a subscription's handler is named."""
+        return self.where.split(" (")[0]
 
 
 @dataclass
@@ -115,7 +121,28 @@ class Catalog:
     # -- the contract -------------------------------------------------------------------------------
 
     def producers(self) -> list[Producer]:
+        """Every emit() and every FollowUp() that can commit: a FollowUp in a handler of another lane than
+        DURABLE is never emitted (see ``dropped_follow_ups``), so it produces nothing."""
+        dropped = self._non_durable_handlers()
+        return [p for p in self._all_producers() if not (p.follow_up and p.function in dropped)]
+
+    def dropped_follow_ups(self) -> list[tuple[Producer, Subscription]]:
+        """FollowUp() calls inside handlers of lanes that cannot commit a follow-up."""
+        dropped = self._non_durable_handlers()
+        return [(p, dropped[p.function]) for p in self._all_producers() if p.follow_up and p.function in dropped]
+
+    def _all_producers(self) -> list[Producer]:
         return [producer for module in self.modules for name in module.code for producer in find_producers(name)]
+
+    def _non_durable_handlers(self) -> dict[str, Subscription]:
+        """``module:function`` of each handler on INLINE, LOCAL or BEST_EFFORT, with its subscription."""
+        found: dict[str, Subscription] = {}
+        for subscription in self.registry.subscriptions:
+            name = getattr(subscription.handler, "__name__", None)
+            module = getattr(subscription.handler, "__module__", None)
+            if subscription.lane is not Lane.DURABLE and name and module:
+                found[f"{module}:{name}"] = subscription
+        return found
 
     def problems(self) -> list[str]:
         """Everything that would make a subscription unreachable or an event undeliverable."""
@@ -137,6 +164,11 @@ class Catalog:
                 found.append(f"{event_type!r}: the prefix '{ROW_CHANGE_PREFIX}.' is reserved for row changes")
             if event_type not in by_type:
                 found.append(f"{event_type!r} is declared by {self._types[event_type][0].name} but nothing emits it")
+        for producer, subscription in self.dropped_follow_ups():
+            found.append(
+                f"{producer.where} returns FollowUp({producer.event_type!r}) from the {subscription.lane.value} "
+                f"handler of {subscription.name!r}, which never emits it: only DURABLE handlers commit follow-ups"
+            )
         found.extend(self._subscription_problems())
         return found
 
@@ -221,7 +253,7 @@ def find_producers(module_name: str) -> list[Producer]:
         first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "event_type"), None)
         literal = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
         where = f"{module_name}:{function} ({filename.rsplit('/', 1)[-1]}:{call.lineno})"
-        found.append(Producer(literal, where))
+        found.append(Producer(literal, where, follow_up=name == "FollowUp"))
     return found
 
 

@@ -19,8 +19,10 @@ from outbox.envelope import Envelope
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
+    ContractViolationError,
     EnvelopeParseError,
     EventStoreUnavailableError,
+    InlineWriteConditionFailedError,
     LeaseLostError,
     OutboxError,
     TerminalError,
@@ -192,7 +194,10 @@ class DurableConsumer:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
             return self._failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
-        delivery = Delivery(envelope, subscription.name, claim.idempotency_key, claim.attempts, remaining_ms)
+        # A copy per handler: what one handler does to the payload, the next one never sees.
+        delivery = Delivery(
+            envelope.handler_copy(), subscription.name, claim.idempotency_key, claim.attempts, remaining_ms
+        )
         try:
             handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
@@ -293,11 +298,6 @@ class DurableConsumer:
             self.metrics.add_metric(name=metric.value, unit="Count", value=1)
 
 
-class ContractViolationError(OutboxError):
-    """A handler broke its contract (returned something that is not a ``HandlerResult`` or ``None``):
-    terminal, with a dead letter that says what it did wrong."""
-
-
 class UnfinishedAttemptsError(OutboxError):
     """Every attempt the claim allows started and none ended (a crash or a timeout each time)."""
 
@@ -316,6 +316,7 @@ def _checked_result(subscription: Subscription, result: object) -> HandlerResult
 # fails validation, a completion too large, a number DynamoDB cannot store, ...) fails again every time.
 _RETRYABLE_COMPLETION_ERRORS = (
     CallerWriteConditionFailedError,  # the handler's own condition may hold later
+    InlineWriteConditionFailedError,  # so may an INLINE subscriber's of the follow-up
     ChainHeadContentionError,
     EventStoreUnavailableError,
     BotoCoreError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -75,6 +76,11 @@ class Envelope(BaseModel):
     @field_serializer("occurred_at")
     def _format_timestamp(self, value: datetime) -> str:
         return format_timestamp(value)
+
+    def handler_copy(self) -> Envelope:
+        """The envelope with a payload of its own: a model frozen at the top can still have its nested lists
+        and maps changed, and a handler that does so must change neither the event nor another handler's view."""
+        return self.model_copy(update={"payload": copy.deepcopy(self.payload)})
 
     def hashed_body(self) -> dict[str, Any]:
         """Every field except ``hash`` and ``prev_hash`` (the latter is prepended instead)."""

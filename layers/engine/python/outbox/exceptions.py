@@ -37,6 +37,30 @@ class CallerWriteConditionFailedError(OutboxError):
         )
 
 
+class InlineWriteConditionFailedError(OutboxError):
+    """A condition on a write that an INLINE subscription returned failed; the transaction committed nothing.
+
+    Not a ``CallerWriteConditionFailedError``: none of the caller's ``extra_writes`` failed. Whether a retry
+    can succeed is the subscription's business (a uniqueness check fails again; an optimistic lock may not).
+    """
+
+    def __init__(self, subscription: str, table_name: str, key: dict[str, Any], message: str) -> None:
+        self.subscription = subscription
+        self.table_name = table_name
+        self.key = key
+        super().__init__(
+            f"a write of INLINE subscription {subscription!r} on table {table_name!r} key {key!r} failed its "
+            f"{message}. Nothing was committed: no entity change, no event, no chain head change."
+        )
+
+
+class ContractViolationError(OutboxError):
+    """A handler broke its lane's contract: it returned something its lane cannot carry out (anything but a
+    ``HandlerResult`` or ``None`` on DURABLE; a follow-up, or anything but writes or ``None``, on INLINE).
+    On DURABLE it is terminal, with a dead letter that says what the handler did wrong; on INLINE it fails
+    the emit, and nothing commits."""
+
+
 class ChainHeadContentionError(OutboxError):
     """The tenant's chain head kept moving under us; the retries ran out and nothing was committed."""
 

@@ -23,6 +23,25 @@ from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
 
 TARGETS_ATTRIBUTE = "outbox-subscriptions"
+# The durable queue's MaximumMessageSize, set explicitly in the stack (stacks.constructs.queue_defaults; an
+# infrastructure test keeps the two equal). SQS counts the body and the message attributes.
+MAX_MESSAGE_BYTES = 262_144
+# What a repair message adds: the attribute above, naming the subscriptions it is for (names are at most 100
+# characters: 8 KiB holds some 80 of them).
+REPAIR_ATTRIBUTES_RESERVE_BYTES = 8_192
+# The largest body the relay may carry, so that a repair of the same event fits the queue too. emit() refuses
+# an event whose body would be larger, before any call to AWS.
+MAX_RELAY_BODY_BYTES = MAX_MESSAGE_BYTES - REPAIR_ATTRIBUTES_RESERVE_BYTES
+
+
+def relay_body(item: Mapping[str, Any]) -> str:
+    """The body the relay sends for an event row: its image in DynamoDB JSON, compact, UTF-8 as it is (what
+    the pipe's ``<$.dynamodb.NewImage>`` template renders; the operator's repairs send the same)."""
+    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+
+
+def relay_body_size(item: Mapping[str, Any]) -> int:
+    return len(relay_body(item).encode("utf-8"))
 
 
 @dataclass(frozen=True)

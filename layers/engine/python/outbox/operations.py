@@ -20,7 +20,6 @@ The rules every repair follows, so that none can rerun work that completed, at a
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -46,7 +45,7 @@ from outbox.inbox import (
     dead_letter_partition,
     reconcile_row,
 )
-from outbox.messages import repair_attributes
+from outbox.messages import relay_body, repair_attributes
 from outbox.subscriptions import Lane
 
 MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "AccessDenied", "NotImplementedError"}
@@ -699,7 +698,7 @@ class Operations:
         it is for: each has a DEAD-turned-REPLAYING, or a REPLAYING, claim row that vouches for it."""
         self.sqs.send_message(
             QueueUrl=self.topology.durable_queue_url,
-            MessageBody=json.dumps(image),
+            MessageBody=relay_body(image),
             MessageGroupId=tenant,
             MessageDeduplicationId=dedup_id[:128],
             MessageAttributes=repair_attributes(targets),

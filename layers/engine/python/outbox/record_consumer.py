@@ -23,6 +23,7 @@ class RecordChangeConsumer:
     def __init__(self, registry: SubscriptionRegistry, metrics: Any | None = None) -> None:
         self.registry = registry
         self.metrics = metrics
+        self._unmatched_seen: set[str] = set()
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
@@ -35,9 +36,29 @@ class RecordChangeConsumer:
         change = parse_record_change(record.body)
         subscriptions = self.registry.matching(change.type, Lane.BEST_EFFORT)
         if not subscriptions:
-            logger.debug("row change %s matched no subscription", change.type)
+            self._unmatched(change.type)
             return
         for subscription in subscriptions:
-            subscription.handler(change)
+            result = subscription.handler(change)
+            if result is not None:
+                logger.error(
+                    "BEST_EFFORT subscription %s returned a %s for %s, which is dropped: BEST_EFFORT handlers "
+                    "return None and write what they must themselves (they may run twice)",
+                    subscription.name,
+                    type(result).__name__,
+                    change.type,
+                    extra={"subscription": subscription.name, "row_change_event_id": change.event_id},
+                )
+        self._count("RowChangesHandled")
+
+    def _unmatched(self, change_type: str) -> None:
+        """A WARNING the first time this process sees a type nobody subscribes to (a mistyped entity prefix
+        drops every change of it), then DEBUG; the metric counts every one."""
+        level = logging.DEBUG if change_type in self._unmatched_seen else logging.WARNING
+        self._unmatched_seen.add(change_type)
+        logger.log(level, "row change %s matched no BEST_EFFORT subscription; it is dropped", change_type)
+        self._count("UnmatchedRowChanges")
+
+    def _count(self, name: str) -> None:
         if self.metrics is not None:
-            self.metrics.add_metric(name="RowChangesHandled", unit="Count", value=1)
+            self.metrics.add_metric(name=name, unit="Count", value=1)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +26,15 @@ from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
     ChainIntegrityError,
+    ContractViolationError,
     EmitOutcomeUnknownError,
     EventStoreUnavailableError,
+    InlineWriteConditionFailedError,
     InvalidEventError,
     InvalidWriteError,
 )
-from outbox.subscriptions import Delivery, Lane, Subscription
+from outbox.messages import MAX_RELAY_BODY_BYTES, relay_body_size
+from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription
 from outbox.transaction import WriteTarget, check_transaction, describe_write, item_size
 
 if TYPE_CHECKING:
@@ -156,14 +161,10 @@ class EventStore:
         draft = self._validated_draft(
             event_id, event_type, payload, tenant, actor, correlation_id or event_id, causation_id, schema_version
         )
-        writes = list(extra_writes)
-        self._check_limits(draft, self._describe(writes))
-        head = self._cached_head(tenant)
+        caller_writes = list(extra_writes)
+        self._check_limits(draft, self._describe(caller_writes))
         inline = self._subscribers(event_type, Lane.INLINE)
-        if inline:
-            writes.extend(self._run_inline(self._seal(draft, head), inline))
-            self._check_limits(draft, self._describe(writes))
-        envelope = self._commit(draft, writes, head)
+        envelope = self._commit(draft, caller_writes, self._cached_head(tenant), inline)
         self._run_local(envelope, self._subscribers(event_type, Lane.LOCAL))
         return envelope
 
@@ -175,30 +176,65 @@ class EventStore:
     def _subscribers(self, event_type: str, lane: Lane) -> tuple[Subscription, ...]:
         return () if self.catalog is None else self.catalog.registry.matching(event_type, lane)
 
-    def _run_inline(self, envelope: Envelope, subscriptions: Sequence[Subscription]) -> list[Mapping[str, Any]]:
+    def _sealed_writes(
+        self,
+        draft: dict[str, Any],
+        envelope: Envelope,
+        caller_writes: list[Mapping[str, Any]],
+        inline: Sequence[Subscription],
+    ) -> _Writes:
+        """The caller's writes and the INLINE handlers' writes for exactly this seal, checked against the limits.
+
+        Run again for every new seal: an INLINE write is a function of the event as it commits (its seq and
+        hash, and whatever the handler read), so writes computed for a seal that lost the head race are stale.
+        """
+        writes = _Writes(list(caller_writes), len(caller_writes))
+        if inline:
+            writes.append_inline(self._run_inline(envelope, inline))
+            self._check_limits(draft, self._describe(writes.items))
+        return writes
+
+    def _run_inline(
+        self, envelope: Envelope, subscriptions: Sequence[Subscription]
+    ) -> list[tuple[str, Mapping[str, Any]]]:
         """INLINE handlers run before the transaction and their writes join it: if one raises, the
         caller's request fails and nothing is committed (fail-closed, and atomic with the event)."""
-        writes: list[Mapping[str, Any]] = []
+        writes: list[tuple[str, Mapping[str, Any]]] = []
         for subscription in subscriptions:
             result = subscription.handler(_delivery(envelope, subscription))
             if result is None:
                 continue
-            if result.follow_up is not None:
-                raise InvalidWriteError(f"INLINE subscription {subscription.name!r} cannot emit a follow-up event")
-            writes.extend(result.writes)
+            if not isinstance(result, HandlerResult) or result.follow_up is not None:
+                raise ContractViolationError(
+                    f"INLINE subscription {subscription.name!r} returned "
+                    f"{'a follow-up event' if isinstance(result, HandlerResult) else f'a {type(result).__name__}'}; "
+                    "an INLINE handler returns None or HandlerResult(writes=...). Only DURABLE handlers can "
+                    "emit follow-ups (they commit with the completion); nothing was committed"
+                )
+            writes.extend((subscription.name, write) for write in result.writes)
         return writes
 
     def _run_local(self, envelope: Envelope, subscriptions: Sequence[Subscription]) -> None:
-        """LOCAL handlers run after the commit, in this process; an error is logged, never raised."""
+        """LOCAL handlers run after the commit, in this process; an error is logged, never raised: the event
+        is committed, and the caller must learn that, whatever a handler did."""
         for subscription in subscriptions:
+            log = {"event_id": envelope.id, "subscription": subscription.name}
             try:
-                subscription.handler(_delivery(envelope, subscription))
-            except Exception:  # best effort by contract: the event is committed whatever happens here
-                logger.exception(
-                    "LOCAL subscription %s failed for event %s",
+                result = subscription.handler(_delivery(envelope, subscription))
+            except (KeyboardInterrupt, SystemExit):
+                raise  # the process is going away: the event committed, the rest of LOCAL is best effort
+            except BaseException:  # best effort by contract: the caller must learn that its event committed
+                logger.exception("LOCAL subscription %s failed for event %s", subscription.name, envelope.id, extra=log)
+                continue
+            if result is not None:
+                logger.error(
+                    "LOCAL subscription %s returned a %s for event %s, which is dropped: LOCAL handlers return "
+                    "None (they run after the commit). Return writes from an INLINE handler to commit them with "
+                    "the event, or a follow-up from a DURABLE one",
                     subscription.name,
+                    type(result).__name__,
                     envelope.id,
-                    extra={"event_id": envelope.id, "subscription": subscription.name},
+                    extra=log,
                 )
 
     def head(self, tenant: str) -> ChainHead:
@@ -227,7 +263,7 @@ class EventStore:
     ) -> dict[str, Any]:
         if not isinstance(payload, Mapping):
             raise InvalidEventError(f"payload must be a JSON object (a mapping), not {type(payload).__name__}")
-        payload = dict(payload)
+        payload = copy.deepcopy(dict(payload))  # the event's own: the caller may change its dict afterwards
         problem = json_problem(payload)
         if problem is None:
             try:
@@ -257,6 +293,15 @@ class EventStore:
         size = item_size(event_item)
         if size > 400 * 1024:
             raise InvalidEventError(f"the event row would be {size} bytes; DynamoDB items are at most 409600")
+        body = relay_body_size(event_item)
+        if body > MAX_RELAY_BODY_BYTES:
+            raise InvalidEventError(
+                f"the relay would carry this event as a {body}-byte message (its row in DynamoDB JSON, with a "
+                f"type tag on every value), and the durable queue takes at most {MAX_RELAY_BODY_BYTES} "
+                "(MaximumMessageSize, less what a repair's attributes need): such an event could never reach a "
+                "DURABLE subscriber. Keep large content elsewhere (S3, the data table) and put its key in the "
+                "payload"
+            )
         head_key = {"pk": {"S": keys.head_partition(widest.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
         own = [
             WriteTarget("the chain head", "Update", self.table_name, head_key, 300),
@@ -285,16 +330,23 @@ class EventStore:
 
     # -- the transaction ----------------------------------------------------------------------------
 
-    def _commit(self, draft: dict[str, Any], extra_writes: list[Mapping[str, Any]], head: ChainHead) -> Envelope:
+    def _commit(
+        self,
+        draft: dict[str, Any],
+        caller_writes: list[Mapping[str, Any]],
+        head: ChainHead,
+        inline: Sequence[Subscription] = (),
+    ) -> Envelope:
         tenant = draft["tenant"]
         envelope = self._seal(draft, head)
+        writes = self._sealed_writes(draft, envelope, caller_writes, inline)
         attempted = {envelope.seq: envelope}
         head_retries = transient_retries = token_serial = 0
         first_sent = self._clock()  # when the current token was first sent (or a backoff earlier)
         in_doubt = False  # whether a send of the current token may have committed
         while True:
             try:
-                outcome = self._transact(envelope, head, extra_writes, token=f"{envelope.id}-{token_serial}")
+                outcome = self._transact(envelope, head, writes, token=f"{envelope.id}-{token_serial}")
             except EventStoreUnavailableError as exc:
                 # An error answer to a re-send does not say what an earlier send did.
                 if in_doubt and exc.committed is False:
@@ -318,6 +370,7 @@ class EventStore:
                     raise ChainHeadContentionError(tenant, head_retries)
                 head = current if current is not None else self._read_head(tenant)
                 envelope = attempted[head.last_seq + 1] = self._seal(draft, head)
+                writes = self._sealed_writes(draft, envelope, caller_writes, inline)
                 token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:
                 # Once a send's outcome is unknown, every retry repeats it exactly, whatever comes next:
@@ -344,14 +397,14 @@ class EventStore:
                 )
 
     def _transact(
-        self, envelope: Envelope, head: ChainHead, extra_writes: list[Mapping[str, Any]], token: str
+        self, envelope: Envelope, head: ChainHead, writes: _Writes, token: str
     ) -> tuple[str, ChainHead | None] | None:
         """Run one attempt: None on commit, else why to retry.
 
         ``("head", current_head)`` lost the race for the head; ``("transient", None)`` was refused
         without effect (throttling, conflicts); ``("unknown", None)`` may or may not have committed.
         """
-        items = [self._head_write(envelope, head), self._event_write(envelope), *extra_writes]
+        items = [self._head_write(envelope, head), self._event_write(envelope), *writes.items]
         if head.last_seq == 0:
             items.append(self._tenant_index_write(envelope))
         try:
@@ -361,7 +414,7 @@ class EventStore:
             code = exc.response.get("Error", {}).get("Code", "")
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code == "TransactionCanceledException":
-                return self._cancelled(exc, envelope, extra_writes)
+                return self._cancelled(exc, envelope, writes)
             if code in UNKNOWN_OUTCOME_ERRORS or status >= 500:
                 return _unknown_outcome(envelope, exc)
             if code in THROTTLING_ERRORS:
@@ -379,19 +432,20 @@ class EventStore:
         except BotoCoreError as exc:
             return _unknown_outcome(envelope, exc)
 
-    def _cancelled(
-        self, exc: ClientError, envelope: Envelope, extra_writes: list[Mapping[str, Any]]
-    ) -> tuple[str, ChainHead | None]:
+    def _cancelled(self, exc: ClientError, envelope: Envelope, writes: _Writes) -> tuple[str, ChainHead | None]:
         reasons = exc.response.get("CancellationReasons") or []
         codes = [reason.get("Code", "None") for reason in reasons]
-        for index, code in enumerate(codes[FIRST_EXTRA_INDEX : FIRST_EXTRA_INDEX + len(extra_writes)]):
+        for index, code in enumerate(codes[FIRST_EXTRA_INDEX : FIRST_EXTRA_INDEX + len(writes.items)]):
             if code == "ConditionalCheckFailed":
-                action, body = next(iter(extra_writes[index].items()))
+                action, body = next(iter(writes.items[index].items()))
                 key = body.get("Key") or {
                     name: body["Item"][name]
                     for name in self.table_keys.get(body["TableName"], ("pk", "sk"))
                     if name in body["Item"]
                 }
+                owner = writes.owner(index)
+                if owner is not None:
+                    raise InlineWriteConditionFailedError(owner, body["TableName"], key, f"{action} condition") from exc
                 raise CallerWriteConditionFailedError(index, body["TableName"], key, f"{action} condition") from exc
         if codes and codes[HEAD_INDEX] == "ConditionalCheckFailed":
             current = reasons[HEAD_INDEX].get("Item")
@@ -514,11 +568,29 @@ class EventStore:
         self._sleep(self._rng.uniform(0, min(cap, base * 2**attempt)))
 
 
+@dataclass
+class _Writes:
+    """The writes of one seal after the head and the event row: the caller's first, then the INLINE ones."""
+
+    items: list[Mapping[str, Any]]
+    caller_count: int
+    inline_owners: list[str] = field(default_factory=list)
+
+    def append_inline(self, writes: list[tuple[str, Mapping[str, Any]]]) -> None:
+        for owner, write in writes:
+            self.inline_owners.append(owner)
+            self.items.append(write)
+
+    def owner(self, index: int) -> str | None:
+        """The INLINE subscription that returned write ``index``, or None for one of the caller's."""
+        return None if index < self.caller_count else self.inline_owners[index - self.caller_count]
+
+
 def _unknown_outcome(envelope: Envelope, exc: Exception) -> tuple[str, None]:
     logger.warning("emit outcome unknown for event %s, re-sending with the same token: %s", envelope.id, exc)
     return "unknown", None
 
 
 def _delivery(envelope: Envelope, subscription: Subscription) -> Delivery:
-    # In-process lanes have no invocation deadline of their own.
-    return Delivery(envelope, subscription.name, f"{envelope.id}:{subscription.name}", 1, lambda: 0)
+    # In-process lanes have no invocation deadline of their own. Each handler gets a payload of its own.
+    return Delivery(envelope.handler_copy(), subscription.name, f"{envelope.id}:{subscription.name}", 1, lambda: 0)

@@ -2,7 +2,9 @@
 
 ``sim.item_created`` (an entity row and its event, one transaction) fans out to
 
-- ``sim.audit`` (INLINE): refuses flagged items (fail-closed), else adds an audit row to the transaction;
+- ``sim.audit`` (INLINE): refuses flagged items (fail-closed), else adds to the transaction an audit row that
+  names the event's seq and hash, and the tenant's item counter read and incremented (a read-modify-write that
+  is right only if INLINE handlers run again for every seal);
 - ``sim.note_locally`` (LOCAL): best effort, after the commit;
 - ``sim.charge`` (DURABLE): an external effect through an idempotency-keyed ``FakeService``, plus a
   DynamoDB effect committed with the completion (``HandlerResult.writes``);
@@ -22,12 +24,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from modules.services import ServiceUnavailableError
 from outbox import Delivery, Envelope, EventStore, FollowUp, HandlerResult, Lane, Subscription, TerminalError, writes
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
+from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES
 from outbox.record_changes import RecordChange
+from outbox.writes import typed
 from simulation.schedule import Fault
 from simulation.world import InjectedError, World, world_of
 
@@ -54,6 +59,10 @@ MALFORMED_BODIES: dict[str, str] = {
     ALTERED_EVENT: "",
 }
 CONTRACT_BREACH = "returned a dict; a DURABLE handler returns a HandlerResult or None"
+THROTTLED_READ_TRIES = 20
+# Padding of an event's payload: "near_bound" leaves its relay body a few KB under the bound (the envelope
+# and its type tags take the rest); "over_bound" is past what the durable queue takes, so emit must refuse it.
+PADDING = {"near_bound": MAX_RELAY_BODY_BYTES - 3_000, "over_bound": MAX_MESSAGE_BYTES + 1_000}
 
 
 class ItemCreated(BaseModel):
@@ -63,6 +72,7 @@ class ItemCreated(BaseModel):
     item_id: str = Field(min_length=1)
     amount: int = Field(ge=0)
     reject: bool = False
+    note: str = ""  # padding: some events carry a relay body near the bound, or past it
 
 
 class ItemNoted(BaseModel):
@@ -80,6 +90,10 @@ def audit_key(event_id: str) -> dict[str, str]:
     return {"pk": f"SIMAUDIT#{event_id}", "sk": "AUDIT"}
 
 
+def counter_key(tenant: str) -> dict[str, str]:
+    return {"pk": f"SIMCOUNT#{tenant}", "sk": "ITEMS"}
+
+
 def effect_key(event_id: str, subscription: str) -> dict[str, str]:
     return {"pk": f"SIMEFFECT#{event_id}", "sk": subscription}
 
@@ -94,10 +108,19 @@ def create_item(
     item_id: str,
     amount: int,
     reject: bool,
+    size: str = "small",
 ) -> Envelope:
-    """The application's one command: the item row and its event commit together, or neither does."""
-    payload = ItemCreated(operation=operation, item_id=item_id, amount=amount, reject=reject).model_dump()
-    row = {**item_key(tenant, item_id), "tenant": tenant, "operation": operation, "amount": amount}
+    """The application's one command: the item row and its event commit together, or neither does. The row
+    carries a binary fingerprint, which the BEST_EFFORT lane must deliver as bytes."""
+    note = "n" * PADDING.get(size, 0)
+    payload = ItemCreated(operation=operation, item_id=item_id, amount=amount, reject=reject, note=note).model_dump()
+    row = {
+        **item_key(tenant, item_id),
+        "tenant": tenant,
+        "operation": operation,
+        "amount": amount,
+        "fingerprint": operation.encode() + b"\x00\xff",
+    }
     return store.emit(
         "sim.item_created",
         payload,
@@ -119,13 +142,36 @@ class SimulatedApp:
         item = ItemCreated.model_validate(delivery.envelope.payload)
         if item.reject:
             raise TerminalError(f"{item.item_id} refused by the audit")
-        row = {**audit_key(delivery.envelope.id), "operation": item.operation}
-        return HandlerResult(writes=[writes.put(self.world.data_table, row)])
+        envelope = delivery.envelope
+        row = {**audit_key(envelope.id), "operation": item.operation, "seq": envelope.seq, "hash": envelope.hash}
+        counted = {**counter_key(envelope.tenant), "items": self._items_counted(envelope.tenant) + 1}
+        return HandlerResult(
+            writes=[writes.put(self.world.data_table, row), writes.put(self.world.data_table, counted)]
+        )
 
-    def note_locally(self, delivery: Delivery) -> None:
+    def _items_counted(self, tenant: str) -> int:
+        """The counter as the transaction will find it (a throttled read is retried, as an SDK would)."""
+        for _ in range(THROTTLED_READ_TRIES):
+            try:
+                item = self.world.reader.get_item(
+                    TableName=self.world.data_table, Key=typed(counter_key(tenant)), ConsistentRead=True
+                ).get("Item")
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ProvisionedThroughputExceededException":
+                    raise
+                continue
+            return int(item["items"]["N"]) if item else 0
+        raise TerminalError("the item counter stayed throttled")
+
+    def note_locally(self, delivery: Delivery) -> HandlerResult | None:
+        """Best effort; for every third item it also returns writes, which the LOCAL lane must not commit."""
         self.world.local_runs[delivery.envelope.id] += 1
         if self.world.chaos.fires(Fault.LOCAL_HANDLER_ERROR, delivery.idempotency_key):
             raise RuntimeError("injected: the LOCAL handler failed")
+        if delivery.envelope.payload["amount"] % 3 == 0:
+            row = {"pk": f"SIMLOCAL#{delivery.envelope.id}", "sk": "NOTE"}
+            return HandlerResult(writes=[writes.put(self.world.data_table, row)])
+        return None
 
     # -- durable: the consumer Lambda ---------------------------------------------------------------
 
@@ -161,6 +207,9 @@ class SimulatedApp:
     # -- best effort: the record-change Lambda --------------------------------------------------------
 
     def watch_items(self, change: RecordChange) -> None:
+        fingerprint = (change.new_image or change.old_image or {}).get("fingerprint")
+        if not isinstance(fingerprint, bytes):
+            raise TypeError(f"the binary fingerprint arrived as {type(fingerprint).__name__}, not bytes")
         self.world.row_changes[str(change.keys["pk"])] += 1
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -214,6 +263,7 @@ class SimulatedApp:
             entities=(
                 EntitySpec("SIMITEM", "Items"),
                 EntitySpec("SIMAUDIT", "Audit rows the INLINE subscriber adds to the transaction"),
+                EntitySpec("SIMCOUNT", "Per tenant, the items the INLINE subscriber counted"),
                 EntitySpec("SIMEFFECT", "One ledger row per (event, durable subscription): the DynamoDB effect"),
             ),
             subscriptions=(

@@ -519,7 +519,7 @@ class Driver:
         return acted
 
     def _emit(self, emitter: Emitter, action: Emit, origin: str) -> None:
-        record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin)
+        record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin, size=action.size)
         self.world.emits.append(record)
         outer, self._current = self._current, record
         try:
@@ -598,6 +598,7 @@ class Driver:
                 item_id=action.item_id,
                 amount=action.amount,
                 reject=action.reject,
+                size=action.size,
             )
         except Exception as exc:  # every failure is an outcome to check, not a reason to stop
             record.error = exc

@@ -1,20 +1,25 @@
 """The invariants a run must keep, checked against what the pipeline left behind and what was observed.
 
 1. Every emitted event is in its tenant's log, gapless, and verify_chain is intact (and its entity row,
-   its INLINE writes and one LOCAL run came with it); a log rewritten at the end (with recomputed hashes)
-   is reported broken at the rewrite.
+   its INLINE writes, computed for the seal that committed, and one LOCAL run came with it; no write a LOCAL
+   handler returned); each tenant's INLINE counter equals its committed items; a log rewritten at the end
+   (with recomputed hashes) is reported broken at the rewrite.
 2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
    with its error; never both, never neither. A dead letter must be earned: a terminal error the
    schedule injected, or every attempt the claim allows, each claimed.
 3. External effects: at most one per idempotency key, and at least one call for every completed claim.
 4. No claim is completed (or marked dead) by a worker that did not own it.
-5. An event whose emit failed has no row, no entity change and no delivery.
+5. An event whose emit failed has no row, no entity change and no delivery; an event past the relay's
+   bound never commits.
 6. Per tenant, the durable consumer first receives the pipe's messages in the order SQS accepted them.
 7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``.
 8. Every item row reaches its BEST_EFFORT subscriber at least once (the record-change lane).
 9. Every malformed body is recorded as a poison pill, and none is left in a queue.
 10. Dead work never runs again without an operator: after a pair is marked dead, its handler runs only
     after a replay (or a reconcile) named that pair.
+11. The local runtime is as strict as AWS: a pipe sends only records younger than its maximum age (from
+    their creation), discards for age only older ones, and never dead-letters a batch of several records
+    that SQS refused for its content (AUTOMATIC_BISECT halves it first).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -26,12 +31,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
 from outbox.chain import ChainReport
 from outbox.operations import Topology
-from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_NOTED, audit_key, item_key
+from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_CREATED, ITEM_NOTED, audit_key, counter_key, item_key
 from simulation.recorder import Observations, Send
 from simulation.state import State
 from simulation.world import EmitRecord, World
@@ -47,6 +52,7 @@ NAMES = {
     8: "best-effort lane",
     9: "poison pills",
     10: "dead stays dead",
+    11: "the local runtime as strict as AWS",
 }
 DEDUPLICATION_SECONDS = 300
 MAX_HEAD_RETRIES = 5  # EventStore's default, which the simulated emitters use
@@ -74,6 +80,7 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *check_best_effort_lane(world, state),
         *check_poison(world, state),
         *check_dead_stays_dead(world, observations),
+        *check_runtime_as_strict_as_aws(observations),
     ]
 
 
@@ -102,10 +109,31 @@ def check_log(world: World, state: State) -> list[Violation]:
             )
             continue
         found.extend(_committed_with_its_writes(world, state, record))
+    found.extend(_inline_counters_count_every_item(state))
+    found.extend(
+        Violation(1, f"a LOCAL handler's write was committed: {pk}")
+        for pk, _ in state.data
+        if pk.startswith("SIMLOCAL#")
+    )
     emitted = {r.event_id for r in world.emits if r.committed}
     for envelope in events.values():
         if envelope.id not in emitted and not _is_follow_up(envelope, events):
             found.append(Violation(1, f"{envelope.tenant} seq {envelope.seq} ({envelope.type}) was emitted by nobody"))
+    return found
+
+
+def _inline_counters_count_every_item(state: State) -> list[Violation]:
+    """The INLINE counter of each tenant reads and increments its row in every item's transaction: it equals
+    the tenant's committed items only if every seal's INLINE writes were computed for that seal."""
+    items = Counter(e.tenant for e in state.events.values() if e.type == ITEM_CREATED)
+    found = []
+    for tenant, committed in sorted(items.items()):
+        row = state.data.get(_key(counter_key(tenant)))
+        counted = int(row["items"]["N"]) if row else 0
+        if counted != committed:
+            found.append(
+                Violation(1, f"tenant {tenant}: {committed} items committed, the INLINE counter says {counted}")
+            )
     return found
 
 
@@ -130,8 +158,19 @@ def _committed_with_its_writes(world: World, state: State, record: EmitRecord) -
     item = state.data.get(_key(item_key(record.tenant, record.item_id)))
     if item is None or item["operation"]["S"] != record.operation:
         found.append(Violation(1, f"{record.operation} committed without its item row"))
-    if _key(audit_key(record.event_id)) not in state.data:
+    audit = state.data.get(_key(audit_key(record.event_id)))
+    envelope = record.envelope
+    assert envelope is not None
+    if audit is None:
         found.append(Violation(1, f"{record.operation} committed without the INLINE subscriber's audit row"))
+    elif (audit["seq"]["N"], audit["hash"]["S"]) != (str(envelope.seq), envelope.hash):
+        found.append(
+            Violation(
+                1,
+                f"{record.operation} committed as seq {envelope.seq}, but its INLINE audit row names seq "
+                f"{audit['seq']['N']} and hash {audit['hash']['S'][:12]}: written for a seal that never committed",
+            )
+        )
     runs = world.local_runs[record.event_id]
     if runs != 1:
         found.append(Violation(1, f"{record.operation}: the LOCAL subscriber ran {runs} times, not once"))
@@ -436,7 +475,11 @@ def check_fencing(world: World, observations: Observations, state: State) -> lis
 
 
 def check_failed_emits(world: World, observations: Observations, state: State) -> list[Violation]:
-    found: list[Violation] = []
+    found: list[Violation] = [
+        Violation(5, f"{r.operation} committed an event larger than the durable queue takes: the relay cannot send it")
+        for r in world.emits
+        if r.committed and r.size == "over_bound"
+    ]
     received = {receipt.event_id for receipt in observations.receipts}
     for record in (r for r in world.emits if r.error is not None):
         event_id, what = record.event_id, f"{record.operation} (failed: {type(record.error).__name__})"
@@ -603,3 +646,40 @@ def _name(world: World, key: str) -> str:
 
 
 __all__ = ["NAMES", "Violation", "check_all"]
+
+
+# -- 11 --------------------------------------------------------------------------------------------------
+
+# What SQS says when it refuses a request for what it carries: AWS's AUTOMATIC_BISECT would halve the batch.
+_CONTENT_REFUSALS = ("BatchRequestTooLong", "shorter than")
+
+
+def check_runtime_as_strict_as_aws(observations: Observations) -> list[Violation]:
+    """The local runtime delivers nothing AWS would drop and drops nothing AWS would deliver: a pipe sends
+    only records younger than MaximumRecordAgeInSeconds (counted from their creation), discards for age only
+    older ones, and never dead-letters a batch of several records that SQS refused for its content (AWS
+    halves it first)."""
+    found: list[Violation] = []
+    for send in observations.pipe_sends:
+        if send.max_age_seconds >= 0:
+            cutoff = send.at - timedelta(seconds=send.max_age_seconds)
+            stale = [created for created in send.created if created < cutoff]
+            if stale:
+                found.append(Violation(11, f"{send.pipe} sent {len(stale)} record(s) AWS would have discarded for age"))
+    for letter in observations.pipe_dead_letters:
+        if letter.condition == "RecordAgeExceeded":
+            cutoff = letter.at - timedelta(seconds=letter.max_age_seconds)
+            young = [created for created in letter.created if created >= cutoff]
+            if young:
+                found.append(
+                    Violation(11, f"{letter.pipe} discarded {len(young)} record(s) younger than the maximum age")
+                )
+        elif len(letter.created) > 1 and any(sign in letter.reason for sign in _CONTENT_REFUSALS):
+            found.append(
+                Violation(
+                    11,
+                    f"{letter.pipe} dead-lettered a batch of {len(letter.created)} that SQS refused for its content: "
+                    "AUTOMATIC_BISECT would have halved it",
+                )
+            )
+    return found

@@ -262,7 +262,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="local-error-escapes",
         module=STORE,
-        original="except Exception:  # best effort by contract: the event is committed whatever happens here",
+        original="except BaseException:  # best effort by contract: the caller must learn that its event committed",
         replacement="except ValueError:",
         description="an error of a LOCAL handler other than a ValueError escapes emit() after the commit",
         what_should_catch_it="a LOCAL handler that fails: the caller sees an error for a committed event (5)",
@@ -290,6 +290,28 @@ MUTANTS: tuple[Mutant, ...] = (
             "outside emit() tells the two conditions apart, and then the event row's own condition refuses the "
             "write"
         ),
+    ),
+    Mutant(
+        id="inline-writes-not-resealed",
+        module=STORE,
+        original=(
+            "envelope = attempted[head.last_seq + 1] = self._seal(draft, head)\n"
+            "                writes = self._sealed_writes(draft, envelope, caller_writes, inline)"
+        ),
+        replacement="envelope = attempted[head.last_seq + 1] = self._seal(draft, head)",
+        description="after a lost head race the event is re-sealed, but the INLINE writes of the first seal are sent",
+        what_should_catch_it="a rival emit: the audit row names a seal that never committed, the counter loses "
+        "an item (invariant 1)",
+        seeds=(3, 7, 10),
+    ),
+    Mutant(
+        id="relay-bound-unchecked",
+        module=STORE,
+        original="if body > MAX_RELAY_BODY_BYTES:",
+        replacement="if body > 4 * MAX_RELAY_BODY_BYTES:",
+        description="emit() bounds the event row only, not the relay body: it accepts events the relay cannot send",
+        what_should_catch_it="an emit past the bound commits (invariant 5), and its durable pairs never run (2)",
+        seeds=(2, 39),
     ),
     Mutant(
         id="head-race-retries-stale-head",

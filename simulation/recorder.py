@@ -22,6 +22,7 @@ from typing import Any
 from unittest import mock
 
 from local_runtime.esm import BatchResult, SqsEventSourceMapping
+from local_runtime.pipe import PipeEmulator
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
@@ -95,6 +96,29 @@ class Observations:
     receipts: list[Receipt] = field(default_factory=list)
     sends: list[Send] = field(default_factory=list)
     sent_batches: list[list[dict[str, Any]]] = field(default_factory=list)
+    # What the local pipes did, for invariant 11 (the local runtime is as strict as AWS, no more, no less).
+    pipe_sends: list[PipeSend] = field(default_factory=list)
+    pipe_dead_letters: list[PipeDeadLetter] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PipeSend:
+    """A pipe sent these records (their creation times) at ``at``, with this maximum record age."""
+
+    pipe: str
+    at: datetime
+    max_age_seconds: int
+    created: tuple[datetime, ...]
+
+
+@dataclass(frozen=True)
+class PipeDeadLetter:
+    pipe: str
+    at: datetime
+    max_age_seconds: int
+    condition: str
+    reason: str
+    created: tuple[datetime, ...]
 
 
 class Recorder:
@@ -148,7 +172,43 @@ class Recorder:
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
+            stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
+            stack.enter_context(mock.patch.object(PipeEmulator, "_dead_letter", self._pipe_dead_letter()))
             yield
+
+    # -- the pipes (invariant 11) -------------------------------------------------------------------
+
+    def _pipe_attempt(self) -> Any:
+        original, observations = PipeEmulator._attempt, self.observations
+
+        def attempt(pipe: PipeEmulator, shard: Any, batch: Any, expired: Any) -> Any:
+            created = tuple(record.created for record in batch.records)
+            observations.pipe_sends.append(
+                PipeSend(pipe.config.name, pipe._clock(), pipe.config.maximum_record_age_seconds, created)
+            )
+            return original(pipe, shard, batch, expired)
+
+        return attempt
+
+    def _pipe_dead_letter(self) -> Any:
+        original, observations = PipeEmulator._dead_letter, self.observations
+
+        def dead_letter(
+            pipe: PipeEmulator, shard: Any, records: Any, condition: str, reason: str, attempts: int
+        ) -> None:
+            observations.pipe_dead_letters.append(
+                PipeDeadLetter(
+                    pipe.config.name,
+                    pipe._clock(),
+                    pipe.config.maximum_record_age_seconds,
+                    condition,
+                    reason,
+                    tuple(record.created for record in records),
+                )
+            )
+            original(pipe, shard, records, condition, reason, attempts)
+
+        return dead_letter
 
     # -- the inbox ----------------------------------------------------------------------------------
 

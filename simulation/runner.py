@@ -20,7 +20,7 @@ from outbox.operations import Topology
 from simulation.catalog import RUN_VARIABLE, catalog_for
 from simulation.chaos import Chaos
 from simulation.determinism import seeded
-from simulation.driver import Driver
+from simulation.driver import Driver, client
 from simulation.invariants import Violation, check_all, check_status
 from simulation.recorder import Observations, recording
 from simulation.schedule import generate
@@ -63,6 +63,7 @@ def run_seed(seed: int, stack: StackSpec) -> SeedResult:
         runtime = LocalRuntime(stack, clock=clock, environment=environment, function_log_level="CRITICAL")
         with runtime:
             world.data_table = runtime.output("DataTableName")
+            world.reader = client(runtime, "dynamodb")
             world.catalog = catalog_for(world)
             driver = Driver(world, runtime, observations)
             topology = Topology.from_outputs(runtime.outputs())

@@ -101,6 +101,7 @@ class Emit:
     item_id: str
     amount: int
     reject: bool  # the INLINE subscriber refuses it: emit fails, nothing commits
+    size: str = "small"  # "near_bound": a relay body just under the bound; "over_bound": one emit must refuse
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,8 @@ class Schedule:
 def _describe(action: Action) -> str:
     if isinstance(action, Emit):
         refused = " (refused inline)" if action.reject else ""
-        return f"{action.operation}: {action.tenant}/emitter{action.emitter} creates {action.item_id}{refused}"
+        size = "" if action.size == "small" else f" ({action.size.replace('_', ' ')})"
+        return f"{action.operation}: {action.tenant}/emitter{action.emitter} creates {action.item_id}{refused}{size}"
     if isinstance(action, Steps):
         return f"{action.count} pipeline step(s)"
     if isinstance(action, LateRedelivery):
@@ -287,12 +289,22 @@ def _actions(rng: random.Random, tenants: tuple[str, ...], emitters: dict[str, i
                 item_id=item_id,
                 amount=rng.randint(1, 99),
                 reject=rng.random() < 0.08,
+                size=_size_of(rng, number),
             )
         )
         if burst is None and rng.random() < 0.5:
             actions.append(Steps(rng.randint(1, 2)))
         actions.extend(_interruption(rng, tenants))
     return actions
+
+
+def _size_of(rng: random.Random, number: int) -> str:
+    """Now and then an event near the relay's bound, or past it. Drawn from a peek at the schedule's random
+    state, not from its stream, so that the rest of each schedule (and the seeds that catch each mutant) stay
+    as they were."""
+    peek = random.Random(f"{rng.getstate()[1][:8]}:{number}")
+    share = peek.randrange(100)
+    return "near_bound" if share < 4 else "over_bound" if share < 6 else "small"
 
 
 def _with_a_head_rollback(rng: random.Random, actions: list[Action]) -> list[Action]:

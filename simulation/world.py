@@ -54,6 +54,7 @@ class EmitRecord:
     envelope: Envelope | None = None  # set when it committed
     error: BaseException | None = None  # set when it failed
     rivals: int = 0  # other writers of the tenant that committed while this emit ran
+    size: str = "small"  # the schedule's Emit.size: "over_bound" must be refused
 
     @property
     def committed(self) -> bool:
@@ -103,6 +104,7 @@ class World:
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
     clock: Callable[[], datetime] | None = None
+    reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
 
     def trace_clock(self) -> datetime:
         assert self.clock is not None, "the runner sets the world's clock"

@@ -46,6 +46,8 @@ FAULT_CLASSES: dict[str, str] = {
     "repairs that name their pairs": "repair-targets-ignored",
     "a chain head set back": "event-put-unconditional",
     "a log rewritten at the end": "verify-ignores-links",
+    "INLINE handlers under head races": "inline-writes-not-resealed",
+    "events near and past the relay's bound": "relay-bound-unchecked",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

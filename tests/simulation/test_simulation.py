@@ -13,7 +13,7 @@ from local_runtime.clock import VirtualClock
 from local_runtime.template import StackSpec
 from simulation.catalog import catalog_for
 from simulation.chaos import Chaos
-from simulation.cli import regression_seeds
+from simulation.cli import Outcome, regression_seeds, run_many
 from simulation.runner import run_seed
 from simulation.schedule import generate
 from simulation.trace import Trace
@@ -32,29 +32,37 @@ OPEN_BUG_SIGNATURES = (
 )
 
 
-def check_seed(seed: int, stack: StackSpec) -> None:
-    result = run_seed(seed, stack)
-    assert result.error is None, f"seed {seed}: the simulator failed: {result.error!r}"
-    report = f"seed {seed} (replay: make simulate SEED={seed}):\n" + "\n".join(map(str, result.violations))
+@pytest.fixture(scope="module")
+def outcomes(stack: StackSpec) -> dict[int, Outcome]:
+    """Every CI and regression seed, run once on both cores as ``make simulate`` runs them (a seed is
+    deterministic, so where it runs changes nothing); each test below reports one seed."""
+    seeds = sorted({*CI_SEEDS, *REGRESSIONS})
+    return {outcome.seed: outcome for outcome in run_many(seeds, stack, jobs=min(2, os.cpu_count() or 1))}
+
+
+def check_seed(outcome: Outcome) -> None:
+    seed = outcome.seed
+    assert outcome.error is None, f"seed {seed}: the simulator failed: {outcome.error}"
+    report = f"seed {seed} (replay: make simulate SEED={seed}):\n" + "\n".join(outcome.violations)
     if not REGRESSIONS.get(seed, "").startswith(OPEN):
-        assert result.violations == [], report
+        assert outcome.violations == (), report
         return
-    assert result.violations, f"seed {seed} keeps every invariant now: mark it fixed in regression_seeds.txt"
-    unknown = [str(v) for v in result.violations if not any(sign in str(v) for sign in OPEN_BUG_SIGNATURES)]
+    assert outcome.violations, f"seed {seed} keeps every invariant now: mark it fixed in regression_seeds.txt"
+    unknown = [v for v in outcome.violations if not any(sign in v for sign in OPEN_BUG_SIGNATURES)]
     assert unknown == [], report
     pytest.xfail(f"open engine bug: {REGRESSIONS[seed].removeprefix(OPEN).strip()}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", CI_SEEDS)
-def test_every_invariant_holds_on_the_ci_seeds(seed: int, stack: StackSpec) -> None:
-    check_seed(seed, stack)
+def test_every_invariant_holds_on_the_ci_seeds(seed: int, outcomes: dict[int, Outcome]) -> None:
+    check_seed(outcomes[seed])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [seed for seed in REGRESSIONS if seed not in CI_SEEDS])
-def test_every_invariant_holds_on_the_regression_seeds(seed: int, stack: StackSpec) -> None:
-    check_seed(seed, stack)
+def test_every_invariant_holds_on_the_regression_seeds(seed: int, outcomes: dict[int, Outcome]) -> None:
+    check_seed(outcomes[seed])
 
 
 def test_every_regression_seed_says_what_it_found() -> None:

@@ -1,9 +1,10 @@
-"""Shared fixtures. The CDK app is synthesized once per test session (bundling skipped)."""
+"""Shared fixtures. The CDK app is synthesized once per test run (bundling skipped), shared by the xdist workers."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +34,34 @@ class Synthesized:
 
 
 @pytest.fixture(scope="session")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+def synthesized(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Synthesized:
+    """One synth for the whole run: with pytest-xdist's workers, the first to ask synthesizes into their
+    shared temporary folder and the others wait for it and read the same assembly."""
+    if worker_id == "master":  # not under xdist
+        return _synthesize(tmp_path_factory.mktemp("cdk.out"))
+    shared = tmp_path_factory.getbasetemp().parent
+    outdir, done = shared / "cdk.out", shared / "cdk.out.done"
+    try:
+        (shared / "cdk.out.lock").mkdir()  # atomic: exactly one worker wins
+    except FileExistsError:
+        deadline = time.monotonic() + SYNTH_WAIT_SECONDS
+        while not done.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"another worker did not finish synthesizing into {outdir}") from None
+            time.sleep(0.2)
+        return Synthesized(outdir=outdir, templates=json.loads(done.read_text()))
+    synthesized = _synthesize(outdir)
+    done.write_text(json.dumps(synthesized.templates))
+    return synthesized
+
+
+SYNTH_WAIT_SECONDS = 600
+
+
+def _synthesize(outdir: Path) -> Synthesized:
     from stacks.app_factory import build_app
 
-    outdir = tmp_path_factory.mktemp("cdk.out")
+    outdir.mkdir(parents=True, exist_ok=True)
     # The CLI passes cdk.json's context (feature flags included) to app.py; do the same here, so the
     # tests see the template `cdk deploy` would. Skipping bundling keeps the suite offline and fast.
     context = {**CDK_JSON_CONTEXT, "aws:cdk:bundling-stacks": []}

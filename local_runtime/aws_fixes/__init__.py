@@ -20,6 +20,7 @@ Rule   AWS behaviour                                                moto gap / A
 10     ChangeMessageVisibility: 12 h from the receive, 0 always     M20; R5.5 (``sqs``)
 11     TTL deletes expired items (a later sweep, REMOVE record      moto never expires an item (``ttl``:
        by the Service ``dynamodb.amazonaws.com``)                   a function, not a patch)
+12     Message size in bytes: UTF-8 body plus attributes            M21 (``sqs``)
 -      ReceiveRequestAttemptId                                      M16; R5.3 (``sqs``)
 =====  ===========================================================  ==================================
 

@@ -1,4 +1,4 @@
-"""SQS as AWS runs it, where moto 5.2.5 does not (rules 6 to 9 and ReceiveRequestAttemptId).
+"""SQS as AWS runs it, where moto 5.2.5 does not (rules 6 to 10, 12 and ReceiveRequestAttemptId).
 
 Rule 6, the FIFO deduplication window (M14; R5.1). moto only compares a new message with those still in
 the queue, so a resend after the original was deleted is delivered again. Here each FIFO queue
@@ -29,7 +29,7 @@ Rule 10, visibility changes (M20; R5.5). A message's visibility can be extended 
 receive that put it in flight, and setting it to 0 (visible now) is always allowed; moto counted the 12
 hours from when the message was sent.
 
-Rule 11, message size (M21). SQS measures a message in bytes, its body (UTF-8) and its message attributes
+Rule 12, message size (M21). SQS measures a message in bytes, its body (UTF-8) and its message attributes
 (each name, data type and value) together, against the queue's MaximumMessageSize; moto counts the body's
 characters alone, so a body of multi-byte text, or a repair message's attributes, would fit locally and be
 refused by AWS.
@@ -80,7 +80,7 @@ MAX_VISIBILITY_MS = 12 * 60 * 60 * 1000
 _RECEIVE_ATTEMPT: ContextVar[str | None] = ContextVar("receive_request_attempt_id", default=None)
 
 # Backend calls that read or change queues: each runs under SQS_LOCK. receive_message has its own.
-# Also locked: send_message and send_message_batch, which rule 11 replaces (the lock wraps the replacement).
+# Also locked: send_message and send_message_batch, which rule 12 replaces (the lock wraps the replacement).
 _LOCKED_BACKEND_CALLS = (
     "create_queue",
     "delete_queue",
@@ -504,7 +504,7 @@ def _redriven(message: Message, target: Queue) -> Message:
     return moved
 
 
-# Rule 11: the size of a message.
+# Rule 12: the size of a message.
 
 
 def message_size(body: str, attributes: dict[str, Any]) -> int:

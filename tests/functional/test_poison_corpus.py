@@ -8,6 +8,7 @@ and drains the queue through the local event source mapping.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -107,7 +108,7 @@ def delivering(
 
 @pytest.mark.parametrize("entry", corpus_params(corpus()))
 def test_a_malformed_body_is_a_recorded_poison_pill_and_the_event_behind_it_runs_once(
-    make_harness: HarnessFactory, entry: PoisonBody
+    make_harness: HarnessFactory, entry: PoisonBody, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a malformed body in acme's group, and a real acme event queued behind it
     h = make_harness(one_subscription)
@@ -115,7 +116,12 @@ def test_a_malformed_body_is_a_recorded_poison_pill_and_the_event_behind_it_runs
     event = h.emit(tenant=TENANT)
 
     # When the consumer drains the queue
-    results = h.esm.drain()
+    with caplog.at_level(logging.ERROR, logger="outbox.consumer"):
+        results = h.esm.drain()
+
+    # Then its log line can be written out (a lone surrogate would make the line itself fail to encode)
+    for record in caplog.records:
+        record.getMessage().encode("utf-8")
 
     # Then the body is one poison pill, kept with its group, and the message is acknowledged
     [pill] = h.poison_pills()

@@ -385,7 +385,8 @@ def test_a_message_that_waited_a_day_can_still_be_released_and_extended_from_its
         )
 
 
-# Rule 11: SQS measures a message in bytes, body and attributes together.
+# Rule 12: SQS measures a message in bytes, body and attributes together (SendMessage: "the message
+# attributes count toward the message size").
 
 
 def test_a_message_is_measured_in_utf8_bytes_with_its_attributes(sqs: Any) -> None:

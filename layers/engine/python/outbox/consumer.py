@@ -27,7 +27,7 @@ from outbox.exceptions import (
     OutboxError,
     TerminalError,
 )
-from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest
+from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
 from outbox.messages import parse_body, read_message
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
@@ -288,7 +288,9 @@ class DurableConsumer:
             name: str(attributes.get(name, ""))
             for name in ("MessageGroupId", "MessageDeduplicationId", "ApproximateReceiveCount")
         }
-        logger.error("poison pill %s: %s", record.message_id, error)
+        # Escaped like the stored row: a lone surrogate from the body would make the log line itself fail
+        # to encode (and be lost) on the way to stdout.
+        logger.error("poison pill %s: %s", record.message_id, storable_text(error))
         body = record.raw_event.get("body")
         self.inbox.record_poison(str(record.message_id), body if isinstance(body, str) else repr(body), error, kept)
         self._count(Metric.POISON_PILLS)

@@ -1,6 +1,6 @@
 """An EventBridge Pipe from a DynamoDB stream to an SQS queue, emulated over moto and the virtual clock.
 
-moto stores pipes but delivers nothing (AWS-SEMANTICS M20), so this module does what the Pipes
+moto stores pipes but delivers nothing (docs/aws-behaviour.md M22), so this module does what the Pipes
 service does for this source and target:
 
 - reads the stream with real shard iterators (DescribeStream, GetShardIterator, GetRecords);
@@ -12,7 +12,7 @@ service does for this source and target:
 - retries what failed per ``MaximumRetryAttempts`` and ``MaximumRecordAgeInSeconds`` (R4.1, R4.5),
   then writes the batch's metadata, not its records, to the pipe DLQ;
 - logs every failure at ERROR, to ``logging`` and to ``PipeEmulator.log`` (R4.7), where AWS would
-  stay silent about an unresolved path (the decision at the top of AWS-SEMANTICS.md).
+  stay silent about an unresolved path ("Decisions where the sources disagree" in docs/aws-behaviour.md).
 
 Example
 -------
@@ -634,7 +634,9 @@ def _check_item_order(original: list[PipeRecord], reordered: list[PipeRecord]) -
         raise ValueError("a reorder hook must return the same records")
     for key in {record.item_key for record in original}:
         if [r.event_id for r in original if r.item_key == key] != [r.event_id for r in reordered if r.item_key == key]:
-            raise ValueError(f"a reorder hook changed the order of one item's records ({key}); see AWS-SEMANTICS R7.1")
+            raise ValueError(
+                f"a reorder hook changed the order of one item's records ({key}); see docs/aws-behaviour.md R7.1"
+            )
 
 
 def _json_ready(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """EventBridge Pipes filter criteria: the operators Pipes supports, and a loud refusal of the rest.
 
 A generic event-pattern matcher would accept patterns that Pipes refuses at creation (``wildcard``,
-``anything-but`` combined with ``prefix`` and friends, AWS-SEMANTICS R3.2), so this one is written
+``anything-but`` combined with ``prefix`` and friends, docs/aws-behaviour.md R3.2), so this one is written
 to the Pipes column of the operator table and rejects everything else when it compiles.
 
 Matching follows R3.3: exact characters with no case folding, numbers equal only when written the
@@ -27,7 +27,7 @@ __all__ = ["Matcher", "UnsupportedFilterError", "compile_filter_criteria"]
 
 MAX_FILTERS: Final = 5  # CloudFormation FilterCriteria.Filters (R3.1)
 MAX_PATTERN_LENGTH: Final = 4096  # each Pattern (R3.1)
-SEMANTICS: Final = "AWS-SEMANTICS R3.2"
+SEMANTICS: Final = "docs/aws-behaviour.md R3.2"
 
 # anything-but takes these as an object in the event-bus matcher; Pipes supports none of them (R3.2).
 _ANYTHING_BUT_COMBINATIONS: Final = ("prefix", "suffix", "equals-ignore-case", "wildcard")
@@ -88,21 +88,23 @@ def compile_filter_criteria(patterns: Sequence[str]) -> Matcher:
     """Compile the ``Pattern`` strings of a pipe's ``FilterCriteria``; raise ``UnsupportedFilterError``."""
     if len(patterns) > MAX_FILTERS:
         raise UnsupportedFilterError(
-            f"{len(patterns)} filters; a pipe takes at most {MAX_FILTERS} (AWS-SEMANTICS R3.1)"
+            f"{len(patterns)} filters; a pipe takes at most {MAX_FILTERS} (docs/aws-behaviour.md R3.1)"
         )
     return Matcher(tuple(_compile_pattern_text(text) for text in patterns))
 
 
 def _compile_pattern_text(text: str) -> FieldRule:
     if len(text) > MAX_PATTERN_LENGTH:
-        raise UnsupportedFilterError(f"filter pattern longer than {MAX_PATTERN_LENGTH} characters (AWS-SEMANTICS R3.1)")
+        raise UnsupportedFilterError(
+            f"filter pattern longer than {MAX_PATTERN_LENGTH} characters (docs/aws-behaviour.md R3.1)"
+        )
     try:
         pattern = json.loads(
             text, parse_int=_PatternNumber, parse_float=_PatternNumber, parse_constant=_reject_constant
         )
     except json.JSONDecodeError as exc:
         raise UnsupportedFilterError(
-            f"filter pattern is not JSON ({exc}); Pipes refuses it at creation (AWS-SEMANTICS R3.1, R3.2)"
+            f"filter pattern is not JSON ({exc}); Pipes refuses it at creation (docs/aws-behaviour.md R3.1, R3.2)"
         ) from exc
     if not isinstance(pattern, dict):
         raise UnsupportedFilterError(f"a filter pattern must be a JSON object, not {text!r} ({SEMANTICS})")

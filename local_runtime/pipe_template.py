@@ -1,8 +1,8 @@
 """EventBridge Pipes input templates and dynamic target parameters, rendered as the project decided.
 
-AWS documents three template forms (AWS-SEMANTICS R1.1): free text, a single JSON path, and JSON with
-inline paths. Where the documentation is silent this module takes the project's decisions (the top
-of AWS-SEMANTICS.md):
+AWS documents three template forms (docs/aws-behaviour.md R1.1): free text, a single JSON path, and
+JSON with inline paths. Where the documentation is silent this module takes the project's decisions
+("Decisions where the sources disagree" in docs/aws-behaviour.md):
 
 - a template that is one placeholder renders the value's JSON text (an object becomes its JSON
   object text), which is what the durable consumer parses;
@@ -105,7 +105,7 @@ def resolve_path(path: str, event: Any) -> Any:
 @functools.lru_cache(maxsize=256)
 def _parse_path(path: str) -> tuple[str | int, ...]:
     if not path.startswith("$"):
-        raise UnsupportedPathError(f"JSON path {path!r} must start with '$' (AWS-SEMANTICS R1.2)")
+        raise UnsupportedPathError(f"JSON path {path!r} must start with '$' (docs/aws-behaviour.md R1.2)")
     steps: list[str | int] = []
     position = 1
     while position < len(path):
@@ -113,7 +113,7 @@ def _parse_path(path: str) -> tuple[str | int, ...]:
         if match is None:
             raise UnsupportedPathError(
                 f"JSON path {path!r}: {path[position:]!r} is outside the supported syntax (dot names of "
-                "alphanumerics, '-' and '_', and [n] indices; AWS-SEMANTICS R1.2)"
+                "alphanumerics, '-' and '_', and [n] indices; docs/aws-behaviour.md R1.2)"
             )
         name, index = match.groups()
         steps.append(name if name is not None else int(index))
@@ -136,7 +136,8 @@ def resolve_dynamic_parameter(value: str, event: Mapping[str, Any]) -> str:
         return _json_text(resolved)
     # An object here is usually a path one level short (".tenant" instead of ".tenant.S").
     raise InvalidDynamicValueError(
-        f"dynamic parameter {value!r} resolves to {_json_text(resolved)[:80]}, not a string (AWS-SEMANTICS R2.2)"
+        f"dynamic parameter {value!r} resolves to {_json_text(resolved)[:80]}, not a string "
+        "(docs/aws-behaviour.md R2.2)"
     )
 
 
@@ -171,7 +172,9 @@ def _lookup(name: str, event: Mapping[str, Any], variables: PipeVariables | None
     scalars = variables.scalars() if variables is not None else {}
     if name not in scalars:
         known = "" if variables is not None else " (no pipe variables were given)"
-        raise UnresolvedPathError(f"reserved variable <{name}> is not one Pipes defines{known} (AWS-SEMANTICS R1.1)")
+        raise UnresolvedPathError(
+            f"reserved variable <{name}> is not one Pipes defines{known} (docs/aws-behaviour.md R1.1)"
+        )
     return scalars[name]
 
 

@@ -1,11 +1,11 @@
 """Where the local runtime departs from moto 5.2.5 to behave like AWS, each rule a named patch.
 
-Every row of the "What moto does and does not do" table of AWS-SEMANTICS.md marked ✗ (or that the
-runtime depends on) has its patch here, on moto's model and response classes, so the fixes hold for
+Every place where moto differs from AWS that the runtime depends on (the M rules of docs/aws-behaviour.md)
+has its patch here, on moto's model and response classes, so the fixes hold for
 in-process ``mock_aws`` and for a ``ThreadedMotoServer`` in the same process alike:
 
 =====  ===========================================================  ==================================
-Rule   AWS behaviour                                                moto gap / AWS-SEMANTICS reference
+Rule   AWS behaviour                                                moto gap / rule in docs/aws-behaviour.md
 =====  ===========================================================  ==================================
 1      TransactWriteItems atomic (conditions first, then writes),   M1, M7-M10; R8.1, R8.3
        O(items) not O(table), 4 MB limit, one lock per request      (``dynamodb``)

@@ -15,7 +15,7 @@ class Patch:
     """One replaced attribute of a moto class or module, named after the rule it implements.
 
     ``rule`` cites the row of the "What moto does and does not do" table (M1…M21) or the AWS rule (R…)
-    of AWS-SEMANTICS.md that the replacement exists for.
+    of docs/aws-behaviour.md that the replacement exists for.
     """
 
     owner: object

@@ -14,7 +14,7 @@ class RecordChangePipe(StreamPipe):
     """The data table's stream, record by record, into the standard record-change queue.
 
     No filter. The pattern ``{"eventName": ["INSERT", "MODIFY", "REMOVE"]}`` would name every value a
-    DynamoDB stream record's eventName can take (AWS-SEMANTICS R7.3), so it would select nothing; it
+    DynamoDB stream record's eventName can take (docs/aws-behaviour.md R7.3), so it would select nothing; it
     would only add a dependency on eventName being filterable in Pipes, which one AWS page denies
     (R3.4). Should that page be right, the pattern would be refused at creation, or worse, match no
     record, and the lane would go quiet. Which row changes a subscriber cares about is the consumer's
@@ -24,8 +24,8 @@ class RecordChangePipe(StreamPipe):
     dynamodb.Keys, NewImage and/or OldImage, SequenceNumber, eventSourceARN, ...). Any template that
     names ``$.dynamodb.NewImage`` or ``$.dynamodb.OldImage`` breaks on the records that lack it: an
     INSERT has no OldImage and a REMOVE no NewImage. A path that does not resolve raises nothing at
-    creation; the pipe just stops delivering those records (the seed's silent failure, AWS-SEMANTICS
-    "A path that does not resolve"). Without a template there is no path to miss.
+    creation; the pipe just stops delivering those records (a silent failure: docs/aws-behaviour.md R2.3
+    and its decisions). Without a template there is no path to miss.
 
     No target parameters either: a standard queue takes no message group or deduplication id. A replaced
     pipe re-sends the row changes younger than its maximum record age (TRIM_HORIZON; older ones go to the

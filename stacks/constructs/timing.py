@@ -3,7 +3,7 @@
 Each consumer's function timeout, its event source mapping's batching window and the queues' redrive
 count live here; each queue's visibility timeout is derived from them, never written down twice. AWS
 asks for a visibility timeout of at least 6x the function timeout plus the batching window
-(AWS-SEMANTICS R6.4): on the durable lane a message must not become visible again while a live handler
+(docs/aws-behaviour.md R6.4): on the durable lane a message must not become visible again while a live handler
 still holds its inbox lease, or a second worker would claim it; on the record-change lane it would run
 a best-effort handler twice for no reason. The consumer and queue constructs import these values.
 """

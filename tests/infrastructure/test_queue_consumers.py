@@ -167,7 +167,7 @@ def test_the_subscriptions_reference_names_a_function_in_the_code_asset(
 def test_the_visibility_timeout_is_at_least_six_function_timeouts(
     stack_template: dict[str, Any], case: ConsumerCase
 ) -> None:
-    # A message must not reappear while a live handler still works on it (AWS-SEMANTICS R6.4).
+    # A message must not reappear while a live handler still works on it (docs/aws-behaviour.md R6.4).
     _, queue = only_resource(stack_template, "AWS::SQS::Queue", case.queue)
     _, function = _function(stack_template, case)
     assert queue["Properties"]["VisibilityTimeout"] >= 6 * function["Timeout"]

@@ -19,7 +19,7 @@ from tests.infrastructure.template_queries import only_resource
 KEYS = {"pk": {"S": "ORDER#o-1"}, "sk": {"S": "ORDER"}}
 OLD = {**KEYS, "status": {"S": "PLACED"}}
 NEW = {**KEYS, "status": {"S": "PAID"}}
-# One stream record of each kind, as the pipe hands it on (AWS-SEMANTICS R7.3): INSERT has no OldImage,
+# One stream record of each kind, as the pipe hands it on (docs/aws-behaviour.md R7.3): INSERT has no OldImage,
 # REMOVE no NewImage.
 RECORDS = {
     "INSERT": {"Keys": KEYS, "NewImage": NEW},

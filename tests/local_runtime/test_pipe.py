@@ -1,6 +1,6 @@
 """The pipe emulator on moto: the relay's real filter, template and dynamic ids, driven by real rows.
 
-Each test pins one behaviour of EventBridge Pipes that moto does not have (AWS-SEMANTICS M20).
+Each test pins one behaviour of EventBridge Pipes that moto does not have (docs/aws-behaviour.md M22).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Pipes filter: every supported operator matches and misses as EventBridge does (AWS-SEMANTICS R3.3),
+"""The Pipes filter: every supported operator matches and misses as EventBridge does (docs/aws-behaviour.md R3.3),
 and every operator Pipes refuses is refused when the filter compiles (R3.2)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Input templates and dynamic parameters, rendered per AWS-SEMANTICS R1 and R2 and the project decisions."""
+"""Input templates and dynamic parameters, rendered per docs/aws-behaviour.md R1 and R2 and the project decisions."""
 
 from __future__ import annotations
 

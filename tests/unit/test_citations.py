@@ -1,0 +1,43 @@
+"""Every rule the code cites resolves to a heading of docs/aws-behaviour.md, and nothing points outside the
+repository: a user who clones it can follow every reference."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("layers", "lambdas", "local_runtime", "modules", "simulation", "stacks", "tests", "benchmarks", "tools")
+RULES_DOC = ROOT / "docs" / "aws-behaviour.md"
+# A rule id next to the document's name, or in the lists of the runtime's fixes: "R4.1", "M17", "M7-M10".
+CITATION = re.compile(r"\b([RM]\d+(?:\.\d+)?)\b")
+OUTSIDE = re.compile(r"\.\./shared|AWS-SEMANTICS|DESIGN\.md|seeds/000_")
+
+
+def project_files() -> list[Path]:
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for folder in SOURCES:
+        files.extend(p for p in sorted((ROOT / folder).rglob("*.py")) if "__snapshots__" not in p.parts)
+    return [path for path in files if path.exists() and path != Path(__file__)]
+
+
+def headings() -> set[str]:
+    return {line.removeprefix("### ").strip() for line in RULES_DOC.read_text().splitlines() if line.startswith("### ")}
+
+
+def test_every_cited_rule_has_a_heading_in_the_project_s_own_docs() -> None:
+    known = headings()
+    dead = sorted(
+        f"{path.relative_to(ROOT)}: {rule}"
+        for path in project_files()
+        for rule in set(CITATION.findall(path.read_text()))
+        if rule not in known
+    )
+
+    assert dead == [], f"cited but not in docs/aws-behaviour.md: {dead}"
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    outside = sorted(str(path.relative_to(ROOT)) for path in project_files() if OUTSIDE.search(path.read_text()))
+
+    assert outside == []

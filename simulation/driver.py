@@ -27,7 +27,6 @@ from local_runtime.faults import FaultCount, SecondWorker
 from local_runtime.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from local_runtime.runtime import REGION, LocalRuntime
 from outbox import Envelope, EventStore, keys
-from outbox.canonical import chain_hash
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
@@ -782,7 +781,7 @@ class Driver:
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
     """``envelope`` with another payload and a hash that matches it (linked to the same previous hash)."""
     unsealed = envelope.model_copy(update={"payload": payload})
-    return unsealed.model_copy(update={"hash": chain_hash(envelope.prev_hash, unsealed.hashed_body())})
+    return unsealed.model_copy(update={"hash": unsealed.computed_hash()})
 
 
 def head_key(tenant: str) -> dict[str, Any]:

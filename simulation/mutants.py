@@ -296,7 +296,7 @@ MUTANTS: tuple[Mutant, ...] = (
         module=STORE,
         original=(
             "envelope = attempted[head.last_seq + 1] = self._seal(draft, head)\n"
-            "                writes = self._sealed_writes(draft, envelope, caller_writes, inline)"
+            "                writes = self._sealed_writes(own, envelope, caller_writes, inline)"
         ),
         replacement="envelope = attempted[head.last_seq + 1] = self._seal(draft, head)",
         description="after a lost head race the event is re-sealed, but the INLINE writes of the first seal are sent",

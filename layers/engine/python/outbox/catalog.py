@@ -123,16 +123,24 @@ class Catalog:
     def producers(self) -> list[Producer]:
         """Every emit() and every FollowUp() that can commit: a FollowUp in a handler of another lane than
         DURABLE is never emitted (see ``dropped_follow_ups``), so it produces nothing."""
-        dropped = self._non_durable_handlers()
-        return [p for p in self._all_producers() if not (p.follow_up and p.function in dropped)]
+        return self._read_producers()[0]
 
     def dropped_follow_ups(self) -> list[tuple[Producer, Subscription]]:
         """FollowUp() calls inside handlers of lanes that cannot commit a follow-up."""
-        dropped = self._non_durable_handlers()
-        return [(p, dropped[p.function]) for p in self._all_producers() if p.follow_up and p.function in dropped]
+        return self._read_producers()[1]
 
-    def _all_producers(self) -> list[Producer]:
-        return [producer for module in self.modules for name in module.code for producer in find_producers(name)]
+    def _read_producers(self) -> tuple[list[Producer], list[tuple[Producer, Subscription]]]:
+        """The modules' sources, parsed once: the producers, and the follow-ups their lane drops."""
+        non_durable = self._non_durable_handlers()
+        producers: list[Producer] = []
+        dropped: list[tuple[Producer, Subscription]] = []
+        for producer in (p for module in self.modules for name in module.code for p in find_producers(name)):
+            subscription = non_durable.get(producer.function) if producer.follow_up else None
+            if subscription is None:
+                producers.append(producer)
+            else:
+                dropped.append((producer, subscription))
+        return producers, dropped
 
     def _non_durable_handlers(self) -> dict[str, Subscription]:
         """``module:function`` of each handler on INLINE, LOCAL or BEST_EFFORT, with its subscription."""
@@ -147,7 +155,7 @@ class Catalog:
     def problems(self) -> list[str]:
         """Everything that would make a subscription unreachable or an event undeliverable."""
         found: list[str] = []
-        producers = self.producers()
+        producers, dropped = self._read_producers()
         by_type: dict[str, list[str]] = defaultdict(list)
         for producer in producers:
             if producer.event_type is None:
@@ -164,7 +172,7 @@ class Catalog:
                 found.append(f"{event_type!r}: the prefix '{ROW_CHANGE_PREFIX}.' is reserved for row changes")
             if event_type not in by_type:
                 found.append(f"{event_type!r} is declared by {self._types[event_type][0].name} but nothing emits it")
-        for producer, subscription in self.dropped_follow_ups():
+        for producer, subscription in dropped:
             found.append(
                 f"{producer.where} returns FollowUp({producer.event_type!r}) from the {subscription.lane.value} "
                 f"handler of {subscription.name!r}, which never emits it: only DURABLE handlers commit follow-ups"

@@ -7,7 +7,7 @@ import binascii
 import json
 from typing import Any, Literal
 
-from boto3.dynamodb.types import Binary, TypeDeserializer
+from boto3.dynamodb.types import TypeDeserializer
 from pydantic import BaseModel, ConfigDict
 
 from outbox.canonical import from_dynamodb_numbers
@@ -15,7 +15,6 @@ from outbox.exceptions import EnvelopeParseError
 
 ROW_CHANGE_PREFIX = "record"
 OPERATIONS = ("INSERT", "MODIFY", "REMOVE")
-_deserializer = TypeDeserializer()
 
 
 def row_change_type(entity: str, operation: str) -> str:
@@ -49,47 +48,26 @@ class RecordChange(BaseModel):
         return row_change_type(self.entity, self.operation)
 
 
+class _WireDeserializer(TypeDeserializer):  # type: ignore[misc]  # boto3 ships no type hints
+    """boto3's deserializer for the wire form the pipe forwards, where binary values (``B``, and each member
+    of ``BS``, at any depth) are base64 text, as in the DynamoDB API's JSON: they become bytes."""
+
+    def _deserialize_b(self, value: object) -> bytes:
+        if not isinstance(value, str):
+            raise ValueError(f"a binary value must be base64 text, not {type(value).__name__}")
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"a binary value is not base64: {exc}") from exc
+
+
+_deserializer = _WireDeserializer()
+
+
 def _plain(image: dict[str, Any] | None) -> dict[str, Any] | None:
     if image is None:
         return None
-    return {name: _unwrapped(_deserializer.deserialize(_decoded(value))) for name, value in image.items()}
-
-
-def _unwrapped(value: Any) -> Any:
-    """boto3's ``Binary`` wrappers become bytes, and numbers what JSON would make of them (ints when integral)."""
-    if isinstance(value, Binary):
-        return bytes(value.value)
-    if isinstance(value, set) and any(isinstance(member, Binary) for member in value):
-        return {bytes(member.value) for member in value}
-    if isinstance(value, dict):
-        return {key: _unwrapped(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_unwrapped(item) for item in value]
-    return from_dynamodb_numbers(value)
-
-
-def _decoded(value: dict[str, Any]) -> dict[str, Any]:
-    """The wire form (binary as base64 text, as in the DynamoDB API's JSON) -> what TypeDeserializer takes
-    (binary as bytes), at any depth of maps and lists."""
-    (tag, inner), *_ = value.items()
-    if tag == "B":
-        return {"B": _base64(inner)}
-    if tag == "BS":
-        return {"BS": [_base64(member) for member in inner]}
-    if tag == "M":
-        return {"M": {name: _decoded(item) for name, item in inner.items()}}
-    if tag == "L":
-        return {"L": [_decoded(item) for item in inner]}
-    return value
-
-
-def _base64(text: object) -> bytes:
-    if not isinstance(text, str):
-        raise ValueError(f"a binary value must be base64 text, not {type(text).__name__}")
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"a binary value is not base64: {exc}") from exc
+    return {name: from_dynamodb_numbers(_deserializer.deserialize(value)) for name, value in image.items()}
 
 
 def parse_record_change(body: str) -> RecordChange:

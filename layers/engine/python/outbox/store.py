@@ -55,6 +55,9 @@ TOKEN_RESEND_WINDOW = timedelta(minutes=9)
 # The largest sequence number the hash can carry (an I-JSON integer), so that checks made before the
 # head is read are an upper bound for whatever seq the event finally gets.
 _WIDEST_SEQ = MAX_SAFE_INTEGER
+# The transaction's own actions are the head and the event row, plus the tenant index row on a tenant's
+# first emit: its place is reserved in every limit check.
+_RESERVED_ITEMS = keys.OWN_TRANSACTION_ITEMS - 2
 
 
 def default_client() -> Any:
@@ -162,9 +165,10 @@ class EventStore:
             event_id, event_type, payload, tenant, actor, correlation_id or event_id, causation_id, schema_version
         )
         caller_writes = list(extra_writes)
-        self._check_limits(draft, self._describe(caller_writes))
+        own = self._checked_event(draft)
+        check_transaction([*own, *self._describe(caller_writes)], reserved=_RESERVED_ITEMS)
         inline = self._subscribers(event_type, Lane.INLINE)
-        envelope = self._commit(draft, caller_writes, self._cached_head(tenant), inline)
+        envelope = self._commit(draft, own, caller_writes, self._cached_head(tenant), inline)
         self._run_local(envelope, self._subscribers(event_type, Lane.LOCAL))
         return envelope
 
@@ -178,7 +182,7 @@ class EventStore:
 
     def _sealed_writes(
         self,
-        draft: dict[str, Any],
+        own: list[WriteTarget],
         envelope: Envelope,
         caller_writes: list[Mapping[str, Any]],
         inline: Sequence[Subscription],
@@ -191,7 +195,7 @@ class EventStore:
         writes = _Writes(list(caller_writes), len(caller_writes))
         if inline:
             writes.append_inline(self._run_inline(envelope, inline))
-            self._check_limits(draft, self._describe(writes.items))
+            check_transaction([*own, *self._describe(writes.items)], reserved=_RESERVED_ITEMS)
         return writes
 
     def _run_inline(
@@ -287,7 +291,9 @@ class EventStore:
         self._seal(draft, ChainHead(tenant=tenant, last_seq=_WIDEST_SEQ - 1), validate=True)
         return draft
 
-    def _check_limits(self, draft: dict[str, Any], extras: list[WriteTarget]) -> None:
+    def _checked_event(self, draft: dict[str, Any]) -> list[WriteTarget]:
+        """The head and event-row actions of the transaction, after checking the event against the item
+        limit and the relay's; measured once per emit, at the widest seq (an upper bound for any seal)."""
         widest = self._seal(draft, ChainHead(tenant=draft["tenant"], last_seq=_WIDEST_SEQ - 1))
         event_item = widest.to_item()
         size = item_size(event_item)
@@ -303,7 +309,7 @@ class EventStore:
                 "payload"
             )
         head_key = {"pk": {"S": keys.head_partition(widest.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
-        own = [
+        return [
             WriteTarget("the chain head", "Update", self.table_name, head_key, 300),
             WriteTarget(
                 "the event row",
@@ -313,8 +319,6 @@ class EventStore:
                 size,
             ),
         ]
-        # The tenant index row (first emit only) is not in ``own``: reserve its place.
-        check_transaction([*own, *extras], reserved=keys.OWN_TRANSACTION_ITEMS - len(own))
 
     @staticmethod
     def _seal(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
@@ -333,13 +337,14 @@ class EventStore:
     def _commit(
         self,
         draft: dict[str, Any],
+        own: list[WriteTarget],
         caller_writes: list[Mapping[str, Any]],
         head: ChainHead,
         inline: Sequence[Subscription] = (),
     ) -> Envelope:
         tenant = draft["tenant"]
         envelope = self._seal(draft, head)
-        writes = self._sealed_writes(draft, envelope, caller_writes, inline)
+        writes = self._sealed_writes(own, envelope, caller_writes, inline)
         attempted = {envelope.seq: envelope}
         head_retries = transient_retries = token_serial = 0
         first_sent = self._clock()  # when the current token was first sent (or a backoff earlier)
@@ -370,7 +375,7 @@ class EventStore:
                     raise ChainHeadContentionError(tenant, head_retries)
                 head = current if current is not None else self._read_head(tenant)
                 envelope = attempted[head.last_seq + 1] = self._seal(draft, head)
-                writes = self._sealed_writes(draft, envelope, caller_writes, inline)
+                writes = self._sealed_writes(own, envelope, caller_writes, inline)
                 token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:
                 # Once a send's outcome is unknown, every retry repeats it exactly, whatever comes next:

@@ -6,9 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 CDK := node_modules/.bin/cdk
-ENGINE_SRC := layers/engine/python
 
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 export CDK_DISABLE_VERSION_CHECK := 1
 
@@ -17,15 +17,12 @@ export CDK_DISABLE_VERSION_CHECK := 1
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers/engine/requirements.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers/engine/requirements.txt engine/pyproject.toml cdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# The engine and the constructs install editable (the operator CLI is .venv/bin/outbox); the example
+	@# app's own packages (modules, stacks, tools) are used in place, from this directory.
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
-	@# The engine, the modules and the tools are used in place: a .pth file puts them on sys.path.
-	printf '%s\n' "$(CURDIR)/$(ENGINE_SRC)" "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outbox-engine.pth"
-	@# The operator CLI: .venv/bin/outbox
-	printf '#!/bin/sh\nexec "%s" -m tools.outbox_cli "$$@"\n' "$(CURDIR)/$(PY)" > $(VENV)/bin/outbox
-	chmod +x $(VENV)/bin/outbox
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -35,7 +32,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environment and install the CDK CLI
 
 demo: setup ## Run the whole pipeline locally on moto with a workload and injected failures (ARGS="--serve 4566")
-	$(PY) -m local_runtime.demo $(ARGS)
+	$(PY) -m tools.demo $(ARGS)
 
 .PHONY: simulate
 simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=150; one seed with its trace: SEED=n)

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.machine import PROJECT_ROOT
+from outbox_cdk import engine_layer
 
 BENCH_DIR = PROJECT_ROOT / ".local" / "bench"
 ASSEMBLY_DIR = BENCH_DIR / "cdk.out"
 STACK_NAME = "OutboxEngine"
-LAYER_ROOT = PROJECT_ROOT / "layers" / "engine"
-ENGINE_SOURCE = LAYER_ROOT / "python" / "outbox"
-LAYER_REQUIREMENTS = LAYER_ROOT / "requirements.txt"
+ENGINE_SOURCE = engine_layer.ENGINE_PACKAGE
+LAYER_REQUIREMENTS = engine_layer.LAYER_REQUIREMENTS
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Layer:
 
 
 def synthesize(outdir: Path = ASSEMBLY_DIR) -> Path:
-    from local_runtime.demo import synthesize as synthesize_like_the_demo
+    from tools.demo import synthesize as synthesize_like_the_demo
 
     if outdir.exists():
         shutil.rmtree(outdir)
@@ -65,8 +65,17 @@ def bundled_distributions(python_dir: Path) -> set[str]:
 
 
 def _tree_digest(root: Path) -> str:
+    return _files_digest(root, [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts])
+
+
+def _engine_digest() -> str:
+    """The digest of the engine's files as the layer carries them."""
+    return _files_digest(ENGINE_SOURCE, engine_layer.engine_files())
+
+
+def _files_digest(root: Path, files: list[Path]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in sorted(files, key=lambda p: str(p.relative_to(root))):
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -78,7 +87,7 @@ def is_current(python_dir: Path) -> bool:
     return (
         engine.is_dir()
         and bundled_distributions(python_dir) == pinned_distributions()
-        and _tree_digest(engine) == _tree_digest(ENGINE_SOURCE)
+        and _tree_digest(engine) == _engine_digest()
     )
 
 
@@ -91,11 +100,11 @@ def bundled_layer() -> Layer:
     for candidate in candidates:
         if is_current(candidate / "python"):
             return Layer(candidate, f"`make synth` (cdk.out/{candidate.name})")
-    digest = hashlib.sha256((LAYER_REQUIREMENTS.read_text() + _tree_digest(ENGINE_SOURCE)).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((LAYER_REQUIREMENTS.read_text() + _engine_digest()).encode()).hexdigest()[:16]
     target = BENCH_DIR / "layer" / digest
     stale = f"; cdk.out/{candidates[0].name} is stale" if candidates else ""
     if not (target / "python").is_dir():
-        from stacks.constructs.engine_layer import PipForLambdaBundling
+        from outbox_cdk.engine_layer import PipForLambdaBundling
 
         if target.exists():
             shutil.rmtree(target)

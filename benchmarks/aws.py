@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from local_runtime import aws_fixes
-from local_runtime.clock import VirtualClock
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
 
 REGION = "us-east-1"
 FAKE_CREDENTIALS = {

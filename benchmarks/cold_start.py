@@ -29,7 +29,8 @@ from typing import Any
 from benchmarks.assembly import ASSEMBLY_DIR, ENGINE_SOURCE, STACK_NAME
 from benchmarks.machine import PROJECT_ROOT
 from benchmarks.stats import ratios, summary
-from local_runtime.template import Reference, load_stack
+from outbox.local.template import Reference, load_stack
+from outbox_cdk import engine_layer
 
 BATCH_UTILITY = "aws_lambda_powertools.utilities.batch"
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
@@ -107,15 +108,18 @@ def _compiled(source: Path, target: Path) -> Path:
 def targets(assembly: Path) -> list[Target]:
     """Each handler's code and the engine copied without byte code, as Lambda finds them."""
     stack = load_stack(assembly, STACK_NAME)
-    engine_root = _without_bytecode(ENGINE_SOURCE, WORK_DIR / "opt" / "python" / "outbox").parent
+    engine_root = WORK_DIR / "opt" / "python"
+    if not (engine_root / "outbox").exists():
+        engine_root.mkdir(parents=True, exist_ok=True)
+        engine_layer.copy_engine(engine_root)
     found = []
     inits = {
-        "lambdas.durable_consumer.handler": "consumer",
-        "lambdas.record_change_consumer.handler": "consumer",
-        "lambdas.operator_api.handler": "operations",
+        "outbox.handlers.durable_consumer": "consumer",
+        "outbox.handlers.record_change_consumer": "consumer",
+        "outbox.handlers.operator_api": "operations",
     }
     for spec in stack.functions.values():
-        if spec.asset_path is None or not spec.handler.startswith("lambdas."):
+        if spec.asset_path is None or not spec.handler.startswith("outbox.handlers."):
             continue
         code_root = WORK_DIR / "task" / spec.asset_path
         if not code_root.exists():
@@ -124,14 +128,14 @@ def targets(assembly: Path) -> list[Target]:
         variables = {name: _placeholder(value) for name, value in spec.environment.items()}
         found.append(
             Target(
-                label=module.split(".")[1].replace("_", " "),
+                label=module.rsplit(".", 1)[1].replace("_", " "),
                 module=module,
                 code_root=code_root,
                 init=inits.get(module, ""),
                 environment=lambda_environment(spec.logical_id, code_root, engine_root, variables),
             )
         )
-    durable = next(t for t in found if t.module == "lambdas.durable_consumer.handler")
+    durable = next(t for t in found if t.module == "outbox.handlers.durable_consumer")
     found.append(
         replace(
             durable,

@@ -32,11 +32,11 @@ from benchmarks import aws
 from benchmarks.baseline import PERSISTENCE_KEY, BaselineSubscription, PowertoolsIdempotentConsumer
 from benchmarks.metering import AwsMeter, MotoMeter, ResponseRecorder, ResponseReplayer, Usage
 from benchmarks.stats import Summary, ratios, summary
-from local_runtime.clock import VirtualClock
-from local_runtime.lambda_context import LocalLambdaContext
 from outbox import Envelope, EventStore, writes
 from outbox.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
+from outbox.local.clock import VirtualClock
+from outbox.local.lambda_context import LocalLambdaContext
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 EVENT_TYPE = "bench.order_paid"

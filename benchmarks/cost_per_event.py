@@ -30,11 +30,11 @@ from typing import Any
 
 from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
 from benchmarks.metering import AwsMeter, MotoMeter, Usage, acting_as
-from local_runtime.runtime import LocalRuntime
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.services import Services
 from outbox import Lane
+from outbox.local.runtime import LocalRuntime
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
 

@@ -25,10 +25,10 @@ from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
 from benchmarks.cost_per_event import Instruments, instrument, order_and_payment
 from benchmarks.metering import AwsMeter, MotoMeter, current_actor
 from benchmarks.stats import ratios, summary
-from local_runtime.runtime import LocalRuntime
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.services import Services
+from outbox.local.runtime import LocalRuntime
 
 RELAY = "pipe:RelayPipe"
 

@@ -139,7 +139,7 @@ def consumer_section(consumer: Figures) -> tuple[str, dict[str, Any]]:
 Both consumers process the same {consumer["batches"]} SQS FIFO batches of {consumer["batch_size"]} messages
 ({consumer["messages"]} messages; bodies are the raw stream images the relay pipe forwards) after one warm-up
 batch, {consumer["repetitions"]} repetitions, alternating which goes first. **Both run on in-process moto with
-`local_runtime.aws_fixes` installed** (transactions O(touched items), as in AWS). The baseline is
+`outbox.local.aws_fixes` installed** (transactions O(touched items), as in AWS). The baseline is
 `SqsFifoPartialProcessor` + `@idempotent_function` on `DynamoDBPersistenceLayer`, keyed
 `[event_id, subscription]` (`benchmarks/baseline.py`); the same processor as the engine, so only the
 inbox differs.
@@ -248,7 +248,7 @@ def cost_section(cost: Figures, consumer: Figures, prices: Mapping[str, Any]) ->
     )
     text = f"""## 2. Cost per event through the whole local runtime
 
-`LocalRuntime` boots from the synthesized assembly (as `local_runtime/demo.py` does) and runs the example
+`LocalRuntime` boots from the synthesized assembly (as `outbox.local/demo.py` does) and runs the example
 application's happy path: orders placed and paid; every `payment.completed` fans out to four durable
 subscriptions, one of which (`shipping.book_shipment`) emits a follow-up `shipment.booked`. Every AWS request
 of every client (the application's, the pipes', the event source mappings', the functions' own) is counted
@@ -414,7 +414,7 @@ def cold_start_section(cold: Figures, layer_origin: str, python: str) -> tuple[s
         )
     by_label = {h["label"]: h for h in cold["handlers"]}
     shipped = {h["module"]: h for h in cold["handlers"] if not h.get("variant")}
-    durable = shipped["lambdas.durable_consumer.handler"]
+    durable = shipped["outbox.handlers.durable_consumer"]
     reference = shipped["bare_batch_handler"]
     with_boto3 = shipped["boto3_batch_handler"]
     idempotent = shipped["idempotent_batch_handler"]
@@ -764,7 +764,7 @@ def engine_findings(cost: Mapping[str, Any], emit: Mapping[str, Any], consumer: 
 5. **Local runtime speed** (not the engine in AWS, open): moto spends {update_ms:.1f} ms of CPU per `UpdateItem`
    (the claims and completions; it re-parses their expressions on every call) against {put_ms:.1f} ms per
    `PutItem`, and that dominates `make demo`, the end-to-end tests and this benchmark (section 5).
-   Caching parsed expressions in `local_runtime/aws_fixes` would speed all of them.
+   Caching parsed expressions in `outbox.local/aws_fixes` would speed all of them.
 """
 
 

@@ -1,56 +1,28 @@
 """External services the example modules call (storefront, carrier, notifier), behind small adapters.
 
 Every call carries the idempotency key ``<event_id>:<subscription>``, so a retried or taken-over handler
-never creates a second shipment: the remote side deduplicates. ``FakeService`` is the local stand-in
-(used by the demo, the tests and the simulator); ``HttpService`` talks to a real endpoint.
+never creates a second shipment: the remote side deduplicates. Locally each is the engine's ``FakeService``
+(the demo, the tests and the simulator); ``HttpService`` talks to a real endpoint.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
-from collections import defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from outbox.testing.services import FakeService, FakeServiceServer, ServiceUnavailableError
 
-class ServiceUnavailableError(Exception):
-    """A retryable failure of the remote side (a 5xx, a timeout)."""
+__all__ = ["SERVICE_NAMES", "HttpService", "Service", "ServiceUnavailableError", "Services"]
+
+# The remote APIs the commerce module calls; locally each is a FakeService (outbox.testing.services).
+SERVICE_NAMES = ("storefront", "carrier", "notifier")
 
 
 class Service(Protocol):
     def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
-
-
-@dataclass
-class FakeService:
-    """An in-memory remote API with idempotency keys, as a payment or shipping API implements them:
-    the first call with a key takes effect, a repeat returns the first result without a second effect."""
-
-    name: str
-    effects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    fail_next: int = 0  # fault injection: that many calls raise ServiceUnavailableError first
-    before_effect: Callable[[str], None] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            self.calls[idempotency_key] += 1
-            if self.fail_next > 0:
-                self.fail_next -= 1
-                raise ServiceUnavailableError(f"{self.name} answered 503")
-            if idempotency_key not in self.effects:
-                if self.before_effect is not None:
-                    self.before_effect(idempotency_key)
-                self.effects[idempotency_key] = {
-                    "operation": operation,
-                    "reference": f"{self.name}-{len(self.effects) + 1}",
-                    **body,
-                }
-            return dict(self.effects[idempotency_key])
 
 
 @dataclass(frozen=True)
@@ -87,7 +59,12 @@ class Services:
 
     @classmethod
     def fakes(cls) -> Services:
-        return cls(FakeService("storefront"), FakeService("carrier"), FakeService("notifier"))
+        return cls(*(FakeService(name) for name in SERVICE_NAMES))
+
+    @classmethod
+    def served_by(cls, server: FakeServiceServer) -> Services:
+        """The in-process fakes behind a ``FakeServiceServer(SERVICE_NAMES)``, for tests that inspect them."""
+        return cls(*(server.services[name] for name in SERVICE_NAMES))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Services:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from local_runtime.faults import FaultCount
+from outbox.local.faults import FaultCount
 from simulation.schedule import Fault, FaultRate
 from simulation.trace import Trace
 
@@ -50,7 +50,7 @@ class Chaos:
         return self._random[kind]
 
     def count(self, kind: Fault) -> ScheduledFault:
-        """``kind`` as a ``local_runtime.faults`` count."""
+        """``kind`` as a ``outbox.local.faults`` count."""
         return ScheduledFault(self, kind)
 
     def heal(self) -> None:

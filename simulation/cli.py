@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from local_runtime.template import StackSpec, load_stack
+from outbox.local.template import StackSpec, load_stack
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ASSEMBLY_DIR = PROJECT_ROOT / ".local" / "simulation" / "cdk.out"
@@ -72,9 +72,7 @@ def assembly(outdir: Path = ASSEMBLY_DIR) -> Path:
     if template.exists() and template.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return outdir
     # In a child process: the synth starts a Node.js kernel that forked workers should not inherit.
-    script = (
-        "import sys; from pathlib import Path; from local_runtime.demo import synthesize; synthesize(Path(sys.argv[1]))"
-    )
+    script = "import sys; from pathlib import Path; from tools.demo import synthesize; synthesize(Path(sys.argv[1]))"
     done = subprocess.run([sys.executable, "-c", script, str(outdir)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"synthesis failed:\n{done.stderr}")

@@ -21,15 +21,15 @@ from unittest import mock
 import boto3
 from botocore.config import Config
 
-from local_runtime import faults
-from local_runtime.esm import SqsEventSourceMapping
-from local_runtime.faults import FaultCount, SecondWorker
-from local_runtime.pipe import PipeFaults, PipeRecord, TargetInvocationError
-from local_runtime.runtime import REGION, LocalRuntime
 from outbox import Envelope, EventStore, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
+from outbox.local import faults
+from outbox.local.esm import SqsEventSourceMapping
+from outbox.local.faults import FaultCount, SecondWorker
+from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
+from outbox.local.runtime import REGION, LocalRuntime
 from outbox.operations import OperationRefusedError, Operations
 from outbox.subscriptions import Lane
 from simulation.catalog import MALFORMED_BODIES, create_item

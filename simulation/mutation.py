@@ -207,7 +207,7 @@ def worker(argv: list[str]) -> int:
     # Only now may the engine be imported.
     import warnings
 
-    from local_runtime.template import load_stack
+    from outbox.local.template import load_stack
     from simulation.cli import STACK_NAME
     from simulation.runner import run_seed
 

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from local_runtime.esm import BatchResult, SqsEventSourceMapping
-from local_runtime.pipe import PipeEmulator
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.local.esm import BatchResult, SqsEventSourceMapping
+from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.subscriptions import Subscription
 from simulation.world import World

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from local_runtime.clock import VirtualClock
-from local_runtime.runtime import LocalRuntime
-from local_runtime.template import StackSpec
+from outbox.local.clock import VirtualClock
+from outbox.local.runtime import LocalRuntime
+from outbox.local.template import StackSpec
 from outbox.operations import Topology
 from simulation.catalog import RUN_VARIABLE, catalog_for
 from simulation.chaos import Chaos

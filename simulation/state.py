@@ -10,9 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_runtime.runtime import ACCOUNT, REGION, LocalRuntime
 from outbox import Envelope
 from outbox.chain import ChainReport, read_events, verify_chain
+from outbox.local.runtime import ACCOUNT, REGION, LocalRuntime
 from outbox.operations import Status
 
 

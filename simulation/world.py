@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
-from modules.services import FakeService
 from outbox import Envelope
+from outbox.testing.services import FakeService
 from simulation.chaos import Chaos
 from simulation.schedule import Schedule
 from simulation.trace import Trace

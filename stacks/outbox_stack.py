@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, cast
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
 from constructs import Construct, Node
 
-from stacks.constructs import inbox_table, queue_consumer
-from stacks.constructs.alarm_topic import AlarmTopic
-from stacks.constructs.data_table import DataTable
-from stacks.constructs.durable_consumer import DurableConsumer
-from stacks.constructs.durable_queue import DurableQueue
-from stacks.constructs.engine_layer import EngineLayer
-from stacks.constructs.events_table import EventsTable
-from stacks.constructs.inbox_table import InboxTable
-from stacks.constructs.monitoring import PipelineMonitoring
-from stacks.constructs.operator_endpoint import OperatorEndpoint
-from stacks.constructs.record_change_consumer import RecordChangeConsumer
-from stacks.constructs.record_change_pipe import RecordChangePipe
-from stacks.constructs.record_change_queue import RecordChangeQueue
-from stacks.constructs.relay_pipe import RelayPipe
-from stacks.constructs.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
+from outbox_cdk import inbox_table, queue_consumer
+from outbox_cdk.alarm_topic import AlarmTopic
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.durable_consumer import DurableConsumer
+from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.engine_layer import EngineLayer
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import ApplicationCode
+from outbox_cdk.monitoring import PipelineMonitoring
+from outbox_cdk.operator_endpoint import OperatorEndpoint
+from outbox_cdk.record_change_consumer import RecordChangeConsumer
+from outbox_cdk.record_change_pipe import RecordChangePipe
+from outbox_cdk.record_change_queue import RecordChangeQueue
+from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
+
+PROJECT_ROOT: Final = Path(__file__).resolve().parents[1]
+# The functions' code is the project root filtered down to the application modules (the engine and every
+# dependency come from the layer). Glob mode, the last matching pattern decides: "*" and ".*" exclude
+# everything (a pattern without a slash matches any base name; "*" alone skips dot files such as .git and
+# .venv), the package is taken back, and byte code is dropped again.
+CODE_PACKAGES: Final = ("modules",)
+CODE_EXCLUDE: Final = [
+    "*",
+    ".*",
+    *(f"!{p}{tail}" for p in CODE_PACKAGES for tail in ("", "/**")),
+    "**/__pycache__",
+    "*.pyc",
+]
+# The example's catalog, loaded by every function at cold start (outbox.settings.load_catalog).
+CATALOG: Final = "modules:build_catalog"
 
 # CDK context keys (cdk.json or `cdk synth -c key=value`).
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
@@ -112,6 +131,11 @@ class OutboxStack(Stack):
         self.events = EventsTable(self, "Events")
         self.data = DataTable(self, "Data")
         self.engine = EngineLayer(self, "Engine")
+        application = ApplicationCode(
+            code=lambda_.Code.from_asset(str(PROJECT_ROOT), exclude=CODE_EXCLUDE),
+            catalog=CATALOG,
+            layer=self.engine.layer,
+        )
         self.alarms = AlarmTopic(self, "Alarms", email=settings.alarm_email)
         topic = self.alarms.topic
 
@@ -134,7 +158,7 @@ class OutboxStack(Stack):
             events=self.events,
             inbox=self.inbox,
             data=self.data,
-            layer=self.engine.layer,
+            application=application,
             alarm_topic=topic,
             max_concurrency=settings.consumer_max_concurrency,
         )
@@ -155,7 +179,7 @@ class OutboxStack(Stack):
             "RecordChangeConsumer",
             queue=self.record_changes,
             data=self.data,
-            layer=self.engine.layer,
+            application=application,
             alarm_topic=topic,
             max_concurrency=settings.record_change_max_concurrency,
         )
@@ -171,7 +195,7 @@ class OutboxStack(Stack):
             relay_pipe=self.relay,
             record_change_queue=self.record_changes,
             record_change_pipe=self.record_change_pipe,
-            layer=self.engine.layer,
+            application=application,
             alarm_topic=topic,
         )
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 # moto and current botocore disagree on the account-based DynamoDB Streams endpoint.
 os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
 # Tests must never reach the X-Ray daemon; Powertools honours this.

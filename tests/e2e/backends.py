@@ -13,13 +13,13 @@ from typing import Any, Protocol
 
 import boto3
 
-from local_runtime.fake_services import FakeServiceServer
-from local_runtime.runtime import LocalRuntime
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.profile import Profile
-from modules.services import FakeService, Services
+from modules.services import SERVICE_NAMES, Services
 from outbox import EventStore
+from outbox.local.runtime import LocalRuntime
+from outbox.testing.services import FakeService, FakeServiceServer
 
 
 class Backend(Protocol):
@@ -45,7 +45,7 @@ class LocalBackend:
         return self.runtime.event_store(catalog=build_catalog(data_table=self.output("DataTableName")))
 
     def commerce(self) -> Commerce:
-        return Commerce(self.output("DataTableName"), self.fakes.as_services())
+        return Commerce(self.output("DataTableName"), Services.served_by(self.fakes))
 
     def profile(self) -> Profile:
         client = self.runtime.client("dynamodb")
@@ -66,7 +66,7 @@ class LocalBackend:
 
 @contextmanager
 def local_backend(assembly_dir: Path, **options: Any) -> Iterator[LocalBackend]:
-    with FakeServiceServer() as fakes:
+    with FakeServiceServer(SERVICE_NAMES) as fakes:
         environment = {"COMMERCE_SERVICES_URL": fakes.url}
         with LocalRuntime.from_assembly(assembly_dir, environment=environment, **options) as runtime:
             yield LocalBackend(runtime, fakes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from local_runtime import demo
+from tools import demo
 
 
 def test_the_demo_loses_nothing_and_reports_it(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from local_runtime import faults
 from outbox.consumer import DurableConsumer
+from outbox.local import faults
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_pipeline import order_and_pay, unique
 

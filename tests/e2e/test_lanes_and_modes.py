@@ -12,10 +12,12 @@ import boto3
 import pytest
 from boto3.dynamodb.types import TypeSerializer
 
-from local_runtime.fake_services import FakeServiceServer
-from local_runtime.runtime import LocalRuntime
 from modules.commerce import OrderConflictError
+from modules.services import SERVICE_NAMES
 from outbox import EventStore, InvalidEventError
+from outbox.local.runtime import LocalRuntime
+from outbox.testing.services import FakeServiceServer
+from outbox_cdk import operator_endpoint
 from tests.conftest import Synthesized
 from tests.e2e import lane_catalog
 from tests.e2e.backends import LocalBackend
@@ -149,7 +151,7 @@ def test_the_operator_endpoint_reports_chain_intact_and_dead_letters(local: Loca
     tenant = unique("tenant")
     order_and_pay(local, tenant)
     local.settle()
-    [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path.startswith("lambdas.operator_api")]
+    [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
 
     status = endpoint.invoke(function_url_event("/status"))
     chain = endpoint.invoke(function_url_event(f"/tenants/{tenant}/chain"))
@@ -180,7 +182,7 @@ def test_server_mode_serves_the_tables_and_queues_to_any_client(synthesized: Syn
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with (
-        FakeServiceServer() as fakes,
+        FakeServiceServer(SERVICE_NAMES) as fakes,
         LocalRuntime.from_assembly(
             synthesized.outdir,
             port=port,

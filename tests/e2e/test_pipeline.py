@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from local_runtime import faults
-from local_runtime.pipe import PipeFaults
 from outbox import TerminalError
 from outbox.inbox import dead_letter_partition
+from outbox.local import faults
+from outbox.local.pipe import PipeFaults
 from tests.conftest import Synthesized
 from tests.e2e.backends import (
     Backend,
@@ -205,7 +205,7 @@ def test_a_lease_that_expires_while_its_owner_runs_still_completes_once(local: L
 
 
 def test_stream_records_reordered_across_items_change_nothing(local: LocalBackend) -> None:
-    from local_runtime.pipe import reverse_items
+    from outbox.local.pipe import reverse_items
 
     local.runtime.pipe("RelayPipeName").faults = PipeFaults(reorder=reverse_items)
     tenants = [unique("tenant") for _ in range(3)]
@@ -286,15 +286,19 @@ def test_a_duplicated_pipe_delivery_is_collapsed_by_fifo_deduplication(local: Lo
 
 
 def test_a_pipe_template_that_does_not_resolve_delivers_nothing_and_says_so(synthesized: Synthesized) -> None:
-    from local_runtime.template import load_stack
+    from outbox.local.template import load_stack
 
     stack = load_stack(synthesized.outdir, "OutboxEngine")
     relay_id = stack.output_reference("RelayPipeName").logical_id
     stack.pipes[relay_id] = replace(stack.pipes[relay_id], input_template='{"image": <$.dynamodb.NewImag>}')
-    from local_runtime.fake_services import FakeServiceServer
-    from local_runtime.runtime import LocalRuntime
+    from modules.services import SERVICE_NAMES
+    from outbox.local.runtime import LocalRuntime
+    from outbox.testing.services import FakeServiceServer
 
-    with FakeServiceServer() as fakes, LocalRuntime(stack, environment={"COMMERCE_SERVICES_URL": fakes.url}) as rt:
+    with (
+        FakeServiceServer(SERVICE_NAMES) as fakes,
+        LocalRuntime(stack, environment={"COMMERCE_SERVICES_URL": fakes.url}) as rt,
+    ):
         backend = LocalBackend(rt, fakes)
         tenant = unique("tenant")
         order_and_pay(backend, tenant)
@@ -317,7 +321,7 @@ def test_each_runtime_starts_from_an_empty_account(synthesized: Synthesized) -> 
 
 
 def test_two_in_process_runtimes_at_once_are_refused_clearly(local: LocalBackend, synthesized: Synthesized) -> None:
-    from local_runtime.runtime import LocalRuntime
+    from outbox.local.runtime import LocalRuntime
 
     with pytest.raises(RuntimeError, match="one in-process runtime at a time"):
         LocalRuntime.from_assembly(synthesized.outdir).start()

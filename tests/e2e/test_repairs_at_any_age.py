@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from local_runtime.pipe import PipeFaults, TargetInvocationError
 from outbox.inbox import claim_key
+from outbox.local.pipe import PipeFaults, TargetInvocationError
 from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag

@@ -9,14 +9,14 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
-from local_runtime import faults
-from local_runtime.pipe import PipeFaults, TargetInvocationError
 from modules import build_catalog
 from outbox import TerminalError
+from outbox.cli import CliContext, app
+from outbox.local import faults
+from outbox.local.pipe import PipeFaults, TargetInvocationError
 from outbox.operations import Operations
 from tests.e2e.backends import LocalBackend, claim_statuses, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tools.outbox_cli import CliContext, app
 
 
 def operations(local: LocalBackend, sqs: Any | None = None) -> Operations:
@@ -26,7 +26,7 @@ def operations(local: LocalBackend, sqs: Any | None = None) -> Operations:
 
 def outbox(local: LocalBackend, *args: str, answer: str | None = None, sqs: Any | None = None) -> Result:
     console = Console(width=250)  # wide enough that no table cell is cut in the captured output
-    return CliRunner().invoke(app, list(args), obj=CliContext(operations(local, sqs), console=console), input=answer)
+    return CliRunner().invoke(app, list(args), obj=CliContext.of(operations(local, sqs), console=console), input=answer)
 
 
 def as_json(result: Result) -> Any:

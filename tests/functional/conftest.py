@@ -9,9 +9,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from local_runtime import aws_fixes
-from local_runtime.clock import VirtualClock
 from outbox import EventStore
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
 
 EVENTS_TABLE = "events"
 ORDERS_TABLE = "orders"

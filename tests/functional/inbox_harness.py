@@ -17,14 +17,14 @@ __all__ = ["Harness", "Recorder", "WorkerCrash", "build_harness"]
 
 import boto3
 
-from local_runtime.clock import VirtualClock
-from local_runtime.esm import SqsEventSourceMapping
-from local_runtime.faults import WorkerCrash
 from outbox import Envelope, EventStore, writes
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
+from outbox.local.clock import VirtualClock
+from outbox.local.esm import SqsEventSourceMapping
+from outbox.local.faults import WorkerCrash
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
-from stacks.constructs.timing import durable_max_receive_count
+from outbox_cdk.timing import durable_max_receive_count
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE, create_pk_sk_table
 
 INBOX_TABLE = "inbox"

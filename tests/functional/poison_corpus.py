@@ -25,8 +25,8 @@ import boto3
 from boto3.dynamodb.types import TypeDeserializer
 from moto import mock_aws
 
-from local_runtime.clock import VirtualClock
 from outbox import Envelope, EventStore, keys
+from outbox.local.clock import VirtualClock
 from tests.functional.conftest import create_pk_sk_table
 
 __all__ = ["SEED_EVENT_ID", "SQS_MAX_BODY_BYTES", "PoisonBody", "Seed", "corpus", "seed"]

@@ -227,8 +227,8 @@ def test_a_throttled_head_read_is_retried_and_surfaces_only_as_the_engine_s_erro
     import boto3
     from botocore.config import Config
 
-    from local_runtime import faults
     from outbox import EventStoreUnavailableError
+    from outbox.local import faults
 
     no_sdk_retries = boto3.client("dynamodb", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
     store = EventStore(EVENTS_TABLE, client=no_sdk_retries, sleep=lambda _s: None, max_transient_retries=3)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from local_runtime.clock import VirtualClock
 from outbox import Envelope, EventStore, EventStoreUnavailableError, writes
+from outbox.local.clock import VirtualClock
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE
 
 TENANT = "acme"

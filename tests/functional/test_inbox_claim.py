@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from local_runtime.clock import VirtualClock
 from outbox import ClaimOutcome, DeadReason, Envelope, EventStore, Inbox, LeaseLostError
 from outbox.inbox import envelope_digest
+from outbox.local.clock import VirtualClock
 from tests.functional.conftest import EVENTS_TABLE, create_pk_sk_table
 
 LEASE = timedelta(seconds=65)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from local_runtime.clock import VirtualClock
 from outbox import FollowUp, HandlerResult, Lane, TerminalError, writes
+from outbox.local.clock import VirtualClock
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.conftest import ORDERS_TABLE
 from tests.functional.inbox_harness import MAX_ATTEMPTS, Harness, Recorder, WorkerCrash, build_harness
@@ -164,7 +164,7 @@ def test_the_same_message_handed_to_the_function_twice_runs_each_effect_once(mak
     message = h.sqs.receive_message(QueueUrl=h.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
     batch = {"Records": [h.esm._record(message)]}
 
-    from local_runtime.lambda_context import LocalLambdaContext
+    from outbox.local.lambda_context import LocalLambdaContext
 
     first = h.consumer.handle(batch, LocalLambdaContext("fn", h.esm.function_timeout, h.clock))
     second = h.consumer.handle(batch, LocalLambdaContext("fn", h.esm.function_timeout, h.clock))

@@ -16,8 +16,8 @@ import pytest
 from moto import mock_aws
 from moto.core.models import MockAWS
 
-from local_runtime.clock import VirtualClock
 from outbox.inbox import POISON_BODY_LIMIT
+from outbox.local.clock import VirtualClock
 from outbox.subscriptions import Subscription
 from outbox.transaction import item_size
 from tests.functional.inbox_harness import Harness, Recorder, build_harness

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
+from outbox_cdk.lambda_defaults import ApplicationCode
 from stacks.app_factory import STACK_NAME
 from tests.conftest import Synthesized
 
@@ -50,3 +52,26 @@ def imported_engine_layer(stack: Stack) -> lambda_.ILayerVersion:
     return lambda_.LayerVersion.from_layer_version_arn(
         stack, "Layer", "arn:aws:lambda:us-east-1:123456789012:layer:engine:1"
     )
+
+
+def example_application(stack: Stack) -> ApplicationCode:
+    """The example app's code and catalog on a stand-in layer, for throwaway stacks."""
+    from stacks import outbox_stack
+
+    return ApplicationCode(
+        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
+        catalog=outbox_stack.CATALOG,
+        layer=imported_engine_layer(stack),
+    )
+
+
+def assert_handler_in_layer(handler: str) -> None:
+    """``handler`` ("package.module.function") is defined by a file the engine layer is built from."""
+    from outbox_cdk import engine_layer
+
+    module, _, attribute = handler.rpartition(".")
+    assert module.split(".")[0] == "outbox", f"{handler} is not one of the engine's handlers"
+    relative = Path(*module.split(".")[1:]).with_suffix(".py")
+    files = {path.relative_to(engine_layer.ENGINE_PACKAGE): path for path in engine_layer.engine_files()}
+    assert relative in files, f"{module} is not among the layer's files"
+    assert f"def {attribute}(" in files[relative].read_text()

@@ -12,7 +12,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from stacks.constructs.alarmed_dlq import AlarmedDeadLetterQueue
+from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.dead_letters import dead_letter_targets, unalarmed_dead_letter_targets
 from tests.infrastructure.template_queries import only_resource

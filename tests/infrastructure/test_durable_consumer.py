@@ -14,14 +14,15 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
-from stacks.constructs import durable_consumer, lambda_defaults, timing
-from stacks.constructs.data_table import DataTable
-from stacks.constructs.durable_consumer import DurableConsumer
-from stacks.constructs.durable_queue import DurableQueue
-from stacks.constructs.events_table import EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
-from stacks.constructs.inbox_table import InboxTable
-from stacks.constructs.monitoring import EMITS_NAMESPACE
-from tests.infrastructure.conftest import imported_engine_layer, resources_of_type
+from outbox_cdk import durable_consumer, timing
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.durable_consumer import DurableConsumer
+from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.events_table import EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.monitoring import EMITS_NAMESPACE
+from stacks import outbox_stack
+from tests.infrastructure.conftest import example_application, resources_of_type
 from tests.infrastructure.template_queries import (
     actions_on,
     assert_fires_on_the_first_one,
@@ -59,7 +60,7 @@ def test_the_environment_points_at_this_stacks_tables_and_modules(
     assert environment["INBOX_TABLE_NAME"] == {"Ref": inbox_id}
     assert environment["DATA_TABLE_NAME"] == {"Ref": data_id}
     assert environment["INBOX_RETENTION_DAYS"] == str(timing.minimum_inbox_retention_days())
-    assert environment["SUBSCRIPTIONS"] == lambda_defaults.SUBSCRIPTIONS
+    assert environment["SUBSCRIPTIONS"] == outbox_stack.CATALOG
     assert environment["POWERTOOLS_SERVICE_NAME"] == "durable-consumer"
     assert environment["POWERTOOLS_METRICS_NAMESPACE"] == "OutboxEngine"
 
@@ -158,7 +159,7 @@ def _probe(**options: Any) -> dict[str, Any]:
         events=EventsTable(stack, "Events"),
         inbox=InboxTable(stack, "Inbox", retention_days=options.pop("retention_days", 30)),
         data=DataTable(stack, "Data"),
-        layer=imported_engine_layer(stack),
+        application=example_application(stack),
         alarm_topic=topic,
         **options,
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stacks.constructs import timing
+from outbox_cdk import timing
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
 
@@ -72,7 +72,7 @@ def test_the_durable_queue_construct_exposes_its_parts() -> None:
     from aws_cdk import App, Stack
     from aws_cdk import aws_sns as sns
 
-    from stacks.constructs.durable_queue import DurableQueue
+    from outbox_cdk.durable_queue import DurableQueue
 
     stack = Stack(App(), "Probe")
     durable = DurableQueue(stack, "Durable", alarm_topic=sns.Topic(stack, "Topic"))
@@ -96,7 +96,7 @@ def test_every_queue_states_its_maximum_message_size_and_the_engine_s_relay_boun
     stack_template: dict[str, Any],
 ) -> None:
     from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES, REPAIR_ATTRIBUTES_RESERVE_BYTES
-    from stacks.constructs.queue_defaults import MESSAGE_MAX_BYTES
+    from outbox_cdk.queue_defaults import MESSAGE_MAX_BYTES
 
     queues = resources_of_type(stack_template, "AWS::SQS::Queue")
     sizes = {queue_id: queue["Properties"].get("MaximumMessageSize") for queue_id, queue in queues.items()}

@@ -6,7 +6,7 @@ from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.constructs.events_table import EVENT_ROW_MUTATIONS, EVENT_ROW_PARTITION_PATTERN
+from outbox_cdk.events_table import EVENT_ROW_MUTATIONS, EVENT_ROW_PARTITION_PATTERN
 from tests.infrastructure.conftest import resources_of_type
 
 WRITE_ACTIONS = {
@@ -115,7 +115,7 @@ def test_emit_and_read_grants_carry_the_event_row_deny() -> None:
     from aws_cdk import App, Stack
     from aws_cdk import aws_iam as iam
 
-    from stacks.constructs.events_table import EMIT_ACTIONS, EventsTable
+    from outbox_cdk.events_table import EMIT_ACTIONS, EventsTable
 
     stack = Stack(App(), "GrantProbe")
     events = EventsTable(stack, "Events")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aws_cdk import App, Stack
 
-from stacks.constructs.inbox_table import DEFAULT_RETENTION_DAYS, TTL_ATTRIBUTE, InboxTable
+from outbox_cdk.inbox_table import DEFAULT_RETENTION_DAYS, TTL_ATTRIBUTE, InboxTable
 from stacks.outbox_stack import OutboxSettings
 from tests.infrastructure.template_queries import only_resource
 

@@ -9,15 +9,15 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
-from stacks.constructs.alarm_topic import AlarmTopic
-from stacks.constructs.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS
-from stacks.constructs.monitoring import (
+from outbox_cdk.alarm_topic import AlarmTopic
+from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS
+from outbox_cdk.monitoring import (
     EMITS_METRIC_NAME,
     EMITS_NAMESPACE,
     QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
     RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
 )
-from stacks.constructs.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from outbox_cdk.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
 

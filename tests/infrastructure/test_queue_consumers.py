@@ -15,10 +15,10 @@ import pytest
 from aws_cdk import App
 from pydantic import BaseModel
 
-from stacks.constructs import lambda_defaults
+from stacks import outbox_stack
 from stacks.outbox_stack import OutboxSettings
 from tests.conftest import Synthesized
-from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.conftest import assert_handler_in_layer, resources_of_type
 from tests.infrastructure.template_queries import (
     actions_on,
     assert_fires_on_the_first_one,
@@ -47,7 +47,7 @@ class ConsumerCase:
 DURABLE = ConsumerCase(
     prefix="DurableConsumer",
     queue="DurableQueue",
-    handler="lambdas.durable_consumer.handler.handler",
+    handler="outbox.handlers.durable_consumer.handler",
     timeout_seconds=60,
     settings_model="ConsumerSettings",
     concurrency_context="consumerMaxConcurrency",
@@ -57,7 +57,7 @@ DURABLE = ConsumerCase(
 RECORD_CHANGE = ConsumerCase(
     prefix="RecordChangeConsumer",
     queue="RecordChangesQueue",
-    handler="lambdas.record_change_consumer.handler.handler",
+    handler="outbox.handlers.record_change_consumer.handler",
     timeout_seconds=30,
     settings_model="RecordChangeSettings",
     concurrency_context="recordChangeMaxConcurrency",
@@ -128,7 +128,7 @@ def test_the_environment_is_exactly_what_the_settings_model_reads(
 
 
 @CASES
-def test_the_code_asset_holds_only_the_handlers_and_the_modules(
+def test_the_code_asset_holds_only_the_modules_and_the_handler_is_in_the_layer(
     synthesized: Synthesized, stack_template: dict[str, Any], case: ConsumerCase
 ) -> None:
     # Given the staged asset the function's S3 key names
@@ -138,12 +138,10 @@ def test_the_code_asset_holds_only_the_handlers_and_the_modules(
     files = sorted(path.relative_to(asset).as_posix() for path in asset.rglob("*") if path.is_file())
     # Then it holds the modules and nothing else (no tests, no .venv, no byte code) ...
     assert "modules/__init__.py" in files
-    assert [name for name in files if name.split("/")[0] not in lambda_defaults.CODE_PACKAGES] == []
+    assert [name for name in files if name.split("/")[0] not in outbox_stack.CODE_PACKAGES] == []
     assert [name for name in files if "__pycache__" in name or name.endswith(".pyc")] == []
-    # ... and the handler path resolves inside it
-    module, _, attribute = case.handler.rpartition(".")
-    source = (asset / Path(*module.split("."))).with_suffix(".py").read_text()
-    assert f"def {attribute}(" in source
+    # ... and the handler path resolves inside the engine's files the layer is built from
+    assert_handler_in_layer(case.handler)
 
 
 @CASES

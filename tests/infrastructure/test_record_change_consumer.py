@@ -15,11 +15,12 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
-from stacks.constructs import lambda_defaults, record_change_consumer, timing
-from stacks.constructs.data_table import DataTable
-from stacks.constructs.record_change_consumer import RecordChangeConsumer
-from stacks.constructs.record_change_queue import RecordChangeQueue
-from tests.infrastructure.conftest import imported_engine_layer
+from outbox_cdk import record_change_consumer, timing
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.record_change_consumer import RecordChangeConsumer
+from outbox_cdk.record_change_queue import RecordChangeQueue
+from stacks import outbox_stack
+from tests.infrastructure.conftest import example_application
 from tests.infrastructure.template_queries import listed, only_resource, role_statements
 
 
@@ -34,7 +35,7 @@ def statements(stack_template: dict[str, Any], function: dict[str, Any]) -> list
 
 
 def test_the_function_runs_the_record_change_handler_within_the_lanes_timeout(function: dict[str, Any]) -> None:
-    assert function["Handler"] == record_change_consumer.HANDLER == "lambdas.record_change_consumer.handler.handler"
+    assert function["Handler"] == record_change_consumer.HANDLER == "outbox.handlers.record_change_consumer.handler"
     assert function["Timeout"] == timing.RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS
 
 
@@ -44,7 +45,7 @@ def test_the_environment_is_exactly_the_data_table_the_modules_and_powertools(
     data_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "DataTable")
     assert function["Environment"]["Variables"] == {
         "DATA_TABLE_NAME": {"Ref": data_id},
-        "SUBSCRIPTIONS": lambda_defaults.SUBSCRIPTIONS,
+        "SUBSCRIPTIONS": outbox_stack.CATALOG,
         "POWERTOOLS_SERVICE_NAME": "record-change-consumer",
         "POWERTOOLS_METRICS_NAMESPACE": "OutboxEngine",
     }
@@ -85,7 +86,7 @@ def test_the_construct_applies_its_concurrency() -> None:
         "RecordChangeConsumer",
         queue=RecordChangeQueue(stack, "RecordChanges", alarm_topic=topic),
         data=DataTable(stack, "Data"),
-        layer=imported_engine_layer(stack),
+        application=example_application(stack),
         alarm_topic=topic,
         max_concurrency=200,
     )

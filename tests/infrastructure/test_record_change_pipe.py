@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from local_runtime.pipe_filter import compile_filter_criteria
-from local_runtime.pipe_template import UnresolvedPathError, render_input_template
+from outbox.local.pipe_filter import compile_filter_criteria
+from outbox.local.pipe_template import UnresolvedPathError, render_input_template
 from tests.infrastructure.template_queries import only_resource
 
 KEYS = {"pk": {"S": "ORDER#o-1"}, "sk": {"S": "ORDER"}}

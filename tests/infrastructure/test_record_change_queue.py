@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stacks.constructs import timing
+from outbox_cdk import timing
 from tests.infrastructure.template_queries import only_resource
 
 FOURTEEN_DAYS = 14 * 24 * 60 * 60

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aws_cdk import App
 
-from stacks.constructs import relay_pipe
+from outbox_cdk import relay_pipe
 from stacks.outbox_stack import OutboxSettings
 from tests.infrastructure.template_queries import only_resource
 
@@ -53,7 +53,7 @@ def test_only_event_rows_pass_the_filter_which_names_only_what_is_certain(pipe: 
     ids=["event-insert", "head-insert", "head-update", "tenant-row", "event-removed", "event-rewritten"],
 )
 def test_the_filter_relays_event_rows_and_nothing_else(record: dict[str, Any], relayed: bool) -> None:
-    from local_runtime.pipe_filter import compile_filter_criteria
+    from outbox.local.pipe_filter import compile_filter_criteria
 
     assert compile_filter_criteria([json.dumps(relay_pipe.FILTER_PATTERN)]).matches(record) is relayed
 

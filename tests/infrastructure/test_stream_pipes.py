@@ -18,10 +18,10 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 from constructs import Construct
 
-from stacks.constructs.data_table import DataTable
-from stacks.constructs.events_table import EventsTable
-from stacks.constructs.record_change_pipe import RecordChangePipe
-from stacks.constructs.relay_pipe import RelayPipe
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.record_change_pipe import RecordChangePipe
+from outbox_cdk.relay_pipe import RelayPipe
 from tests.infrastructure.template_queries import allowed_pairs, arn_of, only_resource, role_statements
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60

@@ -1,4 +1,4 @@
-"""Rules 1 to 5 of ``local_runtime.aws_fixes``: DynamoDB and its stream behave as on AWS, through boto3."""
+"""Rules 1 to 5 of ``outbox.local.aws_fixes``: DynamoDB and its stream behave as on AWS, through boto3."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.dynamodb.models.table import Table
 
-from local_runtime.aws_fixes import install
-from local_runtime.clock import VirtualClock
+from outbox.local.aws_fixes import install
+from outbox.local.clock import VirtualClock
 
 TABLE = "events"
 START = datetime(2026, 1, 1, 12, 0, 0, 750_000, tzinfo=UTC)

@@ -15,8 +15,8 @@ from moto import mock_aws
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.sqs.responses import SQSResponse
 
-from local_runtime import aws_fixes
-from local_runtime.clock import VirtualClock
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
 
 
 def test_importing_the_fixes_patches_nothing() -> None:

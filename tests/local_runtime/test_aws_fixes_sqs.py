@@ -1,4 +1,4 @@
-"""Rules 6 to 9 of ``local_runtime.aws_fixes`` and ReceiveRequestAttemptId: SQS as on AWS, through boto3."""
+"""Rules 6 to 9 of ``outbox.local.aws_fixes`` and ReceiveRequestAttemptId: SQS as on AWS, through boto3."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from local_runtime.aws_fixes import install
-from local_runtime.clock import VirtualClock
+from outbox.local.aws_fixes import install
+from outbox.local.clock import VirtualClock
 
 VISIBILITY_TIMEOUT = 30
 MAX_RECEIVE_COUNT = 2

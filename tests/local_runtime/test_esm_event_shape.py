@@ -17,9 +17,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from local_runtime import aws_fixes
-from local_runtime.clock import VirtualClock
-from local_runtime.esm import SqsEventSourceMapping
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
+from outbox.local.esm import SqsEventSourceMapping
 
 
 @pytest.fixture

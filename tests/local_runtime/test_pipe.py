@@ -17,11 +17,11 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from local_runtime import aws_fixes
-from local_runtime.clock import VirtualClock
-from local_runtime.pipe import PipeConfig, PipeEmulator, PipeFaults, PipeInternalError, PipeRecord, reverse_items
 from outbox import EventStore
-from stacks.constructs.relay_pipe import (
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
+from outbox.local.pipe import PipeConfig, PipeEmulator, PipeFaults, PipeInternalError, PipeRecord, reverse_items
+from outbox_cdk.relay_pipe import (
     FILTER_PATTERN,
     INPUT_TEMPLATE,
     MESSAGE_DEDUPLICATION_ID_PATH,
@@ -234,7 +234,7 @@ def test_a_template_path_that_does_not_resolve_ends_in_the_dlq_as_batch_metadata
     [sequence_number] = world.sequence_numbers()
 
     # When the pipe drains
-    with caplog.at_level(logging.ERROR, logger="local_runtime.pipe"):
+    with caplog.at_level(logging.ERROR, logger="outbox.local.pipe"):
         pipe.drain()
 
     # Then nothing is delivered, every attempt is an ERROR for that record, 1 try + 2 retries

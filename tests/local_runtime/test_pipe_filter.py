@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from local_runtime.pipe_filter import UnsupportedFilterError, compile_filter_criteria
-from stacks.constructs.relay_pipe import FILTER_PATTERN
+from outbox.local.pipe_filter import UnsupportedFilterError, compile_filter_criteria
+from outbox_cdk.relay_pipe import FILTER_PATTERN
 
 
 def matches(pattern: dict[str, Any] | str, event: dict[str, Any]) -> bool:

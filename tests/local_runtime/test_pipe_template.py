@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from local_runtime.pipe_template import (
+from outbox.local.pipe_template import (
     InvalidDynamicValueError,
     PipeVariables,
     UnresolvedPathError,
@@ -17,7 +17,7 @@ from local_runtime.pipe_template import (
     resolve_dynamic_parameter,
     resolve_path,
 )
-from stacks.constructs.relay_pipe import INPUT_TEMPLATE, MESSAGE_DEDUPLICATION_ID_PATH, MESSAGE_GROUP_ID_PATH
+from outbox_cdk.relay_pipe import INPUT_TEMPLATE, MESSAGE_DEDUPLICATION_ID_PATH, MESSAGE_GROUP_ID_PATH
 
 NEW_IMAGE = {
     "pk": {"S": "TENANT#acme#EVENT"},

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from local_runtime.runtime import LocalResources
-from local_runtime.template import Reference, TemplateError, load_stack
-from stacks.constructs import timing
+from outbox.local.runtime import LocalResources
+from outbox.local.template import Reference, TemplateError, load_stack
+from outbox_cdk import timing
 from tests.conftest import Synthesized
 
 
@@ -30,9 +30,9 @@ def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Sy
     assert durable.max_receive_count == timing.DURABLE_MAX_RECEIVE_COUNT
     assert durable.dead_letter_queue == stack.output_reference("DurableDeadLetterQueueUrl").logical_id
     consumer = stack.functions[stack.output_reference("DurableConsumerFunctionName").logical_id]
-    assert consumer.handler == "lambdas.durable_consumer.handler.handler"
+    assert consumer.handler == "outbox.handlers.durable_consumer.handler"
     assert consumer.asset_path is not None
-    assert (synthesized.outdir / consumer.asset_path / "lambdas" / "durable_consumer" / "handler.py").exists()
+    assert (synthesized.outdir / consumer.asset_path / "modules" / "__init__.py").exists()
     assert {m.function for m in stack.event_source_mappings.values()} == {
         consumer.logical_id,
         stack.output_reference("RecordChangeConsumerFunctionName").logical_id,

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from local_runtime.aws_fixes.ttl import TTL_USER_IDENTITY, sweep_expired_items
-from local_runtime.runtime import LocalRuntime
-from local_runtime.template import load_stack
+from outbox.local.aws_fixes.ttl import TTL_USER_IDENTITY, sweep_expired_items
+from outbox.local.runtime import LocalRuntime
+from outbox.local.template import load_stack
 from tests.conftest import Synthesized
 
 DAY = timedelta(days=1)

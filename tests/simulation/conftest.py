@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local_runtime.template import StackSpec, load_stack
+from outbox.local.template import StackSpec, load_stack
 from tests.conftest import Synthesized
 
 

@@ -11,11 +11,11 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from local_runtime.esm import SqsEventSourceMapping
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, TerminalError
 from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, claim_key, envelope_digest
+from outbox.local.esm import SqsEventSourceMapping
 from outbox.subscriptions import Subscription
 
 

@@ -52,7 +52,7 @@ FAULT_CLASSES: dict[str, str] = {
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {
     Fault.PIPE_SEND_FAILURE: "the relay pipe retries the batch: a delay for the engine; the retry rules are the "
-    "local runtime's, pinned in tests/local_runtime/test_pipe.py",
+    "local runtime's, pinned in tests/outbox.local/test_pipe.py",
     Fault.PIPE_DUPLICATE_BATCH: "SQS deduplicates it within five minutes; invariant 6 (FIFO order) sees a runtime "
     "that does not, as the reversed-receive mutant of test_mutations.py shows",
     Fault.STREAM_REORDER: "stream order is per item only; invariant 6 checks the queue's order against the pipe's "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from local_runtime.template import StackSpec
+from outbox.local.template import StackSpec
 from simulation.runner import run_seed
 from tests.simulation.mutants import (
     introduce_dead_on_first_error,

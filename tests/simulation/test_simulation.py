@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from local_runtime.clock import VirtualClock
-from local_runtime.template import StackSpec
+from outbox.local.clock import VirtualClock
+from outbox.local.template import StackSpec
 from simulation.catalog import catalog_for
 from simulation.chaos import Chaos
 from simulation.cli import Outcome, regression_seeds, run_many

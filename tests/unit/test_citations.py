@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("layers", "lambdas", "local_runtime", "modules", "simulation", "stacks", "tests", "benchmarks", "tools")
+SOURCES = ("layers", "lambdas", "outbox.local", "modules", "simulation", "stacks", "tests", "benchmarks", "tools")
 RULES_DOC = ROOT / "docs" / "aws-behaviour.md"
 # A rule id next to the document's name, or in the lists of the runtime's fixes: "R4.1", "M17", "M7-M10".
 CITATION = re.compile(r"\b([RM]\d+(?:\.\d+)?)\b")

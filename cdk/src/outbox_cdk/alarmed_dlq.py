@@ -1,0 +1,60 @@
+"""A dead-letter queue that cannot exist without its alarm: the only way this app makes a DLQ."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.queue_defaults import encrypted_queue
+from outbox_cdk.timing import DEAD_LETTER_RETENTION_DAYS
+
+# SQS's maximum: the longest window an operator has to inspect, replay or redrive dead work.
+DEAD_LETTER_RETENTION = Duration.days(DEAD_LETTER_RETENTION_DAYS)
+# One message in a DLQ is already an incident: something failed every retry.
+DEAD_LETTER_ALARM_THRESHOLD = 0
+# The DLQ depth metric is reported every minute; a shorter period reports the same point more often.
+DEAD_LETTER_ALARM_PERIOD = Duration.minutes(1)
+
+
+class AlarmedDeadLetterQueue(Construct):
+    """A DLQ (``self.queue``) and an alarm (``self.alarm``) that fires on its first message.
+
+    "Nothing fails silently" is structural here rather than a convention: every dead-letter target in
+    the app (queue redrive, pipe DLQ, event source mapping on-failure) is made through this construct,
+    and an infrastructure test fails if any dead-letter target in the template lacks this alarm. The
+    alarm treats missing data as not breaching, since SQS stops reporting an idle, empty queue.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        fifo: bool,
+        description: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.queue = encrypted_queue(self, "Queue", fifo=fifo, retention_period=DEAD_LETTER_RETENTION)
+        queue_resource = self.queue.node.default_child
+        assert queue_resource is not None
+        Validations.of(queue_resource).acknowledge(
+            Acknowledgment(
+                id="Serverless::Serverless-SQSRedrivePolicy",
+                reason="This queue is itself a dead-letter queue; a DLQ of a DLQ would only move failures "
+                "one level further from the alarm below, which fires on its first message.",
+            )
+        )
+        self.alarm = alarm_above(
+            self,
+            "NotEmpty",
+            self.queue.metric_approximate_number_of_messages_visible(
+                period=DEAD_LETTER_ALARM_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=DEAD_LETTER_ALARM_THRESHOLD,
+            description=f"Dead letters waiting: {description}. See the runbook (replay / redrive).",
+            alarm_topic=alarm_topic,
+        )

@@ -1,0 +1,111 @@
+"""The durable consumer: a Lambda on the durable FIFO queue that runs each DURABLE subscription once per event."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import ApplicationCode
+from outbox_cdk.queue_consumer import (
+    ALARM_PERIOD,
+    BATCH_SIZE,
+    DEFAULT_MAX_CONCURRENCY,
+    MAX_MAX_CONCURRENCY,
+    MIN_MAX_CONCURRENCY,
+    QueueConsumer,
+)
+from outbox_cdk.timing import CONSUMER_BATCHING_WINDOW_SECONDS, CONSUMER_TIMEOUT_SECONDS, MAX_ATTEMPTS
+
+__all__ = [
+    "BATCH_SIZE",
+    "CLAIM_METRICS",
+    "CONSUMER_TIMEOUT_SECONDS",
+    "DEAD_WORK_METRICS",
+    "DEFAULT_MAX_CONCURRENCY",
+    "HANDLER",
+    "MAX_MAX_CONCURRENCY",
+    "MIN_MAX_CONCURRENCY",
+    "SERVICE_NAME",
+    "DurableConsumer",
+]
+
+HANDLER: Final = "outbox.handlers.durable_consumer.handler"
+SERVICE_NAME: Final = "durable-consumer"
+
+# Powertools metrics the consumer publishes (outbox.consumer.Metric). Dead work ended in an inbox row
+# an operator must look at; none of it reaches an SQS DLQ, so the DLQ alarms cannot see it.
+CLAIM_METRICS: Final = ("Claims", "Completions", "ClaimSkips", "Retries", "LeasesLost", "UnmatchedEvents")
+DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
+
+
+class DurableConsumer(QueueConsumer):
+    """``self.function`` consumes the durable queue; ``self.errors_alarm`` and ``self.dead_work_alarms``
+    fire on the first failed invocation and the first dead letter, conflict or poison pill.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue: DurableQueue,
+        events: EventsTable,
+        inbox: InboxTable,
+        data: DataTable,
+        application: ApplicationCode,
+        alarm_topic: sns.ITopic,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            queue=queue,
+            handler=HANDLER,
+            service_name=SERVICE_NAME,
+            label="durable consumer",
+            description="Durable consumer: runs every DURABLE subscription once per event, via the inbox claim",
+            timeout_seconds=CONSUMER_TIMEOUT_SECONDS,
+            # Zero today: Lambda does not support a batching window on a FIFO queue (see timing).
+            batching_window_seconds=CONSUMER_BATCHING_WINDOW_SECONDS,
+            application=application,
+            # Exactly the names outbox.settings.ConsumerSettings reads.
+            environment={
+                "EVENTS_TABLE_NAME": events.table.table_name,
+                "INBOX_TABLE_NAME": inbox.table.table_name,
+                "DATA_TABLE_NAME": data.table.table_name,
+                "MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+                "INBOX_RETENTION_DAYS": str(inbox.retention_days),
+            },
+            alarm_topic=alarm_topic,
+            max_concurrency=max_concurrency,
+        )
+        inbox.table.grant_read_write_data(self.function)
+        # Handlers may emit follow-up events; the grant carries the deny on mutating event rows.
+        events.grant_emit(self.function)
+        # Handlers commit their projection writes in the same transaction as the completion.
+        data.grant_read_write(self.function)
+
+        self.dead_work_alarms = [
+            alarm_above(
+                self,
+                f"{metric_name}Alarm",
+                self.outcome_metric(metric_name, ALARM_PERIOD),
+                threshold=0,
+                description=f"The durable consumer recorded {metric_name} in the inbox table. See the runbook "
+                "(status, replay).",
+                alarm_topic=alarm_topic,
+            )
+            for metric_name in DEAD_WORK_METRICS
+        ]
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        return [self.errors_alarm, *self.dead_work_alarms]

@@ -1,0 +1,154 @@
+"""The engine as a Lambda layer, built at synth from the installed ``outbox`` package and the layer's lock.
+
+The layer holds exactly what ``pip install chained-outbox`` installs: the package's own files, copied from
+where Python imports them (an editable checkout or site-packages), and its dependencies as wheels for
+Lambda's platform, installed with pip from ``layer/requirements.txt`` (a complete, pinned closure without
+boto3 and botocore, which the Lambda runtime provides). No Docker: pip downloads the platform's wheels once
+into a wheelhouse, and later synths work offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, cast
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+import outbox
+
+RUNTIME: Final = lambda_.Runtime.PYTHON_3_13
+ARCHITECTURE: Final = lambda_.Architecture.ARM_64
+# pip's platform tag for Lambda's arm64 runtime (Amazon Linux 2023, glibc 2.34).
+PIP_PLATFORM: Final = "manylinux2014_aarch64"
+# The layer's source: the lock of its dependencies, shipped inside this package.
+LAYER_SOURCE: Final = Path(str(resources.files("outbox_cdk") / "layer"))
+LAYER_REQUIREMENTS: Final = LAYER_SOURCE / "requirements.txt"
+ENGINE_PACKAGE: Final = Path(outbox.__file__).resolve().parent
+# What Lambda never imports: the operator command line and the local runtime (moto is not in the layer).
+ENGINE_EXCLUDE: Final = ("__pycache__", "*.pyc", "cli.py", "local")
+# Wheels for the Lambda platform, downloaded once per lock: later synths need no network. The cache lives
+# in the directory synth runs from (the app's), or where OUTBOX_WHEELHOUSE points.
+WHEELHOUSE_ENV: Final = "OUTBOX_WHEELHOUSE"
+
+
+def wheelhouse_root() -> Path:
+    return Path(os.environ.get(WHEELHOUSE_ENV) or Path.cwd() / ".build" / "wheelhouse")
+
+
+def _pip(*arguments: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *arguments], check=True)
+
+
+def _platform_options() -> list[str]:
+    return [
+        "--platform",
+        PIP_PLATFORM,
+        "--implementation",
+        "cp",
+        "--python-version",
+        RUNTIME.name.removeprefix("python"),
+        "--only-binary=:all:",
+        "--no-deps",  # the lock is the complete closure (tests/unit/test_layer_requirements.py)
+    ]
+
+
+def fill_wheelhouse(requirements: Path = LAYER_REQUIREMENTS) -> Path:
+    """Download the layer's wheels for the Lambda platform unless this exact lock already was."""
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
+    house = wheelhouse_root() / f"{PIP_PLATFORM}-{RUNTIME.name}-{digest}"
+    if not (house / ".complete").exists():
+        _pip("download", "--requirement", str(requirements), "--dest", str(house), *_platform_options())
+        (house / ".complete").touch()
+    return house
+
+
+def engine_files() -> list[Path]:
+    """The engine's files that go into the layer, in a stable order."""
+    ignored = shutil.ignore_patterns(*ENGINE_EXCLUDE)
+    found: list[Path] = []
+
+    def walk(directory: Path) -> None:
+        names = sorted(p.name for p in directory.iterdir())
+        skipped = ignored(str(directory), names)
+        for name in names:
+            if name in skipped:
+                continue
+            path = directory / name
+            if path.is_dir():
+                walk(path)
+            else:
+                found.append(path)
+
+    walk(ENGINE_PACKAGE)
+    return found
+
+
+def layer_digest() -> str:
+    """The layer's content as a hash of its inputs: the lock, and the engine's files with their paths."""
+    digest = hashlib.sha256(LAYER_REQUIREMENTS.read_bytes())
+    for path in engine_files():
+        digest.update(str(path.relative_to(ENGINE_PACKAGE)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def copy_engine(target: Path) -> None:
+    shutil.copytree(ENGINE_PACKAGE, target / "outbox", ignore=shutil.ignore_patterns(*ENGINE_EXCLUDE))
+
+
+@jsii.implements(ILocalBundling)
+class PipForLambdaBundling:
+    """Builds the layer without Docker: pip installs wheels for the Lambda platform, not this one, from a
+    local wheelhouse (filled from PyPI on the first synth only), then the engine is copied beside them."""
+
+    def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
+        house = fill_wheelhouse()
+        target = Path(output_dir) / "python"
+        _pip(
+            "install",
+            "--no-compile",  # .pyc files for this machine's Python would be dead weight on 3.13
+            "--no-index",
+            "--find-links",
+            str(house),
+            "--requirement",
+            str(LAYER_REQUIREMENTS),
+            "--target",
+            str(target),
+            *_platform_options(),
+        )
+        copy_engine(target)
+        return True
+
+
+class EngineLayer(Construct):
+    """``self.layer`` holds the ``outbox`` engine and its pinned runtime dependencies."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.layer = lambda_.LayerVersion(
+            self,
+            "Layer",
+            code=lambda_.Code.from_asset(
+                str(LAYER_SOURCE),
+                # The source folder holds only the lock; the engine's files are an input too.
+                asset_hash_type=AssetHashType.CUSTOM,
+                asset_hash=layer_digest(),
+                bundling=BundlingOptions(
+                    # Only used if local bundling declines, which it never does; CDK requires an image.
+                    image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.13"),
+                    local=cast(ILocalBundling, PipForLambdaBundling()),  # jsii.implements is invisible to mypy
+                ),
+            ),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="outbox engine: emit(), verify_chain(), the inbox claim, and pinned dependencies",
+        )

@@ -1,0 +1,91 @@
+"""The events table: the tenant hash chains, written only through the engine's emit()."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from outbox_cdk.table_defaults import protected_table
+
+# Key layout shared with the engine (outbox.keys): the partition key of every
+# event row is TENANT#<tenant>#EVENT, of every chain head TENANT#<tenant>#HEAD.
+EVENT_ROW_PARTITION_PATTERN = "TENANT#*#EVENT"
+
+# Every API that can change or remove an existing event row. PutItem is not here: appending is how
+# emit() works, and IAM cannot tell an append from an overwrite (see README, "Append-only by policy").
+EVENT_ROW_MUTATIONS = [
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+]
+
+# What emit() calls: a consistent GetItem of the chain head, then one TransactWriteItems (authorised
+# as PutItem / UpdateItem / ConditionCheckItem on each item).
+EMIT_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:ConditionCheckItem",
+]
+
+
+class EventsTable(Construct):
+    """The append-only events table with its stream, and the grants that keep it append-only.
+
+    Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, so no role made
+    through this construct can update or delete an event row; only the operator role may.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.table = protected_table(self, "Table", stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES)
+        self.operator_role = iam.Role(
+            self,
+            "OperatorRole",
+            assumed_by=iam.AccountRootPrincipal(),
+            description="The only role that may repair (update, delete, overwrite) event rows. Assume it "
+            "deliberately, for a documented repair; every other role is denied.",
+        )
+        self.grant_repair(self.operator_role)
+
+    @property
+    def stream_arn(self) -> str:
+        arn = self.table.table_stream_arn
+        assert arn is not None, "the events table is created with a stream"
+        return arn
+
+    def grant_emit(self, grantee: iam.IGrantable) -> None:
+        """Least privilege for code that calls emit(): read the head, write one transaction."""
+        iam.Grant.add_to_principal(grantee=grantee, actions=EMIT_ACTIONS, resource_arns=[self.table.table_arn])
+        self._deny_event_row_mutation(grantee)
+
+    def grant_read(self, grantee: iam.IGrantable) -> None:
+        """Read the log (verify_chain, replay, reconcile); never change it."""
+        self.table.grant_read_data(grantee)
+        self._deny_event_row_mutation(grantee)
+
+    def grant_repair(self, grantee: iam.IGrantable) -> None:
+        """Full item access, for the operator role only. No deny: this is the one exempt role."""
+        self.table.grant_read_write_data(grantee)
+
+    def _deny_event_row_mutation(self, grantee: iam.IGrantable) -> None:
+        # ForAnyValue, not the ForAllValues that AWS prescribes for Allow statements: in a Deny we want
+        # "any key in the request is an event row", so a BatchWriteItem that mixes an event row with
+        # other rows is denied too. ForAnyValue is false when the key is absent (Scan, DescribeTable),
+        # so the Null guard that ForAllValues needs is kept only to make the intent explicit.
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="DenyEventRowMutation",
+                effect=iam.Effect.DENY,
+                actions=EVENT_ROW_MUTATIONS,
+                resources=[self.table.table_arn],
+                conditions={
+                    "ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [EVENT_ROW_PARTITION_PATTERN]},
+                    "Null": {"dynamodb:LeadingKeys": "false"},
+                },
+            )
+        )

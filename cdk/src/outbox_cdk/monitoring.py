@@ -1,0 +1,301 @@
+"""Alarms on the pipes and the queues, and one dashboard that shows both lanes of the pipeline.
+
+Hand-written ``aws_cloudwatch`` rather than cdk-monitoring-constructs: the set is small (two alarms a
+pipe, one age alarm a queue, one dashboard), and the library would add a dependency (and its transitive
+pins) to every synth, plus its own defaults to review, for what a few explicit widgets say directly.
+The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one;
+nor are the consumers' or the operator endpoint's, which belong to each function. The dashboard's
+status widget shows all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
+from outbox_cdk.queue_consumer import QueueConsumer
+from outbox_cdk.timing import (
+    QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+    RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+)
+
+# The engine publishes one count per committed event here (Powertools metrics, EMF).
+EMITS_NAMESPACE: Final = METRICS_NAMESPACE
+EMITS_METRIC_NAME: Final = "EventsEmitted"
+
+PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
+# Each failed execution is retried (finite retries, then the pipe DLQ). A pipe into SQS should never
+# fail, so the first one is worth a look: a permission, an unresolved path, a throttle that persisted.
+PIPE_FAILURE_METRICS: Final = ("ExecutionFailed", "TargetStageFailed")
+PIPE_ALARM_PERIOD: Final = Duration.minutes(5)
+
+# A message older than two visibility timeouts has failed at least once, or no consumer is polling, or
+# (durable queue) its tenant's group is blocked behind a message that keeps failing.
+QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = 2 * QUEUE_VISIBILITY_TIMEOUT_SECONDS
+RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = 2 * RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+QUEUE_AGE_ALARM_PERIOD: Final = Duration.minutes(5)
+
+DASHBOARD_PERIOD: Final = Duration.minutes(5)
+# The inbox table operations the consumer calls (outbox.inbox.Inbox).
+INBOX_OPERATIONS: Final = (
+    dynamodb.Operation.GET_ITEM,
+    dynamodb.Operation.PUT_ITEM,
+    dynamodb.Operation.UPDATE_ITEM,
+    dynamodb.Operation.TRANSACT_WRITE_ITEMS,
+)
+WIDGET_WIDTH: Final = 8
+
+
+class PipelineMonitoring(Construct):
+    """``self.pipe_alarms``, ``self.queue_age_alarms`` and ``self.dashboard``, all notifying one topic.
+
+    ``self.pipe_alarms`` and ``self.queue_age_alarms`` list the durable lane's first, then the
+    record-change lane's.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        relay_pipe_name: str,
+        durable_queue: sqs.IQueue,
+        consumer: DurableConsumer,
+        inbox: InboxTable,
+        record_change_pipe_name: str,
+        record_change_queue: sqs.IQueue,
+        record_change_consumer: QueueConsumer,
+        dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
+        dead_letter_alarms: Sequence[cloudwatch.IAlarm],
+        operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.alarm_topic = alarm_topic
+        # The relay's construct ids predate the second lane; they stay, so its alarms are not replaced.
+        self.pipe_alarms = [
+            *self._pipe_alarms("Pipe", "relay pipe", relay_pipe_name),
+            *self._pipe_alarms("RecordChangePipe", "record-change pipe", record_change_pipe_name),
+        ]
+        self.queue_age_alarms = [
+            self._queue_age_alarm(
+                "QueueAge",
+                durable_queue,
+                QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+                "The durable queue's oldest message is older than two visibility timeouts: "
+                "a failing handler, a blocked tenant group or no consumer.",
+            ),
+            self._queue_age_alarm(
+                "RecordChangeQueueAge",
+                record_change_queue,
+                RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+                "The record-change queue's oldest message is older than two visibility timeouts: "
+                "a failing best-effort handler or no consumer.",
+            ),
+        ]
+        alarms = [
+            *self.pipe_alarms,
+            *self.queue_age_alarms,
+            *dead_letter_alarms,
+            *consumer.alarms,
+            *record_change_consumer.alarms,
+            *operator_endpoint_alarms,
+        ]
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
+        self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=3 * WIDGET_WIDTH))
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Events emitted", left=[_emits()], width=WIDGET_WIDTH),
+            *_pipe_widgets("Relay pipe", relay_pipe_name),
+        )
+        self.dashboard.add_widgets(
+            _queue_depth_widget("Durable queue", durable_queue),
+            _queue_age_widget("Durable queue", durable_queue, QUEUE_AGE_ALARM_THRESHOLD_SECONDS),
+            cloudwatch.GraphWidget(
+                title="Dead letters",
+                left=[
+                    dlq.metric_approximate_number_of_messages_visible(
+                        period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.MAXIMUM, label=label
+                    )
+                    for label, dlq in dead_letter_queues
+                ],
+                width=WIDGET_WIDTH,
+            ),
+        )
+        self._add_durable_consumer_widgets(consumer, inbox)
+        self.dashboard.add_widgets(
+            *_pipe_widgets("Record-change pipe", record_change_pipe_name),
+            _queue_depth_widget("Record-change queue", record_change_queue),
+        )
+        self.dashboard.add_widgets(
+            _queue_age_widget(
+                "Record-change queue", record_change_queue, RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS
+            ),
+            *_function_widgets("Record-change consumer", record_change_consumer.function),
+        )
+
+    def _pipe_alarms(self, id_prefix: str, label: str, pipe_name: str) -> list[cloudwatch.Alarm]:
+        return [
+            alarm_above(
+                self,
+                f"{id_prefix}{metric_name}",
+                _pipe_metric(pipe_name, metric_name, PIPE_ALARM_PERIOD),
+                threshold=0,
+                description=f"The {label} reports {metric_name}; its log group has the error.",
+                alarm_topic=self.alarm_topic,
+            )
+            for metric_name in PIPE_FAILURE_METRICS
+        ]
+
+    def _queue_age_alarm(
+        self, construct_id: str, queue: sqs.IQueue, threshold_seconds: int, description: str
+    ) -> cloudwatch.Alarm:
+        return alarm_above(
+            self,
+            construct_id,
+            queue.metric_approximate_age_of_oldest_message(
+                period=QUEUE_AGE_ALARM_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+            ),
+            threshold=threshold_seconds,
+            description=description,
+            alarm_topic=self.alarm_topic,
+        )
+
+    def _add_durable_consumer_widgets(self, consumer: DurableConsumer, inbox: InboxTable) -> None:
+        table = inbox.table
+        self.dashboard.add_widgets(
+            *_function_widgets("Durable consumer", consumer.function),
+            cloudwatch.GraphWidget(
+                title="Inbox: claims",
+                left=[consumer.outcome_metric(name, DASHBOARD_PERIOD) for name in CLAIM_METRICS],
+                width=WIDGET_WIDTH,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Inbox: dead letters, conflicts, poison pills",
+                left=[consumer.outcome_metric(name, DASHBOARD_PERIOD) for name in DEAD_WORK_METRICS],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Inbox table: refused conditional writes and throttles",
+                left=[
+                    # A refused claim (duplicate, live lease) or a fenced write that lost its lease.
+                    table.metric_conditional_check_failed_requests(
+                        period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM, label="conditional check failed"
+                    ),
+                    table.metric_throttled_requests_for_operations(
+                        operations=list(INBOX_OPERATIONS), period=DASHBOARD_PERIOD
+                    ),
+                ],
+                width=WIDGET_WIDTH,
+            ),
+            cloudwatch.GraphWidget(
+                title="Inbox table: consumed capacity",
+                left=[
+                    table.metric_consumed_read_capacity_units(period=DASHBOARD_PERIOD, label="read units"),
+                    table.metric_consumed_write_capacity_units(period=DASHBOARD_PERIOD, label="write units"),
+                ],
+                width=WIDGET_WIDTH,
+            ),
+        )
+
+
+def _pipe_widgets(title: str, pipe_name: str) -> list[cloudwatch.IWidget]:
+    return [
+        cloudwatch.GraphWidget(
+            title=f"{title}: deliveries",
+            left=[_pipe_metric(pipe_name, name, DASHBOARD_PERIOD) for name in ("Invocations", "EventCount")],
+            width=WIDGET_WIDTH,
+        ),
+        cloudwatch.GraphWidget(
+            title=f"{title}: failures",
+            left=[
+                _pipe_metric(pipe_name, name, DASHBOARD_PERIOD)
+                for name in (*PIPE_FAILURE_METRICS, "ExecutionThrottled", "ExecutionTimeout")
+            ],
+            width=WIDGET_WIDTH,
+        ),
+    ]
+
+
+def _queue_depth_widget(title: str, queue: sqs.IQueue) -> cloudwatch.IWidget:
+    return cloudwatch.GraphWidget(
+        title=f"{title}: depth",
+        left=[
+            queue.metric_approximate_number_of_messages_visible(
+                period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.MAXIMUM, label="visible"
+            ),
+            queue.metric_approximate_number_of_messages_not_visible(
+                period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.MAXIMUM, label="in flight"
+            ),
+        ],
+        width=WIDGET_WIDTH,
+    )
+
+
+def _queue_age_widget(title: str, queue: sqs.IQueue, alarm_threshold_seconds: int) -> cloudwatch.IWidget:
+    return cloudwatch.GraphWidget(
+        title=f"{title}: age of oldest message (s)",
+        left=[
+            queue.metric_approximate_age_of_oldest_message(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.MAXIMUM)
+        ],
+        left_annotations=[cloudwatch.HorizontalAnnotation(value=alarm_threshold_seconds, label="alarm")],
+        width=WIDGET_WIDTH,
+    )
+
+
+def _function_widgets(title: str, function: lambda_.Function) -> list[cloudwatch.IWidget]:
+    timeout = function.timeout
+    assert timeout is not None, "every engine function has a timeout"
+    return [
+        cloudwatch.GraphWidget(
+            title=f"{title}: invocations",
+            left=[
+                function.metric_invocations(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+                function.metric_errors(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+                function.metric_throttles(period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM),
+            ],
+            width=WIDGET_WIDTH,
+        ),
+        cloudwatch.GraphWidget(
+            title=f"{title}: duration (ms)",
+            left=[
+                function.metric_duration(period=DASHBOARD_PERIOD, statistic=statistic, label=statistic)
+                for statistic in (cloudwatch.Stats.p(50), cloudwatch.Stats.p(99), cloudwatch.Stats.MAXIMUM)
+            ],
+            left_annotations=[cloudwatch.HorizontalAnnotation(value=timeout.to_milliseconds(), label="timeout")],
+            width=WIDGET_WIDTH,
+        ),
+    ]
+
+
+def _pipe_metric(pipe_name: str, metric_name: str, period: Duration) -> cloudwatch.Metric:
+    return cloudwatch.Metric(
+        namespace=PIPES_NAMESPACE,
+        metric_name=metric_name,
+        dimensions_map={"PipeName": pipe_name},
+        statistic=cloudwatch.Stats.SUM,
+        period=period,
+    )
+
+
+def _emits() -> cloudwatch.MathExpression:
+    # A search over every dimension set, summed: Powertools adds a "service" dimension (and modules
+    # may add more), and a plain metric without dimensions would match none of them and graph nothing.
+    seconds = int(DASHBOARD_PERIOD.to_seconds())
+    search = f"SEARCH('Namespace=\"{EMITS_NAMESPACE}\" MetricName=\"{EMITS_METRIC_NAME}\"', 'Sum', {seconds})"
+    return cloudwatch.MathExpression(
+        expression=f"SUM({search})", using_metrics={}, label="emitted", period=DASHBOARD_PERIOD
+    )

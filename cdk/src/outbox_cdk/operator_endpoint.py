@@ -1,0 +1,181 @@
+"""The operator endpoint: an IAM-signed HTTP endpoint that reports each tenant's chain and the dead work.
+
+The handler (``lambdas.operator_api``) answers ``GET /status`` and ``GET /tenants/<tenant>/chain``:
+whether a tenant's hash chain is intact (``verify_chain`` over the events table), next to the
+dead-letter rows in the inbox table and the depth and age of every queue and dead-letter queue. It
+reads all of that and may change none of it: repairs go through the operator role, not through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction
+from outbox_cdk.queue_consumer import ALARM_PERIOD
+from outbox_cdk.redriven_queue import RedrivenQueue
+from outbox_cdk.stream_pipe import StreamPipe
+
+HANDLER: Final = "outbox.handlers.operator_api.handler"
+SERVICE_NAME: Final = "operator-api"
+# verify_chain walks a tenant's whole chain, one page of events at a time; a minute leaves room for a
+# long chain, where the default 3 s would time out on the first large tenant.
+TIMEOUT_SECONDS: Final = 60
+
+QUEUE_STATUS_ACTIONS: Final = ("sqs:GetQueueAttributes",)
+PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
+# ApproximateAgeOfOldestMessage is a CloudWatch metric, not a queue attribute.
+METRIC_READ_ACTIONS: Final = ("cloudwatch:GetMetricData",)
+
+
+class OperatorEndpoint(Construct):
+    """``self.function`` behind ``self.url`` (AWS_IAM, no CORS); ``self.errors_alarm`` fires on its
+    first failed invocation.
+
+    Callers need a SigV4-signed request and ``grant_invoke_url``; the stack grants it to the operator role.
+
+    Parameters
+    ----------
+    events, inbox
+        Read: the chains, and the dead-letter rows.
+    data
+        Named only, for ``build_catalog`` (``SUBSCRIPTIONS``); the endpoint reads no item of it.
+    durable_queue, record_change_queue
+        Each lane's queue and its redrive DLQ: depth (``GetQueueAttributes``) and age (``GetMetricData``).
+    relay_pipe, record_change_pipe
+        Each pipe's state (``DescribePipe``) and its DLQ's depth.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        events: EventsTable,
+        inbox: InboxTable,
+        data: DataTable,
+        durable_queue: RedrivenQueue,
+        relay_pipe: StreamPipe,
+        record_change_queue: RedrivenQueue,
+        record_change_pipe: StreamPipe,
+        application: ApplicationCode,
+        alarm_topic: sns.ITopic,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        queues: dict[str, sqs.IQueue] = {
+            "DURABLE_QUEUE_URL": durable_queue.queue,
+            "DURABLE_DLQ_URL": durable_queue.dead_letter_queue,
+            "RELAY_DLQ_URL": relay_pipe.dead_letter_queue,
+            "RECORD_CHANGE_QUEUE_URL": record_change_queue.queue,
+            "RECORD_CHANGE_DLQ_URL": record_change_queue.dead_letter_queue,
+            "RECORD_CHANGE_PIPE_DLQ_URL": record_change_pipe.dead_letter_queue,
+        }
+        pipes = {"RELAY_PIPE_NAME": relay_pipe, "RECORD_CHANGE_PIPE_NAME": record_change_pipe}
+        engine_function = EngineFunction(
+            self,
+            "Lambda",
+            handler=HANDLER,
+            service_name=SERVICE_NAME,
+            description="Operator API: per tenant, chain_intact next to the dead letters and the DLQ depths",
+            timeout=Duration.seconds(TIMEOUT_SECONDS),
+            application=application,
+            # Exactly the names the operator API's settings model reads.
+            environment={
+                "EVENTS_TABLE_NAME": events.table.table_name,
+                "INBOX_TABLE_NAME": inbox.table.table_name,
+                "DATA_TABLE_NAME": data.table.table_name,
+                **{name: queue.queue_url for name, queue in queues.items()},
+                **{name: pipe.pipe_name for name, pipe in pipes.items()},
+            },
+        )
+        self.function = engine_function.function
+        self.role = engine_function.role
+        self.log_group = engine_function.log_group
+        # AWS_IAM: only signed requests from principals granted below get in. No CORS: operators call it
+        # from a shell or a script, never from a browser page.
+        self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
+
+        events.grant_read(self.function)  # carries the deny on mutating event rows
+        inbox.table.grant_read_data(self.function)
+        self._grant_queue_status(list(queues.values()))
+        self._grant_pipe_status(list(pipes.values()))
+        self._grant_metric_read()
+
+        self.errors_alarm = alarm_above(
+            self,
+            "ErrorsAlarm",
+            self.function.metric_errors(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            description="The operator API failed an invocation (crash, timeout or out of memory): the caller "
+            "got an error response. Its log group has the error.",
+            alarm_topic=alarm_topic,
+        )
+        self._acknowledge_synchronous_invocation()
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        return [self.errors_alarm]
+
+    def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` call the endpoint with a SigV4-signed request.
+
+        CDK grants ``lambda:InvokeFunctionUrl`` and, since Lambda's October 2025 change, the
+        ``lambda:InvokeFunction`` that a new function URL also requires (only via the URL).
+        """
+        return self.url.grant_invoke_url(grantee)
+
+    def _grant_queue_status(self, queues: Sequence[sqs.IQueue]) -> None:
+        for queue in queues:
+            queue.grant(self.function, *QUEUE_STATUS_ACTIONS)
+
+    def _grant_pipe_status(self, pipes: Sequence[StreamPipe]) -> None:
+        iam.Grant.add_to_principal(
+            grantee=self.function,
+            actions=list(PIPE_STATUS_ACTIONS),
+            resource_arns=[pipe.pipe.attr_arn for pipe in pipes],
+        )
+
+    def _grant_metric_read(self) -> None:
+        # Its own policy rather than the role's default one, which already holds X-Ray's "*" statement:
+        # the IAM5 acknowledgement below then covers this one statement and says why.
+        policy = iam.Policy(
+            self,
+            "MetricRead",
+            statements=[iam.PolicyStatement(actions=list(METRIC_READ_ACTIONS), resources=["*"])],
+        )
+        policy.attach_to_role(self.role)
+        # Present before the first call, like the grants in the role's default policy.
+        self.function.node.add_dependency(policy)
+        policy_resource = policy.node.default_child
+        assert policy_resource is not None
+        Validations.of(policy_resource).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="cloudwatch:GetMetricData supports no resource-level permissions; the operator API "
+                "reads ApproximateAgeOfOldestMessage of the queues with it. This policy holds that one action.",
+            )
+        )
+
+    def _acknowledge_synchronous_invocation(self) -> None:
+        function_resource = self.function.node.default_child
+        assert function_resource is not None
+        Validations.of(function_resource).acknowledge(
+            Acknowledgment(
+                id="Serverless::Serverless-LambdaDLQ",
+                reason="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+                "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
+                "response, and the Errors alarm fires on the first one.",
+            )
+        )

@@ -1,0 +1,139 @@
+"""What both queue-driven consumers share: an engine function fed by one queue, with partial batch failures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, ApplicationCode, EngineFunction
+from outbox_cdk.redriven_queue import RedrivenQueue
+from outbox_cdk.timing import CONSUMER_BATCH_SIZE
+
+BATCH_SIZE: Final = CONSUMER_BATCH_SIZE
+DEFAULT_MAX_CONCURRENCY: Final = 10
+# Lambda's bounds for an SQS event source mapping's MaximumConcurrency.
+MIN_MAX_CONCURRENCY: Final = 2
+MAX_MAX_CONCURRENCY: Final = 1000
+ALARM_PERIOD: Final = Duration.minutes(1)
+
+
+class QueueConsumer(Construct):
+    """``self.function`` consumes ``queue`` in batches; ``self.errors_alarm`` fires on its first failed
+    invocation.
+
+    Failures are the queue's business, not Lambda's: the mapping reports partial batch failures, SQS
+    retries them up to the queue's ``max_receive_count`` and then moves them to the queue's alarmed DLQ.
+    The function is only ever invoked synchronously by the mapping, so a Lambda dead-letter queue or
+    on-failure destination would never receive anything.
+
+    Parameters
+    ----------
+    label
+        What the consumer is called in alarm texts, e.g. ``"durable consumer"``.
+    timeout_seconds, batching_window_seconds
+        From ``timing``, where the queue's visibility timeout is derived from the same two numbers.
+    max_concurrency
+        The mapping's MaximumConcurrency, 2..1000.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue: RedrivenQueue,
+        handler: str,
+        service_name: str,
+        label: str,
+        description: str,
+        timeout_seconds: int,
+        batching_window_seconds: int,
+        application: ApplicationCode,
+        environment: Mapping[str, str],
+        alarm_topic: sns.ITopic,
+        max_concurrency: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if isinstance(max_concurrency, bool) or not MIN_MAX_CONCURRENCY <= max_concurrency <= MAX_MAX_CONCURRENCY:
+            raise ValueError(
+                f"{label} max concurrency must be {MIN_MAX_CONCURRENCY}..{MAX_MAX_CONCURRENCY}, got {max_concurrency!r}"
+            )
+        self.service_name = service_name
+        engine_function = EngineFunction(
+            self,
+            "Lambda",
+            handler=handler,
+            service_name=service_name,
+            description=description,
+            timeout=Duration.seconds(timeout_seconds),
+            application=application,
+            environment=environment,
+        )
+        self.function = engine_function.function
+        self.role = engine_function.role
+        self.log_group = engine_function.log_group
+
+        queue.queue.grant_consume_messages(self.function)
+        self.mapping = lambda_.EventSourceMapping(
+            self,
+            "QueueMapping",
+            target=self.function,
+            event_source_arn=queue.queue.queue_arn,
+            batch_size=BATCH_SIZE,
+            max_batching_window=Duration.seconds(batching_window_seconds) if batching_window_seconds else None,
+            report_batch_item_failures=True,
+            max_concurrency=max_concurrency,
+        )
+        self._acknowledge_queue_driven_failure_handling()
+        self.errors_alarm = alarm_above(
+            self,
+            "ErrorsAlarm",
+            self.function.metric_errors(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            description=f"The {label} failed an invocation (crash, timeout or out of memory): the whole batch "
+            "is retried. Its log group has the error.",
+            alarm_topic=alarm_topic,
+        )
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        return [self.errors_alarm]
+
+    def outcome_metric(self, metric_name: str, period: Duration) -> cloudwatch.Metric:
+        """One of the function's own Powertools counts (e.g. ``DEAD_WORK_METRICS``), summed."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=metric_name,
+            # Powertools adds the service as a dimension to every metric it publishes.
+            dimensions_map={"service": self.service_name},
+            statistic=cloudwatch.Stats.SUM,
+            period=period,
+        )
+
+    def _acknowledge_queue_driven_failure_handling(self) -> None:
+        function_resource = self.function.node.default_child
+        mapping_resource = self.mapping.node.default_child
+        assert function_resource is not None
+        assert mapping_resource is not None
+        Validations.of(function_resource).acknowledge(
+            Acknowledgment(
+                id="Serverless::Serverless-LambdaDLQ",
+                reason="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+                "invoked synchronously by its SQS mapping, and failed messages go through its queue's "
+                "redrive policy to that queue's DLQ, which is alarmed at > 0.",
+            )
+        )
+        Validations.of(mapping_resource).acknowledge(
+            Acknowledgment(
+                id="Serverless::Serverless-LambdaEventSourceMappingDestination",
+                reason="Lambda supports on-failure destinations for stream and Kafka sources only, not for SQS; "
+                "an SQS mapping's failures are handled by the queue's redrive policy to its alarmed DLQ.",
+            )
+        )

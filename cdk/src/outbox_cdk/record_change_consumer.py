@@ -1,0 +1,56 @@
+"""The record-change consumer: the one dispatcher of the BEST_EFFORT lane, on the record-change queue."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox_cdk.data_table import DataTable
+from outbox_cdk.lambda_defaults import ApplicationCode
+from outbox_cdk.queue_consumer import DEFAULT_MAX_CONCURRENCY, QueueConsumer
+from outbox_cdk.record_change_queue import RecordChangeQueue
+from outbox_cdk.timing import RECORD_CHANGE_BATCHING_WINDOW_SECONDS, RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS
+
+HANDLER: Final = "outbox.handlers.record_change_consumer.handler"
+SERVICE_NAME: Final = "record-change-consumer"
+
+
+class RecordChangeConsumer(QueueConsumer):
+    """``self.function`` runs every matching BEST_EFFORT subscription on each row change of the data table.
+
+    It may read and write the data table (best-effort handlers update projections) and nothing else:
+    no events table (a row change is not an event, and a best-effort handler does not emit), no inbox
+    (the lane keeps no claims and writes no dead-letter rows). A failed record is a batch item failure,
+    retried by SQS and finally moved to the record-change queue's alarmed DLQ.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue: RecordChangeQueue,
+        data: DataTable,
+        application: ApplicationCode,
+        alarm_topic: sns.ITopic,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            queue=queue,
+            handler=HANDLER,
+            service_name=SERVICE_NAME,
+            label="record-change consumer",
+            description="Record-change consumer: runs every BEST_EFFORT subscription on data-table row changes",
+            timeout_seconds=RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+            batching_window_seconds=RECORD_CHANGE_BATCHING_WINDOW_SECONDS,
+            application=application,
+            # Exactly the names outbox.settings.RecordChangeSettings reads.
+            environment={"DATA_TABLE_NAME": data.table.table_name},
+            alarm_topic=alarm_topic,
+            max_concurrency=max_concurrency,
+        )
+        data.grant_read_write(self.function)

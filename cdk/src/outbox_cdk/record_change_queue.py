@@ -1,0 +1,30 @@
+"""The record-change (BEST_EFFORT) lane's queue: standard SQS, redriven to an alarmed standard DLQ."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox_cdk.redriven_queue import RedrivenQueue
+from outbox_cdk.timing import RECORD_CHANGE_MAX_RECEIVE_COUNT, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+
+
+class RecordChangeQueue(RedrivenQueue):
+    """``self.queue`` carries data-table row changes to the record-change consumer.
+
+    Standard, not FIFO: row changes promise no order across items (a stream orders per item only), the
+    lane promises none, and a standard queue has no message groups to block and scales its consumer
+    further. Its DLQ is the SQS one only: a best-effort handler that keeps failing writes no dead-letter
+    row; the message moves to the alarmed DLQ after ``max_receive_count`` receives.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            alarm_topic=alarm_topic,
+            fifo=False,
+            visibility_timeout_seconds=RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+            dead_letter_description="row changes the record-change consumer failed on every receive",
+            max_receive_count=RECORD_CHANGE_MAX_RECEIVE_COUNT,
+        )

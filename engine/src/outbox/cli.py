@@ -1,0 +1,455 @@
+"""``outbox``: the operator's command line. Same code paths against AWS (``--stack``) or the local
+runtime (``--local``, while ``make demo ARGS="--serve 4566"`` runs). Tables for people, ``--json`` for
+scripts; every command that changes something asks first unless ``--yes``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import boto3
+import typer
+from botocore.config import Config
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from outbox.catalog import Catalog
+from outbox.exceptions import OutboxError
+from outbox.operations import OperationRefusedError, Operations, Topology
+from outbox.settings import load_catalog
+
+logger = logging.getLogger("outbox.cli")
+# Where a serving local runtime writes its outputs and endpoint (the example's `make demo ARGS="--serve 4566"`).
+LOCAL_TOPOLOGY = Path(".local") / "topology.json"
+CATALOG_ENV = "OUTBOX_CATALOG"
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
+dead_letters_app = typer.Typer(help="Dead-letter rows: what failed, for whom, and why.", no_args_is_help=True)
+app.add_typer(dead_letters_app, name="dead-letters")
+
+
+@dataclass
+class CliContext:
+    """What the commands work on. ``connect`` builds the operations on first use, so commands that need
+    no AWS (``catalog``) and every ``--help`` work without credentials or a stack."""
+
+    connect: Callable[[], Operations] | None = None
+    json: bool = False
+    console: Console | None = None
+    catalog_reference: str | None = None
+    _operations: Operations | None = None
+
+    @classmethod
+    def of(cls, operations: Operations, **options: Any) -> CliContext:
+        """A context over ready operations (tests and embedding)."""
+        return cls(_operations=operations, **options)
+
+    @property
+    def operations(self) -> Operations:
+        if self._operations is None:
+            if self.connect is None:
+                raise typer.BadParameter("nothing to operate on")
+            self._operations = self.connect()
+        return self._operations
+
+    def catalog(self) -> Catalog:
+        if self._operations is not None:
+            return self._operations.catalog
+        return _load_catalog(_required_catalog(self.catalog_reference), {})
+
+    @property
+    def out(self) -> Console:
+        return self.console or Console()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    stack: Annotated[str | None, typer.Option(help="CloudFormation stack to operate on")] = None,
+    local: Annotated[bool, typer.Option(help="operate on the local runtime (make demo ARGS='--serve 4566')")] = False,
+    region: Annotated[str | None, typer.Option(help="AWS region")] = None,
+    profile: Annotated[str | None, typer.Option(help="AWS profile")] = None,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            envvar=CATALOG_ENV,
+            help="the application's catalog, 'package.module:function' (the pipeline's SUBSCRIPTIONS)",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if isinstance(ctx.obj, CliContext):  # tests and embedding pass a ready context
+        ctx.obj.json = ctx.obj.json or as_json
+        return
+    if ctx.resilient_parsing:
+        return
+    ctx.obj = CliContext(
+        connect=lambda: _operations(stack, local, region, profile, catalog), json=as_json, catalog_reference=catalog
+    )
+
+
+def _required_catalog(reference: str | None) -> str:
+    if not reference:
+        raise typer.BadParameter(f"say which catalog: --catalog package.module:function (or set {CATALOG_ENV})")
+    return reference
+
+
+def _operations(
+    stack: str | None, local: bool, region: str | None, profile: str | None, catalog: str | None
+) -> Operations:
+    reference = _required_catalog(catalog)
+    if local == bool(stack):
+        raise typer.BadParameter("say where: --stack NAME (AWS) or --local (the local runtime)")
+    if local:
+        if not LOCAL_TOPOLOGY.exists():
+            raise typer.BadParameter(f"no {LOCAL_TOPOLOGY}: start the local runtime with make demo ARGS='--serve 4566'")
+        saved = json.loads(LOCAL_TOPOLOGY.read_text())
+        outputs, endpoint = saved["outputs"], saved["endpoint_url"]
+        session = boto3.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+    else:
+        session = boto3.Session(profile_name=profile, region_name=region)
+        described = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+        outputs, endpoint = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}, None
+    config = Config(account_id_endpoint_mode="disabled") if local else None
+
+    def client(service: str) -> Any:
+        return session.client(service, endpoint_url=endpoint, config=config)
+
+    return Operations(
+        Topology.from_outputs(outputs),
+        dynamodb=client("dynamodb"),
+        sqs=client("sqs"),
+        pipes=client("pipes"),
+        cloudwatch=None if local else client("cloudwatch"),
+        catalog=_load_catalog(reference, outputs),
+    )
+
+
+def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
+    # The builder runs as in the pipeline's functions, which have the data table in their environment.
+    if "DataTableName" in outputs:
+        os.environ.setdefault("DATA_TABLE_NAME", outputs["DataTableName"])
+    # As `python -m` does: the application's package is found from the directory the command runs in.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_catalog(reference)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _context(ctx: typer.Context) -> CliContext:
+    context: CliContext = ctx.obj
+    return context
+
+
+def _emit_json(context: CliContext, value: Any) -> None:
+    def plain(item: Any) -> Any:
+        return asdict(item) if is_dataclass(item) and not isinstance(item, type) else str(item)
+
+    context.out.print_json(json.dumps(value, default=plain))
+
+
+def _refuse(context: CliContext, error: Exception) -> NoReturn:
+    context.out.print(f"[bold red]refused:[/] {error}")
+    raise typer.Exit(code=2)
+
+
+def _confirm(yes: bool, question: str) -> None:
+    if not yes and not typer.confirm(question, default=False):
+        raise typer.Exit(code=1)
+
+
+def parse_moment(value: str | None, now: datetime | None = None) -> datetime | None:
+    """An ISO 8601 time, or a duration back from ``now`` (the operations' clock): 30m, 24h, 7d."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"(\d+)([mhd])", value)
+    if match:
+        amount, unit = int(match[1]), match[2]
+        delta = {"m": timedelta(minutes=amount), "h": timedelta(hours=amount), "d": timedelta(days=amount)}[unit]
+        return (now or datetime.now(UTC)) - delta
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither an ISO 8601 time nor a duration like 24h") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """Queue and DLQ depths, pipe states, and per tenant: chain intact and dead letters."""
+    context = _context(ctx)
+    report = context.operations.status()
+    if context.json:
+        _emit_json(context, report.as_dict())
+        return
+    queues = Table("queue", "visible", "in flight", "oldest (s)", title="queues")
+    for name, depth in report.queues.items():
+        style = "red" if name.endswith("dlq") and depth.visible + depth.in_flight else ""
+        age = "-" if depth.oldest_age_seconds is None else f"{depth.oldest_age_seconds:.0f}"
+        queues.add_row(name, str(depth.visible), str(depth.in_flight), age, style=style)
+    tenants = Table("tenant", "chain", "head seq", "dead letters", title="tenants")
+    for tenant in report.tenants:
+        chain = "intact" if tenant.chain_intact else f"[red]BROKEN at {tenant.first_broken_seq}[/]"
+        tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), str(tenant.dead_letters))
+    context.out.print(queues, tenants)
+    context.out.print(f"pipes: {report.pipes}   poison pills today: {report.poison_pills_today}")
+
+
+@app.command("verify-chain")
+def verify_chain_command(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="one tenant")] = None,
+    all_tenants: Annotated[bool, typer.Option("--all", help="every tenant")] = False,
+) -> None:
+    """Recompute the hash chain; report the first broken sequence number and why."""
+    context = _context(ctx)
+    try:
+        if tenant is None and not all_tenants:
+            raise OperationRefusedError("name a tenant (--tenant T) or check them all (--all)")
+        names = [context.operations.require_tenant(tenant)] if tenant else context.operations.tenants()
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    reports = [context.operations.verify(name) for name in names]
+    if context.json:
+        _emit_json(context, reports)
+    else:
+        table = Table("tenant", "intact", "events", "first broken", "why")
+        for r in reports:
+            table.add_row(
+                r.tenant,
+                "yes" if r.intact else "[red]NO[/]",
+                str(r.events_checked),
+                str(r.first_broken_seq or "-"),
+                r.detail or "-",
+            )
+        context.out.print(table)
+    if not all(r.intact for r in reports):
+        raise typer.Exit(code=1)
+
+
+@dead_letters_app.command("list")
+def dead_letters_list(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    subscription: Annotated[str | None, typer.Option()] = None,
+    include_resolved: Annotated[bool, typer.Option(help="also rows already replayed or redriven")] = False,
+) -> None:
+    """Dead letters per tenant and subscription, with error, attempts and time."""
+    context = _context(ctx)
+    try:
+        tenants = [context.operations.require_tenant(tenant)] if tenant else context.operations.tenants()
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    rows = [
+        row
+        for name in tenants
+        for row in context.operations.dead_letters(name, subscription=subscription, include_resolved=include_resolved)
+    ]
+    if context.json:
+        _emit_json(context, rows)
+        return
+    table = Table("tenant", "event", "seq", "subscription", "reason", "attempts", "dead at", "error")
+    for row in rows:
+        table.add_row(
+            row.tenant,
+            row.event_id,
+            str(row.event_seq),
+            row.subscription,
+            row.reason,
+            str(row.attempts or "-"),
+            row.dead_at,
+            row.error[:80],
+        )
+    context.out.print(table)
+    pills = context.operations.poison_pills()
+    context.out.print(f"{len(rows)} dead letters; {len(pills)} poison pills today (outbox dead-letters poison)")
+
+
+@dead_letters_app.command("show")
+def dead_letters_show(ctx: typer.Context, event_id: str, tenant: Annotated[str, typer.Option()]) -> None:
+    """Every dead letter of one event, with the full error."""
+    context = _context(ctx)
+    try:
+        context.operations.require_tenant(tenant)
+        rows = context.operations.dead_letters(tenant, event_id=event_id, include_resolved=True)
+        if not rows:
+            raise OperationRefusedError(f"no dead letter for event {event_id} of tenant {tenant!r}")
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    _emit_json(context, rows)
+
+
+@dead_letters_app.command("poison")
+def poison(
+    ctx: typer.Context, day: Annotated[str | None, typer.Option(help="YYYY-MM-DD, default today")] = None
+) -> None:
+    """Poison pills: messages that were not events at all (kept under a global partition per day)."""
+    context = _context(ctx)
+    moment = datetime.fromisoformat(day).replace(tzinfo=UTC) if day else None
+    pills = context.operations.poison_pills(moment)
+    _emit_json(context, [{k: next(iter(v.values())) for k, v in pill.items()} for pill in pills])
+
+
+@app.command()
+def catalog(ctx: typer.Context) -> None:
+    """Every event type, its owner and producers, and every subscription with its lane and glob."""
+    context = _context(ctx)
+    document = context.catalog().document()
+    if context.json:
+        _emit_json(context, document)
+        return
+    types = Table("event type", "owner", "producers", title="event types")
+    for entry in document["event_types"]:
+        types.add_row(entry["type"], entry["owner"], ", ".join(entry["producers"]))
+    subs = Table("subscription", "glob", "lane", "dispatcher", title="subscriptions")
+    for entry in document["subscriptions"]:
+        subs.add_row(entry["name"], entry["glob"], entry["lane"], entry["dispatcher"])
+    context.out.print(types, subs)
+
+
+# -- repairing --------------------------------------------------------------------------------------
+
+
+@app.command()
+def replay(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="replay this tenant's dead work")] = None,
+    event_id: Annotated[list[str] | None, typer.Option("--event-id", help="one event (repeatable)")] = None,
+    subscription: Annotated[str | None, typer.Option(help="only this subscription")] = None,
+    since: Annotated[str | None, typer.Option(help="dead since (ISO time or 24h)")] = None,
+    until: Annotated[str | None, typer.Option(help="dead until (ISO time or 24h)")] = None,
+    force: Annotated[
+        bool, typer.Option(help="also rerun COMPLETED or unverifiable pairs (may run their effect again)")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="show what would run, change nothing")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+) -> None:
+    """Rerun the selected dead (event, subscription) pairs: clear their claims and re-send each event from the
+    events table to those subscriptions only."""
+    context = _context(ctx)
+    try:
+        plan = context.operations.plan_replay(
+            tenant=tenant,
+            event_ids=event_id or (),
+            subscription=subscription,
+            since=parse_moment(since, context.operations.now()),
+            until=parse_moment(until, context.operations.now()),
+            force=force,
+        )
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    table = Table("tenant", "event", "seq", "subscription", "claim", title="replay")
+    for item in plan:
+        table.add_row(item.tenant, item.event_id, str(item.event_seq), item.subscription, str(item.claim_status))
+    context.out.print(table)
+    if dry_run:
+        return
+    _confirm(yes, f"clear {len(plan)} claims and re-send their events?")
+    result = context.operations.replay(plan)
+    logger.info("replayed: cleared %d claims, re-sent %d events", len(result.cleared), len(result.republished))
+    if context.json:
+        _emit_json(context, result)
+
+
+@app.command()
+def redrive(
+    ctx: typer.Context,
+    dlq: Annotated[str, typer.Option(help="durable-dlq or record-change-dlq")] = "durable-dlq",
+    max_messages: Annotated[int | None, typer.Option("--max", help="stop after this many")] = None,
+    method: Annotated[str, typer.Option(help="auto, move-task or receive-send-delete")] = "auto",
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+) -> None:
+    """Move a DLQ's messages back to their queue. Nothing is cleared: each subscription runs, is skipped as
+    completed, or stays dead with its dead letter (see status; rerun those with replay)."""
+    context = _context(ctx)
+    if method not in ("auto", "move-task", "receive-send-delete"):
+        _refuse(context, OperationRefusedError(f"unknown method {method!r}"))
+    try:
+        context.operations.redrive_route(dlq)
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    depth = context.operations.queue_depths()[dlq]
+    if depth.visible + depth.in_flight == 0:
+        _refuse(context, OperationRefusedError(f"{dlq} is empty: nothing to redrive"))
+    if depth.visible == 0:
+        _refuse(
+            context,
+            OperationRefusedError(
+                f"{dlq}'s {depth.in_flight} messages are in flight (an interrupted redrive?); they become "
+                "visible again within a minute: run this again then"
+            ),
+        )
+    _confirm(yes, f"redrive {depth.visible} messages from {dlq}?")
+    try:
+        with Progress(console=context.out, transient=True) as progress:
+            task = progress.add_task(f"redriving {dlq}", total=depth.visible)
+            result = context.operations.redrive(
+                dlq, max_messages=max_messages, method=method, on_message=lambda _id: progress.advance(task)
+            )
+    except (OperationRefusedError, OutboxError) as exc:
+        _refuse(context, exc)
+    logger.info(
+        "redrive (%s, %s): moved %d messages, %d left in %s",
+        result.method,
+        result.status,
+        result.moved,
+        result.remaining,
+        dlq,
+    )
+    if context.json:
+        _emit_json(context, result)
+
+
+@app.command()
+def reconcile(
+    ctx: typer.Context,
+    since: Annotated[str, typer.Option(help="from this time (ISO, or a duration back like 7d)")],
+    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    dry_run: Annotated[bool, typer.Option(help="show what would be re-published")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+) -> None:
+    """Re-send events whose durable subscriptions have no claim, to those subscriptions only (beyond the stream's
+    24 h, within the inbox's retention)."""
+    context = _context(ctx)
+    moment = parse_moment(since, context.operations.now())
+    assert moment is not None
+    if not dry_run:
+        _confirm(yes, f"re-publish unhandled events since {moment.isoformat()}?")
+    try:
+        result = context.operations.reconcile(moment, tenant=tenant, dry_run=dry_run)
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    verb = "would re-publish" if dry_run else "re-published"
+    logger.info(
+        "reconcile: scanned %d events, %s %d, %d already handled",
+        result.scanned,
+        verb,
+        len(result.republished),
+        result.already_handled,
+    )
+    if context.json:
+        _emit_json(context, result)
+
+
+def run() -> None:
+    """The ``outbox`` console script."""
+    app(prog_name="outbox")
+
+
+if __name__ == "__main__":
+    run()

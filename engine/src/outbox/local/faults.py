@@ -1,0 +1,433 @@
+"""Fault injection for the local runtime: the failures the design must survive, on demand.
+
+Each fault is a context manager that counts what it did (``FaultCount.fired``). By default a fault fires
+on its next ``times`` opportunities; pass ``count=`` (a ``FaultCount`` whose ``take`` decides, e.g. from a
+seeded random source) to decide per opportunity instead. ``take`` is told the subject of the opportunity
+(the ``event_id:subscription`` key, the tenant, the DynamoDB operation), so a schedule can aim and log.
+
+Handlers stay unmodified: faults patch the engine's seams (the consumer's claim and completion, a
+subscription's handler, emit's transaction) or moto's DynamoDB front door (throttling). Pipe faults
+(duplicate delivery, reordered records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
+
+The crash points of the claim protocol, in order::
+
+    crash_before_claim ─► claim ─► crash_after_claim ─► handler ─► crash_after_external_effect (inside a
+    FakeService call) ─► crash_before_completion ─► completion ─► crash_after_completion ─► ack
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.envelope import Envelope
+from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.local.clock import VirtualClock
+from outbox.local.esm import SqsEventSourceMapping, change_visibility_if_in_flight
+from outbox.store import EventStore
+from outbox.subscriptions import Subscription
+from outbox.testing.services import FakeService
+
+__all__ = [
+    "DYNAMODB_OPERATIONS",
+    "FaultCount",
+    "SecondWorker",
+    "WorkerCrash",
+    "crash_after_claim",
+    "crash_after_completion",
+    "crash_after_external_effect",
+    "crash_before_claim",
+    "crash_before_completion",
+    "expire_lease_while_running",
+    "fail_handler",
+    "lose_answers_after_commit",
+    "redeliver",
+    "rival_emit_before_commit",
+    "throttle_dynamodb",
+    "throttle_dynamodb_calls",
+    "visibility_timeout_during_handler",
+]
+
+logger = logging.getLogger(__name__)
+
+# The DynamoDB operations ``throttle_dynamodb_calls`` may answer with a throttle by default: every one
+# the engine, the handlers and the operator tools use.
+DYNAMODB_OPERATIONS: tuple[str, ...] = (
+    "GetItem",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "TransactWriteItems",
+    "BatchWriteItem",
+)
+
+
+class WorkerCrash(BaseException):
+    """The worker dies (out of memory, a deploy, SIGKILL): not an Exception, so no handler code catches
+    it, and Lambda fails the whole invocation."""
+
+
+@dataclass
+class FaultCount:
+    """Fires on the next ``remaining`` opportunities. Subclass and override ``take`` to decide otherwise."""
+
+    remaining: int
+    fired: int = 0
+
+    def take(self, subject: str = "") -> bool:
+        """Whether the fault fires at this opportunity; ``subject`` names it (a key, a tenant, an operation)."""
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        self.fired += 1
+        return True
+
+
+def _selected(subscription: Subscription, only: str | None) -> bool:
+    return only is None or subscription.name == only
+
+
+@contextmanager
+def crash_before_claim(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies right before its claim: the message was received, nothing was written."""
+    count, original = count or FaultCount(times), Inbox.claim
+
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
+        key = f"{envelope.id}:{name}"
+        if subscription in (None, name) and count.take(key):
+            raise WorkerCrash(f"crashed before claiming {key}")
+        return original(inbox, envelope, name, lease, *args, **kwargs)
+
+    with mock.patch.object(Inbox, "claim", claim):
+        yield count
+
+
+@contextmanager
+def crash_after_claim(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None, key: str | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies right after its claim committed, before the handler ran (only for the idempotency
+    ``key``, when given)."""
+    count, original = count or FaultCount(times), Inbox.claim
+
+    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
+        result = original(inbox, envelope, name, lease, *args, **kwargs)
+        chosen = subscription in (None, name) and key in (None, f"{envelope.id}:{name}")
+        if result.claim is not None and chosen and count.take(result.claim.idempotency_key):
+            raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
+        return result
+
+    with mock.patch.object(Inbox, "claim", claim):
+        yield count
+
+
+@contextmanager
+def crash_after_external_effect(
+    service: FakeService, times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The remote side applied the effect, and the worker dies before the answer reaches the handler.
+
+    Works on an in-process ``FakeService`` (the crash must happen in the worker's thread)."""
+    count, original = count or FaultCount(times), service.call
+
+    def call(operation: str, idempotency_key: str, body: Any) -> dict[str, Any]:
+        result = original(operation, idempotency_key, body)
+        if count.take(idempotency_key):
+            raise WorkerCrash(f"crashed after {service.name} applied {idempotency_key}")
+        return result
+
+    with mock.patch.object(service, "call", call):
+        yield count
+
+
+@contextmanager
+def crash_before_completion(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The worker dies after the handler's effect and before the COMPLETED mark: the worst moment."""
+    count, original = count or FaultCount(times), DurableConsumer._complete
+
+    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+        if _selected(sub, subscription) and count.take(claim.idempotency_key):
+            raise WorkerCrash(f"crashed before completing {claim.idempotency_key}")
+        original(consumer, claim, envelope, sub, result)
+
+    with mock.patch.object(DurableConsumer, "_complete", complete):
+        yield count
+
+
+@contextmanager
+def crash_after_completion(
+    times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """The completion committed, and the worker dies before it can acknowledge the message: the message
+    comes back, and the claim must answer "already completed"."""
+    count, original = count or FaultCount(times), DurableConsumer._complete
+
+    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+        original(consumer, claim, envelope, sub, result)
+        if _selected(sub, subscription) and count.take(claim.idempotency_key):
+            raise WorkerCrash(f"crashed after completing {claim.idempotency_key}")
+
+    with mock.patch.object(DurableConsumer, "_complete", complete):
+        yield count
+
+
+@contextmanager
+def fail_handler(
+    subscription: str,
+    times: int,
+    error: Callable[[], BaseException] = lambda: ConnectionError("injected"),
+    *,
+    count: FaultCount | None = None,
+) -> Iterator[FaultCount]:
+    """The named subscription's handler raises ``error()`` on its next ``times`` runs."""
+    count = count or FaultCount(times)
+
+    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+        if count.take(delivery.idempotency_key):
+            raise error()
+
+    with _before_handler(lambda sub: sub.name == subscription, before):
+        yield count
+
+
+@contextmanager
+def expire_lease_while_running(
+    clock: VirtualClock, subscription: str | None, times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """Virtual time jumps past the lease while the handler runs (a handler slower than its lease)."""
+    count = count or FaultCount(times)
+
+    def before(consumer: DurableConsumer, delivery: Any) -> None:
+        if count.take(delivery.idempotency_key):
+            clock.advance(consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1))
+
+    with _before_handler(lambda sub: _selected(sub, subscription), before):
+        yield count
+
+
+@dataclass(frozen=True)
+class SecondWorker:
+    """What happens when a message's visibility runs out while its handler still runs.
+
+    ``after``: how long the handler has run by then; None means the queue's own visibility timeout (which the
+    design makes outlast the invocation), a shorter time stands for a queue configured with a visibility
+    timeout shorter than the handler. ``dies``: the second worker takes the claim over and dies holding it.
+    """
+
+    after: timedelta | None = None
+    dies: bool = False
+
+
+@contextmanager
+def visibility_timeout_during_handler(
+    mapping: SqsEventSourceMapping,
+    times: int = 1,
+    subscription: str | None = None,
+    *,
+    count: FaultCount | None = None,
+    second_worker: Callable[[str], SecondWorker] = lambda _key: SecondWorker(),
+) -> Iterator[FaultCount]:
+    """The handler outlives its message's visibility timeout: SQS hands the message to a second worker
+    (a nested poll of ``mapping``) before the first one finishes. ``second_worker(idempotency_key)`` says
+    when that happens and whether the second worker runs to the end or takes the claim over and dies holding
+    it, so the first worker finishes (completes, fails or dies) while another owns its claim.
+
+    After the queue's visibility timeout the first invocation is past its deadline and its lease has expired:
+    the second worker may take the claim over, and fencing must keep the first one out. Sooner, the first
+    worker's lease is still live: the second worker must leave the claim alone.
+
+    The design rules this out by configuration (visibility >= 6 x the function timeout); this fault shows
+    what the lease and the fencing token do when the configuration is wrong."""
+    count = count or FaultCount(times)
+    nested = False
+
+    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+        nonlocal nested
+        if nested or not count.take(delivery.idempotency_key):
+            return
+        plan = second_worker(delivery.idempotency_key)
+        if plan.after is None:
+            mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
+        else:
+            mapping.clock.advance(plan.after)
+            _make_visible(mapping)
+        nested = True
+        try:
+            if plan.dies:
+                with crash_after_claim(key=delivery.idempotency_key):
+                    mapping.poll()  # the second worker, which dies right after its take-over
+            else:
+                mapping.poll()  # the second worker
+        finally:
+            nested = False
+
+    with _before_handler(lambda sub: _selected(sub, subscription), before):
+        yield count
+
+
+def _make_visible(mapping: SqsEventSourceMapping) -> None:
+    """The messages the invocation under way received become visible again now, as they would all at once
+    under a visibility timeout shorter than the handler (they were received together)."""
+    for message in mapping.receiving:
+        change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, message["ReceiptHandle"])
+
+
+@contextmanager
+def _before_handler(
+    selected: Callable[[Subscription], bool], before: Callable[[DurableConsumer, Any], None]
+) -> Iterator[None]:
+    """Run ``before(consumer, delivery)`` inside the selected subscriptions' handler, after the claim and
+    before the handler's own code: the seam the handler-level faults share."""
+    original = DurableConsumer.deliver
+
+    def deliver(
+        consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+    ) -> DeliveryOutcome:
+        if selected(sub):
+            handler = sub.handler
+
+            def wrapped(delivery: Any) -> Any:
+                before(consumer, delivery)
+                return handler(delivery)
+
+            sub = replace(sub, handler=wrapped)
+        return original(consumer, envelope, sub, *args, **kwargs)
+
+    with mock.patch.object(DurableConsumer, "deliver", deliver):
+        yield
+
+
+@contextmanager
+def rival_emit_before_commit(
+    rival: Callable[[str], object], times: int = 1, *, count: FaultCount | None = None
+) -> Iterator[FaultCount]:
+    """Another writer commits an event for the same tenant after this emit read the chain head and before
+    its transaction (``rival(tenant)`` does that emit), so the head condition fails and emit() must
+    retry on the new head. The rival's own failures are logged, never raised into this emit."""
+    count, original = count or FaultCount(times), EventStore._transact
+    rivalling = False
+
+    def transact(store: EventStore, envelope: Envelope, head: Any, extra_writes: Any, token: str) -> Any:
+        nonlocal rivalling
+        if not rivalling and count.take(envelope.tenant):
+            rivalling = True
+            try:
+                rival(envelope.tenant)
+            except Exception:  # another process's failure; ours goes on
+                logger.exception("the rival emit for tenant %s failed", envelope.tenant)
+            finally:
+                rivalling = False
+        return original(store, envelope, head, extra_writes, token)
+
+    with mock.patch.object(EventStore, "_transact", transact):
+        yield count
+
+
+@contextmanager
+def throttle_dynamodb(operation: str, times: int) -> Iterator[FaultCount]:
+    """moto answers the next ``times`` calls of ``operation`` (e.g. "TransactWriteItems") with
+    ProvisionedThroughputExceededException, as DynamoDB does under a hot partition."""
+    with throttle_dynamodb_calls(FaultCount(times), operations=(operation,)) as count:
+        yield count
+
+
+@contextmanager
+def throttle_dynamodb_calls(count: FaultCount, operations: Sequence[str] = DYNAMODB_OPERATIONS) -> Iterator[FaultCount]:
+    """Any call of ``operations`` may be throttled: ``count.take(operation)`` decides, call by call."""
+    from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
+    from moto.dynamodb.responses import DynamoHandler
+
+    def throttling(operation: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def throttled(handler: Any, *args: Any, **kwargs: Any) -> Any:
+            if count.take(operation):
+                raise DynamodbException(
+                    ERROR_TYPE_PREFIX + "ProvisionedThroughputExceededException", "injected: rate of requests exceeds"
+                )
+            return original(handler, *args, **kwargs)
+
+        return throttled
+
+    with ExitStack() as stack:
+        for operation in operations:
+            method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+            replacement = throttling(operation, getattr(DynamoHandler, method))
+            stack.enter_context(mock.patch.object(DynamoHandler, method, replacement))
+        yield count
+
+
+@contextmanager
+def lose_answers_after_commit(
+    count: FaultCount,
+    operations: Sequence[str] = ("TransactWriteItems", "UpdateItem", "PutItem", "DeleteItem"),
+    after: Callable[[str, dict[str, Any]], None] | None = None,
+    resent: Callable[[str], bool] = lambda _subject: False,
+) -> Iterator[FaultCount]:
+    """A write DynamoDB applied whose answer is lost: the caller sees HTTP 500 (InternalServerError), as
+    after a server fault past the commit, and cannot tell whether it was applied (R8.2b).
+    ``count.take(subject)`` decides per call; the subject is the operation and the first key it writes
+    (e.g. "TransactWriteItems TENANT#t0#HEAD"). ``after(subject, request)`` runs between the commit and the
+    error, so another writer can act before the caller retries. When ``resent(subject)``, the caller's SDK
+    retries the 500 at once, as botocore does: the same request runs again, and its answer (a failed
+    condition, for a write whose first send applied) is what the caller sees."""
+    from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
+    from moto.dynamodb.responses import DynamoHandler
+
+    class InternalServerError(DynamodbException):
+        code = 500
+
+    def losing(operation: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def lost(handler: Any, *args: Any, **kwargs: Any) -> Any:
+            response = original(handler, *args, **kwargs)
+            body = handler.body
+            request = body if isinstance(body, dict) else json.loads(body or "{}")
+            subject = f"{operation} {_first_key(request)}"
+            if count.take(subject):
+                if after is not None:
+                    after(subject, request)
+                if resent(subject):
+                    return original(handler, *args, **kwargs)
+                raise InternalServerError(ERROR_TYPE_PREFIX + "InternalServerError", "injected: the answer was lost")
+            return response
+
+        return lost
+
+    with ExitStack() as stack:
+        for operation in operations:
+            method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+            stack.enter_context(
+                mock.patch.object(DynamoHandler, method, losing(operation, getattr(DynamoHandler, method)))
+            )
+        yield count
+
+
+def _first_key(request: dict[str, Any]) -> str:
+    """The partition key a write request touches first: names the write in a subject."""
+    body = request
+    if request.get("TransactItems"):
+        body = next(iter(request["TransactItems"][0].values()))
+    key = body.get("Key") or body.get("Item") or {}
+    value = key.get("pk", {})
+    return str(value.get("S", "?")) if isinstance(value, dict) else "?"
+
+
+def redeliver(mapping: SqsEventSourceMapping) -> int:
+    """Every in-flight message becomes visible now, as if its visibility timeout had passed early (a
+    visibility timeout shorter than the handler): SQS delivers it again while it may still be running."""
+    entries, mapping.in_flight = mapping.in_flight, []
+    return sum(
+        change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, entry.receipt_handle) for entry in entries
+    )

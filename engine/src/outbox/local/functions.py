@@ -1,0 +1,133 @@
+"""Lambda functions run in-process, unmodified: their handler module is imported the way Lambda does,
+once per "container", with the function's environment from the template."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import itertools
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from outbox.local.clock import VirtualClock
+from outbox.local.lambda_context import LocalLambdaContext
+
+LambdaHandler = Callable[[dict[str, Any], Any], Any]
+_container_ids = itertools.count(1)
+
+
+@contextmanager
+def environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """os.environ as the function sees it, restored afterwards (Lambda gives each function its own)."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class FunctionLog(io.TextIOBase):
+    """What the function prints (Powertools logs and EMF metrics), kept like CloudWatch Logs would be."""
+
+    def __init__(self, max_lines: int = 20_000) -> None:
+        self.lines: deque[str] = deque(maxlen=max_lines)
+        self._partial = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *complete, self._partial = (self._partial + text).split("\n")
+        self.lines.extend(complete)
+        return len(text)
+
+
+@dataclass
+class LocalFunction:
+    """One function's container: the handler module is imported on the first invocation (a cold start)
+    inside the function's environment, then reused, as long as the container lives."""
+
+    name: str
+    handler_path: str  # "package.module.function": in code_root, or importable (the engine's handlers)
+    code_root: Path
+    timeout: timedelta
+    env: dict[str, str]
+    clock: VirtualClock
+    override: LambdaHandler | None = None
+    invocations: int = 0
+    log: FunctionLog = field(default_factory=FunctionLog, repr=False)
+    _handler: LambdaHandler | None = field(default=None, repr=False)
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        self.invocations += 1
+        context = LocalLambdaContext(self.name, self.timeout, self.clock)
+        # stdout goes to the function's log, as Lambda sends it to CloudWatch Logs; the module is first
+        # imported inside this redirect, so loggers created at import write there too.
+        with environment(self.env), code_on_path(self.code_root), redirect_stdout(self.log):
+            return self._resolve()(event, context)
+
+    def new_container(self) -> None:
+        """Drop the warm module: the next invocation is a cold start (after a deploy, say)."""
+        self._handler = None
+
+    def _resolve(self) -> LambdaHandler:
+        if self.override is not None:
+            return self.override
+        if self._handler is None:
+            self._handler = getattr(self._import(), self.handler_path.rsplit(".", 1)[1])
+        return self._handler
+
+    def _import(self) -> ModuleType:
+        module_path, _ = self.handler_path.rsplit(".", 1)
+        source = self._handler_source(module_path)
+        # A private module name per container, so two runtimes (or a cold start) never share globals.
+        unique = f"_lambda_{self.name}_{next(_container_ids)}"
+        spec = importlib.util.spec_from_file_location(unique, source)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[unique] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def _handler_source(self, module_path: str) -> Path:
+        """Where Lambda would find the module: the function code first, then the layer. The layer is the
+        engine this process imports (it is built from that package), so it is looked up on sys.path."""
+        source = self.code_root / (module_path.replace(".", "/") + ".py")
+        if source.exists():
+            return source
+        try:
+            spec = importlib.util.find_spec(module_path)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            raise FileNotFoundError(
+                f"{self.name}: handler module {module_path} is neither in the function code ({self.code_root}) "
+                "nor importable here (is the engine installed in this environment?)"
+            )
+        return Path(spec.origin)
+
+
+@contextmanager
+def code_on_path(code_root: Path) -> Iterator[None]:
+    """The function code at the front of sys.path while it runs, as Lambda puts /var/task there."""
+    entry = str(code_root)
+    if entry in sys.path:
+        yield
+        return
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)

@@ -1,0 +1,424 @@
+"""LocalRuntime: boots the synthesized stack on moto and drives the pipeline with the virtual clock.
+
+    with LocalRuntime.from_assembly("cdk.out") as runtime:
+        store = runtime.event_store()
+        store.emit("order.created", {...}, tenant="acme", actor="me")
+        runtime.run_until_idle()
+
+Tables and queues are created from the template (names are the logical ids); pipes and event source
+mappings are emulated (outbox.local.pipe, outbox.local.esm); functions run in-process with their
+template environment. Two modes: in-process (``mock_aws``) for tests, and a moto server on a loopback
+port so that any boto3 client or the AWS CLI can look at the tables and queues while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from outbox import clock as engine_clock
+from outbox.local import aws_fixes
+from outbox.local.aws_fixes.ttl import sweep_expired_items
+from outbox.local.clock import VirtualClock
+from outbox.local.esm import SqsEventSourceMapping
+from outbox.local.functions import LambdaHandler, LocalFunction
+from outbox.local.pipe import PipeConfig, PipeEmulator
+from outbox.local.template import Reference, StackSpec, TemplateError, load_stack
+
+logger = logging.getLogger(__name__)
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+# What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
+FUNCTION_BASE_ENV = {
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "local",
+    "AWS_SECRET_ACCESS_KEY": "local",
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+}
+
+
+@dataclass
+class LocalResources:
+    """Local names of what the template declares, by logical id."""
+
+    table_names: dict[str, str] = field(default_factory=dict)
+    stream_arns: dict[str, str] = field(default_factory=dict)
+    queue_urls: dict[str, str] = field(default_factory=dict)
+    queue_arns: dict[str, str] = field(default_factory=dict)
+    function_names: dict[str, str] = field(default_factory=dict)
+    pipe_names: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, reference: Reference) -> str:
+        """The local value of a Ref / Fn::GetAtt, as CloudFormation would resolve it."""
+        logical_id, attribute = reference.logical_id, reference.attribute
+        if logical_id in self.table_names:
+            if attribute is None:
+                return self.table_names[logical_id]
+            if attribute == "StreamArn":
+                return self.stream_arns[logical_id]
+            if attribute == "Arn":
+                return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{self.table_names[logical_id]}"
+        if logical_id in self.function_names and attribute is None:
+            return self.function_names[logical_id]
+        if logical_id in self.pipe_names and attribute is None:
+            return self.pipe_names[logical_id]
+        if logical_id in self.queue_urls:
+            if attribute is None:
+                return self.queue_urls[logical_id]
+            if attribute == "Arn":
+                return self.queue_arns[logical_id]
+            if attribute == "QueueName":
+                return self.queue_urls[logical_id].rsplit("/", 1)[1]
+        raise TemplateError(f"the local runtime cannot resolve {reference} (not a table or queue it created)")
+
+    def value(self, raw: Any) -> str:
+        reference = Reference.parse(raw)
+        if reference is not None:
+            return self.resolve(reference)
+        if isinstance(raw, (str, int, float, bool)):
+            return str(raw).lower() if isinstance(raw, bool) else str(raw)
+        raise TemplateError(f"the local runtime cannot resolve the value {raw!r}")
+
+
+class LocalRuntime:
+    # moto's in-process backend is global to the process: two runtimes would share (and clobber) it.
+    _in_process_active = False
+
+    def __init__(
+        self,
+        stack: StackSpec,
+        *,
+        clock: VirtualClock | None = None,
+        port: int | None = None,
+        environment: Mapping[str, str] | None = None,
+        environment_overrides: Mapping[str, Mapping[str, str]] | None = None,
+        handler_overrides: Mapping[str, LambdaHandler] | None = None,
+        function_log_level: str = "WARNING",
+    ) -> None:
+        self.stack = stack
+        self.clock = clock or VirtualClock()
+        self.port = port
+        self.endpoint_url = f"http://127.0.0.1:{port}" if port else None
+        self._environment = dict(environment or {})
+        self._environment_overrides = {k: dict(v) for k, v in (environment_overrides or {}).items()}
+        self._handler_overrides = dict(handler_overrides or {})
+        self._function_log_level = function_log_level
+        self.resources = LocalResources()
+        self.functions: dict[str, LocalFunction] = {}
+        self.pipes: dict[str, PipeEmulator] = {}
+        self.mappings: dict[str, SqsEventSourceMapping] = {}
+        self._exit = ExitStack()
+        self._clients: dict[str, Any] = {}
+
+    @classmethod
+    def from_assembly(cls, assembly_dir: Path | str, stack_name: str = "OutboxEngine", **options: Any) -> LocalRuntime:
+        return cls(load_stack(assembly_dir, stack_name), **options)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalRuntime:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        try:
+            self._exit.enter_context(self._backend())
+            self._exit.callback(aws_fixes.install(self.clock))
+            self._exit.enter_context(engine_clock.use(self.clock, self.clock.sleep))
+            self._create_tables()
+            self._create_queues()
+            # Pipe names first: functions' environments may reference them (the operator endpoint does).
+            self.resources.pipe_names.update({logical_id: logical_id for logical_id in self.stack.pipes})
+            self._build_functions()
+            self._build_pipes()
+            self._build_mappings()
+        except BaseException:
+            self._exit.close()
+            raise
+
+    def stop(self) -> None:
+        self._exit.close()
+
+    @contextmanager
+    def _backend(self) -> Iterator[None]:
+        if self.port is None:
+            from moto import mock_aws
+
+            if LocalRuntime._in_process_active:
+                raise RuntimeError(
+                    "one in-process runtime at a time: moto's in-process backend is shared by the whole "
+                    "process; stop the other one, or give this one a port= (server mode)"
+                )
+            LocalRuntime._in_process_active = True
+            try:
+                with mock_aws():
+                    yield
+            finally:
+                LocalRuntime._in_process_active = False
+            return
+        from moto.server import ThreadedMotoServer
+
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        server.start()
+        try:
+            yield
+        finally:
+            server.stop()
+
+    # -- clients and lookups ------------------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of this runtime's endpoint; one per service, reused (clients are thread-safe, and
+        making one costs milliseconds, which a simulator booting hundreds of runtimes notices)."""
+        client = self._clients.get(service)
+        if client is None:
+            client = self._clients[service] = boto3.client(
+                service,
+                region_name=REGION,
+                endpoint_url=self.endpoint_url,
+                aws_access_key_id="local",
+                aws_secret_access_key="local",
+                config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "max_attempts": 3}),
+            )
+        return client
+
+    def output(self, name: str) -> str:
+        """A stack output's local value, e.g. ``output("EventsTableName")``; a literal output as it is."""
+        if name in self.stack.outputs and Reference.parse(self.stack.outputs[name]["Value"]) is None:
+            return self.resources.value(self.stack.outputs[name]["Value"])
+        return self.resources.resolve(self.stack.output_reference(name))
+
+    def outputs(self) -> dict[str, str]:
+        """Every output the runtime can resolve (those naming tables, queues, functions and pipes)."""
+        resolved = {}
+        for name in self.stack.outputs:
+            try:
+                resolved[name] = self.output(name)
+            except TemplateError:
+                continue  # e.g. the alarm topic or the operator role: not emulated
+        return resolved
+
+    def function(self, output_name: str) -> LocalFunction:
+        """The function a stack output names, e.g. ``function("DurableConsumerFunctionName")``."""
+        return self.functions[self.output(output_name)]
+
+    def pipe(self, output_name: str) -> PipeEmulator:
+        """The pipe a stack output names, e.g. ``pipe("RelayPipeName")``; set ``.faults`` to inject faults."""
+        return self.pipes[self.stack.output_reference(output_name).logical_id]
+
+    def operations(self, catalog: Any, sqs: Any | None = None) -> Any:
+        """The operator tools (``outbox.operations.Operations``) wired to this runtime."""
+        from outbox.operations import Operations, Topology
+
+        return Operations(
+            Topology.from_outputs(self.outputs()),
+            dynamodb=self.client("dynamodb"),
+            sqs=sqs or self.client("sqs"),
+            pipes=self.client("pipes"),
+            catalog=catalog,
+            clock=self.clock,
+        )
+
+    def event_store(self, **options: Any) -> Any:
+        from outbox import EventStore
+
+        return EventStore(self.output("EventsTableName"), client=self.client("dynamodb"), **options)
+
+    # -- creating what the template declares --------------------------------------------------------
+
+    def _create_tables(self) -> None:
+        dynamodb = self.client("dynamodb")
+        for spec in self.stack.tables.values():
+            request: dict[str, Any] = {
+                "TableName": spec.logical_id,
+                "KeySchema": spec.key_schema,
+                "AttributeDefinitions": spec.attribute_definitions,
+                "BillingMode": "PAY_PER_REQUEST",
+            }
+            if spec.stream_view_type:
+                request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec.stream_view_type}
+            description = dynamodb.create_table(**request)["TableDescription"]
+            if spec.ttl_attribute:
+                dynamodb.update_time_to_live(
+                    TableName=spec.logical_id,
+                    TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+                )
+            self.resources.table_names[spec.logical_id] = spec.logical_id
+            if spec.stream_view_type:
+                self.resources.stream_arns[spec.logical_id] = description["LatestStreamArn"]
+
+    def _create_queues(self) -> None:
+        sqs = self.client("sqs")
+        # Dead-letter queues first: a redrive policy names its target's ARN.
+        ordered = sorted(self.stack.queues.values(), key=lambda q: q.dead_letter_queue is not None)
+        for spec in ordered:
+            attributes = {
+                "VisibilityTimeout": str(spec.visibility_timeout),
+                "MessageRetentionPeriod": str(spec.retention_seconds),
+                "MaximumMessageSize": str(spec.maximum_message_size),
+            }
+            if spec.fifo:
+                attributes["FifoQueue"] = "true"
+                attributes["ContentBasedDeduplication"] = str(spec.content_based_deduplication).lower()
+            if spec.dead_letter_queue:
+                attributes["RedrivePolicy"] = (
+                    f'{{"deadLetterTargetArn": "{self.resources.queue_arns[spec.dead_letter_queue]}", '
+                    f'"maxReceiveCount": "{spec.max_receive_count}"}}'
+                )
+            url = sqs.create_queue(QueueName=spec.name, Attributes=attributes)["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            self.resources.queue_urls[spec.logical_id] = url
+            self.resources.queue_arns[spec.logical_id] = arn
+
+    def _build_functions(self) -> None:
+        for spec in self.stack.functions.values():
+            if spec.handler.startswith("index.") and spec.asset_path is None:
+                continue  # CDK's own inline helper functions (custom resources), not application code
+            env = {name: self.resources.value(raw) for name, raw in spec.environment.items()}
+            env.update(FUNCTION_BASE_ENV)
+            env["AWS_LAMBDA_FUNCTION_NAME"] = spec.logical_id
+            env["POWERTOOLS_LOG_LEVEL"] = self._function_log_level
+            if self.endpoint_url:
+                env["AWS_ENDPOINT_URL"] = self.endpoint_url
+            env.update(self._environment)
+            env.update(self._environment_overrides.get(spec.logical_id, {}))
+            self.resources.function_names[spec.logical_id] = spec.logical_id
+            self.functions[spec.logical_id] = LocalFunction(
+                name=spec.logical_id,
+                handler_path=spec.handler,
+                code_root=self._code_root(spec.asset_path),
+                timeout=timedelta(seconds=spec.timeout_seconds),
+                env=env,
+                clock=self.clock,
+                override=self._handler_overrides.get(spec.logical_id),
+            )
+
+    def _code_root(self, asset_path: str | None) -> Path:
+        # The staged asset is the code `cdk deploy` would upload; without one (an assembly synthesized
+        # with asset staging off), the directory the app was synthesized from, which holds that code.
+        if asset_path:
+            staged = self.stack.assembly_dir / asset_path
+            if staged.is_dir():
+                return staged
+        return self.stack.assembly_dir.parent
+
+    def _build_pipes(self) -> None:
+        streams, sqs = self.client("dynamodbstreams"), self.client("sqs")
+        for spec in self.stack.pipes.values():
+            config = PipeConfig(
+                name=spec.logical_id,
+                stream_arn=self.resources.stream_arns[spec.source_table],
+                target_queue_url=self.resources.queue_urls[spec.target_queue],
+                filter_patterns=spec.filter_patterns,
+                input_template=spec.input_template,
+                message_group_id=spec.message_group_id,
+                message_deduplication_id=spec.message_deduplication_id,
+                batch_size=spec.batch_size,
+                maximum_retry_attempts=spec.maximum_retry_attempts,
+                maximum_record_age_seconds=spec.maximum_record_age_seconds,
+                starting_position=spec.starting_position,
+                automatic_bisect=spec.automatic_bisect,
+                dead_letter_queue_url=(
+                    self.resources.queue_urls[spec.dead_letter_queue] if spec.dead_letter_queue else None
+                ),
+            )
+            self.pipes[spec.logical_id] = PipeEmulator(config, streams, sqs, self.clock)
+            self._register_pipe(spec.logical_id, config.stream_arn, self.resources.queue_arns[spec.target_queue])
+
+    def _register_pipe(self, name: str, source: str, target: str) -> None:
+        """moto's Pipes API keeps only state; registering the pipe lets DescribePipe answer as in AWS."""
+        self.client("pipes").create_pipe(
+            Name=name,
+            Source=source,
+            Target=target,
+            RoleArn=f"arn:aws:iam::{ACCOUNT}:role/{name}",
+            DesiredState="RUNNING",
+        )
+
+    def _build_mappings(self) -> None:
+        sqs = self.client("sqs")
+        for spec in self.stack.event_source_mappings.values():
+            queue = self.stack.queues[spec.queue]
+            function = self.functions[spec.function]
+            self.mappings[spec.logical_id] = SqsEventSourceMapping(
+                sqs=sqs,
+                queue_url=self.resources.queue_urls[spec.queue],
+                queue_arn=self.resources.queue_arns[spec.queue],
+                handler=_invoker(function),
+                function_name=function.name,
+                function_timeout=function.timeout,
+                visibility_timeout=timedelta(seconds=queue.visibility_timeout),
+                clock=self.clock,
+                batch_size=spec.batch_size,
+                region=REGION,
+            )
+
+    # -- DynamoDB Time to Live ------------------------------------------------------------------------
+
+    def sweep_expired_items(self) -> dict[str, int]:
+        """Run DynamoDB's TTL sweep now, on the virtual clock: delete every item whose TTL attribute is a
+        Number at or before ``self.clock()`` (epoch seconds), in every table of the stack whose TTL is
+        enabled (by the template's TimeToLiveSpecification, or by a later UpdateTimeToLive: moto's state).
+
+        AWS deletes expired items at an unspecified time after expiry, typically within a few days; the
+        runtime deletes them only when asked, so a test decides when the sweep runs, and reads before the
+        sweep still see expired items, as on AWS. An item without the attribute, or with a value that is
+        not a Number, is never deleted. On a table with a stream each deletion writes a REMOVE record whose
+        ``userIdentity`` is ``{"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}``
+        (``outbox.local.aws_fixes.ttl``, rule 11).
+
+        Returns the number of items deleted by table name (the table's logical id), for every table with
+        TTL enabled; 0 when none had expired.
+        """
+        dynamodb = self.client("dynamodb")
+        arns = [
+            dynamodb.describe_table(TableName=name)["Table"]["TableArn"] for name in self.resources.table_names.values()
+        ]
+        return sweep_expired_items(arns, self.clock())
+
+    # -- driving the pipeline -----------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One round: every pipe polls once, every event source mapping polls once. True if work was done."""
+        progressed = False
+        for pipe in self.pipes.values():
+            progressed = pipe.poll() is not None or progressed
+        for mapping in self.mappings.values():
+            progressed = mapping.poll() is not None or progressed
+        return progressed
+
+    def run_until_idle(self, max_steps: int = 10_000, on_step: Callable[[int], None] | None = None) -> int:
+        """Step until nothing is left to do, letting virtual time pass while messages wait out their
+        visibility timeout. Returns the number of steps."""
+        for step in range(1, max_steps + 1):
+            if on_step is not None:
+                on_step(step)
+            if self.step():
+                continue
+            waiting = [entry.visible_at for m in self.mappings.values() for entry in m.in_flight]
+            waiting += [p.next_retry_at for p in self.pipes.values() if p.next_retry_at is not None]
+            if not waiting:
+                return step
+            self.clock.advance(max(timedelta(0), min(waiting) - self.clock()))
+        raise RuntimeError(f"the pipeline did not settle in {max_steps} steps")
+
+
+def _invoker(function: LocalFunction) -> LambdaHandler:
+    def invoke(event: dict[str, Any], _context: Any) -> Any:
+        return function.invoke(event)
+
+    return invoke

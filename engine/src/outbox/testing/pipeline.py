@@ -1,0 +1,155 @@
+"""``LocalPipeline``: an application's synthesized stack, running on the local runtime, driven by a test.
+
+It is what a test of the application needs and no more: emit through the application's own catalog,
+drain the pipeline, inject the failures that matter (a crash after the claim, before the completion, a
+handler that fails), and read what the inbox recorded. Everything else stays reachable through
+``.runtime`` (the ``outbox.local`` runtime: clients, functions, pipes, the virtual clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+from outbox.catalog import Catalog
+from outbox.envelope import Envelope
+from outbox.inbox import Inbox
+from outbox.local import faults
+from outbox.local.functions import code_on_path, environment
+from outbox.local.runtime import LocalRuntime
+from outbox.local.template import load_manifest_stacks
+from outbox.operations import Operations, Topology
+from outbox.settings import ConsumerSettings, load_catalog
+from outbox.store import EventStore
+
+__all__ = ["LocalPipeline", "WorkerCrash"]
+
+WorkerCrash = faults.WorkerCrash
+
+
+class LocalPipeline:
+    """One stack of a cloud assembly on the local runtime: ``with LocalPipeline.boot(assembly) as pipeline``."""
+
+    def __init__(self, runtime: LocalRuntime) -> None:
+        self.runtime = runtime
+        self.topology = Topology.from_outputs(runtime.outputs())
+        self._catalog: Catalog | None = None
+        self._store: EventStore | None = None
+
+    @classmethod
+    @contextmanager
+    def boot(
+        cls,
+        assembly_dir: Path | str,
+        stack_name: str | None = None,
+        *,
+        environment: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Iterator[LocalPipeline]:
+        """Start the stack ``stack_name`` of ``assembly_dir`` (a ``cdk synth`` output folder; the only stack
+        there when not named). ``environment`` is added to every function's; ``options`` go to
+        ``LocalRuntime`` (``clock``, ``function_log_level``, ...)."""
+        name = stack_name or _only_stack(Path(assembly_dir))
+        with LocalRuntime.from_assembly(assembly_dir, name, environment=environment, **options) as runtime:
+            yield cls(runtime)
+
+    # -- the application's side ---------------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        """The application's catalog, built by the reference the durable consumer loads (``SUBSCRIPTIONS``),
+        in that function's environment: the same event types, subscriptions and table names."""
+        if self._catalog is None:
+            function = self.durable_consumer
+            with environment(function.env), code_on_path(function.code_root):
+                self._catalog = load_catalog(function.env["SUBSCRIPTIONS"])
+        return self._catalog
+
+    @property
+    def store(self) -> EventStore:
+        """An ``EventStore`` on the local events table with the application's catalog."""
+        if self._store is None:
+            self._store = EventStore(
+                self.topology.events_table, client=self.runtime.client("dynamodb"), catalog=self.catalog
+            )
+        return self._store
+
+    def emit(self, event_type: str, payload: Mapping[str, Any], *, tenant: str, **options: Any) -> Envelope:
+        """``EventStore.emit`` on the local events table (``options``: ``actor``, ``extra_writes``, ...)."""
+        options.setdefault("actor", "test")
+        return self.store.emit(event_type, payload, tenant=tenant, **options)
+
+    def drain(self, max_steps: int = 10_000) -> int:
+        """Run pipes and consumers until nothing moves (virtual time advances over waits); the steps taken."""
+        return self.runtime.run_until_idle(max_steps=max_steps)
+
+    # -- failures to inject (context managers; each yields a count of the faults it injected) ---------
+
+    def crash_after_claim(self, subscription: str | None = None, times: int = 1) -> AbstractContextManager[Any]:
+        """The worker dies right after its claim committed, before the handler ran."""
+        return faults.crash_after_claim(times, subscription)
+
+    def crash_before_completion(self, subscription: str | None = None, times: int = 1) -> AbstractContextManager[Any]:
+        """The worker dies after the handler's effect, before the completion committed: the worst moment."""
+        return faults.crash_before_completion(times, subscription)
+
+    def crash_after_completion(self, subscription: str | None = None, times: int = 1) -> AbstractContextManager[Any]:
+        """The completion committed, and the worker dies before SQS hears of it: the message comes back."""
+        return faults.crash_after_completion(times, subscription)
+
+    def fail_handler(
+        self,
+        subscription: str,
+        times: int = 1,
+        error: Callable[[], BaseException] = lambda: ConnectionError("injected"),
+    ) -> AbstractContextManager[Any]:
+        """The subscription's handler raises ``error()`` on its next ``times`` runs."""
+        return faults.fail_handler(subscription, times, error)
+
+    # -- what the inbox recorded -------------------------------------------------------------------
+
+    @property
+    def inbox(self) -> Inbox:
+        """The inbox as the durable consumer sees it (its table, attempts and retention)."""
+        settings = ConsumerSettings.from_env(self.durable_consumer.env)
+        return Inbox(
+            settings.inbox_table_name,
+            client=self.runtime.client("dynamodb"),
+            max_attempts=settings.max_attempts,
+            retention=settings.inbox_retention,
+            clock=self.runtime.clock,
+        )
+
+    def claim(self, event: Envelope | str, subscription: str) -> dict[str, Any] | None:
+        """The inbox row of (event, subscription) as DynamoDB returns it, or None when there is none."""
+        event_id = event.id if isinstance(event, Envelope) else event
+        return self.inbox.get_claim(event_id, subscription)
+
+    def dead_letters(self, tenant: str) -> list[Any]:
+        """The tenant's dead-letter rows."""
+        return self.operations.dead_letters(tenant)
+
+    @property
+    def operations(self) -> Operations:
+        """The operator tools (status, verify, replay, redrive, reconcile) on this pipeline."""
+        ops: Operations = self.runtime.operations(self.catalog)
+        return ops
+
+    @property
+    def durable_consumer(self) -> Any:
+        return self.runtime.function("DurableConsumerFunctionName")
+
+    def function_log(self, output_name: str = "DurableConsumerFunctionName") -> list[str]:
+        """What a function printed (its JSON log lines and EMF metrics), oldest first."""
+        return list(self.runtime.function(output_name).log.lines)
+
+
+def _only_stack(assembly_dir: Path) -> str:
+    stacks = load_manifest_stacks(assembly_dir)
+    if len(stacks) != 1:
+        raise ValueError(
+            f"{assembly_dir} holds {len(stacks)} stacks ({', '.join(stacks) or 'none'}): name the one to boot"
+        )
+    return stacks[0]

@@ -64,10 +64,11 @@ def regression_seeds(path: Path = REGRESSION_SEEDS) -> list[tuple[int, str]]:
 def assembly(outdir: Path = ASSEMBLY_DIR) -> Path:
     """The synthesized stack (bundling skipped), reused while nothing it is built from has changed."""
     template = outdir / f"{STACK_NAME}.template.json"
-    # The template comes from stacks/; the functions' code (lambdas/, modules/) is staged into the assembly.
+    # The template comes from stacks/ and the constructs (cdk/src/); the functions' code (lambdas/, modules/)
+    # is staged into the assembly.
     sources = [
         PROJECT_ROOT / "cdk.json",
-        *(p for d in ("stacks", "lambdas", "modules") for p in (PROJECT_ROOT / d).rglob("*.py")),
+        *(p for d in ("stacks", "cdk/src", "lambdas", "modules") for p in (PROJECT_ROOT / d).rglob("*.py")),
     ]
     if template.exists() and template.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return outdir

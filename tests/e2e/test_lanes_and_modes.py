@@ -132,7 +132,7 @@ def test_the_largest_event_emit_accepts_is_relayed_and_delivered(lanes_runtime: 
 
 
 def _queue_depth(runtime: LocalRuntime, prefix: str) -> int:
-    [queue] = [q for q in runtime.stack.queues.values() if q.logical_id.startswith(prefix)]
+    [queue] = [q for q in runtime.stack.queues.values() if q.logical_id.removeprefix("Outbox").startswith(prefix)]
     attributes = runtime.client("sqs").get_queue_attributes(
         QueueUrl=runtime.resources.queue_urls[queue.logical_id], AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]

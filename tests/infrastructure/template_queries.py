@@ -7,13 +7,22 @@ from typing import Any
 
 from tests.infrastructure.conftest import resources_of_type
 
+# The example stack's OutboxPipeline construct id: its resources' logical ids start with it.
+PIPELINE_ID = "Outbox"
+
+
+def named(logical_id: str, prefix: str) -> bool:
+    """Whether ``logical_id`` is a resource named ``prefix``..., in the stack or inside the pipeline."""
+    return logical_id.startswith(prefix) or logical_id.startswith(PIPELINE_ID + prefix)
+
 
 def only_resource(stack_template: dict[str, Any], resource_type: str, prefix: str = "") -> tuple[str, dict[str, Any]]:
-    """The one resource of this type whose logical id starts with ``prefix``: (logical id, resource)."""
+    """The one resource of this type whose logical id starts with ``prefix`` (in the stack or the pipeline):
+    (logical id, resource)."""
     matches = {
         logical_id: resource
         for logical_id, resource in resources_of_type(stack_template, resource_type).items()
-        if logical_id.startswith(prefix)
+        if named(logical_id, prefix)
     }
     assert len(matches) == 1, f"expected one {resource_type} {prefix}*, found {sorted(matches)}"
     return next(iter(matches.items()))

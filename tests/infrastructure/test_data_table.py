@@ -26,7 +26,7 @@ def test_its_stream_carries_both_images_for_the_record_change_lane(data: tuple[s
     assert "TimeToLiveSpecification" not in properties
 
 
-def test_only_the_two_consumers_may_touch_its_items_and_only_the_record_change_pipe_its_stream(
+def test_only_the_consumers_and_the_producer_may_touch_its_items_and_only_the_record_change_pipe_its_stream(
     stack_template: dict[str, Any], data: tuple[str, dict[str, Any]]
 ) -> None:
     # Given every role's grants on the data table
@@ -40,9 +40,13 @@ def test_only_the_two_consumers_may_touch_its_items_and_only_the_record_change_p
                 item_roles |= roles
             if {"Fn::GetAtt": [data_id, "StreamArn"]} in resources:
                 stream_roles |= roles
-    # Then the items belong to the consumers and the stream to its pipe
-    assert sorted(role.split("Lambda")[0] for role in item_roles) == ["DurableConsumer", "RecordChangeConsumer"]
-    assert [role.split("Role")[0] for role in stream_roles] == ["RecordChangePipe"]
+    # Then the items belong to the consumers and the example's producer, and the stream to its pipe
+    assert sorted(role.split("Lambda")[0].split("Role")[0] for role in item_roles) == [
+        "OutboxDurableConsumer",
+        "OutboxRecordChangeConsumer",
+        "PlaceOrder",
+    ]
+    assert [role.split("Role")[0] for role in stream_roles] == ["OutboxRecordChangePipe"]
 
 
 def test_the_stack_outputs_the_data_table(stack_template: dict[str, Any], data: tuple[str, dict[str, Any]]) -> None:

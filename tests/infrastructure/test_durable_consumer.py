@@ -15,13 +15,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
 from outbox_cdk import durable_consumer, timing
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.events_table import EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.monitoring import EMITS_NAMESPACE
 from stacks import outbox_stack
+from stacks.data_table import DataTable
 from tests.infrastructure.conftest import example_application, resources_of_type
 from tests.infrastructure.template_queries import (
     actions_on,
@@ -158,7 +158,7 @@ def _probe(**options: Any) -> dict[str, Any]:
         queue=DurableQueue(stack, "Durable", alarm_topic=topic),
         events=EventsTable(stack, "Events"),
         inbox=InboxTable(stack, "Inbox", retention_days=options.pop("retention_days", 30)),
-        data=DataTable(stack, "Data"),
+        data_tables=[DataTable(stack, "Data").table],
         application=example_application(stack),
         alarm_topic=topic,
         **options,

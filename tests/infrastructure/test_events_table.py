@@ -8,6 +8,7 @@ from aws_cdk.assertions import Match, Template
 
 from outbox_cdk.events_table import EVENT_ROW_MUTATIONS, EVENT_ROW_PARTITION_PATTERN
 from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.template_queries import named
 
 WRITE_ACTIONS = {
     "dynamodb:PutItem",
@@ -25,7 +26,7 @@ def events_table_id(stack_template: dict[str, Any]) -> str:
     tables = [
         logical_id
         for logical_id, table in resources_of_type(stack_template, "AWS::DynamoDB::Table").items()
-        if logical_id.startswith("EventsTable")
+        if named(logical_id, "EventsTable")
     ]
     assert len(tables) == 1, f"expected one events table, found {tables}"
     return tables[0]
@@ -104,7 +105,7 @@ def test_only_the_operator_role_may_mutate_event_rows(stack_template: dict[str, 
         }
     # The check is not vacuous: the operator role and the durable consumer (which may emit follow-up
     # events) are both writers, and only the operator passed without the deny.
-    consumer_roles = {rid for rid in writers if rid.startswith("DurableConsumer")}
+    consumer_roles = {rid for rid in writers if named(rid, "DurableConsumer")}
     assert len(consumer_roles) == 1, f"the durable consumer's role should write the events table: {sorted(writers)}"
     assert set(operator_roles) < writers
 
@@ -128,7 +129,7 @@ def test_emit_and_read_grants_carry_the_event_row_deny() -> None:
     statements = _statements_by_role(stack_template)
     table_id = events_table_id(stack_template)
     for role_prefix in ("Emitter", "Reader"):
-        role_id = next(rid for rid in statements if rid.startswith(role_prefix))
+        role_id = next(rid for rid in statements if named(rid, role_prefix))
         denies = [s for s in statements[role_id] if s["Effect"] == "Deny" and _mentions(s, table_id)]
         assert len(denies) == 1, f"{role_prefix} must carry exactly one event-row deny"
     emitter_id = next(rid for rid in statements if rid.startswith("Emitter"))

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import App, Stack
 
 from outbox_cdk.inbox_table import DEFAULT_RETENTION_DAYS, TTL_ATTRIBUTE, InboxTable
-from stacks.outbox_stack import OutboxSettings
+from stacks.settings import ExampleSettings
 from tests.infrastructure.template_queries import only_resource
 
 
@@ -35,11 +35,11 @@ def test_the_key_layout_is_the_engines() -> None:
     assert inbox.dead_letter_partition("acme") == "TENANT#acme#DEAD"
 
 
-# --- retention: context -> OutboxSettings -> InboxTable (throwaway apps, no main-app synth) ---------
+# --- retention: context -> ExampleSettings -> InboxTable (throwaway apps, no main-app synth) ---------
 
 
-def _settings(context: dict[str, Any]) -> OutboxSettings:
-    return OutboxSettings.from_context(App(context=context).node)
+def _settings(context: dict[str, Any]) -> ExampleSettings:
+    return ExampleSettings.from_context(App(context=context).node)
 
 
 def test_retention_defaults_to_the_longest_a_message_can_travel() -> None:

@@ -42,8 +42,15 @@ OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS = {
     # cloudwatch:GetMetricData has no resource-level permissions; it is the one statement of this policy.
     ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
 }
-EXPECTED = {
-    (rule, f"OutboxEngine/{construct}/{path}")
+# The example's producer (stacks/outbox_stack.py): an EngineFunction, invoked synchronously.
+PRODUCER_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
+    ("AwsSolutions-L1", "Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "Function/Resource"),
+    ("Serverless-LambdaDLQ", "Function/Resource"),
+}
+EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER_ACKNOWLEDGEMENTS} | {
+    (rule, f"OutboxEngine/Outbox/{construct}/{path}")
     for construct, acknowledgements in (
         ("Relay", PIPE_ACKNOWLEDGEMENTS),
         ("RecordChangePipe", PIPE_ACKNOWLEDGEMENTS),

@@ -16,7 +16,7 @@ from aws_cdk import App
 from pydantic import BaseModel
 
 from stacks import outbox_stack
-from stacks.outbox_stack import OutboxSettings
+from stacks.settings import ExampleSettings
 from tests.conftest import Synthesized
 from tests.infrastructure.conftest import assert_handler_in_layer, resources_of_type
 from tests.infrastructure.template_queries import (
@@ -40,7 +40,7 @@ class ConsumerCase:
     timeout_seconds: int
     settings_model: str  # the class in outbox.settings that reads the function's environment
     concurrency_context: str
-    settings_field: str  # the OutboxSettings field that context key fills
+    settings_field: str  # the ExampleSettings field that context key fills
     output: str
 
 
@@ -113,6 +113,10 @@ def test_the_function_traces_and_logs_json_to_a_log_group_with_retention(
     assert function["Timeout"] == case.timeout_seconds
 
 
+# The example app's own variables (OutboxStack's environment=...), read by modules.build_catalog.
+APPLICATION_VARIABLES = {"DATA_TABLE_NAME"}
+
+
 @CASES
 def test_the_environment_is_exactly_what_the_settings_model_reads(
     stack_template: dict[str, Any], case: ConsumerCase
@@ -121,10 +125,11 @@ def test_the_environment_is_exactly_what_the_settings_model_reads(
     from outbox import settings
 
     model: type[BaseModel] = getattr(settings, case.settings_model)
-    # Then the function sets every variable it reads, and nothing it does not (besides Powertools')
+    # Then the function sets every variable it reads, and nothing it does not (besides Powertools' and the
+    # application's own, which its catalog reads)
     _, function = _function(stack_template, case)
     read = {field.alias for field in model.model_fields.values()}
-    assert set(function["Environment"]["Variables"]) - POWERTOOLS_VARIABLES == read
+    assert set(function["Environment"]["Variables"]) - POWERTOOLS_VARIABLES - APPLICATION_VARIABLES == read
 
 
 @CASES
@@ -275,8 +280,8 @@ def test_a_failed_invocation_alarms_at_the_first_one(stack_template: dict[str, A
 # --- context: each consumer's max concurrency (throwaway apps, no main-app synth) ----------------
 
 
-def _settings(context: dict[str, Any]) -> OutboxSettings:
-    return OutboxSettings.from_context(App(context=context).node)
+def _settings(context: dict[str, Any]) -> ExampleSettings:
+    return ExampleSettings.from_context(App(context=context).node)
 
 
 @CASES

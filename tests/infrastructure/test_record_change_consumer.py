@@ -16,10 +16,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
 from outbox_cdk import record_change_consumer, timing
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.record_change_consumer import RecordChangeConsumer
 from outbox_cdk.record_change_queue import RecordChangeQueue
 from stacks import outbox_stack
+from stacks.data_table import DataTable
 from tests.infrastructure.conftest import example_application
 from tests.infrastructure.template_queries import listed, only_resource, role_statements
 
@@ -85,7 +85,7 @@ def test_the_construct_applies_its_concurrency() -> None:
         stack,
         "RecordChangeConsumer",
         queue=RecordChangeQueue(stack, "RecordChanges", alarm_topic=topic),
-        data=DataTable(stack, "Data"),
+        data_tables=[DataTable(stack, "Data").table],
         application=example_application(stack),
         alarm_topic=topic,
         max_concurrency=200,

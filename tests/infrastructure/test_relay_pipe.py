@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import App
 
 from outbox_cdk import relay_pipe
-from stacks.outbox_stack import OutboxSettings
+from stacks.settings import ExampleSettings
 from tests.infrastructure.template_queries import only_resource
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -92,20 +92,20 @@ def test_the_relay_constants_match_the_engines_event_rows() -> None:
     assert keys.KIND_HEAD != relay_pipe.EVENT_KIND
 
 
-# --- context switches: read by OutboxSettings, applied by RelayPipe (throwaway stacks, no main-app synth) ---
+# --- context switches: read by ExampleSettings, applied by RelayPipe (throwaway stacks, no main-app synth) ---
 
 
-def _settings(context: dict[str, Any]) -> OutboxSettings:
-    return OutboxSettings.from_context(App(context=context).node)
+def _settings(context: dict[str, Any]) -> ExampleSettings:
+    return ExampleSettings.from_context(App(context=context).node)
 
 
 def test_settings_default_to_error_logs_without_execution_data_and_no_email() -> None:
-    assert _settings({}) == OutboxSettings(alarm_email=None, pipe_log_level="ERROR", pipe_log_execution_data=False)
+    assert _settings({}) == ExampleSettings(alarm_email=None, pipe_log_level="ERROR", pipe_log_execution_data=False)
 
 
 def test_settings_read_the_context_keys() -> None:
     settings = _settings({"pipeLogLevel": "TRACE", "pipeLogExecutionData": "true", "alarmEmail": "ops@example.com"})
-    assert settings == OutboxSettings(
+    assert settings == ExampleSettings(
         alarm_email="ops@example.com", pipe_log_level="TRACE", pipe_log_execution_data=True
     )
 

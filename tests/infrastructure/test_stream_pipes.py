@@ -18,10 +18,10 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 from constructs import Construct
 
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.relay_pipe import RelayPipe
+from stacks.data_table import DataTable
 from tests.infrastructure.template_queries import allowed_pairs, arn_of, only_resource, role_statements
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -168,7 +168,7 @@ def test_each_pipe_has_its_own_role_dlq_and_log_group(stack_template: dict[str, 
 
 
 # --- the log switch (context pipeLogLevel / pipeLogExecutionData), applied by each pipe construct -----
-# Throwaway stacks, no main-app synth; OutboxStack hands both pipes the same OutboxSettings values.
+# Throwaway stacks, no main-app synth; OutboxStack hands both pipes the same ExampleSettings values.
 
 
 def _relay(stack: Stack, **options: Any) -> Construct:
@@ -186,7 +186,12 @@ def _relay(stack: Stack, **options: Any) -> Construct:
 def _record_change(stack: Stack, **options: Any) -> Construct:
     target = sqs.Queue(stack, "Target")
     return RecordChangePipe(
-        stack, "Pipe", data=DataTable(stack, "Data"), target=target, alarm_topic=sns.Topic(stack, "Topic"), **options
+        stack,
+        "Pipe",
+        table=DataTable(stack, "Data").table,
+        target=target,
+        alarm_topic=sns.Topic(stack, "Topic"),
+        **options,
     )
 
 

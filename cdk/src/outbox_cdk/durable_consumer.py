@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox_cdk.alarms import alarm_above
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
@@ -59,7 +60,7 @@ class DurableConsumer(QueueConsumer):
         queue: DurableQueue,
         events: EventsTable,
         inbox: InboxTable,
-        data: DataTable,
+        data_tables: Sequence[dynamodb.ITable],
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
@@ -80,7 +81,6 @@ class DurableConsumer(QueueConsumer):
             environment={
                 "EVENTS_TABLE_NAME": events.table.table_name,
                 "INBOX_TABLE_NAME": inbox.table.table_name,
-                "DATA_TABLE_NAME": data.table.table_name,
                 "MAX_ATTEMPTS": str(MAX_ATTEMPTS),
                 "INBOX_RETENTION_DAYS": str(inbox.retention_days),
             },
@@ -90,8 +90,9 @@ class DurableConsumer(QueueConsumer):
         inbox.table.grant_read_write_data(self.function)
         # Handlers may emit follow-up events; the grant carries the deny on mutating event rows.
         events.grant_emit(self.function)
-        # Handlers commit their projection writes in the same transaction as the completion.
-        data.grant_read_write(self.function)
+        # Handlers commit their writes to the application's tables in the same transaction as the completion.
+        for table in data_tables:
+            table.grant_read_write_data(self.function)
 
         self.dead_work_alarms = [
             alarm_above(

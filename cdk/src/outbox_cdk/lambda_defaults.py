@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
@@ -48,11 +48,14 @@ class ApplicationCode:
         event types and subscriptions. Called at cold start, with the function's environment.
     layer
         The engine layer (``EngineLayer``).
+    environment
+        The application's own variables (its table names, say), set on every function.
     """
 
     code: lambda_.Code
     catalog: str
     layer: lambda_.ILayerVersion
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(CATALOG_REFERENCE, self.catalog):
@@ -115,6 +118,7 @@ class EngineFunction(Construct):
             environment={
                 "POWERTOOLS_SERVICE_NAME": service_name,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **application.environment,
                 "SUBSCRIPTIONS": application.catalog,
                 **environment,
             },

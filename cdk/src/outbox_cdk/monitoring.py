@@ -11,6 +11,7 @@ status widget shows all of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from aws_cdk import Duration
@@ -58,6 +59,15 @@ INBOX_OPERATIONS: Final = (
 WIDGET_WIDTH: Final = 8
 
 
+@dataclass(frozen=True)
+class RecordChangeLane:
+    """What the monitoring watches of the (optional) record-change lane."""
+
+    pipe_name: str
+    queue: sqs.IQueue
+    consumer: QueueConsumer
+
+
 class PipelineMonitoring(Construct):
     """``self.pipe_alarms``, ``self.queue_age_alarms`` and ``self.dashboard``, all notifying one topic.
 
@@ -75,9 +85,7 @@ class PipelineMonitoring(Construct):
         durable_queue: sqs.IQueue,
         consumer: DurableConsumer,
         inbox: InboxTable,
-        record_change_pipe_name: str,
-        record_change_queue: sqs.IQueue,
-        record_change_consumer: QueueConsumer,
+        record_change: RecordChangeLane | None,
         dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
         operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
@@ -85,10 +93,9 @@ class PipelineMonitoring(Construct):
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
         # The relay's construct ids predate the second lane; they stay, so its alarms are not replaced.
-        self.pipe_alarms = [
-            *self._pipe_alarms("Pipe", "relay pipe", relay_pipe_name),
-            *self._pipe_alarms("RecordChangePipe", "record-change pipe", record_change_pipe_name),
-        ]
+        self.pipe_alarms = self._pipe_alarms("Pipe", "relay pipe", relay_pipe_name)
+        if record_change is not None:
+            self.pipe_alarms += self._pipe_alarms("RecordChangePipe", "record-change pipe", record_change.pipe_name)
         self.queue_age_alarms = [
             self._queue_age_alarm(
                 "QueueAge",
@@ -97,24 +104,29 @@ class PipelineMonitoring(Construct):
                 "The durable queue's oldest message is older than two visibility timeouts: "
                 "a failing handler, a blocked tenant group or no consumer.",
             ),
-            self._queue_age_alarm(
-                "RecordChangeQueueAge",
-                record_change_queue,
-                RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
-                "The record-change queue's oldest message is older than two visibility timeouts: "
-                "a failing best-effort handler or no consumer.",
-            ),
         ]
-        alarms = [
+        if record_change is not None:
+            self.queue_age_alarms.append(
+                self._queue_age_alarm(
+                    "RecordChangeQueueAge",
+                    record_change.queue,
+                    RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+                    "The record-change queue's oldest message is older than two visibility timeouts: "
+                    "a failing best-effort handler or no consumer.",
+                )
+            )
+        self.alarms: list[cloudwatch.IAlarm] = [
             *self.pipe_alarms,
             *self.queue_age_alarms,
             *dead_letter_alarms,
             *consumer.alarms,
-            *record_change_consumer.alarms,
+            *(record_change.consumer.alarms if record_change is not None else []),
             *operator_endpoint_alarms,
         ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
-        self.dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=3 * WIDGET_WIDTH))
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=3 * WIDGET_WIDTH)
+        )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Events emitted", left=[_emits()], width=WIDGET_WIDTH),
             *_pipe_widgets("Relay pipe", relay_pipe_name),
@@ -134,15 +146,17 @@ class PipelineMonitoring(Construct):
             ),
         )
         self._add_durable_consumer_widgets(consumer, inbox)
+        if record_change is not None:
+            self._add_record_change_widgets(record_change)
+
+    def _add_record_change_widgets(self, lane: RecordChangeLane) -> None:
         self.dashboard.add_widgets(
-            *_pipe_widgets("Record-change pipe", record_change_pipe_name),
-            _queue_depth_widget("Record-change queue", record_change_queue),
+            *_pipe_widgets("Record-change pipe", lane.pipe_name),
+            _queue_depth_widget("Record-change queue", lane.queue),
         )
         self.dashboard.add_widgets(
-            _queue_age_widget(
-                "Record-change queue", record_change_queue, RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS
-            ),
-            *_function_widgets("Record-change consumer", record_change_consumer.function),
+            _queue_age_widget("Record-change queue", lane.queue, RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS),
+            *_function_widgets("Record-change consumer", lane.consumer.function),
         )
 
     def _pipe_alarms(self, id_prefix: str, label: str, pipe_name: str) -> list[cloudwatch.Alarm]:

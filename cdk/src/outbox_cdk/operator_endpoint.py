@@ -1,6 +1,6 @@
 """The operator endpoint: an IAM-signed HTTP endpoint that reports each tenant's chain and the dead work.
 
-The handler (``lambdas.operator_api``) answers ``GET /status`` and ``GET /tenants/<tenant>/chain``:
+The handler (``outbox.handlers.operator_api``) answers ``GET /status`` and ``GET /tenants/<tenant>/chain``:
 whether a tenant's hash chain is intact (``verify_chain`` over the events table), next to the
 dead-letter rows in the inbox table and the depth and age of every queue and dead-letter queue. It
 reads all of that and may change none of it: repairs go through the operator role, not through here.
@@ -20,7 +20,6 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from outbox_cdk.alarms import alarm_above
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction
@@ -50,12 +49,11 @@ class OperatorEndpoint(Construct):
     ----------
     events, inbox
         Read: the chains, and the dead-letter rows.
-    data
-        Named only, for ``build_catalog`` (``SUBSCRIPTIONS``); the endpoint reads no item of it.
     durable_queue, record_change_queue
         Each lane's queue and its redrive DLQ: depth (``GetQueueAttributes``) and age (``GetMetricData``).
     relay_pipe, record_change_pipe
-        Each pipe's state (``DescribePipe``) and its DLQ's depth.
+        Each pipe's state (``DescribePipe``) and its DLQ's depth. The record-change lane's queue and pipe
+        are None in a pipeline without one.
     """
 
     def __init__(
@@ -65,11 +63,10 @@ class OperatorEndpoint(Construct):
         *,
         events: EventsTable,
         inbox: InboxTable,
-        data: DataTable,
         durable_queue: RedrivenQueue,
         relay_pipe: StreamPipe,
-        record_change_queue: RedrivenQueue,
-        record_change_pipe: StreamPipe,
+        record_change_queue: RedrivenQueue | None,
+        record_change_pipe: StreamPipe | None,
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
     ) -> None:
@@ -78,11 +75,13 @@ class OperatorEndpoint(Construct):
             "DURABLE_QUEUE_URL": durable_queue.queue,
             "DURABLE_DLQ_URL": durable_queue.dead_letter_queue,
             "RELAY_DLQ_URL": relay_pipe.dead_letter_queue,
-            "RECORD_CHANGE_QUEUE_URL": record_change_queue.queue,
-            "RECORD_CHANGE_DLQ_URL": record_change_queue.dead_letter_queue,
-            "RECORD_CHANGE_PIPE_DLQ_URL": record_change_pipe.dead_letter_queue,
         }
-        pipes = {"RELAY_PIPE_NAME": relay_pipe, "RECORD_CHANGE_PIPE_NAME": record_change_pipe}
+        pipes = {"RELAY_PIPE_NAME": relay_pipe}
+        if record_change_queue is not None and record_change_pipe is not None:
+            queues["RECORD_CHANGE_QUEUE_URL"] = record_change_queue.queue
+            queues["RECORD_CHANGE_DLQ_URL"] = record_change_queue.dead_letter_queue
+            queues["RECORD_CHANGE_PIPE_DLQ_URL"] = record_change_pipe.dead_letter_queue
+            pipes["RECORD_CHANGE_PIPE_NAME"] = record_change_pipe
         engine_function = EngineFunction(
             self,
             "Lambda",
@@ -95,7 +94,6 @@ class OperatorEndpoint(Construct):
             environment={
                 "EVENTS_TABLE_NAME": events.table.table_name,
                 "INBOX_TABLE_NAME": inbox.table.table_name,
-                "DATA_TABLE_NAME": data.table.table_name,
                 **{name: queue.queue_url for name, queue in queues.items()},
                 **{name: pipe.pipe_name for name, pipe in pipes.items()},
             },

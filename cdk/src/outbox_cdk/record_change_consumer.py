@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.queue_consumer import DEFAULT_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.record_change_queue import RecordChangeQueue
@@ -18,9 +19,9 @@ SERVICE_NAME: Final = "record-change-consumer"
 
 
 class RecordChangeConsumer(QueueConsumer):
-    """``self.function`` runs every matching BEST_EFFORT subscription on each row change of the data table.
+    """``self.function`` runs every matching BEST_EFFORT subscription on each row change of the source table.
 
-    It may read and write the data table (best-effort handlers update projections) and nothing else:
+    It may read and write the application's tables (best-effort handlers update projections) and nothing else:
     no events table (a row change is not an event, and a best-effort handler does not emit), no inbox
     (the lane keeps no claims and writes no dead-letter rows). A failed record is a batch item failure,
     retried by SQS and finally moved to the record-change queue's alarmed DLQ.
@@ -32,7 +33,7 @@ class RecordChangeConsumer(QueueConsumer):
         construct_id: str,
         *,
         queue: RecordChangeQueue,
-        data: DataTable,
+        data_tables: Sequence[dynamodb.ITable],
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
@@ -49,8 +50,9 @@ class RecordChangeConsumer(QueueConsumer):
             batching_window_seconds=RECORD_CHANGE_BATCHING_WINDOW_SECONDS,
             application=application,
             # Exactly the names outbox.settings.RecordChangeSettings reads.
-            environment={"DATA_TABLE_NAME": data.table.table_name},
+            environment={},
             alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,
         )
-        data.grant_read_write(self.function)
+        for table in data_tables:
+            table.grant_read_write_data(self.function)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox_cdk.data_table import DataTable
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
 
 
@@ -39,7 +39,7 @@ class RecordChangePipe(StreamPipe):
         scope: Construct,
         construct_id: str,
         *,
-        data: DataTable,
+        table: dynamodb.ITable,
         target: sqs.IQueue,
         alarm_topic: sns.ITopic,
         log_level: PipeLogLevel = "ERROR",
@@ -48,15 +48,15 @@ class RecordChangePipe(StreamPipe):
         super().__init__(
             scope,
             construct_id,
-            table=data.table,
+            table=table,
             target=target,
             alarm_topic=alarm_topic,
             label="record-change pipe",
-            description="Forwards every row change of the data table to the record-change queue (best effort)",
+            description="Forwards every row change of the application table to the record-change queue (best effort)",
             role_description="The record-change pipe: reads the data stream, sends to the record-change queue "
             "and its DLQ",
             dead_letter_description="stream batches the record-change pipe could not deliver (rebuild the "
-            "affected projections from the data table)",
+            "affected projections from the source table)",
             filter_pattern=None,
             target_parameters=None,
             log_level=log_level,

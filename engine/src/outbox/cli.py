@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sys
+import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from rich.table import Table
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxError
 from outbox.operations import OperationRefusedError, Operations, Topology
+from outbox.outputs import StackOutput
 from outbox.settings import load_catalog
 
 logger = logging.getLogger("outbox.cli")
@@ -99,9 +101,24 @@ def main(
 
 
 def _required_catalog(reference: str | None) -> str:
+    reference = reference or _configured_catalog(Path("pyproject.toml"))
     if not reference:
-        raise typer.BadParameter(f"say which catalog: --catalog package.module:function (or set {CATALOG_ENV})")
+        raise typer.BadParameter(
+            f"say which catalog: --catalog package.module:function, {CATALOG_ENV}, or catalog = ... under "
+            "[tool.outbox] in ./pyproject.toml"
+        )
     return reference
+
+
+def _configured_catalog(pyproject: Path) -> str | None:
+    """``[tool.outbox] catalog`` of the project the command runs in."""
+    if not pyproject.is_file():
+        return None
+    try:
+        configured = tomllib.loads(pyproject.read_text()).get("tool", {}).get("outbox", {}).get("catalog")
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{pyproject} is not valid TOML: {exc}") from exc
+    return configured if isinstance(configured, str) else None
 
 
 def _operations(
@@ -136,13 +153,32 @@ def _operations(
 
 
 def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
-    # The builder runs as in the pipeline's functions, which have the data table in their environment.
-    if "DataTableName" in outputs:
-        os.environ.setdefault("DATA_TABLE_NAME", outputs["DataTableName"])
+    """The application's catalog, built in the environment the pipeline's functions have (the stack's
+    ApplicationEnvironment output); a variable already set in this shell wins."""
+    for name, value in _application_environment(outputs).items():
+        os.environ.setdefault(name, value)
     # As `python -m` does: the application's package is found from the directory the command runs in.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return load_catalog(reference)
+    try:
+        return load_catalog(reference)
+    except (ImportError, AttributeError, ValueError, TypeError, OutboxError) as exc:
+        raise typer.BadParameter(f"the catalog {reference} could not be built: {exc}", param_hint="--catalog") from exc
+
+
+def _application_environment(outputs: dict[str, str]) -> dict[str, str]:
+    raw = outputs.get(StackOutput.APPLICATION_ENVIRONMENT)
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"the stack's {StackOutput.APPLICATION_ENVIRONMENT} output is not JSON: {exc}"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter(f"the stack's {StackOutput.APPLICATION_ENVIRONMENT} output is not a JSON object")
+    return {str(name): str(value) for name, value in parsed.items()}
 
 
 # -- helpers ----------------------------------------------------------------------------------------

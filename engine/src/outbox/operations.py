@@ -46,6 +46,7 @@ from outbox.inbox import (
     reconcile_row,
 )
 from outbox.messages import relay_body, repair_attributes
+from outbox.outputs import StackOutput
 from outbox.subscriptions import Lane
 
 MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "AccessDenied", "NotImplementedError"}
@@ -74,17 +75,17 @@ class Topology:
     inbox_retention_days: int = 7
 
     OUTPUTS = {
-        "events_table": "EventsTableName",
-        "inbox_table": "InboxTableName",
-        "durable_queue_url": "DurableQueueUrl",
-        "durable_dlq_url": "DurableDeadLetterQueueUrl",
-        "relay_dlq_url": "RelayDeadLetterQueueUrl",
-        "record_change_queue_url": "RecordChangeQueueUrl",
-        "record_change_dlq_url": "RecordChangeDeadLetterQueueUrl",
-        "record_change_pipe_dlq_url": "RecordChangePipeDeadLetterQueueUrl",
-        "relay_pipe_name": "RelayPipeName",
-        "record_change_pipe_name": "RecordChangePipeName",
-        "inbox_retention_days": "InboxRetentionDays",
+        "events_table": StackOutput.EVENTS_TABLE,
+        "inbox_table": StackOutput.INBOX_TABLE,
+        "durable_queue_url": StackOutput.DURABLE_QUEUE,
+        "durable_dlq_url": StackOutput.DURABLE_DEAD_LETTER_QUEUE,
+        "relay_dlq_url": StackOutput.RELAY_DEAD_LETTER_QUEUE,
+        "record_change_queue_url": StackOutput.RECORD_CHANGE_QUEUE,
+        "record_change_dlq_url": StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE,
+        "record_change_pipe_dlq_url": StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE,
+        "relay_pipe_name": StackOutput.RELAY_PIPE,
+        "record_change_pipe_name": StackOutput.RECORD_CHANGE_PIPE,
+        "inbox_retention_days": StackOutput.INBOX_RETENTION_DAYS,
     }
 
     @classmethod

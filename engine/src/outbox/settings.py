@@ -24,7 +24,8 @@ def _from_env(model: type[SettingsT], environ: Mapping[str, str]) -> SettingsT:
 
 
 class ConsumerSettings(BaseModel):
-    """Environment of the durable consumer; the CDK stack sets every variable (stacks/constructs)."""
+    """Environment of the durable consumer; the construct sets every variable (outbox_cdk.durable_consumer).
+    The application's own variables (its table names, say) are its catalog builder's to read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -32,7 +33,6 @@ class ConsumerSettings(BaseModel):
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
     max_attempts: int = Field(alias="MAX_ATTEMPTS", ge=1, le=100)
     inbox_retention_days: int = Field(alias="INBOX_RETENTION_DAYS", ge=1, le=365)
-    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
 
     @classmethod
@@ -49,7 +49,6 @@ class RecordChangeSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
 
     @classmethod
@@ -74,15 +73,15 @@ class OperatorSettings(BaseModel):
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
-    data_table_name: str = Field(alias="DATA_TABLE_NAME", min_length=3)
     durable_queue_url: str = Field(alias="DURABLE_QUEUE_URL")
     durable_dlq_url: str = Field(alias="DURABLE_DLQ_URL")
     relay_dlq_url: str = Field(alias="RELAY_DLQ_URL")
-    record_change_queue_url: str = Field(alias="RECORD_CHANGE_QUEUE_URL")
-    record_change_dlq_url: str = Field(alias="RECORD_CHANGE_DLQ_URL")
-    record_change_pipe_dlq_url: str = Field(alias="RECORD_CHANGE_PIPE_DLQ_URL")
     relay_pipe_name: str = Field(alias="RELAY_PIPE_NAME")
-    record_change_pipe_name: str = Field(alias="RECORD_CHANGE_PIPE_NAME")
+    # The record-change lane is optional (a pipeline without a source table has none).
+    record_change_queue_url: str | None = Field(default=None, alias="RECORD_CHANGE_QUEUE_URL")
+    record_change_dlq_url: str | None = Field(default=None, alias="RECORD_CHANGE_DLQ_URL")
+    record_change_pipe_dlq_url: str | None = Field(default=None, alias="RECORD_CHANGE_PIPE_DLQ_URL")
+    record_change_pipe_name: str | None = Field(default=None, alias="RECORD_CHANGE_PIPE_NAME")
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
 
     @classmethod

@@ -86,6 +86,9 @@ class LocalResources:
         reference = Reference.parse(raw)
         if reference is not None:
             return self.resolve(reference)
+        if isinstance(raw, dict) and set(raw) == {"Fn::Join"}:
+            separator, parts = raw["Fn::Join"]
+            return str(separator).join(self.value(part) for part in parts)
         if isinstance(raw, (str, int, float, bool)):
             return str(raw).lower() if isinstance(raw, bool) else str(raw)
         raise TemplateError(f"the local runtime cannot resolve the value {raw!r}")
@@ -199,6 +202,7 @@ class LocalRuntime:
     def output(self, name: str) -> str:
         """A stack output's local value, e.g. ``output("EventsTableName")``; a literal output as it is."""
         if name in self.stack.outputs and Reference.parse(self.stack.outputs[name]["Value"]) is None:
+            # A literal, or a join of literals and references (a JSON document with table names, say).
             return self.resources.value(self.stack.outputs[name]["Value"])
         return self.resources.resolve(self.stack.output_reference(name))
 

@@ -1,0 +1,324 @@
+"""``OutboxPipeline``: the whole outbox in one construct, added to a stack of yours.
+
+    pipeline = OutboxPipeline(
+        self, "Outbox",
+        code=lambda_.Code.from_asset("src"),          # your modules (the engine comes in its layer)
+        catalog="shop.catalog:build",                 # returns your outbox.Catalog
+        data_tables=[orders],                         # tables your handlers write, as ITable
+        record_changes_from=orders,                   # optional: BEST_EFFORT subscriptions on its rows
+        environment={"ORDERS_TABLE": orders.table_name},
+    )
+    pipeline.grant_emit(my_api_function)              # your producers commit events with emit()
+
+DURABLE lane: events table stream -> relay pipe -> FIFO queue -> durable consumer (the inbox's claims).
+BEST_EFFORT lane, when ``record_changes_from`` is given: that table's stream -> record-change pipe ->
+standard queue -> record-change consumer. Every queue has a dead-letter queue with an alarm at zero;
+pipes, queues and consumers have alarms and one dashboard; an IAM-signed operator endpoint reports the
+chains and the dead work. The stack outputs are ``outbox.outputs.StackOutput``, which the ``outbox`` CLI
+reads: one pipeline per stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from outbox.outputs import StackOutput
+from outbox_cdk import inbox_table, queue_consumer
+from outbox_cdk.alarm_topic import AlarmTopic
+from outbox_cdk.durable_consumer import DurableConsumer
+from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.engine_layer import EngineLayer
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import ApplicationCode
+from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
+from outbox_cdk.operator_endpoint import OperatorEndpoint
+from outbox_cdk.record_change_consumer import RecordChangeConsumer
+from outbox_cdk.record_change_pipe import RecordChangePipe
+from outbox_cdk.record_change_queue import RecordChangeQueue
+from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
+
+# Variables the pipeline sets on its functions itself; the application's ``environment`` may not use them.
+RESERVED_VARIABLES: Final = frozenset(
+    {
+        "SUBSCRIPTIONS",
+        "EVENTS_TABLE_NAME",
+        "INBOX_TABLE_NAME",
+        "MAX_ATTEMPTS",
+        "INBOX_RETENTION_DAYS",
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_METRICS_NAMESPACE",
+    }
+)
+
+
+class OutboxPipeline(Construct):
+    """The outbox pipeline. Every resource is a property, for grants, dashboards and alarms of your own.
+
+    Parameters
+    ----------
+    code
+        Your modules as a Lambda code asset, without the engine or its dependencies (the engine layer
+        carries them), e.g. ``lambda_.Code.from_asset("src", exclude=["tests", "**/__pycache__"])``.
+    catalog
+        ``"package.module:function"`` inside ``code``, returning your ``outbox.Catalog``; every function
+        of the pipeline calls it at cold start, with ``environment``.
+    data_tables
+        The tables your handlers write (``ITable``; imported tables work): the consumers may read and
+        write them, and a durable handler's writes commit in one transaction with its completion.
+    record_changes_from
+        A table of yours whose stream feeds the BEST_EFFORT lane (it needs a stream with new and old
+        images). None: no record-change lane.
+    environment
+        Variables for every function of the pipeline (your table names, your service URLs). Published as
+        the ``ApplicationEnvironment`` output, so ``outbox --catalog ...`` builds your catalog the same way.
+    alarm_topic
+        An SNS topic of yours for every alarm; it must let CloudWatch publish (and, if encrypted, use its
+        key). None: the pipeline creates an encrypted topic that admits this stack's alarms.
+    alarm_email
+        An address subscribed to the created topic. Only without ``alarm_topic``.
+    inbox_retention_days
+        How long a completion is remembered: at least as long as a message may travel (pipe record age,
+        queue and DLQ retention), 30..365 days.
+    consumer_max_concurrency, record_change_max_concurrency
+        Each consumer's event source mapping MaximumConcurrency, 2..1000.
+    pipe_log_level, pipe_log_execution_data
+        The pipes' log level (OFF, ERROR, INFO, TRACE) and whether their logs carry the records' payload.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        catalog: str,
+        data_tables: Sequence[dynamodb.ITable] = (),
+        record_changes_from: dynamodb.ITable | None = None,
+        environment: Mapping[str, str] | None = None,
+        alarm_topic: sns.ITopic | None = None,
+        alarm_email: str | None = None,
+        inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
+        consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
+        record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
+        pipe_log_level: PipeLogLevel = "ERROR",
+        pipe_log_execution_data: bool = False,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        environment = dict(environment or {})
+        _check_options(environment, alarm_topic, alarm_email, pipe_log_level, record_changes_from)
+        self.stack = Stack.of(self)
+
+        self.events = EventsTable(self, "Events")
+        self.engine = EngineLayer(self, "Engine")
+        self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
+        self.alarm_topic: sns.ITopic = alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email).topic
+        data_tables = list(data_tables)
+        if record_changes_from is not None and record_changes_from not in data_tables:
+            data_tables.append(record_changes_from)
+
+        self.durable = DurableQueue(self, "Durable", alarm_topic=self.alarm_topic)
+        self.relay = RelayPipe(
+            self,
+            "Relay",
+            events=self.events,
+            target=self.durable.queue,
+            alarm_topic=self.alarm_topic,
+            log_level=pipe_log_level,
+            log_execution_data=pipe_log_execution_data,
+        )
+        self.inbox = InboxTable(self, "Inbox", retention_days=inbox_retention_days)
+        self.consumer = DurableConsumer(
+            self,
+            "DurableConsumer",
+            queue=self.durable,
+            events=self.events,
+            inbox=self.inbox,
+            data_tables=data_tables,
+            application=self.application,
+            alarm_topic=self.alarm_topic,
+            max_concurrency=consumer_max_concurrency,
+        )
+        self.record_changes: RecordChangeQueue | None = None
+        self.record_change_pipe: RecordChangePipe | None = None
+        self.record_change_consumer: RecordChangeConsumer | None = None
+        if record_changes_from is not None:
+            self._add_record_change_lane(
+                record_changes_from,
+                data_tables,
+                max_concurrency=record_change_max_concurrency,
+                log_level=pipe_log_level,
+                log_execution_data=pipe_log_execution_data,
+            )
+
+        # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
+        self.operator_endpoint = OperatorEndpoint(
+            self,
+            "OperatorEndpoint",
+            events=self.events,
+            inbox=self.inbox,
+            durable_queue=self.durable,
+            relay_pipe=self.relay,
+            record_change_queue=self.record_changes,
+            record_change_pipe=self.record_change_pipe,
+            application=self.application,
+            alarm_topic=self.alarm_topic,
+        )
+        self.operator_endpoint.grant_invoke_url(self.events.operator_role)
+        self.monitoring = self._monitor()
+        self._declare_outputs(environment)
+
+    # -- what users build on ------------------------------------------------------------------------
+
+    @property
+    def events_table(self) -> dynamodb.ITable:
+        return self.events.table
+
+    @property
+    def inbox_table(self) -> dynamodb.ITable:
+        return self.inbox.table
+
+    @property
+    def operator_role(self) -> iam.IRole:
+        """May run every operator action (status, replay, redrive, reconcile); assume it to operate."""
+        return self.events.operator_role
+
+    @property
+    def dashboard(self) -> cloudwatch.Dashboard:
+        return self.monitoring.dashboard
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        """Every alarm of the pipeline (all notify ``alarm_topic``), for composite alarms of your own."""
+        return list(self.monitoring.alarms)
+
+    def grant_emit(self, grantee: iam.IGrantable) -> None:
+        """Let ``grantee`` commit events with ``EventStore.emit`` (never change or delete an event row).
+        Grant it your own tables' writes yourself: they commit in the same transaction."""
+        self.events.grant_emit(grantee)
+
+    # -- parts --------------------------------------------------------------------------------------
+
+    def _add_record_change_lane(
+        self,
+        source: dynamodb.ITable,
+        data_tables: Sequence[dynamodb.ITable],
+        *,
+        max_concurrency: int,
+        log_level: PipeLogLevel,
+        log_execution_data: bool,
+    ) -> None:
+        self.record_changes = RecordChangeQueue(self, "RecordChanges", alarm_topic=self.alarm_topic)
+        self.record_change_pipe = RecordChangePipe(
+            self,
+            "RecordChangePipe",
+            table=source,
+            target=self.record_changes.queue,
+            alarm_topic=self.alarm_topic,
+            log_level=log_level,
+            log_execution_data=log_execution_data,
+        )
+        self.record_change_consumer = RecordChangeConsumer(
+            self,
+            "RecordChangeConsumer",
+            queue=self.record_changes,
+            data_tables=data_tables,
+            application=self.application,
+            alarm_topic=self.alarm_topic,
+            max_concurrency=max_concurrency,
+        )
+
+    def _monitor(self) -> PipelineMonitoring:
+        dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
+        lane = None
+        if self.record_changes and self.record_change_pipe and self.record_change_consumer:
+            dead_letters += [
+                ("record-change DLQ", self.record_changes.dead_letters),
+                ("record-change pipe DLQ", self.record_change_pipe.dead_letters),
+            ]
+            lane = RecordChangeLane(
+                pipe_name=self.record_change_pipe.pipe_name,
+                queue=self.record_changes.queue,
+                consumer=self.record_change_consumer,
+            )
+        return PipelineMonitoring(
+            self,
+            "Monitoring",
+            alarm_topic=self.alarm_topic,
+            relay_pipe_name=self.relay.pipe_name,
+            durable_queue=self.durable.queue,
+            consumer=self.consumer,
+            inbox=self.inbox,
+            record_change=lane,
+            dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
+            dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
+            operator_endpoint_alarms=self.operator_endpoint.alarms,
+        )
+
+    def _declare_outputs(self, environment: Mapping[str, str]) -> None:
+        values: dict[StackOutput, str] = {
+            StackOutput.EVENTS_TABLE: self.events.table.table_name,
+            StackOutput.OPERATOR_ROLE: self.events.operator_role.role_arn,
+            StackOutput.DURABLE_QUEUE: self.durable.queue.queue_url,
+            StackOutput.DURABLE_DEAD_LETTER_QUEUE: self.durable.dead_letter_queue.queue_url,
+            StackOutput.RELAY_PIPE: self.relay.pipe_name,
+            StackOutput.RELAY_DEAD_LETTER_QUEUE: self.relay.dead_letter_queue.queue_url,
+            StackOutput.INBOX_TABLE: self.inbox.table.table_name,
+            StackOutput.INBOX_RETENTION_DAYS: str(self.inbox.retention_days),
+            StackOutput.DURABLE_CONSUMER_FUNCTION: self.consumer.function.function_name,
+            StackOutput.ALARM_TOPIC: self.alarm_topic.topic_arn,
+            StackOutput.OPERATOR_ENDPOINT: self.operator_endpoint.url.url,
+            StackOutput.APPLICATION_ENVIRONMENT: self.stack.to_json_string(dict(environment)),
+        }
+        if self.record_changes and self.record_change_pipe and self.record_change_consumer:
+            values |= {
+                StackOutput.RECORD_CHANGE_QUEUE: self.record_changes.queue.queue_url,
+                StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE: self.record_changes.dead_letter_queue.queue_url,
+                StackOutput.RECORD_CHANGE_PIPE: self.record_change_pipe.pipe_name,
+                StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE: (self.record_change_pipe.dead_letter_queue.queue_url),
+                StackOutput.RECORD_CHANGE_CONSUMER_FUNCTION: self.record_change_consumer.function.function_name,
+            }
+        for output, value in values.items():
+            if self.stack.node.try_find_child(output.value) is not None:
+                raise ValueError(
+                    f"{self.stack.stack_name} already has an output {output.value}: one OutboxPipeline per stack "
+                    "(the outbox CLI finds a pipeline by its stack's outputs)"
+                )
+            # In the stack's scope, so the output ids are exactly the names the CLI reads.
+            CfnOutput(self.stack, output.value, value=value)
+
+
+def _check_options(
+    environment: Mapping[str, str],
+    alarm_topic: sns.ITopic | None,
+    alarm_email: str | None,
+    pipe_log_level: str,
+    record_changes_from: dynamodb.ITable | None,
+) -> None:
+    """Refuse at synth what would deploy a broken pipeline; every message says what to change."""
+    reserved = sorted(RESERVED_VARIABLES & set(environment))
+    if reserved:
+        raise ValueError(f"environment may not set {reserved}: the pipeline sets them on its functions")
+    if alarm_topic is not None and alarm_email is not None:
+        raise ValueError(
+            "alarm_email subscribes to the topic the pipeline creates; with alarm_topic, subscribe it there"
+        )
+    if alarm_email is not None and (not isinstance(alarm_email, str) or "@" not in alarm_email):
+        raise ValueError(f"alarm_email must be an e-mail address, got {alarm_email!r}")
+    if pipe_log_level not in PIPE_LOG_LEVELS:
+        raise ValueError(f"pipe_log_level must be one of {PIPE_LOG_LEVELS}, got {pipe_log_level!r}")
+    if record_changes_from is not None and record_changes_from.table_stream_arn is None:
+        raise ValueError(
+            f"record_changes_from={record_changes_from.node.path} has no stream: create it with "
+            "stream=StreamViewType.NEW_AND_OLD_IMAGES (or import it with its table_stream_arn)"
+        )

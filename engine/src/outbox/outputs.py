@@ -1,0 +1,46 @@
+"""The stack outputs of an outbox pipeline, named once.
+
+The construct (``outbox_cdk.OutboxPipeline``) declares exactly these outputs; the CLI, the local runtime's
+tools and ``outbox.testing`` find the pipeline's resources through them (``Topology.from_outputs``). A
+rename here changes both sides at once; an output the construct does not declare fails a test.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StackOutput(StrEnum):
+    """Output ids (CloudFormation ``OutputKey``), each with the Topology field it fills, if any."""
+
+    EVENTS_TABLE = "EventsTableName"
+    INBOX_TABLE = "InboxTableName"
+    INBOX_RETENTION_DAYS = "InboxRetentionDays"
+    DURABLE_QUEUE = "DurableQueueUrl"
+    DURABLE_DEAD_LETTER_QUEUE = "DurableDeadLetterQueueUrl"
+    RELAY_PIPE = "RelayPipeName"
+    RELAY_DEAD_LETTER_QUEUE = "RelayDeadLetterQueueUrl"
+    DURABLE_CONSUMER_FUNCTION = "DurableConsumerFunctionName"
+    RECORD_CHANGE_QUEUE = "RecordChangeQueueUrl"
+    RECORD_CHANGE_DEAD_LETTER_QUEUE = "RecordChangeDeadLetterQueueUrl"
+    RECORD_CHANGE_PIPE = "RecordChangePipeName"
+    RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE = "RecordChangePipeDeadLetterQueueUrl"
+    RECORD_CHANGE_CONSUMER_FUNCTION = "RecordChangeConsumerFunctionName"
+    ALARM_TOPIC = "AlarmTopicArn"
+    OPERATOR_ROLE = "OperatorRoleArn"
+    OPERATOR_ENDPOINT = "OperatorEndpointUrl"
+    # The application's own function environment as JSON (its table names...): the CLI builds the
+    # application's catalog in the same environment as the pipeline's functions do.
+    APPLICATION_ENVIRONMENT = "ApplicationEnvironment"
+
+
+# Outputs that exist only with the record-change lane.
+RECORD_CHANGE_OUTPUTS = frozenset(
+    {
+        StackOutput.RECORD_CHANGE_QUEUE,
+        StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE,
+        StackOutput.RECORD_CHANGE_PIPE,
+        StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE,
+        StackOutput.RECORD_CHANGE_CONSUMER_FUNCTION,
+    }
+)

@@ -1,0 +1,91 @@
+"""The example app's deployment settings, read once from CDK context (cdk.json or ``cdk synth -c key=value``)
+into one typed object; the stack passes them to ``OutboxPipeline`` as props."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from constructs import Node
+
+from outbox_cdk import inbox_table, queue_consumer
+from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
+
+# CDK context keys (cdk.json or `cdk synth -c key=value`).
+ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
+PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
+PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
+INBOX_RETENTION_DAYS_CONTEXT: Final = "inboxRetentionDays"
+CONSUMER_MAX_CONCURRENCY_CONTEXT: Final = "consumerMaxConcurrency"
+RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT: Final = "recordChangeMaxConcurrency"
+
+
+@dataclass(frozen=True)
+class ExampleSettings:
+    """What may change between deployments, read once from CDK context and validated."""
+
+    alarm_email: str | None = None
+    pipe_log_level: PipeLogLevel = "ERROR"
+    pipe_log_execution_data: bool = False
+    inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
+    consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY
+    # Its own key: the standard queue scales its consumer far beyond the FIFO queue's one-per-tenant, so
+    # a burst of row changes (a bulk import) is capped here without touching the durable lane.
+    record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY
+
+    @classmethod
+    def from_context(cls, node: Node) -> ExampleSettings:
+        """Read the settings; a value that is present but wrong fails the synth, never falls back."""
+        email = node.try_get_context(ALARM_EMAIL_CONTEXT)
+        if email is not None and (not isinstance(email, str) or "@" not in email):
+            raise ValueError(f"context {ALARM_EMAIL_CONTEXT} must be an e-mail address, got {email!r}")
+        level = node.try_get_context(PIPE_LOG_LEVEL_CONTEXT) or "ERROR"
+        if level not in PIPE_LOG_LEVELS:
+            raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
+        return cls(
+            alarm_email=email or None,
+            pipe_log_level=cast(PipeLogLevel, level),
+            pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
+            inbox_retention_days=_integer(
+                node,
+                INBOX_RETENTION_DAYS_CONTEXT,
+                default=inbox_table.DEFAULT_RETENTION_DAYS,
+                minimum=inbox_table.MIN_RETENTION_DAYS,
+                maximum=inbox_table.MAX_RETENTION_DAYS,
+            ),
+            consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
+            record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
+        )
+
+
+def _flag(value: Any) -> bool:
+    # `-c key=true` arrives as a string, cdk.json as a JSON boolean.
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"context {PIPE_LOG_EXECUTION_DATA_CONTEXT} must be true or false, got {value!r}")
+
+
+def _max_concurrency(node: Node, key: str) -> int:
+    return _integer(
+        node,
+        key,
+        default=queue_consumer.DEFAULT_MAX_CONCURRENCY,
+        minimum=queue_consumer.MIN_MAX_CONCURRENCY,
+        maximum=queue_consumer.MAX_MAX_CONCURRENCY,
+    )
+
+
+def _integer(node: Node, key: str, *, default: int, minimum: int, maximum: int) -> int:
+    # `-c key=14` arrives as a string, cdk.json as a JSON number; a bool is not a number here.
+    value = node.try_get_context(key)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"context {key} must be a whole number from {minimum} to {maximum}, got {value!r}")
+    return value

@@ -1,0 +1,85 @@
+"""The pipeline's outputs are declared once (``outbox.outputs.StackOutput``): the construct emits exactly
+those, and everything that finds the pipeline by them (``Topology``, the CLI) reads the same names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Template
+
+from outbox.operations import Topology
+from outbox.outputs import RECORD_CHANGE_OUTPUTS, StackOutput
+from outbox_cdk import OutboxPipeline
+from stacks import outbox_stack
+
+# The example stack's own outputs, beside the pipeline's.
+EXAMPLE_OUTPUTS = {"DataTableName", "PlaceOrderFunctionName"}
+
+
+def test_the_example_stack_has_every_pipeline_output_and_its_own(stack_template: dict[str, Any]) -> None:
+    assert set(stack_template["Outputs"]) == {output.value for output in StackOutput} | EXAMPLE_OUTPUTS
+
+
+def test_the_topology_reads_only_declared_outputs() -> None:
+    assert set(Topology.OUTPUTS.values()) <= set(StackOutput)
+
+
+def test_the_application_environment_output_carries_the_functions_variables(stack_template: dict[str, Any]) -> None:
+    joined = stack_template["Outputs"][StackOutput.APPLICATION_ENVIRONMENT]["Value"]["Fn::Join"]
+    assert joined[1][0] == '{"DATA_TABLE_NAME":"'
+
+
+def pipeline_stack(**options: Any) -> Stack:
+    stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
+    OutboxPipeline(
+        stack,
+        "Outbox",
+        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
+        catalog=outbox_stack.CATALOG,
+        **options,
+    )
+    return stack
+
+
+def test_without_a_record_change_table_there_is_no_record_change_lane() -> None:
+    template = Template.from_stack(pipeline_stack()).to_json()
+    assert set(template["Outputs"]) == {output.value for output in StackOutput} - RECORD_CHANGE_OUTPUTS
+    assert [logical_id for logical_id in template["Resources"] if "RecordChange" in logical_id] == []
+
+
+def test_two_pipelines_in_one_stack_are_refused_with_the_reason() -> None:
+    stack = pipeline_stack()
+    with pytest.raises(ValueError, match="one OutboxPipeline per stack"):
+        OutboxPipeline(stack, "Second", code=lambda_.Code.from_inline("x"), catalog="a.b:c")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"environment": {"SUBSCRIPTIONS": "x"}}, "may not set"),
+        ({"alarm_email": "ops"}, "e-mail address"),
+        ({"pipe_log_level": "LOUD"}, "pipe_log_level"),
+        ({"inbox_retention_days": 3}, "inbox retention"),
+        ({"consumer_max_concurrency": 1}, "max concurrency"),
+    ],
+)
+def test_props_that_would_deploy_a_broken_pipeline_fail_the_synth(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        pipeline_stack(**options)
+
+
+def test_a_record_change_table_without_a_stream_is_refused() -> None:
+    stack = Stack(App(), "Mine")
+    table = dynamodb.Table.from_table_name(stack, "Imported", "orders")
+    with pytest.raises(ValueError, match="has no stream"):
+        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", record_changes_from=table)
+
+
+def test_a_catalog_that_is_not_a_function_reference_is_refused() -> None:
+    stack = Stack(App(), "Mine")
+    with pytest.raises(ValueError, match=r"package\.module:function"):
+        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="modules.build_catalog")

@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 CDK := node_modules/.bin/cdk
+# checkov pins boto3 and more to versions constraints.txt does not allow: it gets a virtual environment of its own.
+CHECKOV_VENV := .venv-checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
 
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -25,11 +28,20 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers
 	$(PY) -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 	touch $@
 
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt constraints-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt -c constraints-checkov.txt
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environment and install the CDK CLI
+
+.PHONY: checkov-env
+checkov-env: $(CHECKOV_VENV)/.installed ## Create checkov's own virtual environment (make test runs checkov from it)
 
 demo: setup ## Run the whole pipeline locally on moto with a workload and injected failures (ARGS="--serve 4566")
 	$(PY) -m tools.demo $(ARGS)
@@ -42,11 +54,12 @@ simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEED
 mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..40 (ARGS="--only ID", "--check")
 	$(PY) -m simulation.mutation $(ARGS)
 
-test: setup ## Run the whole test suite (lint, types, unit, functional, infrastructure)
+test: setup checkov-env ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	@# Named here, checkov must run: the infrastructure test fails instead of skipping if it is missing.
+	OUTBOX_CHECKOV=$(CHECKOV) $(PY) -m pytest
 
 unit: setup ## Run only the fast tests (no synth)
 	$(PY) -m pytest tests/unit
@@ -77,5 +90,12 @@ lock: ## Regenerate constraints.txt from a fresh resolve of requirements-dev.txt
 	(echo "# Full pin set of every transitive dependency (regenerate with: make lock)."; .lock-venv/bin/pip freeze) > constraints.txt
 	rm -rf .lock-venv
 
+.PHONY: lock-checkov
+lock-checkov: ## Regenerate constraints-checkov.txt from a fresh resolve of requirements-checkov.txt
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -r requirements-checkov.txt
+	(echo "# Full pin set of checkov's environment (regenerate with: make lock-checkov)."; .lock-venv/bin/pip freeze) > constraints-checkov.txt
+	rm -rf .lock-venv
+
 clean: ## Remove everything the targets created
-	rm -rf $(VENV) node_modules cdk.out .local .build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .local .build .pytest_cache .mypy_cache .ruff_cache

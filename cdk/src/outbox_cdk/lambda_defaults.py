@@ -20,6 +20,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from outbox.settings import CATALOG_REFERENCE
+from outbox_cdk import checkov
 from outbox_cdk.engine_layer import ARCHITECTURE, RUNTIME
 
 # Every function's Powertools metrics land here (the engine's EventsEmitted among them); the dashboard
@@ -96,6 +97,7 @@ class EngineFunction(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION)
+        checkov.skip(self.log_group, "CKV_AWS_158", checkov.LOG_GROUP_KEY_REASON)
         # An explicit role instead of the default one with AWSLambdaBasicExecutionRole: that managed
         # policy lets the function write to every log group in the account; this role writes to its own.
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal(LAMBDA_PRINCIPAL), description=description)
@@ -128,6 +130,22 @@ class EngineFunction(Construct):
     def _acknowledge_defaults(self) -> None:
         function_resource = self.function.node.default_child
         assert function_resource is not None
+        checkov.skip(
+            function_resource,
+            "CKV_AWS_117",
+            "Outside a VPC on purpose: the engine calls only AWS service APIs (DynamoDB, SQS, CloudWatch, "
+            "X-Ray, EventBridge Pipes), signed with IAM over TLS, and no resource of the pipeline is in a private "
+            "network; in a VPC each of those calls would need a NAT gateway or an interface endpoint, and isolate "
+            "nothing.",
+        )
+        checkov.skip(
+            function_resource,
+            "CKV_AWS_173",
+            "The environment holds no secret: the names and URLs of this stack's tables, queues and pipes, the "
+            "catalog reference, retry and retention numbers and Powertools settings. Lambda encrypts it at rest "
+            "with its AWS-managed key; there is nothing secret for a KmsKeyArn to keep from readers of the "
+            "function's configuration.",
+        )
         for rule in ("AwsSolutions::AwsSolutions-L1", "Serverless::Serverless-LambdaLatestVersion"):
             Validations.of(function_resource).acknowledge(
                 Acknowledgment(

@@ -19,6 +19,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
@@ -169,11 +170,20 @@ class OperatorEndpoint(Construct):
     def _acknowledge_synchronous_invocation(self) -> None:
         function_resource = self.function.node.default_child
         assert function_resource is not None
+        synchronous = (
+            "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+            "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
+            "response, and the Errors alarm fires on the first one."
+        )
         Validations.of(function_resource).acknowledge(
-            Acknowledgment(
-                id="Serverless::Serverless-LambdaDLQ",
-                reason="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
-                "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
-                "response, and the Errors alarm fires on the first one.",
-            )
+            Acknowledgment(id="Serverless::Serverless-LambdaDLQ", reason=synchronous)
+        )
+        checkov.skip(function_resource, "CKV_AWS_116", synchronous)
+        checkov.skip(
+            function_resource,
+            "CKV_AWS_115",
+            "Called only through its AWS_IAM function URL, by the few principals granted grant_invoke_url "
+            "(operators, by hand or from a script). A reserved concurrency would come out of the account's "
+            "unreserved pool, which Lambda keeps above a minimum (100 in a default account), and would fail the "
+            "deployment in an account whose quota has no room above that minimum.",
         )

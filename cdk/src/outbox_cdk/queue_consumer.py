@@ -11,6 +11,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, ApplicationCode, EngineFunction
 from outbox_cdk.redriven_queue import RedrivenQueue
@@ -91,7 +92,7 @@ class QueueConsumer(Construct):
             report_batch_item_failures=True,
             max_concurrency=max_concurrency,
         )
-        self._acknowledge_queue_driven_failure_handling()
+        self._acknowledge_queue_driven_failure_handling(max_concurrency)
         self.errors_alarm = alarm_above(
             self,
             "ErrorsAlarm",
@@ -117,18 +118,27 @@ class QueueConsumer(Construct):
             period=period,
         )
 
-    def _acknowledge_queue_driven_failure_handling(self) -> None:
+    def _acknowledge_queue_driven_failure_handling(self, max_concurrency: int) -> None:
         function_resource = self.function.node.default_child
         mapping_resource = self.mapping.node.default_child
         assert function_resource is not None
         assert mapping_resource is not None
+        synchronous = (
+            "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+            "invoked synchronously by its SQS mapping, and failed messages go through its queue's "
+            "redrive policy to that queue's DLQ, which is alarmed at > 0."
+        )
         Validations.of(function_resource).acknowledge(
-            Acknowledgment(
-                id="Serverless::Serverless-LambdaDLQ",
-                reason="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
-                "invoked synchronously by its SQS mapping, and failed messages go through its queue's "
-                "redrive policy to that queue's DLQ, which is alarmed at > 0.",
-            )
+            Acknowledgment(id="Serverless::Serverless-LambdaDLQ", reason=synchronous)
+        )
+        checkov.skip(function_resource, "CKV_AWS_116", synchronous)
+        checkov.skip(
+            function_resource,
+            "CKV_AWS_115",
+            f"Its one invoker, the SQS mapping, runs at most MaximumConcurrency ({max_concurrency}) invocations "
+            "at once. A reserved concurrency below that would throttle the mapping, and throttled messages return "
+            "to the queue with a receive counted towards its DLQ; one at or above it bounds nothing more and "
+            "takes capacity from the account's unreserved pool.",
         )
         Validations.of(mapping_resource).acknowledge(
             Acknowledgment(

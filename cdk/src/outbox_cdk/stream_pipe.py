@@ -26,6 +26,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.timing import RELAY_MAXIMUM_RECORD_AGE_HOURS
 
@@ -117,6 +118,7 @@ class StreamPipe(Construct):
             )
         )
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION)
+        checkov.skip(self.log_group, "CKV_AWS_158", checkov.LOG_GROUP_KEY_REASON)
         self.role = self._role(table, target, role_description)
 
         filters = [pipes.CfnPipe.FilterProperty(pattern=json.dumps(filter_pattern))] if filter_pattern else None

@@ -55,6 +55,7 @@ CLOSED_PROXY = "http://127.0.0.1:9"
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
 NO_PROXY_VARIABLES = ("no_proxy", "NO_PROXY")
 CHECKOV_TIMEOUT_SECONDS = 300
+SUPPRESSIONS_DOC = "docs/security-checks.md"
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +164,11 @@ def test_every_skip_in_the_templates_has_a_reason(synthesized: Synthesized) -> N
         key = (stack_name, logical_id, entry["id"])
         assert key not in seen, f"{where}: {entry['id']} skipped twice"
         seen.add(key)
+
+
+def test_the_docs_list_every_skipped_check(synthesized: Synthesized) -> None:
+    documented = set(re.findall(r"^\| `(CKV2?_AWS_\d+)`", (PROJECT_ROOT / SUPPRESSIONS_DOC).read_text(), re.MULTILINE))
+    assert documented == {entry["id"] for *_, entry in template_skips(synthesized)}, f"update {SUPPRESSIONS_DOC}"
 
 
 def test_no_check_is_selected_or_skipped_globally() -> None:

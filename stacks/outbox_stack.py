@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from outbox_cdk.lambda_defaults import EngineFunction
+from outbox_cdk.lambda_defaults import UNRESERVED_POOL, EngineFunction
 from outbox_cdk.pipeline import OutboxPipeline
 from stacks.data_table import DataTable
 from stacks.settings import ExampleSettings
@@ -74,13 +74,9 @@ class OutboxStack(Stack):
         )
         self.pipeline.grant_emit(producer.function)
         self.data.table.grant_read_write_data(producer.function)
-        function_resource = producer.function.node.default_child
-        assert function_resource is not None
-        Validations.of(function_resource).acknowledge(
-            Acknowledgment(
-                id="Serverless::Serverless-LambdaDLQ",
-                reason="Lambda's DeadLetterConfig applies to asynchronous invocations only; the producer is "
-                "invoked synchronously and answers every outcome (placed, duplicate, refused) to its caller.",
-            )
+        producer.acknowledge_synchronous_invocation(
+            failures="Lambda's DeadLetterConfig applies to asynchronous invocations only; the producer is "
+            "invoked synchronously and answers every outcome (placed, duplicate, refused) to its caller.",
+            concurrency="Invoked by the example's callers only, each order one short emit(). " + UNRESERVED_POOL,
         )
         return producer

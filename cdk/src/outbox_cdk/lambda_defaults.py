@@ -32,6 +32,12 @@ MEMORY_SIZE_MB: Final = 256
 LOG_RETENTION: Final = logs.RetentionDays.THREE_MONTHS
 
 LAMBDA_PRINCIPAL: Final = "lambda.amazonaws.com"
+# Why a function invoked by a few callers gets no reserved concurrency (checkov CKV_AWS_115).
+UNRESERVED_POOL: Final = (
+    "A reserved concurrency would come out of the account's unreserved pool, which Lambda keeps above a "
+    "minimum (100 in a default account), and would fail the deployment in an account whose quota has no "
+    "room above that minimum."
+)
 
 
 @dataclass(frozen=True)
@@ -165,3 +171,15 @@ class EngineFunction(Construct):
                 "no resource-level permissions; every other statement of this policy names its resource.",
             )
         )
+
+    def acknowledge_synchronous_invocation(self, *, failures: str, concurrency: str) -> None:
+        """For a function only ever invoked synchronously: say why it has no DeadLetterConfig (``failures``:
+        where its failures go instead) and no reserved concurrency (``concurrency``: what bounds it), to
+        cdk-nag and checkov alike."""
+        function_resource = self.function.node.default_child
+        assert function_resource is not None
+        Validations.of(function_resource).acknowledge(
+            Acknowledgment(id="Serverless::Serverless-LambdaDLQ", reason=failures)
+        )
+        checkov.skip(function_resource, "CKV_AWS_116", failures)
+        checkov.skip(function_resource, "CKV_AWS_115", concurrency)

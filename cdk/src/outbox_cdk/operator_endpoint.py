@@ -19,11 +19,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
-from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction
+from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction
 from outbox_cdk.queue_consumer import ALARM_PERIOD
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.stream_pipe import StreamPipe
@@ -121,7 +120,7 @@ class OperatorEndpoint(Construct):
             "got an error response. Its log group has the error.",
             alarm_topic=alarm_topic,
         )
-        self._acknowledge_synchronous_invocation()
+        self._acknowledge_synchronous_invocation(engine_function)
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
@@ -167,23 +166,11 @@ class OperatorEndpoint(Construct):
             )
         )
 
-    def _acknowledge_synchronous_invocation(self) -> None:
-        function_resource = self.function.node.default_child
-        assert function_resource is not None
-        synchronous = (
-            "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+    def _acknowledge_synchronous_invocation(self, engine_function: EngineFunction) -> None:
+        engine_function.acknowledge_synchronous_invocation(
+            failures="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
             "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
-            "response, and the Errors alarm fires on the first one."
-        )
-        Validations.of(function_resource).acknowledge(
-            Acknowledgment(id="Serverless::Serverless-LambdaDLQ", reason=synchronous)
-        )
-        checkov.skip(function_resource, "CKV_AWS_116", synchronous)
-        checkov.skip(
-            function_resource,
-            "CKV_AWS_115",
-            "Called only through its AWS_IAM function URL, by the few principals granted grant_invoke_url "
-            "(operators, by hand or from a script). A reserved concurrency would come out of the account's "
-            "unreserved pool, which Lambda keeps above a minimum (100 in a default account), and would fail the "
-            "deployment in an account whose quota has no room above that minimum.",
+            "response, and the Errors alarm fires on the first one.",
+            concurrency="Called only through its AWS_IAM function URL, by the few principals granted "
+            "grant_invoke_url (operators, by hand or from a script). " + UNRESERVED_POOL,
         )

@@ -71,6 +71,19 @@ def _synthesize(outdir: Path) -> Synthesized:
     return Synthesized(outdir=outdir, templates=templates)
 
 
+@pytest.fixture(scope="session")
+def outbox_assembly(synthesized: Synthesized) -> Path:
+    """What ``outbox.testing``'s ``outbox_pipeline`` fixture boots: the session's synthesized example app."""
+    return synthesized.outdir
+
+
+@pytest.fixture(scope="session")
+def outbox_stack() -> str:
+    from stacks.app_factory import STACK_NAME
+
+    return STACK_NAME
+
+
 @pytest.fixture
 def aws_credentials() -> Iterator[None]:
     """Fake credentials so that no test can reach a real account."""

@@ -19,7 +19,9 @@ from modules.profile import Profile
 from modules.services import SERVICE_NAMES, Services
 from outbox import EventStore
 from outbox.local.runtime import LocalRuntime
+from outbox.testing.pipeline import LocalPipeline
 from outbox.testing.services import FakeService, FakeServiceServer
+from stacks.app_factory import STACK_NAME
 
 
 class Backend(Protocol):
@@ -66,10 +68,12 @@ class LocalBackend:
 
 @contextmanager
 def local_backend(assembly_dir: Path, **options: Any) -> Iterator[LocalBackend]:
+    """The example stack booted the way a user's tests boot theirs (``outbox.testing.LocalPipeline``), with
+    the commerce module's remote services served on loopback."""
     with FakeServiceServer(SERVICE_NAMES) as fakes:
         environment = {"COMMERCE_SERVICES_URL": fakes.url}
-        with LocalRuntime.from_assembly(assembly_dir, environment=environment, **options) as runtime:
-            yield LocalBackend(runtime, fakes)
+        with LocalPipeline.boot(assembly_dir, STACK_NAME, environment=environment, **options) as pipeline:
+            yield LocalBackend(pipeline.runtime, fakes)
 
 
 @dataclass

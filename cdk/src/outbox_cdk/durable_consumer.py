@@ -64,6 +64,7 @@ class DurableConsumer(QueueConsumer):
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(
             scope,
@@ -73,7 +74,7 @@ class DurableConsumer(QueueConsumer):
             service_name=SERVICE_NAME,
             label="durable consumer",
             description="Durable consumer: runs every DURABLE subscription once per event, via the inbox claim",
-            timeout_seconds=CONSUMER_TIMEOUT_SECONDS,
+            timeout_seconds=timeout_seconds,
             # Zero today: Lambda does not support a batching window on a FIFO queue (see timing).
             batching_window_seconds=CONSUMER_BATCHING_WINDOW_SECONDS,
             application=application,

@@ -6,7 +6,12 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox_cdk.redriven_queue import QUEUE_RETENTION, RedrivenQueue
-from outbox_cdk.timing import DURABLE_MAX_RECEIVE_COUNT, QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from outbox_cdk.timing import (
+    CONSUMER_BATCHING_WINDOW_SECONDS,
+    CONSUMER_TIMEOUT_SECONDS,
+    DURABLE_MAX_RECEIVE_COUNT,
+    visibility_timeout_seconds,
+)
 
 __all__ = ["QUEUE_RETENTION", "DurableQueue"]
 
@@ -20,13 +25,22 @@ class DurableQueue(RedrivenQueue):
     message reaches the DLQ only when the consumer could not process it at all (``timing``).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        consumer_timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
+    ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
             fifo=True,
-            visibility_timeout_seconds=QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+            visibility_timeout_seconds=visibility_timeout_seconds(
+                consumer_timeout_seconds, CONSUMER_BATCHING_WINDOW_SECONDS
+            ),
             dead_letter_description="domain events the durable consumer could not process at all",
             max_receive_count=DURABLE_MAX_RECEIVE_COUNT,
         )

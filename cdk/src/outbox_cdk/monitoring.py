@@ -44,8 +44,12 @@ PIPE_ALARM_PERIOD: Final = Duration.minutes(5)
 
 # A message older than two visibility timeouts has failed at least once, or no consumer is polling, or
 # (durable queue) its tenant's group is blocked behind a message that keeps failing.
-QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = 2 * QUEUE_VISIBILITY_TIMEOUT_SECONDS
-RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = 2 * RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS: Final = 2
+# With the default timeouts.
+QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS * QUEUE_VISIBILITY_TIMEOUT_SECONDS
+RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = (
+    QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS * RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+)
 QUEUE_AGE_ALARM_PERIOD: Final = Duration.minutes(5)
 
 DASHBOARD_PERIOD: Final = Duration.minutes(5)
@@ -66,6 +70,11 @@ class RecordChangeLane:
     pipe_name: str
     queue: sqs.IQueue
     consumer: QueueConsumer
+    visibility_timeout_seconds: int = RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+
+    @property
+    def age_alarm_threshold_seconds(self) -> int:
+        return QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS * self.visibility_timeout_seconds
 
 
 class PipelineMonitoring(Construct):
@@ -86,12 +95,14 @@ class PipelineMonitoring(Construct):
         consumer: DurableConsumer,
         inbox: InboxTable,
         record_change: RecordChangeLane | None,
+        durable_visibility_timeout_seconds: int = QUEUE_VISIBILITY_TIMEOUT_SECONDS,
         dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
         operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
+        durable_age_threshold = QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS * durable_visibility_timeout_seconds
         # The relay's construct ids predate the second lane; they stay, so its alarms are not replaced.
         self.pipe_alarms = self._pipe_alarms("Pipe", "relay pipe", relay_pipe_name)
         if record_change is not None:
@@ -100,7 +111,7 @@ class PipelineMonitoring(Construct):
             self._queue_age_alarm(
                 "QueueAge",
                 durable_queue,
-                QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+                durable_age_threshold,
                 "The durable queue's oldest message is older than two visibility timeouts: "
                 "a failing handler, a blocked tenant group or no consumer.",
             ),
@@ -110,7 +121,7 @@ class PipelineMonitoring(Construct):
                 self._queue_age_alarm(
                     "RecordChangeQueueAge",
                     record_change.queue,
-                    RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
+                    record_change.age_alarm_threshold_seconds,
                     "The record-change queue's oldest message is older than two visibility timeouts: "
                     "a failing best-effort handler or no consumer.",
                 )
@@ -133,7 +144,7 @@ class PipelineMonitoring(Construct):
         )
         self.dashboard.add_widgets(
             _queue_depth_widget("Durable queue", durable_queue),
-            _queue_age_widget("Durable queue", durable_queue, QUEUE_AGE_ALARM_THRESHOLD_SECONDS),
+            _queue_age_widget("Durable queue", durable_queue, durable_age_threshold),
             cloudwatch.GraphWidget(
                 title="Dead letters",
                 left=[
@@ -155,7 +166,7 @@ class PipelineMonitoring(Construct):
             _queue_depth_widget("Record-change queue", lane.queue),
         )
         self.dashboard.add_widgets(
-            _queue_age_widget("Record-change queue", lane.queue, RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS),
+            _queue_age_widget("Record-change queue", lane.queue, lane.age_alarm_threshold_seconds),
             *_function_widgets("Record-change consumer", lane.consumer.function),
         )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -32,7 +32,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox.outputs import StackOutput
-from outbox_cdk import inbox_table, queue_consumer
+from outbox_cdk import inbox_table, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
@@ -94,6 +94,10 @@ class OutboxPipeline(Construct):
         Each consumer's event source mapping MaximumConcurrency, 2..1000.
     pipe_log_level, pipe_log_execution_data
         The pipes' log level (OFF, ERROR, INFO, TRACE) and whether their logs carry the records' payload.
+    consumer_timeout, record_change_timeout
+        Each consumer's function timeout, 10 s..15 min (60 s and 30 s by default). Its queue's visibility
+        timeout is six times that (AWS's rule) and its queue-age alarm two visibility timeouts; a durable
+        handler's inbox lease lives at most that long, so give slow remote calls room here.
     """
 
     def __init__(
@@ -113,11 +117,17 @@ class OutboxPipeline(Construct):
         record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
         pipe_log_level: PipeLogLevel = "ERROR",
         pipe_log_execution_data: bool = False,
+        consumer_timeout: Duration | None = None,
+        record_change_timeout: Duration | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
         _check_options(environment, alarm_topic, alarm_email, pipe_log_level, record_changes_from)
         self.stack = Stack.of(self)
+        consumer_seconds = _timeout_seconds("durable consumer", consumer_timeout, timing.CONSUMER_TIMEOUT_SECONDS)
+        self.record_change_timeout_seconds = _timeout_seconds(
+            "record-change consumer", record_change_timeout, timing.RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS
+        )
 
         self.events = EventsTable(self, "Events")
         self.engine = EngineLayer(self, "Engine")
@@ -127,7 +137,9 @@ class OutboxPipeline(Construct):
         if record_changes_from is not None and record_changes_from not in data_tables:
             data_tables.append(record_changes_from)
 
-        self.durable = DurableQueue(self, "Durable", alarm_topic=self.alarm_topic)
+        self.durable = DurableQueue(
+            self, "Durable", alarm_topic=self.alarm_topic, consumer_timeout_seconds=consumer_seconds
+        )
         self.relay = RelayPipe(
             self,
             "Relay",
@@ -148,6 +160,7 @@ class OutboxPipeline(Construct):
             application=self.application,
             alarm_topic=self.alarm_topic,
             max_concurrency=consumer_max_concurrency,
+            timeout_seconds=consumer_seconds,
         )
         self.record_changes: RecordChangeQueue | None = None
         self.record_change_pipe: RecordChangePipe | None = None
@@ -218,7 +231,12 @@ class OutboxPipeline(Construct):
         log_level: PipeLogLevel,
         log_execution_data: bool,
     ) -> None:
-        self.record_changes = RecordChangeQueue(self, "RecordChanges", alarm_topic=self.alarm_topic)
+        self.record_changes = RecordChangeQueue(
+            self,
+            "RecordChanges",
+            alarm_topic=self.alarm_topic,
+            consumer_timeout_seconds=self.record_change_timeout_seconds,
+        )
         self.record_change_pipe = RecordChangePipe(
             self,
             "RecordChangePipe",
@@ -236,6 +254,7 @@ class OutboxPipeline(Construct):
             application=self.application,
             alarm_topic=self.alarm_topic,
             max_concurrency=max_concurrency,
+            timeout_seconds=self.record_change_timeout_seconds,
         )
 
     def _monitor(self) -> PipelineMonitoring:
@@ -250,6 +269,7 @@ class OutboxPipeline(Construct):
                 pipe_name=self.record_change_pipe.pipe_name,
                 queue=self.record_changes.queue,
                 consumer=self.record_change_consumer,
+                visibility_timeout_seconds=self.record_changes.visibility_timeout_seconds,
             )
         return PipelineMonitoring(
             self,
@@ -260,6 +280,7 @@ class OutboxPipeline(Construct):
             consumer=self.consumer,
             inbox=self.inbox,
             record_change=lane,
+            durable_visibility_timeout_seconds=self.durable.visibility_timeout_seconds,
             dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
             dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
             operator_endpoint_alarms=self.operator_endpoint.alarms,
@@ -296,6 +317,10 @@ class OutboxPipeline(Construct):
                 )
             # In the stack's scope, so the output ids are exactly the names the CLI reads.
             CfnOutput(self.stack, output.value, value=value)
+
+
+def _timeout_seconds(label: str, timeout: Duration | None, default_seconds: int) -> int:
+    return timing.consumer_timeout_seconds(label, timeout.to_seconds() if timeout else default_seconds)
 
 
 def _check_options(

@@ -37,6 +37,7 @@ class RecordChangeConsumer(QueueConsumer):
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        timeout_seconds: int = RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(
             scope,
@@ -46,7 +47,7 @@ class RecordChangeConsumer(QueueConsumer):
             service_name=SERVICE_NAME,
             label="record-change consumer",
             description="Record-change consumer: runs every BEST_EFFORT subscription on data-table row changes",
-            timeout_seconds=RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+            timeout_seconds=timeout_seconds,
             batching_window_seconds=RECORD_CHANGE_BATCHING_WINDOW_SECONDS,
             application=application,
             # Exactly the names outbox.settings.RecordChangeSettings reads.

@@ -6,7 +6,12 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox_cdk.redriven_queue import RedrivenQueue
-from outbox_cdk.timing import RECORD_CHANGE_MAX_RECEIVE_COUNT, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from outbox_cdk.timing import (
+    RECORD_CHANGE_BATCHING_WINDOW_SECONDS,
+    RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+    RECORD_CHANGE_MAX_RECEIVE_COUNT,
+    visibility_timeout_seconds,
+)
 
 
 class RecordChangeQueue(RedrivenQueue):
@@ -18,13 +23,22 @@ class RecordChangeQueue(RedrivenQueue):
     row; the message moves to the alarmed DLQ after ``max_receive_count`` receives.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        consumer_timeout_seconds: int = RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+    ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
             fifo=False,
-            visibility_timeout_seconds=RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
+            visibility_timeout_seconds=visibility_timeout_seconds(
+                consumer_timeout_seconds, RECORD_CHANGE_BATCHING_WINDOW_SECONDS
+            ),
             dead_letter_description="row changes the record-change consumer failed on every receive",
             max_receive_count=RECORD_CHANGE_MAX_RECEIVE_COUNT,
         )

@@ -41,6 +41,7 @@ class RedrivenQueue(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.max_receive_count = max_receive_count
+        self.visibility_timeout_seconds = visibility_timeout_seconds
         self.dead_letters = AlarmedDeadLetterQueue(
             self, "DeadLetters", alarm_topic=alarm_topic, fifo=fifo, description=dead_letter_description
         )

@@ -125,6 +125,29 @@ def visibility_timeout_seconds(function_timeout_seconds: int, batching_window_se
     return derived
 
 
+# Lambda's upper bound for a function timeout, and the least a consumer gets: the inbox lease is sized from
+# the invocation's remaining time, and a handler with less than this has no room for a remote call.
+MAX_FUNCTION_TIMEOUT_SECONDS = 900
+MIN_CONSUMER_TIMEOUT_SECONDS = 10
+
+
+def consumer_timeout_seconds(label: str, seconds: float) -> int:
+    """A consumer's timeout as whole seconds, refused (with what to pass instead) outside 10..900.
+
+    Example
+    -------
+    >>> consumer_timeout_seconds("durable consumer", 120)
+    120
+    """
+    if seconds != int(seconds) or not MIN_CONSUMER_TIMEOUT_SECONDS <= seconds <= MAX_FUNCTION_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"the {label}'s timeout must be whole seconds from {MIN_CONSUMER_TIMEOUT_SECONDS} to "
+            f"{MAX_FUNCTION_TIMEOUT_SECONDS} (Lambda's limit), got {seconds!r}: its queue's visibility timeout is "
+            f"{VISIBILITY_TIMEOUT_FACTOR}x that, and its inbox lease lives at most that long"
+        )
+    return int(seconds)
+
+
 QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(
     CONSUMER_TIMEOUT_SECONDS, CONSUMER_BATCHING_WINDOW_SECONDS
 )

@@ -1,12 +1,13 @@
-"""The pipeline's outputs are declared once (``outbox.outputs.StackOutput``): the construct emits exactly
-those, and everything that finds the pipeline by them (``Topology``, the CLI) reads the same names."""
+"""``OutboxPipeline`` as a user's stack meets it: its outputs are declared once (``outbox.outputs.StackOutput``),
+the construct emits exactly those and ``Topology`` reads the same names; the record-change lane is optional;
+props that would deploy a broken pipeline fail the synth; the timeouts carry through to the queues."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
@@ -65,6 +66,8 @@ def test_two_pipelines_in_one_stack_are_refused_with_the_reason() -> None:
         ({"pipe_log_level": "LOUD"}, "pipe_log_level"),
         ({"inbox_retention_days": 3}, "inbox retention"),
         ({"consumer_max_concurrency": 1}, "max concurrency"),
+        ({"consumer_timeout": Duration.seconds(5)}, "timeout must be whole seconds from 10 to 900"),
+        ({"record_change_timeout": Duration.minutes(20)}, "timeout must be whole seconds from 10 to 900"),
     ],
 )
 def test_props_that_would_deploy_a_broken_pipeline_fail_the_synth(options: dict[str, Any], message: str) -> None:
@@ -83,3 +86,23 @@ def test_a_catalog_that_is_not_a_function_reference_is_refused() -> None:
     stack = Stack(App(), "Mine")
     with pytest.raises(ValueError, match=r"package\.module:function"):
         OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="modules.build_catalog")
+
+
+def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_age_alarm() -> None:
+    template = Template.from_stack(
+        pipeline_stack(
+            data_tables=[],
+            consumer_timeout=Duration.minutes(2),
+            record_change_timeout=Duration.seconds(45),
+        )
+    ).to_json()
+    resources = template["Resources"]
+
+    def only(kind: str, prefix: str) -> dict[str, Any]:
+        [found] = [r["Properties"] for i, r in resources.items() if r["Type"] == kind and i.startswith(prefix)]
+        return found
+
+    assert only("AWS::Lambda::Function", "OutboxDurableConsumer")["Timeout"] == 120
+    assert only("AWS::SQS::Queue", "OutboxDurableQueue")["VisibilityTimeout"] == 6 * 120
+    age_alarm = only("AWS::CloudWatch::Alarm", "OutboxMonitoringQueueAge")
+    assert age_alarm["Threshold"] == 2 * 6 * 120

@@ -1,0 +1,68 @@
+"""The ``outbox`` command finds the application's catalog without AWS: ``--catalog``, ``OUTBOX_CATALOG`` or
+``[tool.outbox]`` in the project's pyproject.toml; ``catalog`` and ``--help`` need no stack or credentials."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from outbox.cli import _application_environment, app
+from outbox.outputs import StackOutput
+
+
+def flat(output: str) -> str:
+    """The output without rich's box and line wrapping."""
+    return " ".join(output.replace("│", " ").split())
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project folder as the working directory, with no catalog configured anywhere."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OUTBOX_CATALOG", raising=False)
+    monkeypatch.setenv("DATA_TABLE_NAME", "data")  # what the example's catalog builder reads
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def test_without_a_catalog_the_command_says_how_to_name_one(project: Path) -> None:
+    result = CliRunner().invoke(app, ["catalog"])
+    assert result.exit_code == 2
+    assert "--catalog package.module:function" in flat(result.output)
+    assert "Traceback" not in result.output
+
+
+def test_the_catalog_option_works_without_aws(project: Path) -> None:
+    result = CliRunner().invoke(app, ["--catalog", "modules:build_catalog", "--json", "catalog"])
+    assert result.exit_code == 0, result.output
+    assert "order.created" in {entry["type"] for entry in json.loads(result.output)["event_types"]}
+
+
+def test_the_project_configures_its_catalog_in_pyproject(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.outbox]\ncatalog = "modules:build_catalog"\n')
+    result = CliRunner().invoke(app, ["--json", "catalog"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_catalog_that_cannot_be_built_is_named_with_the_reason(project: Path) -> None:
+    result = CliRunner().invoke(app, ["--catalog", "modules:no_such_builder", "catalog"])
+    assert result.exit_code == 2
+    assert "the catalog modules:no_such_builder could not be built" in flat(result.output)
+
+
+def test_every_help_works_offline(project: Path) -> None:
+    for command in ([], ["status"], ["replay"], ["redrive"], ["reconcile"], ["dead-letters", "list"], ["catalog"]):
+        result = CliRunner().invoke(app, [*command, "--help"])
+        assert result.exit_code == 0, (command, result.output)
+
+
+def test_the_application_environment_output_is_read_as_the_functions_environment() -> None:
+    outputs = {StackOutput.APPLICATION_ENVIRONMENT.value: '{"DATA_TABLE_NAME": "t-1", "MODE": "live"}'}
+    assert _application_environment(outputs) == {"DATA_TABLE_NAME": "t-1", "MODE": "live"}
+    assert _application_environment({}) == {}
+    with pytest.raises(Exception, match="not a JSON object"):
+        _application_environment({StackOutput.APPLICATION_ENVIRONMENT.value: "[1]"})

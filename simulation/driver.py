@@ -552,7 +552,7 @@ class Driver:
         self.trace.add("log", f"the operator sets {tenant}'s chain head to the log's last event, seq {len(log)}")
 
     def _write_head(self, tenant: str, log: list[Envelope]) -> None:
-        table, key = self.runtime.output("EventsTableName"), head_key(tenant)
+        table, key = self.runtime.output("EventsTableName"), keys.head_key(tenant)
         dynamodb = self.operations.dynamodb
         if not log:
             dynamodb.delete_item(TableName=table, Key=key)
@@ -641,7 +641,7 @@ class Driver:
         rows = self.operations.dynamodb.query(
             TableName=self.runtime.output("EventsTableName"),
             KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"TENANT#{tenant}#EVENT"}},
+            ExpressionAttributeValues={":pk": {"S": keys.event_partition(tenant)}},
             Limit=1,
         )["Items"]
         if not rows:
@@ -782,10 +782,6 @@ def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
     """``envelope`` with another payload and a hash that matches it (linked to the same previous hash)."""
     unsealed = envelope.model_copy(update={"payload": payload})
     return unsealed.model_copy(update={"hash": unsealed.computed_hash()})
-
-
-def head_key(tenant: str) -> dict[str, Any]:
-    return {"pk": {"S": keys.head_partition(tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
 
 
 def client(runtime: LocalRuntime, service: str) -> Any:

@@ -101,7 +101,7 @@ MUTANTS: tuple[Mutant, ...] = (
         module=INBOX,
         original='"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso",',
         replacement=(
-            '"TableName": self.table_name, "Key": claim_key(claim.event_id, claim.subscription), '
+            '"TableName": self.table_name, "Key": keys.claim_key(claim.event_id, claim.subscription), '
             '"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error",'
         ),
         description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from outbox import TerminalError
-from outbox.inbox import dead_letter_partition
+from outbox.keys import dead_letter_partition
 from outbox.local import faults
 from outbox.local.pipe import PipeFaults
 from tests.conftest import Synthesized

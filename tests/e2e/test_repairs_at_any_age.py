@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from outbox.inbox import claim_key
+from outbox.keys import claim_key
 from outbox.local.pipe import PipeFaults, TargetInvocationError
 from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique

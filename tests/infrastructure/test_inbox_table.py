@@ -28,11 +28,11 @@ def test_completed_claims_expire_through_the_ttl_attribute_the_engine_sets(inbox
 
 def test_the_key_layout_is_the_engines() -> None:
     # Given the engine's own key builders
-    from outbox import inbox
+    from outbox import keys
 
     # Then claims, dead letters and poison pills all live under the table's string pk/sk
-    assert inbox.claim_key("evt-1", "billing.invoice") == {"pk": {"S": "CLAIM#evt-1"}, "sk": {"S": "billing.invoice"}}
-    assert inbox.dead_letter_partition("acme") == "TENANT#acme#DEAD"
+    assert keys.claim_key("evt-1", "billing.invoice") == {"pk": {"S": "CLAIM#evt-1"}, "sk": {"S": "billing.invoice"}}
+    assert keys.dead_letter_partition("acme") == "TENANT#acme#DEAD"
 
 
 # --- retention: context -> ExampleSettings -> InboxTable (throwaway apps, no main-app synth) ---------

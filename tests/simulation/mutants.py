@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, TerminalError
-from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, claim_key, envelope_digest
+from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, envelope_digest
+from outbox.keys import claim_key
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.subscriptions import Subscription
 

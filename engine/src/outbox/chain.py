@@ -37,7 +37,7 @@ class ChainHead:
 def read_head(client: Any, table_name: str, tenant: str) -> ChainHead:
     response = client.get_item(
         TableName=table_name,
-        Key={"pk": {"S": keys.head_partition(tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}},
+        Key=keys.head_key(tenant),
         ConsistentRead=True,
     )
     return ChainHead.from_item(tenant, response.get("Item"))

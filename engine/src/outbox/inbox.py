@@ -32,6 +32,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import clock as engine_clock
+from outbox import keys
 from outbox.canonical import canonical_json
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import CompletionTooLargeError, LeaseLostError
@@ -81,7 +82,7 @@ class Claim:
     @property
     def idempotency_key(self) -> str:
         """Stable across retries and take-overs: pass it to any external API the handler calls."""
-        return f"{self.event_id}:{self.subscription}"
+        return keys.idempotency_key(self.event_id, self.subscription)
 
 
 @dataclass(frozen=True)
@@ -96,19 +97,11 @@ def envelope_digest(envelope: Envelope) -> str:
     return hashlib.sha256(canonical_json(envelope.model_dump(mode="json"))).hexdigest()
 
 
-def claim_key(event_id: str, subscription: str) -> dict[str, Any]:
-    return {"pk": {"S": f"CLAIM#{event_id}"}, "sk": {"S": subscription}}
-
-
-def dead_letter_partition(tenant: str) -> str:
-    return f"TENANT#{tenant}#DEAD"
-
-
 def unclaimed_row(envelope: Envelope, subscription: str, status: str, now: datetime, **extra: Any) -> dict[str, Any]:
     """A claim row that no worker holds (no owner, no lease), in ``status``, for a pair that had none."""
     now_iso = format_timestamp(now)
     return {
-        **claim_key(envelope.id, subscription),
+        **keys.claim_key(envelope.id, subscription),
         "status": {"S": status},
         "attempts": {"N": "0"},
         "digest": {"S": envelope_digest(envelope)},
@@ -200,7 +193,7 @@ class Inbox:
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
-                Key=claim_key(envelope.id, subscription),
+                Key=keys.claim_key(envelope.id, subscription),
                 UpdateExpression=(
                     "SET #status = :pending, #owner = :owner, lease_expires_at = :lease, "
                     "attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, "
@@ -273,7 +266,7 @@ class Inbox:
         return {
             "Update": {
                 "TableName": self.table_name,
-                "Key": claim_key(claim.event_id, claim.subscription),
+                "Key": keys.claim_key(claim.event_id, claim.subscription),
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
                     "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
@@ -300,7 +293,10 @@ class Inbox:
                 {
                     "Update": {
                         "TableName": self.table_name,
-                        "Key": {"pk": {"S": dead_letter_partition(claim.tenant)}, "sk": {"S": claim.open_dead_letter}},
+                        "Key": {
+                            "pk": {"S": keys.dead_letter_partition(claim.tenant)},
+                            "sk": {"S": claim.open_dead_letter},
+                        },
                         "UpdateExpression": "SET resolved = :how",
                         "ConditionExpression": "attribute_exists(pk)",
                         "ExpressionAttributeValues": {
@@ -419,7 +415,7 @@ class Inbox:
             DeadReason.CONFLICT,
             receive_count,
         )
-        item["sk"] = {"S": f"{envelope.id}#{subscription}#CONFLICT#{received}"}
+        item["sk"] = {"S": keys.conflict_sort_key(envelope.id, subscription, received)}
         item["stored_digest"] = {"S": stored}
         item["received_digest"] = {"S": received}
         self.client.put_item(TableName=self.table_name, Item=item)
@@ -434,8 +430,7 @@ class Inbox:
         receive_count: int,
     ) -> dict[str, Any]:
         return {
-            "pk": {"S": dead_letter_partition(envelope.tenant)},
-            "sk": {"S": f"{envelope.id}#{subscription}"},
+            **keys.dead_letter_key(envelope.tenant, envelope.id, subscription),
             "kind": {"S": "DEAD_LETTER"},
             "tenant": {"S": envelope.tenant},
             "event_id": {"S": envelope.id},
@@ -453,8 +448,8 @@ class Inbox:
         """A message that is not an envelope, kept under a global partition per day for diagnosis."""
         now = self._clock()
         item: dict[str, Any] = {
-            "pk": {"S": f"POISON#{now.strftime('%Y-%m-%d')}"},
-            "sk": {"S": f"{format_timestamp(now)}#{storable_text(message_id)}"},
+            "pk": {"S": keys.poison_partition(now)},
+            "sk": {"S": keys.poison_sort_key(format_timestamp(now), storable_text(message_id))},
             "kind": {"S": "POISON"},
             "message_id": {"S": storable_text(message_id)},
             "body": {"S": storable_text(body[:POISON_BODY_LIMIT])},
@@ -472,7 +467,7 @@ class Inbox:
 
     def get_claim(self, event_id: str, subscription: str) -> dict[str, Any] | None:
         response = self.client.get_item(
-            TableName=self.table_name, Key=claim_key(event_id, subscription), ConsistentRead=True
+            TableName=self.table_name, Key=keys.claim_key(event_id, subscription), ConsistentRead=True
         )
         item: dict[str, Any] | None = response.get("Item")
         return item
@@ -483,7 +478,7 @@ class Inbox:
         now_iso = format_timestamp(self._clock())
         return {
             "TableName": self.table_name,
-            "Key": claim_key(claim.event_id, claim.subscription),
+            "Key": keys.claim_key(claim.event_id, claim.subscription),
             "UpdateExpression": update["UpdateExpression"],
             "ConditionExpression": "#owner = :owner AND #status = :pending",
             "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},

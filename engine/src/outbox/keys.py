@@ -1,8 +1,22 @@
-"""Key layout of the events table and the formats of the names that go into keys."""
+"""Key layout of the events and inbox tables, and the formats of the names that go into keys.
+
+Every key the engine writes or reads is spelled here, once::
+
+    events table   TENANT#<tenant>#EVENT / <seq, zero-padded>      a tenant's log
+                   TENANT#<tenant>#HEAD  / HEAD                    its chain head
+                   TENANTS#<shard>       / <tenant>                the tenant index
+    inbox table    CLAIM#<event id>      / <subscription>          a claim row
+                   TENANT#<tenant>#DEAD  / <event id>#<subscription>[#CONFLICT#<digest>]   dead letters
+                   POISON#<YYYY-MM-DD>   / <recorded at>#<message id>                      poison pills
+
+and the idempotency key of an (event, subscription) pair, ``<event id>:<subscription>``.
+"""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import Any
 
 # Tenants become part of keys (`#` is the separator) and the SQS FIFO MessageGroupId (<= 128 chars).
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -22,6 +36,9 @@ TENANT_INDEX_SHARDS = 16
 OWN_TRANSACTION_ITEMS = 3
 
 
+# -- the events table ---------------------------------------------------------------------------------------
+
+
 def event_partition(tenant: str) -> str:
     return f"TENANT#{tenant}#EVENT"
 
@@ -34,12 +51,12 @@ def seq_sort_key(seq: int) -> str:
     return str(seq).zfill(SEQ_WIDTH)
 
 
-def is_valid_tenant(tenant: str) -> bool:
-    return bool(TENANT_PATTERN.fullmatch(tenant))
+def event_key(tenant: str, seq: int) -> dict[str, Any]:
+    return {"pk": {"S": event_partition(tenant)}, "sk": {"S": seq_sort_key(seq)}}
 
 
-def is_valid_event_type(event_type: str) -> bool:
-    return len(event_type) <= EVENT_TYPE_MAX_LENGTH and bool(EVENT_TYPE_PATTERN.fullmatch(event_type))
+def head_key(tenant: str) -> dict[str, Any]:
+    return {"pk": {"S": head_partition(tenant)}, "sk": {"S": HEAD_SORT_KEY}}
 
 
 def tenant_index_partition(tenant: str) -> str:
@@ -51,3 +68,58 @@ def tenant_index_partition(tenant: str) -> str:
 
 def tenant_index_partitions() -> list[str]:
     return [f"TENANTS#{shard:02d}" for shard in range(TENANT_INDEX_SHARDS)]
+
+
+# -- the inbox table ----------------------------------------------------------------------------------------
+
+
+def claim_partition(event_id: str) -> str:
+    """Every claim row of one event (one per subscription) shares this partition."""
+    return f"CLAIM#{event_id}"
+
+
+def claim_key(event_id: str, subscription: str) -> dict[str, Any]:
+    return {"pk": {"S": claim_partition(event_id)}, "sk": {"S": subscription}}
+
+
+def dead_letter_partition(tenant: str) -> str:
+    return f"TENANT#{tenant}#DEAD"
+
+
+def dead_letter_sort_key(event_id: str, subscription: str) -> str:
+    """A pair's dead letter; also what a replayed claim names in ``open_dead_letter``."""
+    return f"{event_id}#{subscription}"
+
+
+def dead_letter_key(tenant: str, event_id: str, subscription: str) -> dict[str, Any]:
+    return {"pk": {"S": dead_letter_partition(tenant)}, "sk": {"S": dead_letter_sort_key(event_id, subscription)}}
+
+
+def conflict_sort_key(event_id: str, subscription: str, received_digest: str) -> str:
+    """A conflict's dead letter: one per content that arrived under a claimed event id."""
+    return f"{dead_letter_sort_key(event_id, subscription)}#CONFLICT#{received_digest}"
+
+
+def poison_partition(moment: datetime) -> str:
+    """The poison pills of ``moment``'s day (one global partition per day)."""
+    return f"POISON#{moment.strftime('%Y-%m-%d')}"
+
+
+def poison_sort_key(recorded_at: str, message_id: str) -> str:
+    return f"{recorded_at}#{message_id}"
+
+
+# -- names --------------------------------------------------------------------------------------------------
+
+
+def idempotency_key(event_id: str, subscription: str) -> str:
+    """An (event, subscription) pair's key for external APIs: stable across retries and take-overs."""
+    return f"{event_id}:{subscription}"
+
+
+def is_valid_tenant(tenant: str) -> bool:
+    return bool(TENANT_PATTERN.fullmatch(tenant))
+
+
+def is_valid_event_type(event_type: str) -> bool:
+    return len(event_type) <= EVENT_TYPE_MAX_LENGTH and bool(EVENT_TYPE_PATTERN.fullmatch(event_type))

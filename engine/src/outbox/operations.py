@@ -41,8 +41,6 @@ from outbox.inbox import (
     REPLAYING,
     VOUCH_MARGIN,
     DeadReason,
-    claim_key,
-    dead_letter_partition,
     reconcile_row,
 )
 from outbox.messages import relay_body, repair_attributes
@@ -318,7 +316,8 @@ class Operations:
         include_resolved: bool = False,
     ) -> list[DeadLetter]:
         rows = [
-            DeadLetter.from_item(item) for item in self._query(self.topology.inbox_table, dead_letter_partition(tenant))
+            DeadLetter.from_item(item)
+            for item in self._query(self.topology.inbox_table, keys.dead_letter_partition(tenant))
         ]
         return [
             row
@@ -332,11 +331,11 @@ class Operations:
 
     def poison_pills(self, day: datetime | None = None) -> list[dict[str, Any]]:
         moment = day or self._clock()
-        return self._query(self.topology.inbox_table, f"POISON#{moment.strftime('%Y-%m-%d')}")
+        return self._query(self.topology.inbox_table, keys.poison_partition(moment))
 
     def claims(self, event_id: str) -> dict[str, dict[str, Any]]:
         """The inbox rows of one event, by subscription name."""
-        return {row["sk"]["S"]: row for row in self._query(self.topology.inbox_table, f"CLAIM#{event_id}")}
+        return {row["sk"]["S"]: row for row in self._query(self.topology.inbox_table, keys.claim_partition(event_id))}
 
     def verify(self, tenant: str) -> ChainReport:
         return verify_chain(self.dynamodb, self.topology.events_table, tenant)
@@ -669,7 +668,7 @@ class Operations:
 
     def _claim(self, event_id: str, subscription: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self.dynamodb.get_item(
-            TableName=self.topology.inbox_table, Key=claim_key(event_id, subscription), ConsistentRead=True
+            TableName=self.topology.inbox_table, Key=keys.claim_key(event_id, subscription), ConsistentRead=True
         ).get("Item")
         return item
 
@@ -687,7 +686,7 @@ class Operations:
     def _event_image(self, tenant: str, seq: int) -> dict[str, Any]:
         item: dict[str, Any] | None = self.dynamodb.get_item(
             TableName=self.topology.events_table,
-            Key={"pk": {"S": keys.event_partition(tenant)}, "sk": {"S": keys.seq_sort_key(seq)}},
+            Key=keys.event_key(tenant, seq),
             ConsistentRead=True,
         ).get("Item")
         if item is None:
@@ -713,8 +712,8 @@ class Operations:
         values.update({":replaying": {"S": REPLAYING}, ":zero": {"N": "0"}, ":now": {"S": format_timestamp(now)}})
         sets = "SET #status = :replaying, attempts = :zero, replayed_at = :now"
         removes = "REMOVE #owner, lease_expires_at, expires_at"
-        letter = f"{item.event_id}#{item.subscription}"
-        if self._has_dead_letter({"pk": {"S": dead_letter_partition(item.tenant)}, "sk": {"S": letter}}):
+        letter = keys.dead_letter_sort_key(item.event_id, item.subscription)
+        if self._has_dead_letter(keys.dead_letter_key(item.tenant, item.event_id, item.subscription)):
             sets += ", open_dead_letter = :letter"
             values[":letter"] = {"S": letter}
         else:
@@ -723,7 +722,7 @@ class Operations:
         try:
             self.dynamodb.update_item(
                 TableName=self.topology.inbox_table,
-                Key=claim_key(item.event_id, item.subscription),
+                Key=keys.claim_key(item.event_id, item.subscription),
                 UpdateExpression=f"{sets} {removes}",
                 ConditionExpression=f"#status IN ({status_names})",
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
@@ -743,7 +742,7 @@ class Operations:
         try:
             self.dynamodb.update_item(
                 TableName=self.topology.inbox_table,
-                Key={"pk": {"S": dead_letter_partition(tenant)}, "sk": {"S": f"{event_id}#{subscription}"}},
+                Key=keys.dead_letter_key(tenant, event_id, subscription),
                 UpdateExpression="SET resolved = :how",
                 ConditionExpression="attribute_exists(pk)",
                 ExpressionAttributeValues={":how": {"S": f"{how} at {format_timestamp(self._clock())}"}},

@@ -308,7 +308,7 @@ class EventStore:
                 "DURABLE subscriber. Keep large content elsewhere (S3, the data table) and put its key in the "
                 "payload"
             )
-        head_key = {"pk": {"S": keys.head_partition(widest.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
+        head_key = keys.head_key(widest.tenant)
         return [
             WriteTarget("the chain head", "Update", self.table_name, head_key, 300),
             WriteTarget(
@@ -471,7 +471,7 @@ class EventStore:
             ":id": {"S": envelope.id},
             ":now": {"S": format_timestamp(envelope.occurred_at)},
         }
-        key = {"pk": {"S": keys.head_partition(envelope.tenant)}, "sk": {"S": keys.HEAD_SORT_KEY}}
+        key = keys.head_key(envelope.tenant)
         if head.last_seq == 0:
             item = {
                 **key,
@@ -598,4 +598,6 @@ def _unknown_outcome(envelope: Envelope, exc: Exception) -> tuple[str, None]:
 
 def _delivery(envelope: Envelope, subscription: Subscription) -> Delivery:
     # In-process lanes have no invocation deadline of their own. Each handler gets a payload of its own.
-    return Delivery(envelope.handler_copy(), subscription.name, f"{envelope.id}:{subscription.name}", 1, lambda: 0)
+    return Delivery(
+        envelope.handler_copy(), subscription.name, keys.idempotency_key(envelope.id, subscription.name), 1, lambda: 0
+    )

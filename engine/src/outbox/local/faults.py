@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
+from outbox import keys
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
@@ -105,7 +106,7 @@ def crash_before_claim(
     count, original = count or FaultCount(times), Inbox.claim
 
     def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
-        key = f"{envelope.id}:{name}"
+        key = keys.idempotency_key(envelope.id, name)
         if subscription in (None, name) and count.take(key):
             raise WorkerCrash(f"crashed before claiming {key}")
         return original(inbox, envelope, name, lease, *args, **kwargs)
@@ -124,7 +125,7 @@ def crash_after_claim(
 
     def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
         result = original(inbox, envelope, name, lease, *args, **kwargs)
-        chosen = subscription in (None, name) and key in (None, f"{envelope.id}:{name}")
+        chosen = subscription in (None, name) and key in (None, keys.idempotency_key(envelope.id, name))
         if result.claim is not None and chosen and count.take(result.claim.idempotency_key):
             raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
         return result

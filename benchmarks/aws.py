@@ -9,13 +9,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from outbox.local import aws_fixes
+from outbox.local.clients import REGION, STANDARD_RETRIES, local_client
 from outbox.local.clock import VirtualClock
 
-REGION = "us-east-1"
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "benchmark",
     "AWS_SECRET_ACCESS_KEY": "benchmark",
@@ -51,11 +48,7 @@ def moto(*, fixes: bool = True, clock: VirtualClock | None = None) -> Iterator[V
 
 
 def client(service: str) -> Any:
-    return boto3.client(
-        service,
-        region_name=REGION,
-        config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "max_attempts": 3}),
-    )
+    return local_client(service, retries=STANDARD_RETRIES)
 
 
 def create_table(dynamodb: Any, name: str, *, key: tuple[str, str | None] = ("pk", "sk"), stream: bool = False) -> None:

@@ -115,12 +115,11 @@ def run_many(seeds: Iterable[int], stack: StackSpec, jobs: int) -> Iterator[Outc
 
 def warm_up() -> None:
     """Import everything and load boto3's service models once, before the workers fork and share it."""
-    import boto3
-
     import simulation.runner  # noqa: F401 - imported for its imports
+    from outbox.local.clients import local_client
 
     for service in ("dynamodb", "dynamodbstreams", "sqs", "pipes"):
-        boto3.client(service, region_name="us-east-1", aws_access_key_id="local", aws_secret_access_key="local")
+        local_client(service)
 
 
 # -- the command ----------------------------------------------------------------------------------------------

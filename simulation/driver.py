@@ -18,18 +18,16 @@ from functools import partial
 from typing import Any
 from unittest import mock
 
-import boto3
-from botocore.config import Config
-
 from outbox import Envelope, EventStore, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
 from outbox.local import faults
+from outbox.local.clients import local_client
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
-from outbox.local.runtime import REGION, LocalRuntime
+from outbox.local.runtime import LocalRuntime
 from outbox.operations import OperationRefusedError, Operations
 from outbox.subscriptions import Lane
 from simulation.catalog import MALFORMED_BODIES, create_item
@@ -787,11 +785,4 @@ def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
 def client(runtime: LocalRuntime, service: str) -> Any:
     """A client that does not retry: throttles reach the engine, whose own retries are under test (and
     botocore's backoff would sleep in real time)."""
-    return boto3.client(
-        service,
-        region_name=REGION,
-        endpoint_url=runtime.endpoint_url,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "total_max_attempts": 1}),
-    )
+    return local_client(service, runtime.endpoint_url, retries={"mode": "standard", "total_max_attempts": 1})

@@ -12,7 +12,8 @@ from typing import Any
 
 from outbox import Envelope
 from outbox.chain import ChainReport, read_events, verify_chain
-from outbox.local.runtime import ACCOUNT, REGION, LocalRuntime
+from outbox.local.clients import REGION
+from outbox.local.runtime import ACCOUNT, LocalRuntime
 from outbox.operations import Status
 
 

@@ -13,18 +13,19 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import boto3
 import typer
-from botocore.config import Config
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxError
+from outbox.local.clients import local_client
 from outbox.operations import OperationRefusedError, Operations, Topology
 from outbox.outputs import StackOutput
 from outbox.settings import load_catalog
@@ -131,17 +132,12 @@ def _operations(
         if not LOCAL_TOPOLOGY.exists():
             raise typer.BadParameter(f"no {LOCAL_TOPOLOGY}: start the local runtime with make demo ARGS='--serve 4566'")
         saved = json.loads(LOCAL_TOPOLOGY.read_text())
-        outputs, endpoint = saved["outputs"], saved["endpoint_url"]
-        session = boto3.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+        outputs = saved["outputs"]
+        client: Callable[[str], Any] = partial(local_client, endpoint_url=saved["endpoint_url"])
     else:
-        session = boto3.Session(profile_name=profile, region_name=region)
-        described = session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
-        outputs, endpoint = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}, None
-    config = Config(account_id_endpoint_mode="disabled") if local else None
-
-    def client(service: str) -> Any:
-        return session.client(service, endpoint_url=endpoint, config=config)
-
+        client = boto3.Session(profile_name=profile, region_name=region).client
+        described = client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
     return Operations(
         Topology.from_outputs(outputs),
         dynamodb=client("dynamodb"),

@@ -21,12 +21,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
-
 from outbox import clock as engine_clock
 from outbox.local import aws_fixes
 from outbox.local.aws_fixes.ttl import sweep_expired_items
+from outbox.local.clients import REGION, STANDARD_RETRIES, local_client
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LambdaHandler, LocalFunction
@@ -35,7 +33,6 @@ from outbox.local.template import Reference, StackSpec, TemplateError, load_stac
 
 logger = logging.getLogger(__name__)
 
-REGION = "us-east-1"
 ACCOUNT = "123456789012"
 # What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
 FUNCTION_BASE_ENV = {
@@ -189,14 +186,7 @@ class LocalRuntime:
         making one costs milliseconds, which a simulator booting hundreds of runtimes notices)."""
         client = self._clients.get(service)
         if client is None:
-            client = self._clients[service] = boto3.client(
-                service,
-                region_name=REGION,
-                endpoint_url=self.endpoint_url,
-                aws_access_key_id="local",
-                aws_secret_access_key="local",
-                config=Config(account_id_endpoint_mode="disabled", retries={"mode": "standard", "max_attempts": 3}),
-            )
+            client = self._clients[service] = local_client(service, self.endpoint_url, retries=STANDARD_RETRIES)
         return client
 
     def output(self, name: str) -> str:

@@ -100,8 +100,8 @@ class Harness:
         return int(response["Count"])
 
     def claim_status(self, subscription: str, envelope: Envelope) -> str | None:
-        row = self.inbox.get_claim(envelope.id, subscription)
-        return None if row is None else row["status"]["S"]
+        record = self.inbox.read_claim(envelope.id, subscription)
+        return None if record is None else record.status
 
     def dead_letters(self, tenant: str = "acme") -> list[dict[str, Any]]:
         response = self.dynamodb.query(

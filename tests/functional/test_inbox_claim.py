@@ -62,9 +62,9 @@ def test_a_stale_owner_cannot_complete_release_or_kill_the_new_owners_claim(
     with pytest.raises(LeaseLostError):
         inbox.mark_dead(stale, envelope, "late", "RuntimeError", DeadReason.TERMINAL, 1)
 
-    row = inbox.get_claim(envelope.id, "shipping.book")
+    row = inbox.read_claim(envelope.id, "shipping.book")
     assert row is not None
-    assert (row["status"]["S"], row["owner"]["S"]) == ("PENDING", fresh.owner), "the new owner's row is untouched"
+    assert (row.status, row.owner) == ("PENDING", fresh.owner), "the new owner's row is untouched"
     inbox.mark_completed(fresh)
     assert inbox.claim(envelope, "shipping.book", LEASE).outcome is ClaimOutcome.ALREADY_COMPLETED
 
@@ -81,9 +81,9 @@ def test_a_released_claim_is_claimable_at_once_and_counts_attempts(
 
     assert second is not None
     assert second.attempts == 2
-    row = inbox.get_claim(envelope.id, "shipping.book")
+    row = inbox.read_claim(envelope.id, "shipping.book")
     assert row is not None
-    assert row["last_error"]["S"] == "503"
+    assert row.last_error == "503"
 
 
 def test_a_dead_claim_is_final_for_the_consumer_whatever_its_reason(
@@ -131,9 +131,9 @@ def test_a_missing_row_is_not_claimed_for_a_message_older_than_the_inbox_remembe
     assert result.outcome is ClaimOutcome.UNVERIFIABLE
     assert inbox.mark_unverifiable(envelope, "shipping.book", envelope_digest(envelope), 1)
     assert not inbox.mark_unverifiable(envelope, "shipping.book", envelope_digest(envelope), 1)
-    row = inbox.get_claim(envelope.id, "shipping.book")
+    row = inbox.read_claim(envelope.id, "shipping.book")
     assert row is not None
-    assert (row["status"]["S"], row["dead_reason"]["S"]) == ("DEAD", "unverifiable")
+    assert (row.status, row.dead_reason) == ("DEAD", "unverifiable")
 
 
 def test_a_claim_whose_answer_was_lost_is_recognised_as_ours_when_the_sdk_resends_it(
@@ -179,9 +179,9 @@ def test_a_completion_whose_answer_was_lost_is_recognised_as_ours(
     finally:
         dynamodb.transact_write_items = original
 
-    row = inbox.get_claim(envelope.id, "shipping.book")
+    row = inbox.read_claim(envelope.id, "shipping.book")
     assert row is not None
-    assert row["status"]["S"] == "COMPLETED"
+    assert row.status == "COMPLETED"
 
 
 def test_the_same_event_id_with_other_content_is_a_conflict_whatever_the_state(

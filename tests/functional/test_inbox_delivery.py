@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 import pytest
 
@@ -241,9 +242,9 @@ def test_a_handler_write_and_the_completion_commit_together_or_not_at_all(make_h
 
     assert first is not None
     assert first.failed == first.received
-    row = h.inbox.get_claim(event.id, "shipping.book")
+    row = h.inbox.read_claim(event.id, "shipping.book")
     assert row is not None
-    assert (row["status"]["S"], row["lease_expires_at"]["N"]) == ("PENDING", "0"), "released: retryable"
+    assert (row.status, row.lease_expires_at) == ("PENDING", datetime.fromtimestamp(0, UTC)), "released: retryable"
     assert "attempt" not in h.dynamodb.get_item(TableName=ORDERS_TABLE, Key=blocker)["Item"]
 
     h.dynamodb.delete_item(TableName=ORDERS_TABLE, Key=blocker)

@@ -51,7 +51,8 @@ def plain_claim(
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
             raise
-        existing = inbox.get_claim(envelope.id, subscription) or {}
+        key = claim_key(envelope.id, subscription)
+        existing = inbox.client.get_item(TableName=inbox.table_name, Key=key, ConsistentRead=True).get("Item", {})
         return ClaimResult(inbox._why_not_claimable(existing, digest), existing=existing)
     claim = Claim(envelope.id, subscription, envelope.tenant, owner, 1, digest, now + lease)
     return ClaimResult(ClaimOutcome.CLAIMED, claim=claim)

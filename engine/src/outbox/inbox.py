@@ -36,6 +36,7 @@ from outbox import keys
 from outbox.canonical import canonical_json
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import CompletionTooLargeError, LeaseLostError
+from outbox.query import read_partition
 from outbox.transaction import MAX_TRANSACT_ITEMS
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,86 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class ClaimRecord:
+    """A claim row as read back (what the operator tools and tests look at); ``Claim`` is a worker's hold."""
+
+    event_id: str
+    subscription: str
+    tenant: str
+    status: str
+    attempts: int
+    digest: str
+    owner: str | None  # None on a row no worker has claimed yet, and after a replay
+    lease_expires_at: datetime | None  # while PENDING (the epoch once released)
+    event_type: str | None
+    event_seq: int | None
+    created_at: str | None
+    updated_at: str | None
+    last_error: str | None = None
+    dead_reason: str | None = None  # a DeadReason, while DEAD (kept by a replay)
+    dead_at: str | None = None
+    replayed_at: str | None = None
+    open_dead_letter: str | None = None  # the dead letter a replay left open (its sort key)
+    completed_at: str | None = None
+    expires_at: datetime | None = None  # when a COMPLETED row is forgotten (TTL)
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> ClaimRecord:
+        return cls(
+            event_id=item["event_id"]["S"],
+            subscription=item["subscription"]["S"],
+            tenant=item["tenant"]["S"],
+            status=item["status"]["S"],
+            attempts=int(item["attempts"]["N"]),
+            digest=item["digest"]["S"],
+            owner=_string(item, "owner"),
+            lease_expires_at=_moment(item, "lease_expires_at", per_second=1000),
+            event_type=_string(item, "event_type"),
+            event_seq=_number(item, "event_seq"),
+            created_at=_string(item, "created_at"),
+            updated_at=_string(item, "updated_at"),
+            last_error=_string(item, "last_error"),
+            dead_reason=_string(item, "dead_reason"),
+            dead_at=_string(item, "dead_at"),
+            replayed_at=_string(item, "replayed_at"),
+            open_dead_letter=_string(item, "open_dead_letter"),
+            completed_at=_string(item, "completed_at"),
+            expires_at=_moment(item, "expires_at", per_second=1),
+        )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    tenant: str
+    event_id: str
+    event_seq: int
+    event_type: str
+    subscription: str
+    reason: str
+    error: str
+    error_type: str
+    attempts: int | None
+    dead_at: str
+    resolved: str | None  # "replayed at ..." once an operator acted on it
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> DeadLetter:
+        return cls(
+            tenant=item["tenant"]["S"],
+            event_id=item["event_id"]["S"],
+            event_seq=int(item["event_seq"]["N"]),
+            event_type=item["event_type"]["S"],
+            subscription=item["subscription"]["S"],
+            reason=item["reason"]["S"],
+            error=item["error"]["S"],
+            error_type=item["error_type"]["S"],
+            attempts=_number(item, "attempts"),
+            dead_at=item["dead_at"]["S"],
+            resolved=_string(item, "resolved"),
+        )
+
+
+@dataclass(frozen=True)
 class ClaimResult:
     outcome: ClaimOutcome
     claim: Claim | None = None
@@ -127,7 +208,65 @@ def _epoch_ms(moment: datetime) -> str:
     return str(int(moment.timestamp() * 1000))
 
 
-class Inbox:
+class InboxReader:
+    """The inbox table's rows, read back typed: claims, dead letters, poison pills. Reads only, all
+    consistent; ``Inbox`` adds the writes."""
+
+    def __init__(self, table_name: str, *, client: Any) -> None:
+        self.table_name = table_name
+        self.client = client
+
+    def read_claim(self, event_id: str, subscription: str) -> ClaimRecord | None:
+        item = self._get(keys.claim_key(event_id, subscription))
+        return None if item is None else ClaimRecord.from_item(item)
+
+    def claims_of(self, event_id: str) -> dict[str, ClaimRecord]:
+        """Every claim of one event, by subscription name."""
+        records = map(
+            ClaimRecord.from_item, read_partition(self.client, self.table_name, keys.claim_partition(event_id))
+        )
+        return {record.subscription: record for record in records}
+
+    def dead_letter(self, tenant: str, event_id: str, subscription: str) -> DeadLetter | None:
+        """The pair's dead letter (resolved or not), or None."""
+        item = self._get(keys.dead_letter_key(tenant, event_id, subscription))
+        return None if item is None else DeadLetter.from_item(item)
+
+    def dead_letters(
+        self,
+        tenant: str,
+        *,
+        subscription: str | None = None,
+        event_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        include_resolved: bool = False,
+    ) -> list[DeadLetter]:
+        """The tenant's dead letters (conflicts included), open ones only unless ``include_resolved``, of
+        ``subscription`` and ``event_id`` where given, dead between ``since`` and ``until``."""
+        items = read_partition(self.client, self.table_name, keys.dead_letter_partition(tenant))
+        return [
+            row
+            for row in map(DeadLetter.from_item, items)
+            if (include_resolved or row.resolved is None)
+            and (subscription is None or row.subscription == subscription)
+            and (event_id is None or row.event_id == event_id)
+            and (since is None or row.dead_at >= format_timestamp(since))
+            and (until is None or row.dead_at <= format_timestamp(until))
+        ]
+
+    def poison_pills(self, day: datetime) -> list[dict[str, Any]]:
+        """The poison pills recorded on ``day``'s date, as recorded (whatever the message held)."""
+        return read_partition(self.client, self.table_name, keys.poison_partition(day))
+
+    def _get(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get(
+            "Item"
+        )
+        return item
+
+
+class Inbox(InboxReader):
     """Claims, completions and dead letters on the inbox table.
 
     Parameters
@@ -154,8 +293,7 @@ class Inbox:
         clock: Callable[[], datetime] = engine_clock.now,
         new_owner: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
-        self.table_name = table_name
-        self.client = client
+        super().__init__(table_name, client=client)
         self.max_attempts = max_attempts
         self.retention = retention
         self._clock = clock
@@ -241,7 +379,7 @@ class Inbox:
             owner=row["owner"]["S"],
             attempts=int(row["attempts"]["N"]),
             digest=row["digest"]["S"],
-            lease_expires_at=datetime.fromtimestamp(int(row["lease_expires_at"]["N"]) / 1000, tz=UTC),
+            lease_expires_at=_from_epoch(row["lease_expires_at"]["N"], per_second=1000),
             open_dead_letter=_string(row, "open_dead_letter"),
         )
 
@@ -463,15 +601,6 @@ class Inbox:
             }
         self.client.put_item(TableName=self.table_name, Item=item)
 
-    # -- reads --------------------------------------------------------------------------------------
-
-    def get_claim(self, event_id: str, subscription: str) -> dict[str, Any] | None:
-        response = self.client.get_item(
-            TableName=self.table_name, Key=keys.claim_key(event_id, subscription), ConsistentRead=True
-        )
-        item: dict[str, Any] | None = response.get("Item")
-        return item
-
     # -- helpers ------------------------------------------------------------------------------------
 
     def _fenced_item(self, claim: Claim, update: Mapping[str, Any]) -> dict[str, Any]:
@@ -526,6 +655,19 @@ def storable_text(text: str) -> str:
 def _string(item: Mapping[str, Any] | None, name: str) -> str | None:
     value = (item or {}).get(name)
     return None if value is None else value.get("S")
+
+
+def _number(item: Mapping[str, Any], name: str) -> int | None:
+    return int(item[name]["N"]) if name in item else None
+
+
+def _moment(item: Mapping[str, Any], name: str, per_second: int) -> datetime | None:
+    """An epoch number attribute (``per_second`` units a second) as a moment, or None."""
+    return _from_epoch(item[name]["N"], per_second) if name in item else None
+
+
+def _from_epoch(value: str, per_second: int) -> datetime:
+    return datetime.fromtimestamp(int(value) / per_second, tz=UTC)
 
 
 def _is_own(existing: Mapping[str, Any] | None, claim: Claim, landed: str | None) -> bool:

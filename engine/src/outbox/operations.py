@@ -40,7 +40,9 @@ from outbox.inbox import (
     PENDING,
     REPLAYING,
     VOUCH_MARGIN,
+    DeadLetter,
     DeadReason,
+    InboxReader,
     reconcile_row,
 )
 from outbox.messages import relay_body, repair_attributes
@@ -122,37 +124,6 @@ class QueueDepth:
     visible: int
     in_flight: int
     oldest_age_seconds: float | None  # from CloudWatch; None where no metric is available
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    tenant: str
-    event_id: str
-    event_seq: int
-    event_type: str
-    subscription: str
-    reason: str
-    error: str
-    error_type: str
-    attempts: int | None
-    dead_at: str
-    resolved: str | None  # "replayed at ..." once an operator acted on it
-
-    @classmethod
-    def from_item(cls, item: dict[str, Any]) -> DeadLetter:
-        return cls(
-            tenant=item["tenant"]["S"],
-            event_id=item["event_id"]["S"],
-            event_seq=int(item["event_seq"]["N"]),
-            event_type=item["event_type"]["S"],
-            subscription=item["subscription"]["S"],
-            reason=item["reason"]["S"],
-            error=item["error"]["S"],
-            error_type=item["error_type"]["S"],
-            attempts=int(item["attempts"]["N"]) if "attempts" in item else None,
-            dead_at=item["dead_at"]["S"],
-            resolved=item.get("resolved", {}).get("S"),
-        )
 
 
 @dataclass(frozen=True)
@@ -315,19 +286,14 @@ class Operations:
         until: datetime | None = None,
         include_resolved: bool = False,
     ) -> list[DeadLetter]:
-        rows = [
-            DeadLetter.from_item(item)
-            for item in self._query(self.topology.inbox_table, keys.dead_letter_partition(tenant))
-        ]
-        return [
-            row
-            for row in rows
-            if (include_resolved or row.resolved is None)
-            and (subscription is None or row.subscription == subscription)
-            and (event_id is None or row.event_id == event_id)
-            and (since is None or row.dead_at >= format_timestamp(since))
-            and (until is None or row.dead_at <= format_timestamp(until))
-        ]
+        return InboxReader(self.topology.inbox_table, client=self.dynamodb).dead_letters(
+            tenant,
+            subscription=subscription,
+            event_id=event_id,
+            since=since,
+            until=until,
+            include_resolved=include_resolved,
+        )
 
     def poison_pills(self, day: datetime | None = None) -> list[dict[str, Any]]:
         moment = day or self._clock()

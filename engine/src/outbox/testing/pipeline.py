@@ -16,7 +16,7 @@ from typing import Any
 
 from outbox.catalog import Catalog
 from outbox.envelope import Envelope
-from outbox.inbox import Inbox
+from outbox.inbox import ClaimRecord, DeadLetter, Inbox
 from outbox.local import faults
 from outbox.local.functions import code_on_path, environment
 from outbox.local.runtime import LocalRuntime
@@ -132,14 +132,14 @@ class LocalPipeline:
             clock=self.runtime.clock,
         )
 
-    def claim(self, event: Envelope | str, subscription: str) -> dict[str, Any] | None:
-        """The inbox row of (event, subscription) as DynamoDB returns it, or None when there is none."""
+    def claim(self, event: Envelope | str, subscription: str) -> ClaimRecord | None:
+        """The claim of (event, subscription), or None when there is none."""
         event_id = event.id if isinstance(event, Envelope) else event
-        return self.inbox.get_claim(event_id, subscription)
+        return self.inbox.read_claim(event_id, subscription)
 
-    def dead_letters(self, tenant: str) -> list[Any]:
-        """The tenant's dead-letter rows."""
-        return self.operations.dead_letters(tenant)
+    def dead_letters(self, tenant: str) -> list[DeadLetter]:
+        """The tenant's open dead letters."""
+        return self.inbox.dead_letters(tenant)
 
     @property
     def operations(self) -> Operations:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import outbox.inbox
-import outbox.operations
+import outbox.ops.context
 import outbox.store
 from simulation.world import World
 
@@ -33,7 +33,7 @@ def seeded(world: World) -> Iterator[None]:
         stack.enter_context(mock.patch.object(outbox.store, "ULID", world.ids.ulid))
         stack.enter_context(mock.patch.object(outbox.store, "random", _random_module(f"{seed}:backoff")))
         stack.enter_context(mock.patch.object(outbox.inbox, "uuid", _uuid_module(f"{seed}:owners")))
-        stack.enter_context(mock.patch.object(outbox.operations, "uuid", _uuid_module(f"{seed}:operator")))
+        stack.enter_context(mock.patch.object(outbox.ops.context, "uuid", _uuid_module(f"{seed}:operator")))
         yield
 
 

@@ -28,7 +28,7 @@ from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.runtime import LocalRuntime
-from outbox.operations import OperationRefusedError, Operations
+from outbox.ops import OperationRefusedError, Operations
 from outbox.subscriptions import Lane
 from simulation.catalog import MALFORMED_BODIES, create_item
 from simulation.recorder import Observations, Send, brief
@@ -326,7 +326,7 @@ class Driver:
                 continue
             names = [s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)]
             rows = self.operations.claims(event_id)
-            statuses = [rows[name]["status"]["S"] for name in names if name in rows]
+            statuses = [rows[name].status for name in names if name in rows]
             if names and len(statuses) == len(names) and "PENDING" in statuses:
                 return event_id
         return None
@@ -730,7 +730,7 @@ class Driver:
         self.world.replay_positions.extend((key, position) for key in keys)
 
     def reconcile(self, since: datetime) -> None:
-        publish = self.operations._publish
+        publish = self.operations.publish
 
         def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any) -> None:
             # Recorded as it is sent: a reconcile cut short has still repaired what it sent.
@@ -742,7 +742,7 @@ class Driver:
             sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
             return f"scanned {result.scanned}, re-sent {sent}"
 
-        with mock.patch.object(self.operations, "_publish", recorded):
+        with mock.patch.object(self.operations, "publish", recorded):
             self.operator("reconcile", run)
 
     def settle(self) -> None:

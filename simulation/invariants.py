@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
 from outbox.chain import ChainReport
-from outbox.operations import Topology
+from outbox.ops import Topology
 from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_CREATED, ITEM_NOTED, audit_key, counter_key, item_key
 from simulation.recorder import Observations, Send
 from simulation.state import State

@@ -11,7 +11,8 @@ from __future__ import annotations
 from simulation.mutation import Mutant
 
 INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
-STORE, CHAIN, OPERATIONS = "outbox.store", "outbox.chain", "outbox.operations"
+STORE, CHAIN = "outbox.store", "outbox.chain"
+REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the claim -----------------------------------------------------------------------------------------
@@ -368,24 +369,24 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the operator's repairs ----------------------------------------------------------------------------
     Mutant(
         id="replay-without-targets",
-        module=OPERATIONS,
+        module=REPLAY,
         original="targets=subscriptions,",
-        replacement="targets=[s.name for s in self.catalog.registry.subscriptions if s.lane is Lane.DURABLE],",
+        replacement='targets=[s.name for s in context.catalog.registry.subscriptions if s.lane == "DURABLE"],',
         description="replay sends the event to all its durable subscriptions, not only the selected dead pairs",
         what_should_catch_it="a replay after the retention: a completed, forgotten pair runs again (2)",
         seeds=(2, 3, 4),
     ),
     Mutant(
         id="replay-reruns-completed",
-        module=OPERATIONS,
+        module=REPLAY,
         original=(
-            "            if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent"
+            "        if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent"
             " the event\n"
-            "                forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+            "            forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE"
         ),
         replacement=(
-            "            if status in (DEAD, REPLAYING, COMPLETED):\n"
-            "                forced = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+            "        if status in (DEAD, REPLAYING, COMPLETED):\n"
+            "            forced = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE"
         ),
         description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
         what_should_catch_it="a replay interrupted after the re-send, then run again: the pair runs twice (2)",
@@ -397,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="replay-unverifiable-without-force",
-        module=OPERATIONS,
+        module=REPLAY,
         original="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:",
         replacement="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and force:",
         description="the tenant replay reruns unverifiable pairs without --force",
@@ -406,15 +407,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="replay-resolves-at-clear",
-        module=OPERATIONS,
+        module=REPLAY,
         original=(
-            "            if item.claim_status == REPLAYING or self._clear_claim(item, allowed, now):\n"
-            "                result.cleared.append(item)\n"
+            "        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "            result.cleared.append(item)\n"
         ),
         replacement=(
-            "            if item.claim_status == REPLAYING or self._clear_claim(item, allowed, now):\n"
-            "                result.cleared.append(item)\n"
-            '                self._resolve_dead_letter(item.tenant, item.event_id, item.subscription, "replayed")\n'
+            "        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "            result.cleared.append(item)\n"
+            '            _resolve_dead_letter(context, item.tenant, item.event_id, item.subscription, "replayed")\n'
         ),
         description="replay resolves the dead letter when it clears the claim, before the event is re-sent",
         what_should_catch_it="a replay interrupted before the re-send: a REPLAYING claim, no open dead letter (2)",
@@ -422,14 +423,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="redrive-deletes-before-send",
-        module=OPERATIONS,
+        module=REDRIVE,
         original=(
-            "        self.sqs.send_message(**send)  # put back first ...\n"
-            '        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove'
+            "    context.sqs.send_message(**send)  # put back first ...\n"
+            '    context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove'
         ),
         replacement=(
-            '        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])\n'
-            "        self.sqs.send_message(**send)"
+            '    context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])\n'
+            "    context.sqs.send_message(**send)"
         ),
         description="redrive deletes the DLQ message before sending it back",
         what_should_catch_it="a redrive interrupted between the two calls: the message is lost (2)",
@@ -437,25 +438,25 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="reconcile-stale-pending-handled",
-        module=OPERATIONS,
-        original='    if claim["status"]["S"] != PENDING:\n        return None',
-        replacement='    if claim["status"]["S"] != "never":\n        return None',
+        module=RECONCILE,
+        original="    if claim.status != PENDING:\n        return None",
+        replacement='    if claim.status != "never":\n        return None',
         description="reconcile counts a stale PENDING claim as handled",
         what_should_catch_it="a message lost after its claim: reconcile does not re-send it (2)",
         seeds=(3, 12, 28),
     ),
     Mutant(
         id="reconcile-waits-for-replaying",
-        module=OPERATIONS,
-        original="            if status == REPLAYING or (lease_end is not None and now - lease_end > stale):",
-        replacement="            if lease_end is not None and now - lease_end > stale:",
+        module=RECONCILE,
+        original="        if status == REPLAYING or (lease_end is not None and now - lease_end > stale):",
+        replacement="        if lease_end is not None and now - lease_end > stale:",
         description="reconcile leaves a REPLAYING pair alone: what a run cut short marked, the next run does not send",
         what_should_catch_it="a reconcile interrupted between marking a pair and sending it, then run again (2)",
         seeds=(1, 48, 72),
     ),
     Mutant(
         id="reconcile-ignores-horizon",
-        module=OPERATIONS,
+        module=RECONCILE,
         original="if since < horizon:",
         replacement="if False:",
         description="reconcile re-sends events older than the inbox's retention",

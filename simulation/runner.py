@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import StackSpec
-from outbox.operations import Topology
+from outbox.ops import Topology
 from simulation.catalog import RUN_VARIABLE, catalog_for
 from simulation.chaos import Chaos
 from simulation.determinism import seeded

@@ -14,7 +14,7 @@ from outbox import Envelope
 from outbox.chain import ChainReport, read_events, verify_chain
 from outbox.local.clients import REGION
 from outbox.local.runtime import ACCOUNT, LocalRuntime
-from outbox.operations import Status
+from outbox.ops import Status
 
 
 @dataclass(frozen=True)

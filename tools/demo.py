@@ -175,8 +175,8 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
             claims = operations.claims(envelope.id)
             for subscription in operations.catalog.registry.matching(envelope.type, Lane.DURABLE):
                 claim = claims.get(subscription.name)
-                runs[subscription.name] += int(claim["attempts"]["N"]) if claim else 0
-                status = claim["status"]["S"] if claim else None
+                runs[subscription.name] += claim.attempts if claim else 0
+                status = claim.status if claim else None
                 if status == "COMPLETED":
                     completed[subscription.name] += 1
                 elif not (status == "DEAD" and (envelope.id, subscription.name) in dead_work):

@@ -11,6 +11,7 @@ import pytest
 
 from outbox.keys import claim_key
 from outbox.local.pipe import PipeFaults, TargetInvocationError
+from outbox.ops import reconcile as reconciling
 from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag
@@ -195,14 +196,16 @@ def test_reconcile_run_again_re_sends_what_a_cut_short_run_marked_and_each_effec
     assert after["republished"] == []
 
 
-def test_reconcile_sends_nothing_for_a_pair_claimed_between_its_read_and_its_repair(local: LocalBackend) -> None:
+def test_reconcile_sends_nothing_for_a_pair_claimed_between_its_read_and_its_repair(
+    local: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given an event whose claim appears after reconcile read the inbox and before it marked the pair
     tenant, payment = never_relayed(local)
     ops = operations(local)
-    unclaimed = ops._unclaimed
+    unclaimed = reconciling._unclaimed
 
-    def claimed_meanwhile(event_id: str, wanted: list[str], stale: Any) -> dict[str, str | None]:
-        missing = unclaimed(event_id, wanted, stale)
+    def claimed_meanwhile(context: Any, event_id: str, wanted: list[str], stale: Any) -> dict[str, str | None]:
+        missing = unclaimed(context, event_id, wanted, stale)
         if event_id == payment:  # a slow pipe delivery claims every pair right now
             for name in missing:
                 local.client("dynamodb").put_item(
@@ -211,7 +214,7 @@ def test_reconcile_sends_nothing_for_a_pair_claimed_between_its_read_and_its_rep
                 )
         return missing
 
-    ops._unclaimed = claimed_meanwhile  # type: ignore[method-assign]
+    monkeypatch.setattr(reconciling, "_unclaimed", claimed_meanwhile)
     before = queue_depth(local, "DurableQueueUrl")
 
     # When reconcile runs

@@ -14,7 +14,7 @@ from outbox import TerminalError
 from outbox.cli import CliContext, app
 from outbox.local import faults
 from outbox.local.pipe import PipeFaults, TargetInvocationError
-from outbox.operations import Operations
+from outbox.ops import Operations
 from tests.e2e.backends import LocalBackend, claim_statuses, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
 

@@ -32,7 +32,9 @@ GUARANTEE_MODULES = {
     "outbox.messages",
     "outbox.store",
     "outbox.chain",
-    "outbox.operations",
+    "outbox.ops.replay",
+    "outbox.ops.redrive",
+    "outbox.ops.reconcile",
 }
 
 

@@ -26,7 +26,7 @@ from rich.table import Table
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxError
 from outbox.local.clients import local_client
-from outbox.operations import OperationRefusedError, Operations, Topology
+from outbox.ops import OperationRefusedError, Operations, Topology
 from outbox.outputs import StackOutput
 from outbox.settings import load_catalog
 

@@ -13,6 +13,10 @@ class OutboxValidationError(OutboxError, ValueError):
     """Bad input, caught before any call to AWS; nothing was written."""
 
 
+class OperationRefusedError(OutboxValidationError):
+    """An operation refused before changing anything: unknown tenant, malformed id, empty selection."""
+
+
 class InvalidEventError(OutboxValidationError):
     """The envelope would be invalid: tenant, type, ids, or a payload that is not canonical JSON."""
 

@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from outbox.operations import OperationRefusedError, Operations, Topology
+from outbox.ops import OperationRefusedError, Operations, Topology
 from outbox.settings import OperatorSettings, load_catalog
 
 logger = Logger()

@@ -215,8 +215,8 @@ class LocalRuntime:
         return self.pipes[self.stack.output_reference(output_name).logical_id]
 
     def operations(self, catalog: Any, sqs: Any | None = None) -> Any:
-        """The operator tools (``outbox.operations.Operations``) wired to this runtime."""
-        from outbox.operations import Operations, Topology
+        """The operator tools (``outbox.ops.Operations``) wired to this runtime."""
+        from outbox.ops import Operations, Topology
 
         return Operations(
             Topology.from_outputs(self.outputs()),

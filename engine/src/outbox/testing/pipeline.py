@@ -21,7 +21,7 @@ from outbox.local import faults
 from outbox.local.functions import code_on_path, environment
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
-from outbox.operations import Operations, Topology
+from outbox.ops import Operations, Topology
 from outbox.outputs import StackOutput
 from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore

@@ -1,0 +1,104 @@
+"""What every operator action works on: the stack's topology, the injected clients and clock, and what
+several actions share (the tenants, an event's row, the repair message)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from outbox import clock as engine_clock
+from outbox import keys
+from outbox.catalog import Catalog
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import InboxReader
+from outbox.messages import relay_body, repair_attributes
+from outbox.ops.topology import Topology
+from outbox.query import read_partition
+
+
+class OperatorContext:
+    """The clients (AWS, or the local runtime) and the clock of the operator's actions. The clients are
+    plain attributes, read at each call: a test or the simulator may swap one."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        dynamodb: Any,
+        sqs: Any,
+        catalog: Catalog,
+        pipes: Any | None = None,
+        cloudwatch: Any | None = None,
+        clock: Callable[[], datetime] = engine_clock.now,
+        sleep: Callable[[float], None] = engine_clock.sleep,
+    ) -> None:
+        self.topology = topology
+        self.dynamodb = dynamodb
+        self.sqs = sqs
+        self.catalog = catalog
+        self.pipes = pipes
+        self.cloudwatch = cloudwatch
+        self._clock = clock
+        self._sleep = sleep
+
+    def now(self) -> datetime:
+        """The operations' clock: the system clock, or the local runtime's virtual one."""
+        return self._clock()
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)
+
+    @property
+    def inbox(self) -> InboxReader:
+        """The inbox's claims and dead letters, read through the current DynamoDB client."""
+        return InboxReader(self.topology.inbox_table, client=self.dynamodb)
+
+    def tenants(self) -> list[str]:
+        found: list[str] = []
+        for partition in keys.tenant_index_partitions():
+            rows = read_partition(self.dynamodb, self.topology.events_table, partition)
+            found.extend(item["sk"]["S"] for item in rows)
+        return sorted(found)
+
+    def require_tenant(self, tenant: str) -> str:
+        if not keys.is_valid_tenant(tenant):
+            raise OperationRefusedError(f"{tenant!r} is not a tenant name ({keys.TENANT_PATTERN.pattern})")
+        if tenant not in self.tenants():
+            raise OperationRefusedError(f"unknown tenant {tenant!r}: it has never emitted an event")
+        return tenant
+
+    def event_image(self, tenant: str, seq: int) -> dict[str, Any]:
+        """The event row at ``seq`` of ``tenant``'s log, as the stream would carry it."""
+        item: dict[str, Any] | None = self.dynamodb.get_item(
+            TableName=self.topology.events_table, Key=keys.event_key(tenant, seq), ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            raise OperationRefusedError(f"tenant {tenant!r} has no event at seq {seq}")
+        return item
+
+    def message_counts(self, queue_url: str) -> tuple[int, int]:
+        """A queue's visible and in-flight messages (approximate, as SQS counts them)."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def publish(self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str]) -> None:
+        """Send an event row as the relay pipe does (the raw image, group = tenant), naming the subscriptions
+        it is for: each has a DEAD-turned-REPLAYING, or a REPLAYING, claim row that vouches for it."""
+        self.sqs.send_message(
+            QueueUrl=self.topology.durable_queue_url,
+            MessageBody=relay_body(image),
+            MessageGroupId=tenant,
+            MessageDeduplicationId=dedup_id[:128],
+            MessageAttributes=repair_attributes(targets),
+        )
+
+
+def repair_dedup_id(repair: str, event_id: str) -> str:
+    """A repair message's deduplication id, new for every send: SQS must not drop the message of a repair run
+    again after an interruption as a duplicate of the first run's."""
+    return f"{repair}-{event_id}-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,65 @@
+"""``Operations``: every operator action as a method, over one ``OperatorContext``. The CLI, the operator
+endpoint, the local runtime and the tests hold one of these.
+
+Each action is a function of the module that holds its rules (``status``, ``replay``, ``redrive``,
+``reconcile``) that takes the context first: set on this class, it is a method of the operations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from outbox.inbox import ClaimRecord, DeadLetter
+from outbox.ops import reconcile as reconciling
+from outbox.ops import redrive as redriving
+from outbox.ops import replay as replaying
+from outbox.ops import status as reading
+from outbox.ops.context import OperatorContext
+
+
+class Operations(OperatorContext):
+    """Every operator action, over injected clients (AWS, or the local runtime)."""
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    status = reading.read_status
+    queue_depths = reading.queue_depths
+    pipe_states = reading.pipe_states
+    verify = reading.verify
+
+    def dead_letters(
+        self,
+        tenant: str,
+        *,
+        subscription: str | None = None,
+        event_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        include_resolved: bool = False,
+    ) -> list[DeadLetter]:
+        """The tenant's open dead letters (see ``InboxReader.dead_letters``)."""
+        return self.inbox.dead_letters(
+            tenant,
+            subscription=subscription,
+            event_id=event_id,
+            since=since,
+            until=until,
+            include_resolved=include_resolved,
+        )
+
+    def poison_pills(self, day: datetime | None = None) -> list[dict[str, Any]]:
+        """The poison pills of ``day`` (default: today), as recorded."""
+        return self.inbox.poison_pills(day or self.now())
+
+    def claims(self, event_id: str) -> dict[str, ClaimRecord]:
+        """The claims of one event, by subscription name."""
+        return self.inbox.claims_of(event_id)
+
+    # -- repairing ----------------------------------------------------------------------------------
+
+    plan_replay = replaying.plan_replay
+    replay = replaying.replay
+    redrive = redriving.redrive
+    redrive_route = redriving.redrive_route
+    reconcile_horizon = reconciling.reconcile_horizon
+    reconcile = reconciling.reconcile

@@ -1,0 +1,141 @@
+"""Reconcile: re-send the events whose durable subscriptions have no claim (or a claim long left waiting),
+naming only those subscriptions: recovery for anything the stream no longer holds.
+
+It vouches only for events younger than the inbox's retention: before that, a missing claim may be a
+completion the inbox forgot. Every pair it re-sends has a claim row that vouches for the message, written
+before it is sent (REPLAYING, where there was none), so however late the message arrives, the consumer
+knows the pair has not completed since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from botocore.exceptions import ClientError
+
+from outbox.chain import read_event_rows
+from outbox.envelope import Envelope, format_timestamp
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
+from outbox.ops.context import OperatorContext, repair_dedup_id
+from outbox.subscriptions import Lane
+
+EPOCH = datetime.fromtimestamp(0, tz=UTC)
+
+
+@dataclass
+class ReconcileResult:
+    scanned: int = 0
+    republished: list[str] = field(default_factory=list)
+    already_handled: int = 0
+    subscriptions: dict[str, list[str]] = field(default_factory=dict)  # event id -> the pairs re-sent
+
+
+def reconcile_horizon(context: OperatorContext) -> datetime:
+    """The oldest moment reconcile can vouch for: before it, a missing claim may be a forgotten completion."""
+    return context.now() - context.topology.inbox_retention + VOUCH_MARGIN
+
+
+def reconcile(
+    context: OperatorContext,
+    since: datetime,
+    *,
+    tenant: str | None = None,
+    dry_run: bool = False,
+    stale_after: timedelta | None = None,
+) -> ReconcileResult:
+    """Re-send events (from ``since``) whose durable subscriptions have no claim (or a long-stale one),
+    naming only those subscriptions. Running it again publishes nothing new. ``since`` older than the
+    inbox's retention is refused."""
+    horizon = reconcile_horizon(context)
+    if since < horizon:
+        raise OperationRefusedError(
+            f"the inbox remembers completions for {context.topology.inbox_retention_days} days, so reconcile can "
+            f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
+            "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
+        )
+    tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
+    if not tenants:
+        raise OperationRefusedError("there are no tenants: nothing to reconcile")
+    stale = stale_after or timedelta(hours=1)
+    result = ReconcileResult()
+    now = context.now()
+    for tenant_name in tenants:
+        for envelope in _events_since(context, tenant_name, since):
+            result.scanned += 1
+            wanted = [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+            missing = _unclaimed(context, envelope.id, wanted, stale)
+            if missing and not dry_run:
+                missing = _resend(context, envelope, missing, now)
+            if not missing:
+                result.already_handled += 1
+                continue
+            result.republished.append(envelope.id)
+            result.subscriptions[envelope.id] = sorted(missing)
+    return result
+
+
+def _unclaimed(context: OperatorContext, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:
+    """The subscriptions of ``wanted`` that need a re-send, each with its claim's status: no claim (None),
+    a lease long expired and never taken over (PENDING: the message itself was lost), or a repair whose
+    message may never have been sent (REPLAYING)."""
+    now = context.now()
+    claims = context.inbox.claims_of(event_id)
+    missing: dict[str, str | None] = {}
+    for name in wanted:
+        claim = claims.get(name)
+        if claim is None:
+            missing[name] = None
+            continue
+        status = claim.status
+        # A REPLAYING pair waits for a repair's message, which may never have been sent (a repair cut short):
+        # re-send it at any age; a copy too many is absorbed by the inbox.
+        lease_end = _lease_end(claim)
+        if status == REPLAYING or (lease_end is not None and now - lease_end > stale):
+            missing[name] = status
+    return missing
+
+
+def _resend(
+    context: OperatorContext, envelope: Envelope, missing: dict[str, str | None], now: datetime
+) -> dict[str, str | None]:
+    """Re-send ``envelope`` to the pairs of ``missing`` still open for repair; those pairs."""
+    # A stale claim is claimable as it is; a missing one first gets the row that vouches.
+    missing = {s: status for s, status in missing.items() if status or _open_for_repair(context, envelope, s, now)}
+    if missing:
+        image = context.event_image(envelope.tenant, envelope.seq)
+        context.publish(image, envelope.tenant, repair_dedup_id("reconcile", envelope.id), targets=missing)
+    return missing
+
+
+def _open_for_repair(context: OperatorContext, envelope: Envelope, subscription: str, now: datetime) -> bool:
+    """Give a pair without a claim the REPLAYING row that vouches for its re-sent message at any age (the
+    row proves the pair has not completed since). False when a claim appeared since it was read: the pair
+    is in hand, and nothing is re-sent for it."""
+    try:
+        context.dynamodb.put_item(
+            TableName=context.topology.inbox_table,
+            Item=reconcile_row(envelope, subscription, now),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
+
+
+def _events_since(context: OperatorContext, tenant: str, since: datetime) -> Iterator[Envelope]:
+    threshold = format_timestamp(since)
+    for item in read_event_rows(context.dynamodb, context.topology.events_table, tenant):
+        if item["occurred_at"]["S"] >= threshold:
+            yield Envelope.from_item(item)
+
+
+def _lease_end(claim: ClaimRecord) -> datetime | None:
+    """When a PENDING claim's lease ends (None for a claim in another state)."""
+    if claim.status != PENDING:
+        return None
+    return claim.lease_expires_at or EPOCH  # a PENDING row without a lease: ended long ago

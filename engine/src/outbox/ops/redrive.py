@@ -1,0 +1,127 @@
+"""Redrive: move a DLQ's messages back to their source queue, unchanged, and clear nothing. Each
+subscription then runs, or is skipped as COMPLETED, or stays dead with its open dead letter (shown by
+``status``, repaired by replay). Every message is put back before it is removed from the DLQ: an
+interruption leaves a duplicate, which the inbox absorbs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from outbox.exceptions import OperationRefusedError
+from outbox.ops.context import OperatorContext
+
+MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "AccessDenied", "NotImplementedError"}
+
+
+@dataclass
+class RedriveResult:
+    moved: int = 0
+    method: str = "receive-send-delete"
+    status: str = "COMPLETED"  # the move task's status (RUNNING when it outlived the wait)
+    remaining: int = 0  # messages still in the DLQ afterwards (in flight ones included)
+
+
+def redrive(
+    context: OperatorContext,
+    dlq: str = "durable-dlq",
+    *,
+    max_messages: int | None = None,
+    method: str = "auto",
+    on_message: Callable[[str], None] | None = None,
+    wait: timedelta = timedelta(minutes=5),
+) -> RedriveResult:
+    """Move a DLQ's messages back to their source queue, unchanged; clear nothing.
+
+    ``method``: "receive-send-delete" (works everywhere, resumable), "move-task" (SQS
+    StartMessageMoveTask), or "auto" (the move task, falling back to the loop where SQS refuses it).
+    A move task is followed until it ends or ``wait`` passes; the result says how many messages moved.
+    """
+    url, target = redrive_route(context, dlq)
+    if method in ("auto", "move-task") and max_messages is None:
+        try:
+            result = _redrive_with_move_task(context, url, wait)
+        except ClientError as exc:
+            if method == "move-task" or exc.response["Error"]["Code"] not in MOVE_TASK_UNSUPPORTED:
+                raise
+        else:
+            result.remaining = sum(context.message_counts(url))
+            return result
+    result = _redrive_loop(context, url, target, max_messages, on_message)
+    result.remaining = sum(context.message_counts(url))
+    return result
+
+
+def redrive_route(context: OperatorContext, dlq: str) -> tuple[str, str]:
+    """The DLQ named ``dlq`` and the queue its messages go back to."""
+    topology = context.topology
+    routes = {
+        "durable-dlq": (topology.durable_dlq_url, topology.durable_queue_url),
+        "record-change-dlq": (topology.record_change_dlq_url, topology.record_change_queue_url),
+    }
+    if dlq not in routes or not routes[dlq][0] or not routes[dlq][1]:
+        raise OperationRefusedError(
+            f"cannot redrive {dlq!r}: choose one of {sorted(routes)} (a pipe's DLQ holds batch metadata, "
+            "not events: recover those with reconcile)"
+        )
+    url, target = routes[dlq]
+    assert url is not None
+    assert target is not None
+    return url, target
+
+
+def _redrive_loop(
+    context: OperatorContext, url: str, target: str, max_messages: int | None, on_message: Callable[[str], None] | None
+) -> RedriveResult:
+    result = RedriveResult()
+    while max_messages is None or result.moved < max_messages:
+        batch = context.sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=60,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if not batch:
+            break
+        for message in batch[: None if max_messages is None else max_messages - result.moved]:
+            _move(context, message, url, target)
+            result.moved += 1
+            if on_message is not None:
+                on_message(message["MessageId"])
+    return result
+
+
+def _move(context: OperatorContext, message: dict[str, Any], url: str, target: str) -> None:
+    attributes = message.get("Attributes", {})
+    send: dict[str, Any] = {"QueueUrl": target, "MessageBody": message["Body"]}
+    if message.get("MessageAttributes"):
+        send["MessageAttributes"] = message["MessageAttributes"]  # a repair's targets travel on
+    if "MessageGroupId" in attributes:
+        send["MessageGroupId"] = attributes["MessageGroupId"]
+        # Stable per DLQ message: a redrive interrupted after this send and run again is deduplicated.
+        send["MessageDeduplicationId"] = f"redrive-{message['MessageId']}"
+    context.sqs.send_message(**send)  # put back first ...
+    context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove
+
+
+def _redrive_with_move_task(context: OperatorContext, url: str, wait: timedelta) -> RedriveResult:
+    """Let SQS move every visible message back to its source queue, and follow the task to its end."""
+    sqs = context.sqs
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    handle = sqs.start_message_move_task(SourceArn=arn)["TaskHandle"]
+    deadline = context.now() + wait
+    while True:
+        # The newest task first; SQS names a task's handle only while it is RUNNING, and runs one task per
+        # queue at a time, so the newest one is ours.
+        tasks = sqs.list_message_move_tasks(SourceArn=arn, MaxResults=1).get("Results", [])
+        task = tasks[0] if tasks and tasks[0].get("TaskHandle", handle) == handle else {}
+        status = str(task.get("Status", "UNKNOWN"))
+        if status != "RUNNING" or context.now() >= deadline:
+            moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
+            return RedriveResult(moved=moved, method="move-task", status=status)
+        context.sleep(2)

@@ -1,0 +1,228 @@
+"""Replay: rerun exactly the selected dead (event, subscription) pairs.
+
+Each DEAD claim is turned REPLAYING (the row that vouches for the re-sent message, and carries the pair's
+open dead letter), the event is re-sent from the events table naming only those subscriptions, and only
+then are the dead letters resolved: an interrupted replay leaves REPLAYING rows with open dead letters,
+which the next replay re-sends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.chain import read_event_rows
+from outbox.envelope import ULID_PATTERN, format_timestamp
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, ClaimRecord, DeadReason
+from outbox.ops.context import OperatorContext, repair_dedup_id
+
+
+@dataclass(frozen=True)
+class ReplayItem:
+    tenant: str
+    event_id: str
+    event_seq: int
+    subscription: str
+    claim_status: str | None  # REPLAYING: a replay stopped after clearing the claim, before re-sending
+    forced: bool = False  # a COMPLETED or unverifiable pair the operator asked to rerun (--force)
+
+
+@dataclass
+class ReplayResult:
+    cleared: list[ReplayItem] = field(default_factory=list)
+    republished: list[str] = field(default_factory=list)  # event ids
+
+
+def plan_replay(
+    context: OperatorContext,
+    *,
+    tenant: str | None = None,
+    event_ids: Iterable[str] = (),
+    subscription: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    force: bool = False,
+) -> list[ReplayItem]:
+    """The (event, subscription) pairs a replay would rerun. Dead work is selected from the open dead
+    letters of a tenant, or by event id. A COMPLETED pair (named by id) and a pair the inbox could not
+    vouch for are refused unless ``force``: either may run an effect a second time."""
+    ids = list(event_ids)
+    _check_selection(context, ids, tenant, subscription, timed=since is not None or until is not None)
+    if ids:
+        items = _replay_by_ids(context, ids, tenant, subscription, force)
+    else:
+        assert tenant is not None
+        items = _replay_dead_letters(context, tenant, subscription, since, until, force)
+    if not items:
+        raise OperationRefusedError("the selection matches no dead work: nothing to replay")
+    return items
+
+
+def _check_selection(
+    context: OperatorContext, ids: list[str], tenant: str | None, subscription: str | None, *, timed: bool
+) -> None:
+    for event_id in ids:
+        if not re.fullmatch(ULID_PATTERN, event_id):
+            raise OperationRefusedError(f"{event_id!r} is not an event id (a 26-character ULID)")
+    if ids and timed:
+        raise OperationRefusedError(
+            "--since/--until select a tenant's dead letters by time; with --event-id they would be ignored: "
+            "give one or the other"
+        )
+    if subscription is not None and not any(s.name == subscription for s in context.catalog.registry.subscriptions):
+        raise OperationRefusedError(f"unknown subscription {subscription!r}")
+    if tenant is not None:
+        context.require_tenant(tenant)
+    if tenant is None and not ids:
+        raise OperationRefusedError("select what to replay: a tenant, or one or more event ids")
+
+
+def _replay_dead_letters(
+    context: OperatorContext,
+    tenant: str,
+    subscription: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    force: bool,
+) -> list[ReplayItem]:
+    items, unverifiable = [], 0
+    for letter in context.inbox.dead_letters(tenant, subscription=subscription, since=since, until=until):
+        if letter.reason == DeadReason.CONFLICT:
+            continue  # not dead work: the original content already ran
+        claim = context.inbox.read_claim(letter.event_id, letter.subscription)
+        status = None if claim is None else claim.status
+        if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:
+            unverifiable += 1
+            continue
+        if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
+            forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE
+            items.append(
+                ReplayItem(letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced)
+            )
+        # Anything else is not dead any more (a take-over completed it) or cannot be vouched for.
+    if not items and unverifiable:
+        raise OperationRefusedError(
+            f"{unverifiable} dead letter(s) of {tenant} are unverifiable: the inbox had forgotten whether they "
+            "completed. Replay them with --force only if you know they did not run."
+        )
+    return items
+
+
+def _replay_by_ids(
+    context: OperatorContext, ids: list[str], tenant: str | None, subscription: str | None, force: bool
+) -> list[ReplayItem]:
+    items = []
+    for event_id in ids:
+        claims = list(context.inbox.claims_of(event_id).values())
+        if not claims:
+            raise OperationRefusedError(f"event {event_id} has no claims: was it ever delivered? (try reconcile)")
+        owner = claims[0].tenant
+        if tenant is not None and owner != tenant:
+            raise OperationRefusedError(f"event {event_id} belongs to tenant {owner!r}, not {tenant!r}")
+        for claim in claims:
+            if subscription is not None and claim.subscription != subscription:
+                continue
+            risky = claim.status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE
+            if risky and not force:
+                what = "is COMPLETED" if claim.status == COMPLETED else "may have completed (unverifiable)"
+                raise OperationRefusedError(
+                    f"{event_id}:{claim.subscription} {what}; replaying it could run the effect again (use --force)"
+                )
+            if claim.status == PENDING:
+                continue  # in progress: the inbox will finish or take it over
+            seq = _event_seq(context, claim)
+            items.append(ReplayItem(owner, event_id, seq, claim.subscription, claim.status, forced=risky))
+    return items
+
+
+def replay(context: OperatorContext, items: list[ReplayItem]) -> ReplayResult:
+    """Clear each selected claim (marking its dead letter as being replayed, in the same transaction),
+    re-send each event naming only its selected subscriptions, then resolve the dead letters."""
+    result = ReplayResult()
+    now = context.now()
+    for item in items:
+        allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
+        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):
+            result.cleared.append(item)
+    by_event: dict[tuple[str, int, str], list[str]] = {}
+    for item in result.cleared:
+        by_event.setdefault((item.tenant, item.event_seq, item.event_id), []).append(item.subscription)
+    for (tenant, seq, event_id), subscriptions in sorted(by_event.items()):
+        context.publish(
+            context.event_image(tenant, seq),
+            tenant,
+            repair_dedup_id("replay", event_id),
+            targets=subscriptions,
+        )
+        result.republished.append(event_id)
+    for item in result.cleared:
+        _resolve_dead_letter(context, item.tenant, item.event_id, item.subscription, "replayed")
+    return result
+
+
+def _clear_claim(context: OperatorContext, item: ReplayItem, allowed: tuple[str, ...], now: datetime) -> bool:
+    """Turn the claim into REPLAYING: claimable by the next delivery, and carrying the pair's open dead
+    letter, which the completion resolves in its own transaction. An interrupted replay loses nothing
+    (the row stays REPLAYING, and the next replay re-sends it) and done work never stays open work."""
+    values: dict[str, Any] = {f":s{i}": {"S": status} for i, status in enumerate(allowed)}
+    values.update({":replaying": {"S": REPLAYING}, ":zero": {"N": "0"}, ":now": {"S": format_timestamp(now)}})
+    sets = "SET #status = :replaying, attempts = :zero, replayed_at = :now"
+    removes = "REMOVE #owner, lease_expires_at, expires_at"
+    if context.inbox.dead_letter(item.tenant, item.event_id, item.subscription) is not None:
+        sets += ", open_dead_letter = :letter"
+        values[":letter"] = {"S": keys.dead_letter_sort_key(item.event_id, item.subscription)}
+    else:
+        removes += ", open_dead_letter"
+    status_names = ", ".join(name for name in values if name.startswith(":s"))
+    try:
+        context.dynamodb.update_item(
+            TableName=context.topology.inbox_table,
+            Key=keys.claim_key(item.event_id, item.subscription),
+            UpdateExpression=f"{sets} {removes}",
+            ConditionExpression=f"#status IN ({status_names})",
+            ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
+            ExpressionAttributeValues=values,
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False  # already replayed, or picked up again meanwhile: leave it to the inbox
+        raise
+    return True
+
+
+def _resolve_dead_letter(context: OperatorContext, tenant: str, event_id: str, subscription: str, how: str) -> None:
+    try:
+        context.dynamodb.update_item(
+            TableName=context.topology.inbox_table,
+            Key=keys.dead_letter_key(tenant, event_id, subscription),
+            UpdateExpression="SET resolved = :how",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":how": {"S": f"{how} at {format_timestamp(context.now())}"}},
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+
+
+def _event_seq(context: OperatorContext, claim: ClaimRecord) -> int:
+    """The claimed event's seq: from the claim row, or else from its dead letter or its tenant's log."""
+    if claim.event_seq is not None:
+        return claim.event_seq
+    rows = context.inbox.dead_letters(claim.tenant, event_id=claim.event_id, include_resolved=True)
+    if rows:
+        return rows[0].event_seq
+    for item in read_event_rows(context.dynamodb, context.topology.events_table, claim.tenant):
+        if item["event_id"]["S"] == claim.event_id:
+            return int(item["seq"]["N"])
+    raise OperationRefusedError(f"event {claim.event_id} is not in its tenant's log")
+
+
+def _dead_reason(claim: ClaimRecord | None) -> str | None:
+    return None if claim is None else claim.dead_reason

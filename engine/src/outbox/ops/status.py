@@ -1,0 +1,108 @@
+"""What the operator looks at first: queue and DLQ depths, pipe states, and per tenant its chain and its
+open dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from outbox.chain import ChainReport, verify_chain
+from outbox.ops.context import OperatorContext
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    visible: int
+    in_flight: int
+    oldest_age_seconds: float | None  # from CloudWatch; None where no metric is available
+
+
+@dataclass(frozen=True)
+class TenantStatus:
+    tenant: str
+    chain_intact: bool
+    head_seq: int
+    first_broken_seq: int | None
+    dead_letters: int
+
+
+@dataclass(frozen=True)
+class Status:
+    queues: dict[str, QueueDepth]
+    pipes: dict[str, str]
+    tenants: list[TenantStatus]
+    poison_pills_today: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_status(context: OperatorContext) -> Status:
+    tenants = [tenant_status(context, tenant) for tenant in context.tenants()]
+    queues, pipes = queue_depths(context), pipe_states(context)
+    return Status(queues, pipes, tenants, len(context.inbox.poison_pills(context.now())))
+
+
+def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:
+    report = verify(context, tenant)
+    dead_letters = len(context.inbox.dead_letters(tenant))
+    return TenantStatus(tenant, report.intact, report.head_seq, report.first_broken_seq, dead_letters)
+
+
+def verify(context: OperatorContext, tenant: str) -> ChainReport:
+    return verify_chain(context.dynamodb, context.topology.events_table, tenant)
+
+
+def queue_depths(context: OperatorContext) -> dict[str, QueueDepth]:
+    depths = {}
+    for name, url in context.topology.queues().items():
+        visible, in_flight = context.message_counts(url)
+        depths[name] = QueueDepth(visible, in_flight, oldest_age(context, url))
+    return depths
+
+
+def oldest_age(context: OperatorContext, queue_url: str) -> float | None:
+    """SQS has no attribute for it: CloudWatch's ApproximateAgeOfOldestMessage, last 5 minutes."""
+    if context.cloudwatch is None:
+        return None
+    now = context.now()
+    try:
+        result = context.cloudwatch.get_metric_data(
+            MetricDataQueries=[_oldest_age_query(queue_url)], StartTime=now - timedelta(minutes=5), EndTime=now
+        )
+    except ClientError:
+        return None
+    values = result["MetricDataResults"][0].get("Values", [])
+    return float(values[0]) if values else None
+
+
+def _oldest_age_query(queue_url: str) -> dict[str, Any]:
+    return {
+        "Id": "age",
+        "MetricStat": {
+            "Metric": {
+                "Namespace": "AWS/SQS",
+                "MetricName": "ApproximateAgeOfOldestMessage",
+                "Dimensions": [{"Name": "QueueName", "Value": queue_url.rsplit("/", 1)[1]}],
+            },
+            "Period": 60,
+            "Stat": "Maximum",
+        },
+    }
+
+
+def pipe_states(context: OperatorContext) -> dict[str, str]:
+    topology = context.topology
+    names = [name for name in (topology.relay_pipe_name, topology.record_change_pipe_name) if name]
+    if context.pipes is None:
+        return dict.fromkeys(names, "unknown")
+    states = {}
+    for name in names:
+        try:
+            states[name] = context.pipes.describe_pipe(Name=name)["CurrentState"]
+        except ClientError as exc:
+            states[name] = f"unknown ({exc.response['Error']['Code']})"
+    return states

@@ -1,0 +1,74 @@
+"""Where everything is: the stack's tables, queues and pipes, from its outputs (CLI) or the function's
+environment (endpoint)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from outbox.exceptions import OperationRefusedError
+from outbox.outputs import StackOutput
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where everything is. Built from the stack's outputs (CLI) or the function's environment (endpoint)."""
+
+    events_table: str
+    inbox_table: str
+    durable_queue_url: str
+    durable_dlq_url: str
+    relay_dlq_url: str
+    record_change_queue_url: str | None = None
+    record_change_dlq_url: str | None = None
+    record_change_pipe_dlq_url: str | None = None
+    relay_pipe_name: str | None = None
+    record_change_pipe_name: str | None = None
+    # How long the inbox remembers a completion; the stack's output (an older stack without it: the
+    # shortest retention the inbox ever had, which only makes reconcile refuse sooner).
+    inbox_retention_days: int = 7
+
+    OUTPUTS = {
+        "events_table": StackOutput.EVENTS_TABLE,
+        "inbox_table": StackOutput.INBOX_TABLE,
+        "durable_queue_url": StackOutput.DURABLE_QUEUE,
+        "durable_dlq_url": StackOutput.DURABLE_DEAD_LETTER_QUEUE,
+        "relay_dlq_url": StackOutput.RELAY_DEAD_LETTER_QUEUE,
+        "record_change_queue_url": StackOutput.RECORD_CHANGE_QUEUE,
+        "record_change_dlq_url": StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE,
+        "record_change_pipe_dlq_url": StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE,
+        "relay_pipe_name": StackOutput.RELAY_PIPE,
+        "record_change_pipe_name": StackOutput.RECORD_CHANGE_PIPE,
+        "inbox_retention_days": StackOutput.INBOX_RETENTION_DAYS,
+    }
+
+    @classmethod
+    def from_outputs(cls, outputs: dict[str, str]) -> Topology:
+        missing = [name for field_name, name in cls.OUTPUTS.items() if name not in outputs and field_name in _REQUIRED]
+        if missing:
+            raise OperationRefusedError(f"the stack has no outputs {missing}: is it the outbox engine's stack?")
+        found: dict[str, Any] = {field_name: outputs.get(name) for field_name, name in cls.OUTPUTS.items()}
+        if found["inbox_retention_days"] is None:
+            del found["inbox_retention_days"]
+        else:
+            found["inbox_retention_days"] = int(found["inbox_retention_days"])
+        return cls(**found)
+
+    @property
+    def inbox_retention(self) -> timedelta:
+        return timedelta(days=self.inbox_retention_days)
+
+    def queues(self) -> dict[str, str]:
+        named = {
+            "durable": self.durable_queue_url,
+            "durable-dlq": self.durable_dlq_url,
+            "relay-pipe-dlq": self.relay_dlq_url,
+            "record-change": self.record_change_queue_url,
+            "record-change-dlq": self.record_change_dlq_url,
+            "record-change-pipe-dlq": self.record_change_pipe_dlq_url,
+        }
+        return {name: url for name, url in named.items() if url}
+
+
+_REQUIRED = {"events_table", "inbox_table", "durable_queue_url", "durable_dlq_url", "relay_dlq_url"}

@@ -222,10 +222,8 @@ class InboxReader:
 
     def claims_of(self, event_id: str) -> dict[str, ClaimRecord]:
         """Every claim of one event, by subscription name."""
-        records = map(
-            ClaimRecord.from_item, read_partition(self.client, self.table_name, keys.claim_partition(event_id))
-        )
-        return {record.subscription: record for record in records}
+        items = read_partition(self.client, self.table_name, keys.claim_partition(event_id))
+        return {record.subscription: record for record in map(ClaimRecord.from_item, items)}
 
     def dead_letter(self, tenant: str, event_id: str, subscription: str) -> DeadLetter | None:
         """The pair's dead letter (resolved or not), or None."""

@@ -12,7 +12,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
-from outbox.operations import Topology
+from outbox.ops import Topology
 from outbox.outputs import RECORD_CHANGE_OUTPUTS, StackOutput
 from outbox_cdk import OutboxPipeline
 from stacks import outbox_stack

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -36,9 +37,12 @@ class AlarmedDeadLetterQueue(Construct):
         alarm_topic: sns.ITopic,
         fifo: bool,
         description: str,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.queue = encrypted_queue(self, "Queue", fifo=fifo, retention_period=DEAD_LETTER_RETENTION)
+        self.queue = encrypted_queue(
+            self, "Queue", fifo=fifo, retention_period=DEAD_LETTER_RETENTION, encryption_key=encryption_key
+        )
         queue_resource = self.queue.node.default_child
         assert queue_resource is not None
         Validations.of(queue_resource).acknowledge(

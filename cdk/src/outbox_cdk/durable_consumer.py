@@ -7,11 +7,13 @@ from typing import Final
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
@@ -65,6 +67,7 @@ class DurableConsumer(QueueConsumer):
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
@@ -87,13 +90,17 @@ class DurableConsumer(QueueConsumer):
             },
             alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,
+            encryption_key=encryption_key,
         )
-        inbox.table.grant_read_write_data(self.function)
-        # Handlers may emit follow-up events; the grant carries the deny on mutating event rows.
+        inbox.table.grant_read_write_data(self.function)  # and the inbox's key, if it has one
+        # Handlers may emit follow-up events; the grant carries the deny on mutating event rows (and the
+        # events table's key, if it has one).
         events.grant_emit(self.function)
         # Handlers commit their writes to the application's tables in the same transaction as the completion.
         for table in data_tables:
             table.grant_read_write_data(self.function)
+        if any(table.encryption_key is not None for table in (inbox.table, *data_tables)):
+            acknowledge_key_wildcards(self.role, "grant_read_write_data on the inbox and data tables")
 
         self.dead_work_alarms = [
             alarm_above(

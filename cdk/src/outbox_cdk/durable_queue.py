@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -32,11 +33,13 @@ class DurableQueue(RedrivenQueue):
         *,
         alarm_topic: sns.ITopic,
         consumer_timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
+            encryption_key=encryption_key,
             fifo=True,
             visibility_timeout_seconds=visibility_timeout_seconds(
                 consumer_timeout_seconds, CONSUMER_BATCHING_WINDOW_SECONDS

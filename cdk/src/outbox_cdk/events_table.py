@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.table_defaults import protected_table
 
 # Key layout shared with the engine (outbox.keys): the partition key of every
@@ -31,18 +33,31 @@ EMIT_ACTIONS = [
     "dynamodb:UpdateItem",
     "dynamodb:ConditionCheckItem",
 ]
+# What emit() is granted on the table's customer-managed key, when it has one: the key actions CDK's own
+# table grants use for reads and writes (aws_dynamodb KEY_READ_ACTIONS, KEY_WRITE_ACTIONS) without the two
+# wildcards (kms:ReEncrypt*, and kms:GenerateDataKey* narrowed to kms:GenerateDataKey), so the policy of a
+# producer of yours gives cdk-nag's IAM5 nothing to report.
+EMIT_KEY_ACTIONS = [
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:Encrypt",
+    "kms:GenerateDataKey",
+]
 
 
 class EventsTable(Construct):
     """The append-only events table with its stream, and the grants that keep it append-only.
 
     Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, so no role made
-    through this construct can update or delete an event row; only the operator role may.
+    through this construct can update or delete an event row; only the operator role may. With
+    ``encryption_key`` (a customer-managed key for the table and its stream), every grant grants the key too.
     """
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, encryption_key: kms.IKey | None = None) -> None:
         super().__init__(scope, construct_id)
-        self.table = protected_table(self, "Table", stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES)
+        self.table = protected_table(
+            self, "Table", stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES, encryption_key=encryption_key
+        )
         self.operator_role = iam.Role(
             self,
             "OperatorRole",
@@ -51,6 +66,8 @@ class EventsTable(Construct):
             "deliberately, for a documented repair; every other role is denied.",
         )
         self.grant_repair(self.operator_role)
+        if encryption_key is not None:
+            acknowledge_key_wildcards(self.operator_role, "grant_read_write_data on the events table")
 
     @property
     def stream_arn(self) -> str:
@@ -61,16 +78,19 @@ class EventsTable(Construct):
     def grant_emit(self, grantee: iam.IGrantable) -> None:
         """Least privilege for code that calls emit(): read the head, write one transaction."""
         iam.Grant.add_to_principal(grantee=grantee, actions=EMIT_ACTIONS, resource_arns=[self.table.table_arn])
+        # Written by hand, so CDK grants no key with it: the key grant is here.
+        if self.table.encryption_key is not None:
+            self.table.encryption_key.grant(grantee, *EMIT_KEY_ACTIONS)
         self._deny_event_row_mutation(grantee)
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
         """Read the log (verify_chain, replay, reconcile); never change it."""
-        self.table.grant_read_data(grantee)
+        self.table.grant_read_data(grantee)  # and kms:Decrypt, kms:DescribeKey on the table's key, if any
         self._deny_event_row_mutation(grantee)
 
     def grant_repair(self, grantee: iam.IGrantable) -> None:
         """Full item access, for the operator role only. No deny: this is the one exempt role."""
-        self.table.grant_read_write_data(grantee)
+        self.table.grant_read_write_data(grantee)  # and the table's key, if any (CDK's key read and write actions)
 
     def _deny_event_row_mutation(self, grantee: iam.IGrantable) -> None:
         # ForAnyValue, not the ForAllValues that AWS prescribes for Allow statements: in a Deny we want

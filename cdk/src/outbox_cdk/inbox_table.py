@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from outbox_cdk.table_defaults import protected_table
@@ -35,7 +36,14 @@ class InboxTable(Construct):
     would turn redriven work into decisions for an operator: the synth refuses it.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, retention_days: int = DEFAULT_RETENTION_DAYS) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        encryption_key: kms.IKey | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
         if isinstance(retention_days, bool) or not MIN_RETENTION_DAYS <= retention_days <= MAX_RETENTION_DAYS:
             raise ValueError(
@@ -45,4 +53,4 @@ class InboxTable(Construct):
             )
         self.retention_days = retention_days
         # Losing the claims would let every retained event run its subscriptions a second time: retained.
-        self.table = protected_table(self, "Table", time_to_live_attribute=TTL_ATTRIBUTE)
+        self.table = protected_table(self, "Table", time_to_live_attribute=TTL_ATTRIBUTE, encryption_key=encryption_key)

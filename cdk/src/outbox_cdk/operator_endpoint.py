@@ -14,6 +14,7 @@ from typing import Final
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -54,6 +55,9 @@ class OperatorEndpoint(Construct):
     relay_pipe, record_change_pipe
         Each pipe's state (``DescribePipe``) and its DLQ's depth. The record-change lane's queue and pipe
         are None in a pipeline without one.
+    encryption_key
+        The pipeline's customer-managed key, for the function's log group; ``None`` for the key CloudWatch
+        Logs manages. (The tables' key, if any, is granted with the tables.)
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class OperatorEndpoint(Construct):
         record_change_pipe: StreamPipe | None,
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         queues: dict[str, sqs.IQueue] = {
@@ -97,6 +102,7 @@ class OperatorEndpoint(Construct):
                 **{name: queue.queue_url for name, queue in queues.items()},
                 **{name: pipe.pipe_name for name, pipe in pipes.items()},
             },
+            encryption_key=encryption_key,
         )
         self.function = engine_function.function
         self.role = engine_function.role

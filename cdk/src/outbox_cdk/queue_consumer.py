@@ -7,6 +7,7 @@ from typing import Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -42,6 +43,9 @@ class QueueConsumer(Construct):
         From ``timing``, where the queue's visibility timeout is derived from the same two numbers.
     max_concurrency
         The mapping's MaximumConcurrency, 2..1000.
+    encryption_key
+        The pipeline's customer-managed key, for the function's log group; ``None`` for the key CloudWatch
+        Logs manages. (The queue's key, if any, is granted with the queue.)
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class QueueConsumer(Construct):
         environment: Mapping[str, str],
         alarm_topic: sns.ITopic,
         max_concurrency: int,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if isinstance(max_concurrency, bool) or not MIN_MAX_CONCURRENCY <= max_concurrency <= MAX_MAX_CONCURRENCY:
@@ -76,11 +81,14 @@ class QueueConsumer(Construct):
             timeout=Duration.seconds(timeout_seconds),
             application=application,
             environment=environment,
+            encryption_key=encryption_key,
         )
         self.function = engine_function.function
         self.role = engine_function.role
         self.log_group = engine_function.log_group
 
+        # With SSE-KMS this grants kms:Decrypt on the queue's key too. The move of a message to the DLQ after
+        # max_receive_count receives needs no key permission of the consumer's: the DLQ has the queue's key.
         queue.queue.grant_consume_messages(self.function)
         self.mapping = lambda_.EventSourceMapping(
             self,

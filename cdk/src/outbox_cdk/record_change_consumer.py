@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from typing import Final
 
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.queue_consumer import DEFAULT_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.record_change_queue import RecordChangeQueue
@@ -38,6 +40,7 @@ class RecordChangeConsumer(QueueConsumer):
         alarm_topic: sns.ITopic,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         timeout_seconds: int = RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
@@ -54,6 +57,10 @@ class RecordChangeConsumer(QueueConsumer):
             environment={},
             alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,
+            encryption_key=encryption_key,
         )
         for table in data_tables:
             table.grant_read_write_data(self.function)
+        # Your tables' keys are yours; CDK grants them with the tables (wildcard actions included).
+        if any(table.encryption_key is not None for table in data_tables):
+            acknowledge_key_wildcards(self.role, "grant_read_write_data on the data tables")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -44,6 +45,7 @@ class RecordChangePipe(StreamPipe):
         alarm_topic: sns.ITopic,
         log_level: PipeLogLevel = "ERROR",
         log_execution_data: bool = False,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
@@ -61,4 +63,5 @@ class RecordChangePipe(StreamPipe):
             target_parameters=None,
             log_level=log_level,
             log_execution_data=log_execution_data,
+            encryption_key=encryption_key,
         )

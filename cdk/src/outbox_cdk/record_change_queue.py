@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -30,11 +31,13 @@ class RecordChangeQueue(RedrivenQueue):
         *,
         alarm_topic: sns.ITopic,
         consumer_timeout_seconds: int = RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
+            encryption_key=encryption_key,
             fifo=False,
             visibility_timeout_seconds=visibility_timeout_seconds(
                 consumer_timeout_seconds, RECORD_CHANGE_BATCHING_WINDOW_SECONDS

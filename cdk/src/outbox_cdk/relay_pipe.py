@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_pipes as pipes
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -65,6 +66,7 @@ class RelayPipe(StreamPipe):
         alarm_topic: sns.ITopic,
         log_level: PipeLogLevel = "ERROR",
         log_execution_data: bool = False,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(
             scope,
@@ -86,4 +88,5 @@ class RelayPipe(StreamPipe):
             ),
             log_level=log_level,
             log_execution_data=log_execution_data,
+            encryption_key=encryption_key,
         )

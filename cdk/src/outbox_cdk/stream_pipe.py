@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from aws_cdk import Acknowledgment, Duration, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_pipes as pipes
 from aws_cdk import aws_sns as sns
@@ -28,6 +29,7 @@ from constructs import Construct
 
 from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
+from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.timing import RELAY_MAXIMUM_RECORD_AGE_HOURS
 
 PipeLogLevel = Literal["OFF", "ERROR", "INFO", "TRACE"]
@@ -78,6 +80,9 @@ class StreamPipe(Construct):
         The input template and SQS parameters, or ``None`` to send each stream record as it is.
     log_level, log_execution_data
         The pipe's log configuration (context ``pipeLogLevel`` and ``pipeLogExecutionData``).
+    encryption_key
+        A customer-managed KMS key for the DLQ and the log group (the pipeline's ``encryption_key``);
+        ``None`` for SSE-SQS and the key CloudWatch Logs manages.
     """
 
     def __init__(
@@ -96,6 +101,7 @@ class StreamPipe(Construct):
         target_parameters: pipes.CfnPipe.PipeTargetParametersProperty | None,
         log_level: PipeLogLevel = "ERROR",
         log_execution_data: bool = False,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if log_level not in PIPE_LOG_LEVELS:
@@ -105,7 +111,12 @@ class StreamPipe(Construct):
             raise ValueError(f"the {label}'s source table has no stream")
 
         self.dead_letters = AlarmedDeadLetterQueue(
-            self, "DeadLetters", alarm_topic=alarm_topic, fifo=False, description=dead_letter_description
+            self,
+            "DeadLetters",
+            alarm_topic=alarm_topic,
+            fifo=False,
+            description=dead_letter_description,
+            encryption_key=encryption_key,
         )
         self.dead_letter_queue: sqs.IQueue = self.dead_letters.queue
         dead_letter_resource = self.dead_letters.queue.node.default_child
@@ -117,8 +128,9 @@ class StreamPipe(Construct):
                 "rule does not recognise, unlike a queue redrive policy); it is alarmed at > 0.",
             )
         )
-        self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION)
-        checkov.skip(self.log_group, "CKV_AWS_158", checkov.LOG_GROUP_KEY_REASON)
+        self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION, encryption_key=encryption_key)
+        if encryption_key is None:  # with a customer-managed key, the check passes
+            checkov.skip(self.log_group, "CKV_AWS_158", checkov.LOG_GROUP_KEY_REASON)
         self.role = self._role(table, target, role_description)
 
         filters = [pipes.CfnPipe.FilterProperty(pattern=json.dumps(filter_pattern))] if filter_pattern else None
@@ -167,6 +179,8 @@ class StreamPipe(Construct):
                 conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
             ),
         )
+        # With a customer-managed key on the table, kms:Decrypt and kms:DescribeKey on it too, which a pipe
+        # needs to read an encrypted source (EventBridge Pipes user guide, "Custom encryption failures").
         table.grant_stream_read(role)
         policy_resource = role.node.find_child("DefaultPolicy").node.default_child
         assert policy_resource is not None
@@ -177,7 +191,12 @@ class StreamPipe(Construct):
                 "permissions; DescribeStream, GetRecords and GetShardIterator are scoped to this stream.",
             )
         )
+        # A queue with SSE-KMS grants its key with the send (kms:GenerateDataKey* and kms:Decrypt among the
+        # actions, what an SQS producer needs): the target, and the DLQ the pipe writes failed batches to.
         target.grant_send_messages(role)
         self.dead_letter_queue.grant_send_messages(role)
+        if target.encryption_master_key is not None or self.dead_letter_queue.encryption_master_key is not None:
+            acknowledge_key_wildcards(role, "grant_send_messages on the pipe's target and DLQ")
+        # Writing to an encrypted log group needs no key permission: CloudWatch Logs itself uses the key.
         self.log_group.grant_write(role)
         return role

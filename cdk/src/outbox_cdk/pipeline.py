@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import Annotations, CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -36,6 +37,7 @@ from outbox_cdk import inbox_table, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
+from outbox_cdk.encryption import admit_cloudwatch_logs
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
@@ -98,6 +100,18 @@ class OutboxPipeline(Construct):
         Each consumer's function timeout, 10 s..15 min (60 s and 30 s by default). Its queue's visibility
         timeout is six times that (AWS's rule) and its queue-age alarm two visibility timeouts; a durable
         handler's inbox lease lives at most that long, so give slow remote calls room here.
+    encryption_key
+        An optional customer-managed KMS key for tables, queues and logs: the events and inbox tables
+        (``TableEncryption.CUSTOMER_MANAGED``), every queue and dead-letter queue of the pipeline (SSE-KMS)
+        and the log group of every function and pipe of the pipeline use it, and every role of the pipeline,
+        the operator role and each producer granted ``grant_emit`` are granted what they need on it. Your
+        own tables and the alarm topic keep their keys. A key of this app (``kms.Key``) gets the key
+        policy statement CloudWatch Logs needs; a key imported by ARN (``kms.Key.from_key_arn``) cannot be
+        changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
+        ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
+        ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups): the synth warns,
+        and without it the log groups fail to deploy. It must also let this account's IAM policies grant it
+        (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     """
 
     def __init__(
@@ -119,6 +133,7 @@ class OutboxPipeline(Construct):
         pipe_log_execution_data: bool = False,
         consumer_timeout: Duration | None = None,
         record_change_timeout: Duration | None = None,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -128,8 +143,11 @@ class OutboxPipeline(Construct):
         self.record_change_timeout_seconds = _timeout_seconds(
             "record-change consumer", record_change_timeout, timing.RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS
         )
+        self.encryption_key = encryption_key
+        if encryption_key is not None:
+            self._admit_cloudwatch_logs(encryption_key)
 
-        self.events = EventsTable(self, "Events")
+        self.events = EventsTable(self, "Events", encryption_key=encryption_key)
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
         self.alarm_topic: sns.ITopic = alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email).topic
@@ -138,7 +156,11 @@ class OutboxPipeline(Construct):
             data_tables.append(record_changes_from)
 
         self.durable = DurableQueue(
-            self, "Durable", alarm_topic=self.alarm_topic, consumer_timeout_seconds=consumer_seconds
+            self,
+            "Durable",
+            alarm_topic=self.alarm_topic,
+            consumer_timeout_seconds=consumer_seconds,
+            encryption_key=encryption_key,
         )
         self.relay = RelayPipe(
             self,
@@ -148,8 +170,9 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             log_level=pipe_log_level,
             log_execution_data=pipe_log_execution_data,
+            encryption_key=encryption_key,
         )
-        self.inbox = InboxTable(self, "Inbox", retention_days=inbox_retention_days)
+        self.inbox = InboxTable(self, "Inbox", retention_days=inbox_retention_days, encryption_key=encryption_key)
         self.consumer = DurableConsumer(
             self,
             "DurableConsumer",
@@ -161,6 +184,7 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             max_concurrency=consumer_max_concurrency,
             timeout_seconds=consumer_seconds,
+            encryption_key=encryption_key,
         )
         self.record_changes: RecordChangeQueue | None = None
         self.record_change_pipe: RecordChangePipe | None = None
@@ -186,6 +210,7 @@ class OutboxPipeline(Construct):
             record_change_pipe=self.record_change_pipe,
             application=self.application,
             alarm_topic=self.alarm_topic,
+            encryption_key=encryption_key,
         )
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
         self.monitoring = self._monitor()
@@ -236,6 +261,7 @@ class OutboxPipeline(Construct):
             "RecordChanges",
             alarm_topic=self.alarm_topic,
             consumer_timeout_seconds=self.record_change_timeout_seconds,
+            encryption_key=self.encryption_key,
         )
         self.record_change_pipe = RecordChangePipe(
             self,
@@ -245,6 +271,7 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             log_level=log_level,
             log_execution_data=log_execution_data,
+            encryption_key=self.encryption_key,
         )
         self.record_change_consumer = RecordChangeConsumer(
             self,
@@ -255,7 +282,19 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             max_concurrency=max_concurrency,
             timeout_seconds=self.record_change_timeout_seconds,
+            encryption_key=self.encryption_key,
         )
+
+    def _admit_cloudwatch_logs(self, key: kms.IKey) -> None:
+        # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs
+        # already, which the synth cannot see, and refusing it would refuse the usual shape of a central key.
+        if not admit_cloudwatch_logs(self, key):
+            Annotations.of(self).add_warning_v2(
+                "outbox:encryptionKeyPolicy",
+                f"encryption_key {key.key_arn} is imported: its key policy cannot be changed here and must "
+                "admit CloudWatch Logs (logs.<region>.amazonaws.com) for this account's log groups, or the "
+                "pipeline's log groups fail to deploy (see OutboxPipeline's encryption_key).",
+            )
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]

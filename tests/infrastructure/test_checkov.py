@@ -58,8 +58,9 @@ CHECKOV_TIMEOUT_SECONDS = 300
 SUPPRESSIONS_DOC = "docs/security-checks.md"
 
 
-@pytest.fixture(scope="module")
-def checkov_binary() -> Path:
+def find_checkov() -> Path:
+    """The checkov to run: the one ``OUTBOX_CHECKOV`` names (fail if it is missing), else ``.venv-checkov``'s
+    (skip if it is missing)."""
     named = os.environ.get(CHECKOV_ENV)
     binary = PROJECT_ROOT / named if named else DEFAULT_CHECKOV
     if not binary.exists():
@@ -67,6 +68,11 @@ def checkov_binary() -> Path:
             pytest.fail(f"{CHECKOV_ENV}={named} does not exist: make checkov-env creates it")
         pytest.skip(f"checkov is not installed at {DEFAULT_CHECKOV.relative_to(PROJECT_ROOT)}: run make checkov-env")
     return binary
+
+
+@pytest.fixture(scope="module")
+def checkov_binary() -> Path:
+    return find_checkov()
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +123,36 @@ def template_skips(synthesized: Synthesized) -> Iterator[tuple[str, str, str, di
                 yield stack_name, resource["Type"], logical_id, entry
 
 
-def test_checkov_finds_no_failed_check(report: dict[str, Any]) -> None:
-    failed = [
+def failed_checks(report: dict[str, Any]) -> list[str]:
+    return [
         f"{check['check_id']} on {check['resource']}: {check['check_name']}"
         for check in report["results"]["failed_checks"]
     ]
+
+
+def applied_skips(report: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    """(template file, resource, check id, comment) of every skip checkov applied."""
+    return {
+        (
+            Path(check["file_abs_path"]).name,
+            check["resource"],
+            check["check_id"],
+            check["check_result"]["suppress_comment"],
+        )
+        for check in report["results"]["skipped_checks"]
+    }
+
+
+def asked_skips(synthesized: Synthesized) -> set[tuple[str, str, str, str]]:
+    """The same for every skip the templates' metadata asks for."""
+    return {
+        (f"{stack_name}.template.json", f"{resource_type}.{logical_id}", entry["id"], entry["comment"])
+        for stack_name, resource_type, logical_id, entry in template_skips(synthesized)
+    }
+
+
+def test_checkov_finds_no_failed_check(report: dict[str, Any]) -> None:
+    failed = failed_checks(report)
     assert failed == [], "checkov failed checks (fix them, or checkov.skip on the resource, with the reason):\n" + (
         "\n".join(failed)
     )
@@ -136,20 +167,7 @@ def test_checkov_is_the_pinned_version(report: dict[str, Any]) -> None:
 def test_checkov_skips_exactly_what_the_resources_say(report: dict[str, Any], synthesized: Synthesized) -> None:
     """Every skip in the metadata is one checkov applied, with its comment: no mistyped id, no skip of a check
     that does not concern the resource, and nothing skipped that no resource asked for."""
-    skipped = {
-        (
-            Path(check["file_abs_path"]).name,
-            check["resource"],
-            check["check_id"],
-            check["check_result"]["suppress_comment"],
-        )
-        for check in report["results"]["skipped_checks"]
-    }
-    asked = {
-        (f"{stack_name}.template.json", f"{resource_type}.{logical_id}", entry["id"], entry["comment"])
-        for stack_name, resource_type, logical_id, entry in template_skips(synthesized)
-    }
-    assert skipped == asked
+    assert applied_skips(report) == asked_skips(synthesized)
 
 
 def test_every_skip_in_the_templates_has_a_reason(synthesized: Synthesized) -> None:

@@ -104,7 +104,8 @@ class OutboxPipeline(Construct):
         An optional customer-managed KMS key for tables, queues and logs: the events and inbox tables
         (``TableEncryption.CUSTOMER_MANAGED``), every queue and dead-letter queue of the pipeline (SSE-KMS)
         and the log group of every function and pipe of the pipeline use it, and every role of the pipeline,
-        the operator role and each producer granted ``grant_emit`` are granted what they need on it. Your
+        the operator role and each producer granted ``grant_emit`` are granted what they need on it (anyone
+        else who reads the tables or queues, your own tools included, needs ``kms:Decrypt`` on it too). Your
         own tables and the alarm topic keep their keys. A key of this app (``kms.Key``) gets the key
         policy statement CloudWatch Logs needs; a key imported by ARN (``kms.Key.from_key_arn``) cannot be
         changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,

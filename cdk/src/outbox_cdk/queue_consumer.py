@@ -87,8 +87,9 @@ class QueueConsumer(Construct):
         self.role = engine_function.role
         self.log_group = engine_function.log_group
 
-        # With SSE-KMS this grants kms:Decrypt on the queue's key too. The move of a message to the DLQ after
-        # max_receive_count receives needs no key permission of the consumer's: the DLQ has the queue's key.
+        # With SSE-KMS this grants kms:Decrypt on the queue's key too. The DLQ a message moves to after
+        # max_receive_count receives has the same key (SQS wants an encrypted queue and its DLQ to share one),
+        # so whoever reads the DLQ needs that one key only.
         queue.queue.grant_consume_messages(self.function)
         self.mapping = lambda_.EventSourceMapping(
             self,

@@ -229,7 +229,9 @@ class OutboxPipeline(Construct):
 
     @property
     def operator_role(self) -> iam.IRole:
-        """May run every operator action (status, replay, redrive, reconcile); assume it to operate."""
+        """The one role that may repair event rows (the others are denied), and may call the operator
+        endpoint. It holds nothing on the queues or the inbox: grant it those (or use an operator's own
+        credentials) for the CLI's replay, redrive and reconcile."""
         return self.events.operator_role
 
     @property

@@ -21,6 +21,7 @@ help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers/engine/requirements.txt engine/pyproject.toml cdk/pyproject.toml
+	@echo "setup: creating $(VENV) and installing the pinned packages (aws-cdk-lib, jsii, moto, cfn-lint: a few minutes on a fresh machine)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# The engine and the constructs install editable (the operator CLI is .venv/bin/outbox); the example
@@ -29,12 +30,14 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt layers
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt constraints-checkov.txt
+	@echo "setup: creating $(CHECKOV_VENV) for checkov, whose pins fight the project's (about half a minute)"
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt -c constraints-checkov.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
+	@echo "setup: installing the AWS CDK CLI into node_modules/ (npm ci)"
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 

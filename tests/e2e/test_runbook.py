@@ -263,14 +263,29 @@ def test_status_reports_chain_intact_and_dead_letters_per_tenant_and_every_queue
     order_and_pay(local, tenant)
     local.settle()
 
-    report = as_json(outbox(local, "--json", "status"))
+    result = outbox(local, "--json", "status")
+    report = json.loads(result.output)
 
     [row] = [t for t in report["tenants"] if t["tenant"] == tenant]
     assert (row["chain_intact"], row["dead_letters"]) == (True, 2)
     assert report["queues"]["durable-dlq"]["visible"] == 0
     assert set(report["queues"]) >= {"durable", "durable-dlq", "relay-pipe-dlq", "record-change", "record-change-dlq"}
     assert set(report["pipes"].values()) == {"RUNNING"}
-    assert outbox(local, "status").exit_code == 0
+    assert f"tenant {tenant}: 2 dead letters" in report["problems"]
+    # Exit 1: something needs an operator (here the two dead letters), for a monitoring script; the same
+    # with or without --json, and the human form names the problem.
+    human = outbox(local, "status")
+    assert (result.exit_code, human.exit_code) == (1, 1)
+    assert f"needs attention: tenant {tenant}: 2 dead letters" in human.output
+
+
+def test_status_exits_0_when_nothing_needs_an_operator(local: LocalBackend) -> None:
+    order_and_pay(local, unique("tenant"))
+    local.settle()
+
+    result = outbox(local, "--json", "status")
+
+    assert (as_json(result)["problems"], result.exit_code) == ([], 0)
 
 
 def test_verify_chain_checks_every_tenant_and_fails_on_a_broken_one(local: LocalBackend) -> None:

@@ -55,6 +55,28 @@ def test_the_alarm_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
     assert "aws:SourceArn" in cloudwatch_grants[0]["Condition"]["ArnLike"]
 
 
+def test_the_alarm_topic_admits_the_alarms_of_the_stack_it_is_deployed_as(
+    stack_template: dict[str, Any], topic_id: str
+) -> None:
+    # Under whatever name the template is deployed (a construct user's stack, a second copy), CloudFormation
+    # names the alarms "<that name>-...": the pattern must be built from AWS::StackName, not a literal.
+    _, key = only_resource(stack_template, "AWS::KMS::Key", "Alarms")
+    _, policy = only_resource(stack_template, "AWS::SNS::TopicPolicy")
+    statements = [
+        *key["Properties"]["KeyPolicy"]["Statement"],
+        *policy["Properties"]["PolicyDocument"]["Statement"],
+    ]
+    patterns = [
+        json.dumps(s["Condition"]["ArnLike"]["aws:SourceArn"])
+        for s in statements
+        if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert len(patterns) == 2
+    for pattern in patterns:
+        assert '{"Ref": "AWS::StackName"}' in pattern
+        assert "OutboxEngine" not in pattern
+
+
 def test_the_alarm_topic_admits_cloudwatch_and_only_tls(stack_template: dict[str, Any], topic_id: str) -> None:
     _, policy = only_resource(stack_template, "AWS::SNS::TopicPolicy")
     statements = policy["Properties"]["PolicyDocument"]["Statement"]

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("layers", "lambdas", "outbox.local", "modules", "simulation", "stacks", "tests", "benchmarks", "tools")
+SOURCES = ("engine", "cdk", "layers", "lambdas", "modules", "simulation", "stacks", "tests", "benchmarks", "tools")
 RULES_DOC = ROOT / "docs" / "aws-behaviour.md"
 # A rule id next to the document's name, or in the lists of the runtime's fixes: "R4.1", "M17", "M7-M10".
 CITATION = re.compile(r"\b([RM]\d+(?:\.\d+)?)\b")
@@ -15,6 +15,8 @@ OUTSIDE = re.compile(r"\.\./shared|AWS-SEMANTICS|DESIGN\.md|seeds/000_")
 
 
 def project_files() -> list[Path]:
+    missing = [folder for folder in SOURCES if not (ROOT / folder).is_dir()]
+    assert missing == [], f"SOURCES names folders that do not exist (moved?): {missing}"
     files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     for folder in SOURCES:
         files.extend(p for p in sorted((ROOT / folder).rglob("*.py")) if "__snapshots__" not in p.parts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import ArnFormat, Aws, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -47,11 +47,12 @@ class AlarmTopic(Construct):
     def _admit_cloudwatch_alarms(self) -> None:
         stack = Stack.of(self)
         # CloudFormation names an unnamed alarm "<stack name>-<logical id>-<suffix>", so this matches
-        # the alarms of this stack and no other.
+        # the alarms of this stack and no other. The name is the deployed one (AWS::StackName), not the
+        # one this app synthesized under: the same template deployed under another name keeps its alarms.
         alarm_arns = stack.format_arn(
             service="cloudwatch",
             resource="alarm",
-            resource_name=f"{stack.stack_name}-*",
+            resource_name=f"{Aws.STACK_NAME}-*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
         conditions = {

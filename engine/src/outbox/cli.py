@@ -13,6 +13,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -26,7 +27,7 @@ from rich.table import Table
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxError
 from outbox.local.clients import local_client
-from outbox.ops import OperationRefusedError, Operations, Topology
+from outbox.ops import OperationRefusedError, Operations, Status, Topology
 from outbox.outputs import StackOutput
 from outbox.settings import load_catalog
 
@@ -35,7 +36,7 @@ logger = logging.getLogger("outbox.cli")
 LOCAL_TOPOLOGY = Path(".local") / "topology.json"
 CATALOG_ENV = "OUTBOX_CATALOG"
 
-app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
+app = typer.Typer(help=__doc__, no_args_is_help=True)
 dead_letters_app = typer.Typer(help="Dead-letter rows: what failed, for whom, and why.", no_args_is_help=True)
 app.add_typer(dead_letters_app, name="dead-letters")
 
@@ -74,6 +75,21 @@ class CliContext:
         return self.console or Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"outbox {_installed_version()}")
+        raise typer.Exit()
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chained-outbox")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -89,6 +105,9 @@ def main(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit")
+    ] = False,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if isinstance(ctx.obj, CliContext):  # tests and embedding pass a ready context
@@ -223,12 +242,21 @@ def parse_moment(value: str | None, now: datetime | None = None) -> datetime | N
 
 @app.command()
 def status(ctx: typer.Context) -> None:
-    """Queue and DLQ depths, pipe states, and per tenant: chain intact and dead letters."""
+    """Queue and DLQ depths, pipe states, and per tenant: chain intact and dead letters.
+
+    Exit code 0: healthy; 1: something needs an operator (a DLQ message, a broken chain, a dead letter, a
+    poison pill today, a pipe not running), listed under "problems"; 2: the command could not run."""
     context = _context(ctx)
     report = context.operations.status()
     if context.json:
         _emit_json(context, report.as_dict())
-        return
+    else:
+        _print_status(context, report)
+    if report.problems():
+        raise typer.Exit(code=1)
+
+
+def _print_status(context: CliContext, report: Status) -> None:
     queues = Table("queue", "visible", "in flight", "oldest (s)", title="queues")
     for name, depth in report.queues.items():
         style = "red" if name.endswith("dlq") and depth.visible + depth.in_flight else ""
@@ -239,7 +267,10 @@ def status(ctx: typer.Context) -> None:
         chain = "intact" if tenant.chain_intact else f"[red]BROKEN at {tenant.first_broken_seq}[/]"
         tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), str(tenant.dead_letters))
     context.out.print(queues, tenants)
-    context.out.print(f"pipes: {report.pipes}   poison pills today: {report.poison_pills_today}")
+    pipes = ", ".join(f"{name} {state}" for name, state in report.pipes.items()) or "none"
+    context.out.print(f"pipes: {pipes}   poison pills today: {report.poison_pills_today}")
+    for problem in report.problems():
+        context.out.print(f"[bold red]needs attention:[/] {problem}")
 
 
 @app.command("verify-chain")
@@ -326,13 +357,21 @@ def dead_letters_show(ctx: typer.Context, event_id: str, tenant: Annotated[str, 
     _emit_json(context, rows)
 
 
+def _day(value: str) -> datetime:
+    """``YYYY-MM-DD`` as midnight UTC; anything else is a usage error (exit 2), never a traceback."""
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a day: give it as YYYY-MM-DD", param_hint="--day") from None
+
+
 @dead_letters_app.command("poison")
 def poison(
     ctx: typer.Context, day: Annotated[str | None, typer.Option(help="YYYY-MM-DD, default today")] = None
 ) -> None:
     """Poison pills: messages that were not events at all (kept under a global partition per day)."""
     context = _context(ctx)
-    moment = datetime.fromisoformat(day).replace(tzinfo=UTC) if day else None
+    moment = _day(day) if day else None
     pills = context.operations.poison_pills(moment)
     _emit_json(context, [{k: next(iter(v.values())) for k, v in pill.items()} for pill in pills])
 
@@ -398,19 +437,25 @@ def replay(
         _emit_json(context, result)
 
 
+class RedriveMethod(StrEnum):
+    """SQS's move task where the DLQ allows it (a standard queue's), else receive-send-delete (a FIFO DLQ)."""
+
+    AUTO = "auto"
+    MOVE_TASK = "move-task"
+    RECEIVE_SEND_DELETE = "receive-send-delete"
+
+
 @app.command()
 def redrive(
     ctx: typer.Context,
     dlq: Annotated[str, typer.Option(help="durable-dlq or record-change-dlq")] = "durable-dlq",
     max_messages: Annotated[int | None, typer.Option("--max", help="stop after this many")] = None,
-    method: Annotated[str, typer.Option(help="auto, move-task or receive-send-delete")] = "auto",
+    method: Annotated[RedriveMethod, typer.Option(help="how the messages move")] = RedriveMethod.AUTO,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
 ) -> None:
     """Move a DLQ's messages back to their queue. Nothing is cleared: each subscription runs, is skipped as
     completed, or stays dead with its dead letter (see status; rerun those with replay)."""
     context = _context(ctx)
-    if method not in ("auto", "move-task", "receive-send-delete"):
-        _refuse(context, OperationRefusedError(f"unknown method {method!r}"))
     try:
         context.operations.redrive_route(dlq)
     except OperationRefusedError as exc:
@@ -431,7 +476,7 @@ def redrive(
         with Progress(console=context.out, transient=True) as progress:
             task = progress.add_task(f"redriving {dlq}", total=depth.visible)
             result = context.operations.redrive(
-                dlq, max_messages=max_messages, method=method, on_message=lambda _id: progress.advance(task)
+                dlq, max_messages=max_messages, method=method.value, on_message=lambda _id: progress.advance(task)
             )
     except (OperationRefusedError, OutboxError) as exc:
         _refuse(context, exc)

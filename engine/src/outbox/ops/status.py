@@ -20,6 +20,10 @@ class QueueDepth:
     oldest_age_seconds: float | None  # from CloudWatch; None where no metric is available
 
 
+# "unknown": the caller has no Pipes client (the local CLI); not a finding.
+HEALTHY_PIPE_STATES = frozenset({"RUNNING", "unknown"})
+
+
 @dataclass(frozen=True)
 class TenantStatus:
     tenant: str
@@ -36,8 +40,26 @@ class Status:
     tenants: list[TenantStatus]
     poison_pills_today: int
 
+    def problems(self) -> list[str]:
+        """What needs an operator, one line each: messages in a dead-letter queue, a broken chain, dead
+        letters, poison pills today, a pipe that is not running. Empty: healthy."""
+        found = [
+            f"{name}: {depth.visible + depth.in_flight} messages"
+            for name, depth in self.queues.items()
+            if name.endswith("dlq") and depth.visible + depth.in_flight
+        ]
+        found += [f"pipe {name} is {state}" for name, state in self.pipes.items() if state not in HEALTHY_PIPE_STATES]
+        for tenant in self.tenants:
+            if not tenant.chain_intact:
+                found.append(f"tenant {tenant.tenant}: chain broken at seq {tenant.first_broken_seq}")
+            if tenant.dead_letters:
+                found.append(f"tenant {tenant.tenant}: {tenant.dead_letters} dead letters")
+        if self.poison_pills_today:
+            found.append(f"{self.poison_pills_today} poison pills today")
+        return found
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "problems": self.problems()}
 
 
 def read_status(context: OperatorContext) -> Status:

@@ -1,5 +1,6 @@
-"""The ``outbox`` command finds the application's catalog without AWS: ``--catalog``, ``OUTBOX_CATALOG`` or
-``[tool.outbox]`` in the project's pyproject.toml; ``catalog`` and ``--help`` need no stack or credentials."""
+"""The ``outbox`` command without AWS: it finds the application's catalog (``--catalog``, ``OUTBOX_CATALOG`` or
+``[tool.outbox]`` in the project's pyproject.toml); ``catalog``, ``--version`` and every ``--help`` need no stack
+or credentials; bad input is a usage error (exit 2), never a traceback."""
 
 from __future__ import annotations
 
@@ -66,3 +67,18 @@ def test_the_application_environment_output_is_read_as_the_functions_environment
     assert _application_environment({}) == {}
     with pytest.raises(Exception, match="not a JSON object"):
         _application_environment({StackOutput.APPLICATION_ENVIRONMENT.value: "[1]"})
+
+
+def test_the_version_is_printed_without_aws(project: Path) -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("outbox 0.")
+
+
+def test_a_day_that_is_not_a_date_is_a_usage_error_not_a_traceback(project: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["--catalog", "modules:build_catalog", "dead-letters", "poison", "--day", "yesterday"]
+    )
+    assert result.exit_code == 2
+    assert "'yesterday' is not a day: give it as YYYY-MM-DD" in flat(result.output)
+    assert "Traceback" not in result.output

@@ -5,6 +5,9 @@ or credentials; bad input is a usage error (exit 2), never a traceback."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,56 @@ def test_a_day_that_is_not_a_date_is_a_usage_error_not_a_traceback(project: Path
     assert result.exit_code == 2
     assert "'yesterday' is not a day: give it as YYYY-MM-DD" in flat(result.output)
     assert "Traceback" not in result.output
+
+
+OUTBOX = Path(sys.executable).parent / "outbox"
+
+
+def run_outbox(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a person runs it: no AWS configuration of this machine."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),  # no ~/.aws
+        "AWS_EC2_METADATA_DISABLED": "true",  # no credential lookup on the network
+        "AWS_MAX_ATTEMPTS": "1",
+        "OUTBOX_CATALOG": "modules:build_catalog",
+        "DATA_TABLE_NAME": "data",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # where the example's modules are
+    }
+    return subprocess.run([str(OUTBOX), *arguments], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (["--stack", "Shop", "status"], "no AWS region: pass --region"),
+        (["--stack", "Shop", "--region", "us-east-1", "status"], "no AWS credentials: pass --profile"),
+        (["--stack", "Shop", "--profile", "nobody", "status"], "check --profile"),
+        (["--local", "status"], "no .local/topology.json"),
+    ],
+)
+def test_what_aws_refuses_is_one_line_and_exit_2(tmp_path: Path, arguments: list[str], says: str) -> None:
+    result = run_outbox(tmp_path, *arguments)
+    assert result.returncode == 2, result.stderr
+    assert says in flat(result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_stale_local_topology_says_to_start_the_runtime(tmp_path: Path) -> None:
+    (tmp_path / ".local").mkdir()
+    outputs = {str(output): "x" for output in StackOutput if output != StackOutput.APPLICATION_ENVIRONMENT}
+    outputs[StackOutput.INBOX_RETENTION_DAYS] = "30"
+    topology = {"outputs": outputs, "endpoint_url": "http://127.0.0.1:9"}  # nothing listens on port 9
+    (tmp_path / ".local" / "topology.json").write_text(json.dumps(topology))
+    result = run_outbox(tmp_path, "--local", "status")
+    assert result.returncode == 2
+    assert "cannot reach http://127.0.0.1:9" in flat(result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_stack_without_the_pipeline_s_outputs_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / ".local").mkdir()
+    (tmp_path / ".local" / "topology.json").write_text('{"outputs": {}, "endpoint_url": "http://127.0.0.1:9"}')
+    result = run_outbox(tmp_path, "--local", "status")
+    assert result.returncode == 2
+    assert "is it a stack with an OutboxPipeline?" in flat(result.stderr)

@@ -20,6 +20,15 @@ from typing import Annotated, Any, NoReturn
 
 import boto3
 import typer
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -524,8 +533,41 @@ def reconcile(
 
 
 def run() -> None:
-    """The ``outbox`` console script."""
-    app(prog_name="outbox")
+    """The ``outbox`` console script: what AWS or the network refused is one line and exit code 2, never a
+    botocore traceback; nothing was changed by the call that failed."""
+    try:
+        app(prog_name="outbox")
+    except (BotoCoreError, ClientError) as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {explain_aws_error(exc)}", highlight=False)
+        raise SystemExit(2) from None
+    except OutboxError as exc:  # refused before anything changed (a stack that is not a pipeline's, say)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]refused:[/] {exc}", highlight=False)
+        raise SystemExit(2) from None
+
+
+def explain_aws_error(exc: BotoCoreError | ClientError) -> str:
+    """What went wrong, and what to do about it, in one line."""
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: pass --region, or set AWS_REGION (or use a --profile that has one)"
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return "no AWS credentials: pass --profile, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    if isinstance(exc, ProfileNotFound):
+        return f"{exc}: check --profile against ~/.aws/config"
+    if isinstance(exc, EndpointConnectionError):
+        return (
+            f"cannot reach {exc.kwargs.get('endpoint_url', 'the endpoint')}: for --local, start the local runtime "
+            "(make demo ARGS='--serve 4566'); a stopped demo leaves a stale .local/topology.json behind"
+        )
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", "?"), error.get("Message", "")
+        operation = exc.operation_name
+        if code == "ValidationError" and "does not exist" in message:
+            return f"{message}: check --stack and --region"
+        if "AccessDenied" in code or code in ("UnauthorizedOperation", "UnrecognizedClientException"):
+            return f"access denied to {operation}: {message} (use credentials that may operate the stack)"
+        return f"AWS refused {operation}: {code}: {message}"
+    return str(exc)
 
 
 if __name__ == "__main__":

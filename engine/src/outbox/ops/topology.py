@@ -45,9 +45,11 @@ class Topology:
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Topology:
-        missing = [name for field_name, name in cls.OUTPUTS.items() if name not in outputs and field_name in _REQUIRED]
+        missing = [str(name) for field, name in cls.OUTPUTS.items() if name not in outputs and field in _REQUIRED]
         if missing:
-            raise OperationRefusedError(f"the stack has no outputs {missing}: is it the outbox engine's stack?")
+            raise OperationRefusedError(
+                f"the stack has no outputs {', '.join(missing)}: is it a stack with an OutboxPipeline?"
+            )
         found: dict[str, Any] = {field_name: outputs.get(name) for field_name, name in cls.OUTPUTS.items()}
         if found["inbox_retention_days"] is None:
             del found["inbox_retention_days"]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from outbox.cli import _application_environment, app
-from outbox.outputs import StackOutput
+from outbox.cli import app
+from outbox.exceptions import OutboxValidationError
+from outbox.outputs import StackOutput, application_environment
 
 
 def flat(output: str) -> str:
@@ -66,10 +67,11 @@ def test_every_help_works_offline(project: Path) -> None:
 
 def test_the_application_environment_output_is_read_as_the_functions_environment() -> None:
     outputs = {StackOutput.APPLICATION_ENVIRONMENT.value: '{"DATA_TABLE_NAME": "t-1", "MODE": "live"}'}
-    assert _application_environment(outputs) == {"DATA_TABLE_NAME": "t-1", "MODE": "live"}
-    assert _application_environment({}) == {}
-    with pytest.raises(Exception, match="not a JSON object"):
-        _application_environment({StackOutput.APPLICATION_ENVIRONMENT.value: "[1]"})
+    assert application_environment(outputs) == {"DATA_TABLE_NAME": "t-1", "MODE": "live"}
+    assert application_environment({}) == {}
+    for broken in ("[1]", "not json"):
+        with pytest.raises(OutboxValidationError, match="not a JSON object"):
+            application_environment({StackOutput.APPLICATION_ENVIRONMENT.value: broken})
 
 
 def test_the_version_is_printed_without_aws(project: Path) -> None:

@@ -34,10 +34,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from outbox.catalog import Catalog
-from outbox.exceptions import OutboxError
+from outbox.exceptions import OutboxError, OutboxValidationError
 from outbox.local.clients import local_client
 from outbox.ops import OperationRefusedError, Operations, Status, Topology
-from outbox.outputs import StackOutput
+from outbox.outputs import application_environment
 from outbox.settings import load_catalog
 
 logger = logging.getLogger("outbox.cli")
@@ -179,7 +179,11 @@ def _operations(
 def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
     """The application's catalog, built in the environment the pipeline's functions have (the stack's
     ApplicationEnvironment output); a variable already set in this shell wins."""
-    for name, value in _application_environment(outputs).items():
+    try:
+        variables = application_environment(outputs)
+    except OutboxValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    for name, value in variables.items():
         os.environ.setdefault(name, value)
     # As `python -m` does: the application's package is found from the directory the command runs in.
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -188,21 +192,6 @@ def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
         return load_catalog(reference)
     except (ImportError, AttributeError, ValueError, TypeError, OutboxError) as exc:
         raise typer.BadParameter(f"the catalog {reference} could not be built: {exc}", param_hint="--catalog") from exc
-
-
-def _application_environment(outputs: dict[str, str]) -> dict[str, str]:
-    raw = outputs.get(StackOutput.APPLICATION_ENVIRONMENT)
-    if raw is None:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"the stack's {StackOutput.APPLICATION_ENVIRONMENT} output is not JSON: {exc}"
-        ) from exc
-    if not isinstance(parsed, dict):
-        raise typer.BadParameter(f"the stack's {StackOutput.APPLICATION_ENVIRONMENT} output is not a JSON object")
-    return {str(name): str(value) for name, value in parsed.items()}
 
 
 # -- helpers ----------------------------------------------------------------------------------------

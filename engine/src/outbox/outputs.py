@@ -7,7 +7,11 @@ rename here changes both sides at once; an output the construct does not declare
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
+
+from outbox.exceptions import OutboxValidationError
 
 
 class StackOutput(StrEnum):
@@ -44,3 +48,20 @@ RECORD_CHANGE_OUTPUTS = frozenset(
         StackOutput.RECORD_CHANGE_CONSUMER_FUNCTION,
     }
 )
+
+
+def application_environment(outputs: Mapping[str, str]) -> dict[str, str]:
+    """The ``ApplicationEnvironment`` output as the variables it names ({} for a stack without it); an output
+    that is not a JSON object of names is refused, not guessed at."""
+    raw = outputs.get(StackOutput.APPLICATION_ENVIRONMENT)
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise OutboxValidationError(
+            f"the stack's {StackOutput.APPLICATION_ENVIRONMENT} output is not a JSON object: {raw[:200]!r}"
+        )
+    return {str(name): str(value) for name, value in parsed.items()}

@@ -8,7 +8,6 @@ handler that fails), and read what the inbox recorded. Everything else stays rea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from outbox.local.functions import code_on_path, environment
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
 from outbox.ops import Operations, Topology
-from outbox.outputs import StackOutput
+from outbox.outputs import application_environment
 from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore
 
@@ -73,9 +72,7 @@ class LocalPipeline:
     def environment(self) -> dict[str, str]:
         """The application's own function environment (``OutboxPipeline(environment=...)``), with the local
         names of what it references: ``pipeline.environment["ORDERS_TABLE"]``."""
-        raw = self.runtime.outputs().get(StackOutput.APPLICATION_ENVIRONMENT, "{}")
-        parsed: dict[str, str] = json.loads(raw)
-        return parsed
+        return application_environment(self.runtime.outputs())
 
     @property
     def store(self) -> EventStore:

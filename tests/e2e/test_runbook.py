@@ -10,6 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from modules import build_catalog
+from modules.services import Services
 from outbox import TerminalError
 from outbox.cli import CliContext, app
 from outbox.local import faults
@@ -20,18 +21,22 @@ from tests.e2e.test_pipeline import order_and_pay, unique
 
 
 def operations(local: LocalBackend, sqs: Any | None = None) -> Operations:
-    ops: Operations = local.runtime.operations(build_catalog(data_table=local.output("DataTableName")), sqs=sqs)
+    catalog = build_catalog(data_table=local.output("DataTableName"), services=Services.served_by(local.fakes))
+    ops: Operations = local.runtime.operations(catalog, sqs=sqs)
     return ops
 
 
 def outbox(local: LocalBackend, *args: str, answer: str | None = None, sqs: Any | None = None) -> Result:
-    console = Console(width=250)  # wide enough that no table cell is cut in the captured output
-    return CliRunner().invoke(app, list(args), obj=CliContext.of(operations(local, sqs), console=console), input=answer)
+    # Wide enough that no table cell is cut in the captured output.
+    context = CliContext.of(
+        operations(local, sqs), console=Console(width=250), err_console=Console(width=250, stderr=True)
+    )
+    return CliRunner().invoke(app, list(args), obj=context, input=answer)
 
 
 def as_json(result: Result) -> Any:
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 # -- alarm: durable DLQ > 0 (the consumer could not process messages at all) -----------------------------------

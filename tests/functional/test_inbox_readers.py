@@ -200,9 +200,10 @@ def test_poison_pills_are_read_by_the_day_they_were_recorded(inbox: Inbox, clock
 
     # Then today's pills hold it, as recorded, and tomorrow's are empty
     [pill] = inbox.poison_pills(clock())
-    assert (pill["message_id"]["S"], pill["body"]["S"], pill["error"]["S"]) == (
+    assert (pill.message_id, pill.body, pill.error, pill.body_truncated) == (
         "m-1",
         "<html>502</html>",
         "not an event",
+        False,
     )
     assert inbox.poison_pills(clock() + timedelta(days=1)) == []

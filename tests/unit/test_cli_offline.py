@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from outbox.cli import app
@@ -29,6 +32,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OUTBOX_CATALOG", raising=False)
     monkeypatch.setenv("DATA_TABLE_NAME", "data")  # what the example's catalog builder reads
+    monkeypatch.setenv("COMMERCE_SERVICES", "fake")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -59,10 +63,23 @@ def test_a_catalog_that_cannot_be_built_is_named_with_the_reason(project: Path) 
     assert "the catalog modules:no_such_builder could not be built" in flat(result.output)
 
 
+def every_command(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[list[str]]:
+    """Each group and command of the CLI, as the words that name it."""
+    yield list(prefix)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from every_command(command, (*prefix, name))
+        else:
+            yield [*prefix, name]
+
+
 def test_every_help_works_offline(project: Path) -> None:
-    for command in ([], ["status"], ["replay"], ["redrive"], ["reconcile"], ["dead-letters", "list"], ["catalog"]):
+    commands = list(every_command(typer.main.get_command(app)))
+    assert ["dead-letters", "poison"] in commands
+    for command in commands:
         result = CliRunner().invoke(app, [*command, "--help"])
         assert result.exit_code == 0, (command, result.output)
+        assert "Usage:" in result.output
 
 
 def test_the_application_environment_output_is_read_as_the_functions_environment() -> None:
@@ -101,6 +118,7 @@ def run_outbox(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
         "AWS_MAX_ATTEMPTS": "1",
         "OUTBOX_CATALOG": "modules:build_catalog",
         "DATA_TABLE_NAME": "data",
+        "COMMERCE_SERVICES": "fake",
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # where the example's modules are
     }
     return subprocess.run([str(OUTBOX), *arguments], cwd=cwd, env=env, capture_output=True, text=True, check=False)
@@ -140,3 +158,21 @@ def test_a_stack_without_the_pipeline_s_outputs_is_refused_in_one_line(tmp_path:
     result = run_outbox(tmp_path, "--local", "status")
     assert result.returncode == 2
     assert "is it a stack with an OutboxPipeline?" in flat(result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kind"),
+    [
+        (["dead-letters", "poison", "--day", "yesterday", "--json"], "usage"),
+        (["--json", "--stack", "Shop", "status"], "aws"),
+        (["--json", "status"], "usage"),
+    ],
+)
+def test_with_json_even_a_failure_is_one_json_document_on_stdout(
+    tmp_path: Path, arguments: list[str], kind: str
+) -> None:
+    result = run_outbox(tmp_path, *arguments)
+    assert result.returncode == 2, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["error"]["kind"], document["exit_code"]) == (kind, 2)
+    assert result.stderr.strip(), "the person at the terminal is told too"

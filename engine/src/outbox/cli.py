@@ -1,16 +1,20 @@
 """``outbox``: the operator's command line. Same code paths against AWS (``--stack``) or the local
-runtime (``--local``, while ``make demo ARGS="--serve 4566"`` runs). Tables for people, ``--json`` for
-scripts; every command that changes something asks first unless ``--yes``."""
+runtime (``--local``, while ``make demo ARGS="--serve 4566"`` runs). Tables for people; with ``--json``
+(before or after the command's name) stdout holds exactly one JSON document, also when the command
+fails; prompts, progress and messages go to stderr. Every command that changes something asks first
+unless ``--yes``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import re
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -34,18 +38,25 @@ from rich.progress import Progress
 from rich.table import Table
 
 from outbox.catalog import Catalog
+from outbox.chain import ChainReport
 from outbox.exceptions import OutboxError, OutboxValidationError
 from outbox.local.clients import local_client
-from outbox.ops import OperationRefusedError, Operations, Status, Topology
+from outbox.ops import DeadLetter, OperationRefusedError, Operations, Status, Topology
+from outbox.ops.context import ProgressCallback
 from outbox.outputs import application_environment
 from outbox.settings import load_catalog
 
-logger = logging.getLogger("outbox.cli")
 # Where a serving local runtime writes its outputs and endpoint (the example's `make demo ARGS="--serve 4566"`).
 LOCAL_TOPOLOGY = Path(".local") / "topology.json"
 CATALOG_ENV = "OUTBOX_CATALOG"
 
-app = typer.Typer(help=__doc__, no_args_is_help=True)
+HELP = (
+    "The operator's command line for an outbox pipeline: --stack NAME (AWS) or --local (the local runtime). "
+    "Tables for people; with --json (before or after the command) stdout holds exactly one JSON document, also "
+    "when the command fails; prompts, progress and messages go to stderr. Commands that change something ask "
+    "first unless --yes. Exit codes: 0 done (status: healthy), 1 needs attention or declined, 2 could not run."
+)
+app = typer.Typer(help=HELP, no_args_is_help=True)
 dead_letters_app = typer.Typer(help="Dead-letter rows: what failed, for whom, and why.", no_args_is_help=True)
 app.add_typer(dead_letters_app, name="dead-letters")
 
@@ -57,7 +68,8 @@ class CliContext:
 
     connect: Callable[[], Operations] | None = None
     json: bool = False
-    console: Console | None = None
+    console: Console | None = None  # stdout: the command's result
+    err_console: Console | None = None  # stderr: prompts, progress, messages
     catalog_reference: str | None = None
     _operations: Operations | None = None
 
@@ -82,6 +94,10 @@ class CliContext:
     @property
     def out(self) -> Console:
         return self.console or Console()
+
+    @property
+    def err(self) -> Console:
+        return self.err_console or Console(stderr=True)
 
 
 def _print_version(value: bool) -> None:
@@ -113,7 +129,7 @@ def main(
             help="the application's catalog, 'package.module:function' (the pipeline's SUBSCRIPTIONS)",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="exactly one JSON document on stdout")] = False,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit")
     ] = False,
@@ -196,27 +212,65 @@ def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
 
 # -- helpers ----------------------------------------------------------------------------------------
 
+# Every command takes --json after its name too (`outbox status --json`), as well as before it.
+JsonFlag = Annotated[bool, typer.Option("--json", help="exactly one JSON document on stdout")]
 
-def _context(ctx: typer.Context) -> CliContext:
+
+def _context(ctx: typer.Context, as_json: bool = False) -> CliContext:
     context: CliContext = ctx.obj
+    context.json = context.json or as_json
     return context
 
 
 def _emit_json(context: CliContext, value: Any) -> None:
-    def plain(item: Any) -> Any:
-        return asdict(item) if is_dataclass(item) and not isinstance(item, type) else str(item)
+    context.out.print_json(json.dumps(value, default=_plain))
 
-    context.out.print_json(json.dumps(value, default=plain))
+
+def _plain(item: Any) -> Any:
+    return asdict(item) if is_dataclass(item) and not isinstance(item, type) else str(item)
+
+
+def _show(context: CliContext, document: Any, human: Callable[[], None]) -> None:
+    """The command's result: ``document`` as JSON with --json, else what ``human`` prints."""
+    if context.json:
+        _emit_json(context, document)
+    else:
+        human()
+
+
+def _note(context: CliContext, message: str) -> None:
+    """A message for the person at the terminal (stderr): never mixed into a table or a JSON document."""
+    context.err.print(message, highlight=False)
 
 
 def _refuse(context: CliContext, error: Exception) -> NoReturn:
-    context.out.print(f"[bold red]refused:[/] {error}")
+    context.err.print(f"[bold red]refused:[/] {error}", highlight=False)
+    if context.json:
+        _emit_json(context, error_document("refused", str(error)))
     raise typer.Exit(code=2)
 
 
+def error_document(kind: str, message: str, exit_code: int = 2) -> dict[str, Any]:
+    """What stdout holds under --json when a command could not run."""
+    return {"error": {"kind": kind, "message": message}, "exit_code": exit_code}
+
+
 def _confirm(yes: bool, question: str) -> None:
-    if not yes and not typer.confirm(question, default=False):
+    # The question goes to stderr, so that stdout holds only the command's result.
+    if not yes and not typer.confirm(question, default=False, err=True):
         raise typer.Exit(code=1)
+
+
+@contextmanager
+def _progress(context: CliContext, description: str, total: int | None = None) -> Iterator[ProgressCallback]:
+    """A progress bar on stderr (drawn only on a terminal, gone when done), fed by an action's callback."""
+    with Progress(console=context.err, transient=True) as progress:
+        task = progress.add_task(description, total=total)
+
+        def report(step: str, done: int, of: int | None) -> None:
+            progress.update(task, description=step, completed=done, total=of)
+
+        yield report
 
 
 def parse_moment(value: str | None, now: datetime | None = None) -> datetime | None:
@@ -239,17 +293,14 @@ def parse_moment(value: str | None, now: datetime | None = None) -> datetime | N
 
 
 @app.command()
-def status(ctx: typer.Context) -> None:
+def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Queue and DLQ depths, pipe states, and per tenant: chain intact and dead letters.
 
     Exit code 0: healthy; 1: something needs an operator (a DLQ message, a broken chain, a dead letter, a
     poison pill today, a pipe not running), listed under "problems"; 2: the command could not run."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     report = context.operations.status()
-    if context.json:
-        _emit_json(context, report.as_dict())
-    else:
-        _print_status(context, report)
+    _show(context, report.as_dict(), lambda: _print_status(context, report))
     if report.problems():
         raise typer.Exit(code=1)
 
@@ -267,6 +318,9 @@ def _print_status(context: CliContext, report: Status) -> None:
     context.out.print(queues, tenants)
     pipes = ", ".join(f"{name} {state}" for name, state in report.pipes.items()) or "none"
     context.out.print(f"pipes: {pipes}   poison pills today: {report.poison_pills_today}")
+    if report.application:
+        settings = "  ".join(f"{name}={value}" for name, value in sorted(report.application.items()))
+        context.out.print(f"application: {settings}", highlight=False)
     for problem in report.problems():
         context.out.print(f"[bold red]needs attention:[/] {problem}")
 
@@ -276,31 +330,37 @@ def verify_chain_command(
     ctx: typer.Context,
     tenant: Annotated[str | None, typer.Option(help="one tenant")] = None,
     all_tenants: Annotated[bool, typer.Option("--all", help="every tenant")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Recompute the hash chain; report the first broken sequence number and why."""
-    context = _context(ctx)
+    """Recompute the hash chain; report the first broken sequence number and why. Exit code 1 if broken."""
+    context = _context(ctx, as_json)
     try:
         if tenant is None and not all_tenants:
             raise OperationRefusedError("name a tenant (--tenant T) or check them all (--all)")
         names = [context.operations.require_tenant(tenant)] if tenant else context.operations.tenants()
     except OperationRefusedError as exc:
         _refuse(context, exc)
-    reports = [context.operations.verify(name) for name in names]
-    if context.json:
-        _emit_json(context, reports)
-    else:
-        table = Table("tenant", "intact", "events", "first broken", "why")
-        for r in reports:
-            table.add_row(
-                r.tenant,
-                "yes" if r.intact else "[red]NO[/]",
-                str(r.events_checked),
-                str(r.first_broken_seq or "-"),
-                r.detail or "-",
-            )
-        context.out.print(table)
+    reports = []
+    with _progress(context, "verifying chains", len(names)) as report_progress:
+        for done, name in enumerate(names, start=1):
+            reports.append(context.operations.verify(name))
+            report_progress(f"verified {name}", done, len(names))
+    _show(context, reports, lambda: _print_chain_reports(context, reports))
     if not all(r.intact for r in reports):
         raise typer.Exit(code=1)
+
+
+def _print_chain_reports(context: CliContext, reports: list[ChainReport]) -> None:
+    table = Table("tenant", "intact", "events", "first broken", "why")
+    for r in reports:
+        table.add_row(
+            r.tenant,
+            "yes" if r.intact else "[red]NO[/]",
+            str(r.events_checked),
+            str(r.first_broken_seq or "-"),
+            r.detail or "-",
+        )
+    context.out.print(table)
 
 
 @dead_letters_app.command("list")
@@ -309,9 +369,10 @@ def dead_letters_list(
     tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
     subscription: Annotated[str | None, typer.Option()] = None,
     include_resolved: Annotated[bool, typer.Option(help="also rows already replayed or redriven")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Dead letters per tenant and subscription, with error, attempts and time."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     try:
         tenants = [context.operations.require_tenant(tenant)] if tenant else context.operations.tenants()
     except OperationRefusedError as exc:
@@ -321,9 +382,10 @@ def dead_letters_list(
         for name in tenants
         for row in context.operations.dead_letters(name, subscription=subscription, include_resolved=include_resolved)
     ]
-    if context.json:
-        _emit_json(context, rows)
-        return
+    _show(context, rows, lambda: _print_dead_letters(context, rows))
+
+
+def _print_dead_letters(context: CliContext, rows: list[DeadLetter]) -> None:
     table = Table("tenant", "event", "seq", "subscription", "reason", "attempts", "dead at", "error")
     for row in rows:
         table.add_row(
@@ -342,9 +404,11 @@ def dead_letters_list(
 
 
 @dead_letters_app.command("show")
-def dead_letters_show(ctx: typer.Context, event_id: str, tenant: Annotated[str, typer.Option()]) -> None:
+def dead_letters_show(
+    ctx: typer.Context, event_id: str, tenant: Annotated[str, typer.Option()], as_json: JsonFlag = False
+) -> None:
     """Every dead letter of one event, with the full error."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     try:
         context.operations.require_tenant(tenant)
         rows = context.operations.dead_letters(tenant, event_id=event_id, include_resolved=True)
@@ -352,7 +416,16 @@ def dead_letters_show(ctx: typer.Context, event_id: str, tenant: Annotated[str, 
             raise OperationRefusedError(f"no dead letter for event {event_id} of tenant {tenant!r}")
     except OperationRefusedError as exc:
         _refuse(context, exc)
-    _emit_json(context, rows)
+    _show(context, rows, lambda: _print_records(context, rows))
+
+
+def _print_records(context: CliContext, rows: Sequence[Any]) -> None:
+    """Each dataclass row as a two-column table of its fields, nothing cut."""
+    for row in rows:
+        table = Table("field", "value", show_header=False)
+        for name, value in asdict(row).items():
+            table.add_row(name, "-" if value is None else str(value))
+        context.out.print(table)
 
 
 def _day(value: str) -> datetime:
@@ -365,30 +438,44 @@ def _day(value: str) -> datetime:
 
 @dead_letters_app.command("poison")
 def poison(
-    ctx: typer.Context, day: Annotated[str | None, typer.Option(help="YYYY-MM-DD, default today")] = None
+    ctx: typer.Context,
+    day: Annotated[str | None, typer.Option(help="YYYY-MM-DD, default today")] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Poison pills: messages that were not events at all (kept under a global partition per day)."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     moment = _day(day) if day else None
     pills = context.operations.poison_pills(moment)
-    _emit_json(context, [{k: next(iter(v.values())) for k, v in pill.items()} for pill in pills])
+
+    def human() -> None:
+        table = Table("message", "recorded at", "group", "error", "body")
+        for pill in pills:
+            body = pill.body[:60] + ("…" if pill.body_truncated or len(pill.body) > 60 else "")
+            table.add_row(
+                pill.message_id, pill.recorded_at, pill.attributes.get("MessageGroupId", "-"), pill.error, body
+            )
+        context.out.print(table)
+        context.out.print(f"{len(pills)} poison pills (the whole body: --json)")
+
+    _show(context, pills, human)
 
 
 @app.command()
-def catalog(ctx: typer.Context) -> None:
+def catalog(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every event type, its owner and producers, and every subscription with its lane and glob."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     document = context.catalog().document()
-    if context.json:
-        _emit_json(context, document)
-        return
-    types = Table("event type", "owner", "producers", title="event types")
-    for entry in document["event_types"]:
-        types.add_row(entry["type"], entry["owner"], ", ".join(entry["producers"]))
-    subs = Table("subscription", "glob", "lane", "dispatcher", title="subscriptions")
-    for entry in document["subscriptions"]:
-        subs.add_row(entry["name"], entry["glob"], entry["lane"], entry["dispatcher"])
-    context.out.print(types, subs)
+
+    def human() -> None:
+        types = Table("event type", "owner", "producers", title="event types")
+        for entry in document["event_types"]:
+            types.add_row(entry["type"], entry["owner"], ", ".join(entry["producers"]))
+        subs = Table("subscription", "glob", "lane", "dispatcher", title="subscriptions")
+        for entry in document["subscriptions"]:
+            subs.add_row(entry["name"], entry["glob"], entry["lane"], entry["dispatcher"])
+        context.out.print(types, subs)
+
+    _show(context, document, human)
 
 
 # -- repairing --------------------------------------------------------------------------------------
@@ -407,10 +494,11 @@ def replay(
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="show what would run, change nothing")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Rerun the selected dead (event, subscription) pairs: clear their claims and re-send each event from the
-    events table to those subscriptions only."""
-    context = _context(ctx)
+    events table to those subscriptions only. With --json: {"dry_run", "plan", "result"}."""
+    context = _context(ctx, as_json)
     try:
         plan = context.operations.plan_replay(
             tenant=tenant,
@@ -425,14 +513,16 @@ def replay(
     table = Table("tenant", "event", "seq", "subscription", "claim", title="replay")
     for item in plan:
         table.add_row(item.tenant, item.event_id, str(item.event_seq), item.subscription, str(item.claim_status))
-    context.out.print(table)
     if dry_run:
+        _show(context, {"dry_run": True, "plan": plan, "result": None}, lambda: context.out.print(table))
         return
+    # The plan is what the question is about: shown where the person answering it looks.
+    (context.err if context.json else context.out).print(table)
     _confirm(yes, f"clear {len(plan)} claims and re-send their events?")
-    result = context.operations.replay(plan)
-    logger.info("replayed: cleared %d claims, re-sent %d events", len(result.cleared), len(result.republished))
-    if context.json:
-        _emit_json(context, result)
+    with _progress(context, "replaying", len(plan)) as report_progress:
+        result = context.operations.replay(plan, on_progress=report_progress)
+    summary = f"replayed: cleared {len(result.cleared)} claims, re-sent {len(result.republished)} events"
+    _show(context, {"dry_run": False, "plan": plan, "result": result}, lambda: context.out.print(summary))
 
 
 class RedriveMethod(StrEnum):
@@ -450,10 +540,11 @@ def redrive(
     max_messages: Annotated[int | None, typer.Option("--max", help="stop after this many")] = None,
     method: Annotated[RedriveMethod, typer.Option(help="how the messages move")] = RedriveMethod.AUTO,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Move a DLQ's messages back to their queue. Nothing is cleared: each subscription runs, is skipped as
     completed, or stays dead with its dead letter (see status; rerun those with replay)."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     try:
         context.operations.redrive_route(dlq)
     except OperationRefusedError as exc:
@@ -471,23 +562,20 @@ def redrive(
         )
     _confirm(yes, f"redrive {depth.visible} messages from {dlq}?")
     try:
-        with Progress(console=context.out, transient=True) as progress:
-            task = progress.add_task(f"redriving {dlq}", total=depth.visible)
+        with _progress(context, f"redriving {dlq}", depth.visible) as report_progress:
+            moved = itertools.count(1)
             result = context.operations.redrive(
-                dlq, max_messages=max_messages, method=method.value, on_message=lambda _id: progress.advance(task)
+                dlq,
+                max_messages=max_messages,
+                method=method.value,
+                on_message=lambda _id: report_progress(f"redriving {dlq}", next(moved), depth.visible),
             )
     except (OperationRefusedError, OutboxError) as exc:
         _refuse(context, exc)
-    logger.info(
-        "redrive (%s, %s): moved %d messages, %d left in %s",
-        result.method,
-        result.status,
-        result.moved,
-        result.remaining,
-        dlq,
+    summary = (
+        f"redrive ({result.method}, {result.status}): moved {result.moved} messages, {result.remaining} left in {dlq}"
     )
-    if context.json:
-        _emit_json(context, result)
+    _show(context, result, lambda: context.out.print(summary, highlight=False))
 
 
 @app.command()
@@ -497,41 +585,61 @@ def reconcile(
     tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
     dry_run: Annotated[bool, typer.Option(help="show what would be re-published")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Re-send events whose durable subscriptions have no claim, to those subscriptions only (beyond the stream's
     24 h, within the inbox's retention)."""
-    context = _context(ctx)
+    context = _context(ctx, as_json)
     moment = parse_moment(since, context.operations.now())
     assert moment is not None
     if not dry_run:
         _confirm(yes, f"re-publish unhandled events since {moment.isoformat()}?")
     try:
-        result = context.operations.reconcile(moment, tenant=tenant, dry_run=dry_run)
+        with _progress(context, "reconciling") as report_progress:
+            result = context.operations.reconcile(moment, tenant=tenant, dry_run=dry_run, on_progress=report_progress)
     except OperationRefusedError as exc:
         _refuse(context, exc)
-    verb = "would re-publish" if dry_run else "re-published"
-    logger.info(
-        "reconcile: scanned %d events, %s %d, %d already handled",
-        result.scanned,
-        verb,
-        len(result.republished),
-        result.already_handled,
-    )
-    if context.json:
-        _emit_json(context, result)
+
+    def human() -> None:
+        table = Table("event", "subscriptions", title="would re-publish" if dry_run else "re-published")
+        for event, subscriptions in result.subscriptions.items():
+            table.add_row(event, ", ".join(subscriptions))
+        context.out.print(table)
+        verb = "would re-publish" if dry_run else "re-published"
+        context.out.print(
+            f"reconcile: scanned {result.scanned} events, {verb} {len(result.republished)}, "
+            f"{result.already_handled} already handled"
+        )
+
+    _show(context, {"dry_run": dry_run, **asdict(result)}, human)
 
 
-def run() -> None:
-    """The ``outbox`` console script: what AWS or the network refused is one line and exit code 2, never a
-    botocore traceback; nothing was changed by the call that failed."""
+def run(argv: Sequence[str] | None = None) -> None:
+    """The ``outbox`` console script. What AWS or the network refused is one line and exit code 2, never a
+    botocore traceback; nothing was changed by the call that failed. With ``--json``, stdout holds one JSON
+    document whatever happens: the result, or ``error_document`` for a usage error or a refusal."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(prog_name="outbox")
+        code = app(args=args, prog_name="outbox", standalone_mode=False)
+    except typer.TyperException as exc:  # a usage error: its own message, then the document
+        usage: Any = exc  # typer's (vendored) click ClickException, whose type typer does not export
+        usage.show()
+        _fail(args, "usage", usage.format_message(), usage.exit_code)
+    except typer.Abort:
+        _fail(args, "aborted", "nothing was changed", 1, prefix="aborted")
     except (BotoCoreError, ClientError) as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {explain_aws_error(exc)}", highlight=False)
-        raise SystemExit(2) from None
+        _fail(args, "aws", explain_aws_error(exc), 2, prefix="error")
     except OutboxError as exc:  # refused before anything changed (a stack that is not a pipeline's, say)
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]refused:[/] {exc}", highlight=False)
-        raise SystemExit(2) from None
+        _fail(args, "refused", str(exc), 2, prefix="refused")
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _fail(args: Sequence[str], kind: str, message: str, code: int, prefix: str | None = None) -> NoReturn:
+    if prefix:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]{prefix}:[/] {message}", highlight=False)
+    if "--json" in args:
+        print(json.dumps(error_document(kind, message, code)))
+    raise SystemExit(code) from None
 
 
 def explain_aws_error(exc: BotoCoreError | ClientError) -> str:

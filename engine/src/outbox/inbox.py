@@ -167,6 +167,30 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class PoisonPill:
+    """A message that was not an event, as the consumer recorded it (``Inbox.record_poison``)."""
+
+    message_id: str
+    recorded_at: str
+    error: str
+    body: str
+    body_truncated: bool
+    attributes: dict[str, str]  # MessageGroupId, MessageDeduplicationId, ApproximateReceiveCount
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> PoisonPill:
+        attributes = item.get("attributes", {}).get("M", {})
+        return cls(
+            message_id=item["message_id"]["S"],
+            recorded_at=item["recorded_at"]["S"],
+            error=item["error"]["S"],
+            body=item["body"]["S"],
+            body_truncated=bool(item.get("body_truncated", {}).get("BOOL", False)),
+            attributes={name: value.get("S", "") for name, value in attributes.items()},
+        )
+
+
+@dataclass(frozen=True)
 class ClaimResult:
     outcome: ClaimOutcome
     claim: Claim | None = None
@@ -253,9 +277,10 @@ class InboxReader:
             and (until is None or row.dead_at <= format_timestamp(until))
         ]
 
-    def poison_pills(self, day: datetime) -> list[dict[str, Any]]:
-        """The poison pills recorded on ``day``'s date, as recorded (whatever the message held)."""
-        return read_partition(self.client, self.table_name, keys.poison_partition(day))
+    def poison_pills(self, day: datetime) -> list[PoisonPill]:
+        """The poison pills recorded on ``day``'s date (whatever the message held, as recorded)."""
+        items = read_partition(self.client, self.table_name, keys.poison_partition(day))
+        return [PoisonPill.from_item(item) for item in items]
 
     def _get(self, key: dict[str, Any]) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get(

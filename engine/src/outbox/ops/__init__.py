@@ -23,7 +23,7 @@ share), ``status``, ``replay``, ``redrive``, ``reconcile`` (one action each, wit
 """
 
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import ClaimRecord, DeadLetter
+from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops.context import OperatorContext
 from outbox.ops.facade import Operations
 from outbox.ops.reconcile import ReconcileResult
@@ -38,6 +38,7 @@ __all__ = [
     "OperationRefusedError",
     "Operations",
     "OperatorContext",
+    "PoisonPill",
     "QueueDepth",
     "ReconcileResult",
     "RedriveResult",

@@ -17,6 +17,13 @@ from outbox.messages import relay_body, repair_attributes
 from outbox.ops.topology import Topology
 from outbox.query import read_partition
 
+# What a long action reports as it goes: what it is doing, how far it is, and of how much (None: unknown).
+ProgressCallback = Callable[[str, int, int | None], None]
+
+
+def no_progress(_step: str, _done: int, _total: int | None) -> None:
+    """The default: report nothing."""
+
 
 class OperatorContext:
     """The clients (AWS, or the local runtime) and the clock of the operator's actions. The clients are

@@ -7,9 +7,8 @@ Each action is a function of the module that holds its rules (``status``, ``repl
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from outbox.inbox import ClaimRecord, DeadLetter
+from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops import reconcile as reconciling
 from outbox.ops import redrive as redriving
 from outbox.ops import replay as replaying
@@ -47,7 +46,7 @@ class Operations(OperatorContext):
             include_resolved=include_resolved,
         )
 
-    def poison_pills(self, day: datetime | None = None) -> list[dict[str, Any]]:
+    def poison_pills(self, day: datetime | None = None) -> list[PoisonPill]:
         """The poison pills of ``day`` (default: today), as recorded."""
         return self.inbox.poison_pills(day or self.now())
 

@@ -19,7 +19,7 @@ from outbox.chain import read_event_rows
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
-from outbox.ops.context import OperatorContext, repair_dedup_id
+from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.subscriptions import Lane
 
 EPOCH = datetime.fromtimestamp(0, tz=UTC)
@@ -45,6 +45,7 @@ def reconcile(
     tenant: str | None = None,
     dry_run: bool = False,
     stale_after: timedelta | None = None,
+    on_progress: ProgressCallback = no_progress,
 ) -> ReconcileResult:
     """Re-send events (from ``since``) whose durable subscriptions have no claim (or a long-stale one),
     naming only those subscriptions. Running it again publishes nothing new. ``since`` older than the
@@ -62,7 +63,8 @@ def reconcile(
     stale = stale_after or timedelta(hours=1)
     result = ReconcileResult()
     now = context.now()
-    for tenant_name in tenants:
+    for done, tenant_name in enumerate(tenants):
+        on_progress(f"scanning tenant {tenant_name} ({result.scanned} events so far)", done, len(tenants))
         for envelope in _events_since(context, tenant_name, since):
             result.scanned += 1
             wanted = [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
@@ -74,6 +76,7 @@ def reconcile(
                 continue
             result.republished.append(envelope.id)
             result.subscriptions[envelope.id] = sorted(missing)
+    on_progress(f"scanned {result.scanned} events", len(tenants), len(tenants))
     return result
 
 

@@ -21,7 +21,7 @@ from outbox.chain import read_event_rows
 from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, ClaimRecord, DeadReason
-from outbox.ops.context import OperatorContext, repair_dedup_id
+from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 
 
 @dataclass(frozen=True)
@@ -142,19 +142,22 @@ def _replay_by_ids(
     return items
 
 
-def replay(context: OperatorContext, items: list[ReplayItem]) -> ReplayResult:
+def replay(
+    context: OperatorContext, items: list[ReplayItem], *, on_progress: ProgressCallback = no_progress
+) -> ReplayResult:
     """Clear each selected claim (marking its dead letter as being replayed, in the same transaction),
     re-send each event naming only its selected subscriptions, then resolve the dead letters."""
     result = ReplayResult()
     now = context.now()
-    for item in items:
+    for done, item in enumerate(items, start=1):
         allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
         if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):
             result.cleared.append(item)
+        on_progress("clearing claims", done, len(items))
     by_event: dict[tuple[str, int, str], list[str]] = {}
     for item in result.cleared:
         by_event.setdefault((item.tenant, item.event_seq, item.event_id), []).append(item.subscription)
-    for (tenant, seq, event_id), subscriptions in sorted(by_event.items()):
+    for done, ((tenant, seq, event_id), subscriptions) in enumerate(sorted(by_event.items()), start=1):
         context.publish(
             context.event_image(tenant, seq),
             tenant,
@@ -162,8 +165,10 @@ def replay(context: OperatorContext, items: list[ReplayItem]) -> ReplayResult:
             targets=subscriptions,
         )
         result.republished.append(event_id)
-    for item in result.cleared:
+        on_progress("re-sending events", done, len(by_event))
+    for done, item in enumerate(result.cleared, start=1):
         _resolve_dead_letter(context, item.tenant, item.event_id, item.subscription, "replayed")
+        on_progress("resolving dead letters", done, len(result.cleared))
     return result
 
 

@@ -1,0 +1,135 @@
+"""`--json` is always JSON: every command, run as a script would, writes exactly one JSON document on stdout
+(its result, or an error document when it is refused) and everything meant for a person (prompts,
+progress, messages) on stderr. The table below must name every command the CLI has."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import Result
+
+from outbox import TerminalError
+from outbox.cli import app
+from outbox.local import faults
+from tests.e2e.backends import LocalBackend
+from tests.e2e.test_pipeline import order_and_pay, unique
+from tests.e2e.test_runbook import broken_consumer, outbox
+
+# Each command with the arguments that make it do real work on the scenario below ({tenant}, {event}).
+INVOCATIONS: dict[str, list[list[str]]] = {
+    "status": [["status"]],
+    "verify-chain": [["verify-chain", "--all"], ["verify-chain", "--tenant", "{tenant}"]],
+    "catalog": [["catalog"]],
+    "dead-letters list": [["dead-letters", "list"], ["dead-letters", "list", "--tenant", "{tenant}"]],
+    "dead-letters show": [["dead-letters", "show", "{event}", "--tenant", "{tenant}"]],
+    "dead-letters poison": [["dead-letters", "poison"]],
+    "replay": [["replay", "--tenant", "{tenant}", "--dry-run"], ["replay", "--tenant", "{tenant}", "--yes"]],
+    "redrive": [["redrive", "--yes"]],
+    "reconcile": [["reconcile", "--since", "1h", "--dry-run"], ["reconcile", "--since", "1h", "--yes"]],
+}
+
+
+def command_paths(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[str]:
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from command_paths(command, (*prefix, name))
+        else:
+            yield " ".join((*prefix, name))
+
+
+def test_the_table_names_every_command_of_the_cli() -> None:
+    assert set(command_paths(typer.main.get_command(app))) == set(INVOCATIONS)
+
+
+@pytest.fixture
+def troubled(local: LocalBackend) -> dict[str, str]:
+    """A tenant with a dead pet-tag mark (a dead letter) and a payment in the durable DLQ."""
+    tenant = unique("tenant")
+    with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("tag registry said no")):
+        payment = order_and_pay(local, tenant)
+        local.settle()
+    with broken_consumer():
+        order_and_pay(local, tenant)
+        local.settle()
+    return {"tenant": tenant, "event": payment}
+
+
+def only_json(result: Result) -> Any:
+    """stdout is one JSON document and nothing else."""
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("command", sorted(INVOCATIONS))
+def test_every_command_with_json_writes_one_document_on_stdout(
+    local: LocalBackend, troubled: dict[str, str], command: str
+) -> None:
+    for arguments in INVOCATIONS[command]:
+        filled = [argument.format(**troubled) for argument in arguments]
+        # --json after the command's name, as people type it, and before it, as the group option; a repair
+        # once only (a second one has nothing left to do, and its refusal is tested below)
+        placements = [[*filled, "--json"], ["--json", *filled]]
+        for placed in placements[:1] if "--yes" in arguments else placements:
+            result = outbox(local, *placed)
+            assert result.exit_code in (0, 1), (placed, result.output)
+            only_json(result)
+
+
+def test_without_json_a_command_prints_tables_not_json(local: LocalBackend, troubled: dict[str, str]) -> None:
+    result = outbox(local, "dead-letters", "show", troubled["event"], "--tenant", troubled["tenant"])
+    assert result.exit_code == 0, result.output
+    assert "tag registry said no" in result.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.stdout)
+
+
+def test_a_replay_with_json_answers_plan_and_result_in_one_document(
+    local: LocalBackend, troubled: dict[str, str]
+) -> None:
+    dry = only_json(outbox(local, "replay", "--tenant", troubled["tenant"], "--dry-run", "--json"))
+    assert (dry["dry_run"], dry["result"]) == (True, None)
+    assert [item["subscription"] for item in dry["plan"]] == ["pet_tag.mark_ordered"]
+
+    done = only_json(outbox(local, "replay", "--tenant", troubled["tenant"], "--yes", "--json"))
+    assert done["dry_run"] is False
+    assert done["result"]["republished"] == [troubled["event"]]
+
+
+def test_the_question_goes_to_stderr_and_stdout_keeps_the_document(
+    local: LocalBackend, troubled: dict[str, str]
+) -> None:
+    result = outbox(local, "replay", "--tenant", troubled["tenant"], "--json", answer="y\n")
+    assert result.exit_code == 0, result.output
+    assert "clear 1 claims" in result.stderr
+    # CliRunner echoes the typed answer into stdout (a terminal would show it on the tty): skip it.
+    answered, document = result.stdout.split("\n", 1)
+    assert answered.strip() == "y"
+    assert json.loads(document)["result"]["cleared"][0]["subscription"] == "pet_tag.mark_ordered"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["verify-chain"],
+        ["verify-chain", "--tenant", "nobody"],
+        ["dead-letters", "show", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--tenant", "nobody"],
+        ["replay", "--tenant", "nobody", "--yes"],
+        ["reconcile", "--since", "1h", "--tenant", "nobody", "--yes"],
+    ],
+)
+def test_a_refusal_with_json_is_an_error_document_and_exit_2(local: LocalBackend, arguments: list[str]) -> None:
+    result = outbox(local, *arguments, "--json")
+    assert result.exit_code == 2
+    document = only_json(result)
+    assert (document["exit_code"], document["error"]["kind"]) == (2, "refused")
+    assert document["error"]["message"] in " ".join(result.stderr.split())
+
+
+def test_a_redrive_of_an_empty_dlq_with_json_is_refused_as_a_document(local: LocalBackend) -> None:
+    result = outbox(local, "--json", "redrive", "--dlq", "record-change-dlq", "--yes")
+    assert result.exit_code == 2
+    assert "is empty" in only_json(result)["error"]["message"]
+

@@ -22,7 +22,7 @@ def build_catalog(
     environ: Mapping[str, str] | None = None,
 ) -> Catalog:
     """Every module with its event types, entities and subscriptions. In Lambda the arguments come from
-    the function's environment (DATA_TABLE_NAME, COMMERCE_SERVICES_URL)."""
+    the function's environment (DATA_TABLE_NAME, COMMERCE_SERVICES); a missing one fails the start."""
     environ = os.environ if environ is None else environ
     table = data_table or environ.get("DATA_TABLE_NAME")
     if not table:

@@ -1,13 +1,15 @@
 """External services the example modules call (storefront, carrier, notifier), behind small adapters.
 
 Every call carries the idempotency key ``<event_id>:<subscription>``, so a retried or taken-over handler
-never creates a second shipment: the remote side deduplicates. Locally each is the engine's ``FakeService``
-(the demo, the tests and the simulator); ``HttpService`` talks to a real endpoint.
+never creates a second shipment: the remote side deduplicates. Which ones run is always said explicitly
+(``COMMERCE_SERVICES``: ``fake`` or a URL), never defaulted: in-process each is the engine's ``FakeService``,
+and ``HttpService`` talks to a real endpoint (the demo's and the tests' ``FakeServiceServer`` on loopback).
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +17,17 @@ from typing import Any, Protocol
 
 from outbox.testing.services import FakeService, FakeServiceServer, ServiceUnavailableError
 
-__all__ = ["SERVICE_NAMES", "HttpService", "Service", "ServiceUnavailableError", "Services"]
+__all__ = [
+    "FAKE",
+    "SERVICES_VARIABLE",
+    "SERVICE_NAMES",
+    "HttpService",
+    "Service",
+    "ServiceUnavailableError",
+    "Services",
+    "ServicesNotConfiguredError",
+    "parse_services_choice",
+]
 
 # The remote APIs the commerce module calls; locally each is a FakeService (outbox.testing.services).
 SERVICE_NAMES = ("storefront", "carrier", "notifier")
@@ -51,6 +63,15 @@ class HttpService:
             raise ServiceUnavailableError(f"{self.base_url} unreachable: {exc}") from exc
 
 
+# The variable every function that builds the commerce module reads: "fake" or the services' base URL.
+SERVICES_VARIABLE = "COMMERCE_SERVICES"
+FAKE = "fake"
+
+
+class ServicesNotConfiguredError(ValueError):
+    """The commerce module was started without an explicit choice of the services it calls."""
+
+
 @dataclass
 class Services:
     storefront: Service
@@ -68,8 +89,26 @@ class Services:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Services:
-        """``COMMERCE_SERVICES_URL`` points the adapters at a real API; unset, they use in-memory fakes."""
-        base = environ.get("COMMERCE_SERVICES_URL")
-        if not base:
+        """What ``COMMERCE_SERVICES`` says, and nothing else: ``fake`` (in-memory fakes: nothing leaves the
+        function) or the base URL of the storefront, carrier and notifier API. Unset or anything else is
+        refused at start, so that no deployment books shipments into a dictionary without having said so."""
+        choice = parse_services_choice(environ.get(SERVICES_VARIABLE))
+        if choice == FAKE:
             return cls.fakes()
-        return cls(HttpService(f"{base}/storefront"), HttpService(f"{base}/carrier"), HttpService(f"{base}/notifier"))
+        return cls(*(HttpService(f"{choice}/{name}") for name in SERVICE_NAMES))
+
+
+def parse_services_choice(value: object) -> str:
+    """``fake`` or an http(s) base URL without a trailing slash; anything else says what to set."""
+    if isinstance(value, str) and value.strip() == FAKE:
+        return FAKE
+    if isinstance(value, str):
+        url = urllib.parse.urlsplit(value.strip())
+        if url.scheme in ("http", "https") and url.netloc and not url.query and not url.fragment:
+            return value.strip().rstrip("/")
+    what = "is not set" if value is None else f"is {value!r}"
+    raise ServicesNotConfiguredError(
+        f"{SERVICES_VARIABLE} {what}: say which services the commerce module calls, '{FAKE}' (in-memory fakes, "
+        "nothing leaves the function) or the https base URL of your storefront/carrier/notifier API; "
+        "deploying the example: cdk deploy -c commerceServices=fake (or =https://...)"
+    )

@@ -10,6 +10,7 @@ from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from modules.services import SERVICES_VARIABLE
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, EngineFunction
 from outbox_cdk.pipeline import OutboxPipeline
 from stacks.data_table import DataTable
@@ -48,7 +49,10 @@ class OutboxStack(Stack):
             data_tables=[self.data.table],
             record_changes_from=self.data.table,
             # What modules.build_catalog reads in every function.
-            environment={"DATA_TABLE_NAME": self.data.table.table_name},
+            environment={
+                "DATA_TABLE_NAME": self.data.table.table_name,
+                SERVICES_VARIABLE: settings.commerce_services,
+            },
             alarm_email=settings.alarm_email,
             inbox_retention_days=settings.inbox_retention_days,
             consumer_max_concurrency=settings.consumer_max_concurrency,

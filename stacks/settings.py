@@ -8,10 +8,13 @@ from typing import Any, Final, cast
 
 from constructs import Node
 
+from modules.services import ServicesNotConfiguredError, parse_services_choice
 from outbox_cdk import inbox_table, queue_consumer
 from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 
 # CDK context keys (cdk.json or `cdk synth -c key=value`).
+# Required, with no default: "fake" or the base URL of the services the commerce module calls.
+COMMERCE_SERVICES_CONTEXT: Final = "commerceServices"
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
 PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
 PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
@@ -24,6 +27,8 @@ RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT: Final = "recordChangeMaxConcurrency"
 class ExampleSettings:
     """What may change between deployments, read once from CDK context and validated."""
 
+    # "fake" or a base URL (modules.services): which services the deployed functions call.
+    commerce_services: str
     alarm_email: str | None = None
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
@@ -43,6 +48,7 @@ class ExampleSettings:
         if level not in PIPE_LOG_LEVELS:
             raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
         return cls(
+            commerce_services=_commerce_services(node),
             alarm_email=email or None,
             pipe_log_level=cast(PipeLogLevel, level),
             pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
@@ -56,6 +62,21 @@ class ExampleSettings:
             consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
             record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
         )
+
+
+def _commerce_services(node: Node) -> str:
+    """Required: a deployed example must say whether it calls real services or books into fakes."""
+    value = node.try_get_context(COMMERCE_SERVICES_CONTEXT)
+    try:
+        return parse_services_choice(value)
+    except ServicesNotConfiguredError:
+        what = "is missing" if value is None else f"is {value!r}"
+        raise ValueError(
+            f"context {COMMERCE_SERVICES_CONTEXT} {what}: say which services the example's functions call, "
+            f"-c {COMMERCE_SERVICES_CONTEXT}=fake (in-memory fakes: nothing is shipped or mailed) or "
+            f"-c {COMMERCE_SERVICES_CONTEXT}=https://your-api.example.com (its /storefront, /carrier and "
+            "/notifier endpoints)"
+        ) from None
 
 
 def _flag(value: Any) -> bool:

@@ -61,11 +61,13 @@ SYNTH_WAIT_SECONDS = 600
 
 def _synthesize(outdir: Path) -> Synthesized:
     from stacks.app_factory import build_app
+    from tests.example_app import TRIAL_CONTEXT
 
     outdir.mkdir(parents=True, exist_ok=True)
     # The CLI passes cdk.json's context (feature flags included) to app.py; do the same here, so the
     # tests see the template `cdk deploy` would. Skipping bundling keeps the suite offline and fast.
-    context = {**CDK_JSON_CONTEXT, "aws:cdk:bundling-stacks": []}
+    # The example as a trial deployment (tests/example_app.py).
+    context = {**CDK_JSON_CONTEXT, **TRIAL_CONTEXT, "aws:cdk:bundling-stacks": []}
     assembly = build_app(context, outdir=str(outdir)).synth()
     templates = {stack.stack_name: json.loads(Path(stack.template_full_path).read_text()) for stack in assembly.stacks}
     return Synthesized(outdir=outdir, templates=templates)

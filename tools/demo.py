@@ -24,7 +24,7 @@ from rich.table import Table
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.profile import Profile
-from modules.services import SERVICE_NAMES, Services
+from modules.services import FAKE, SERVICE_NAMES, SERVICES_VARIABLE, Services
 from outbox import EventStore, Lane, TerminalError
 from outbox.local import faults
 from outbox.local.clock import VirtualClock
@@ -41,9 +41,13 @@ STACK_NAME = "OutboxEngine"
 def synthesize(outdir: Path) -> Path:
     """The same synth as `make synth`, in-process and without bundling (the runtime runs the source)."""
     from stacks.app_factory import build_app
+    from stacks.settings import COMMERCE_SERVICES_CONTEXT
 
     context = json.loads((PROJECT_ROOT / "cdk.json").read_text())["context"]
-    build_app({**context, "aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
+    # A trial deployment says so (commerceServices=fake); the runtime then points the functions at the
+    # fake services served on loopback (see booted), which the report names.
+    trial = {COMMERCE_SERVICES_CONTEXT: FAKE}
+    build_app({**context, **trial, "aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
     return outdir
 
 
@@ -62,8 +66,9 @@ class Workload:
 def run_workload(runtime: LocalRuntime, fakes: FakeServiceServer, seed: int, orders: int, console: Console) -> Workload:
     rng = random.Random(seed)
     data_table = runtime.output("DataTableName")
-    store = runtime.event_store(catalog=build_catalog(data_table=data_table))
-    commerce = Commerce(data_table, Services.served_by(fakes))
+    services = Services.served_by(fakes)
+    store = runtime.event_store(catalog=build_catalog(data_table=data_table, services=services))
+    commerce = Commerce(data_table, services)
     dynamodb = runtime.client("dynamodb")
     profile = Profile(data_table, lambda: dynamodb)
     workload = Workload()
@@ -159,7 +164,8 @@ def _send_poison(runtime: LocalRuntime, tenant: str) -> None:
 
 def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Workload) -> dict[str, Any]:
     """Everything the summary shows, read back through the operator tools and the fake services."""
-    operations = runtime.operations(build_catalog(data_table=runtime.output("DataTableName")))
+    catalog = build_catalog(data_table=runtime.output("DataTableName"), services=Services.served_by(fakes))
+    operations = runtime.operations(catalog)
     store = runtime.event_store(catalog=operations.catalog)
     emitted: Counter[str] = Counter()
     runs: Counter[str] = Counter()
@@ -186,6 +192,8 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
     effects = sum(len(s.effects) for s in fakes.services.values())
     relay = runtime.pipe("RelayPipeName").counters
     return {
+        # What the functions call, as they see it: never an unannounced default.
+        "services": runtime.function("DurableConsumerFunctionName").env.get(SERVICES_VARIABLE, "(not set)"),
         "workload": {
             "orders_placed": workload.placed,
             "payments_completed": workload.paid,
@@ -216,6 +224,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     table = Table(title="outbox engine: local demo", show_lines=False)
     table.add_column("what")
     table.add_column("figure", justify="right")
+    table.add_row("services called (fakes on loopback)", report["services"])
     for key, value in report["workload"].items():
         if key != "injected_faults":
             table.add_row(key.replace("_", " "), str(value))
@@ -253,7 +262,7 @@ def booted(
             # Virtual time starts now, so dates in the report and in `outbox --local` read naturally.
             clock=VirtualClock(datetime.now(UTC).replace(microsecond=0)),
             port=port,
-            environment={"COMMERCE_SERVICES_URL": fakes.url},
+            environment={SERVICES_VARIABLE: fakes.url},
             function_log_level="CRITICAL",
         )
         with runtime:

@@ -16,7 +16,7 @@ import boto3
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.profile import Profile
-from modules.services import SERVICE_NAMES, Services
+from modules.services import SERVICE_NAMES, SERVICES_VARIABLE, Services
 from outbox import EventStore
 from outbox.local.runtime import LocalRuntime
 from outbox.testing.pipeline import LocalPipeline
@@ -44,7 +44,8 @@ class LocalBackend:
     fault_injection: bool = True
 
     def store(self) -> EventStore:
-        return self.runtime.event_store(catalog=build_catalog(data_table=self.output("DataTableName")))
+        catalog = build_catalog(data_table=self.output("DataTableName"), services=Services.served_by(self.fakes))
+        return self.runtime.event_store(catalog=catalog)
 
     def commerce(self) -> Commerce:
         return Commerce(self.output("DataTableName"), Services.served_by(self.fakes))
@@ -71,14 +72,14 @@ def local_backend(assembly_dir: Path, **options: Any) -> Iterator[LocalBackend]:
     """The example stack booted the way a user's tests boot theirs (``outbox.testing.LocalPipeline``), with
     the commerce module's remote services served on loopback."""
     with FakeServiceServer(SERVICE_NAMES) as fakes:
-        environment = {"COMMERCE_SERVICES_URL": fakes.url}
+        environment = {SERVICES_VARIABLE: fakes.url}
         with LocalPipeline.boot(assembly_dir, STACK_NAME, environment=environment, **options) as pipeline:
             yield LocalBackend(pipeline.runtime, fakes)
 
 
 @dataclass
 class AwsBackend:
-    """A deployed stack. External services are whatever COMMERCE_SERVICES_URL the stack was given."""
+    """A deployed stack. External services are whatever commerceServices the stack was deployed with."""
 
     stack_name: str
     name: str = "aws"
@@ -96,7 +97,7 @@ class AwsBackend:
         return boto3.client(service)
 
     def store(self) -> EventStore:
-        catalog = build_catalog(data_table=self.output("DataTableName"))
+        catalog = build_catalog(data_table=self.output("DataTableName"), services=Services.fakes())  # emits only
         return EventStore(self.output("EventsTableName"), client=self.client("dynamodb"), catalog=catalog)
 
     def commerce(self) -> Commerce:

@@ -133,3 +133,9 @@ def test_a_redrive_of_an_empty_dlq_with_json_is_refused_as_a_document(local: Loc
     assert result.exit_code == 2
     assert "is empty" in only_json(result)["error"]["message"]
 
+
+def test_status_names_the_services_the_functions_call(local: LocalBackend) -> None:
+    # The runtime serves the commerce module's services on loopback: status says so, as the functions see it
+    report = only_json(outbox(local, "status", "--json"))
+    assert report["application"]["COMMERCE_SERVICES"] == local.fakes.url
+    assert f"COMMERCE_SERVICES={local.fakes.url}" in outbox(local, "status").stdout

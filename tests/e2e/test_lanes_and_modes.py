@@ -13,7 +13,7 @@ import pytest
 from boto3.dynamodb.types import TypeSerializer
 
 from modules.commerce import OrderConflictError
-from modules.services import SERVICE_NAMES
+from modules.services import SERVICE_NAMES, SERVICES_VARIABLE
 from outbox import EventStore, InvalidEventError
 from outbox.local.runtime import LocalRuntime
 from outbox.testing.services import FakeServiceServer
@@ -186,7 +186,7 @@ def test_server_mode_serves_the_tables_and_queues_to_any_client(synthesized: Syn
         LocalRuntime.from_assembly(
             synthesized.outdir,
             port=port,
-            environment={"COMMERCE_SERVICES_URL": fakes.url},
+            environment={SERVICES_VARIABLE: fakes.url},
             function_log_level="CRITICAL",
         ) as runtime,
     ):

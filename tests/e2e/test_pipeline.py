@@ -291,13 +291,13 @@ def test_a_pipe_template_that_does_not_resolve_delivers_nothing_and_says_so(synt
     stack = load_stack(synthesized.outdir, "OutboxEngine")
     relay_id = stack.output_reference("RelayPipeName").logical_id
     stack.pipes[relay_id] = replace(stack.pipes[relay_id], input_template='{"image": <$.dynamodb.NewImag>}')
-    from modules.services import SERVICE_NAMES
+    from modules.services import SERVICE_NAMES, SERVICES_VARIABLE
     from outbox.local.runtime import LocalRuntime
     from outbox.testing.services import FakeServiceServer
 
     with (
         FakeServiceServer(SERVICE_NAMES) as fakes,
-        LocalRuntime(stack, environment={"COMMERCE_SERVICES_URL": fakes.url}) as rt,
+        LocalRuntime(stack, environment={SERVICES_VARIABLE: fakes.url}) as rt,
     ):
         backend = LocalBackend(rt, fakes)
         tenant = unique("tenant")

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import App, Stack
 
 from outbox_cdk.inbox_table import DEFAULT_RETENTION_DAYS, TTL_ATTRIBUTE, InboxTable
-from stacks.settings import ExampleSettings
+from tests.example_app import settings_from
 from tests.infrastructure.template_queries import only_resource
 
 
@@ -38,24 +38,20 @@ def test_the_key_layout_is_the_engines() -> None:
 # --- retention: context -> ExampleSettings -> InboxTable (throwaway apps, no main-app synth) ---------
 
 
-def _settings(context: dict[str, Any]) -> ExampleSettings:
-    return ExampleSettings.from_context(App(context=context).node)
-
-
 def test_retention_defaults_to_the_longest_a_message_can_travel() -> None:
     # 12 h of pipe record age + 14 days in the queue + 14 days in the DLQ + a day of margin
-    assert _settings({}).inbox_retention_days == DEFAULT_RETENTION_DAYS == 30
+    assert settings_from({}).inbox_retention_days == DEFAULT_RETENTION_DAYS == 30
 
 
 @pytest.mark.parametrize(("value", "expected"), [("31", 31), (30, 30), ("365", 365)])
 def test_retention_is_read_from_the_context(value: Any, expected: int) -> None:
-    assert _settings({"inboxRetentionDays": value}).inbox_retention_days == expected
+    assert settings_from({"inboxRetentionDays": value}).inbox_retention_days == expected
 
 
 @pytest.mark.parametrize("value", [0, 7, 29, 366, "-1", "7.5", 7.5, "seven", True, ""])
 def test_a_wrong_retention_fails_the_synth_instead_of_falling_back(value: Any) -> None:
     with pytest.raises(ValueError, match="inboxRetentionDays"):
-        _settings({"inboxRetentionDays": value})
+        settings_from({"inboxRetentionDays": value})
 
 
 def test_the_construct_exposes_its_retention_and_rejects_one_out_of_range() -> None:

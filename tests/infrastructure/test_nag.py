@@ -23,8 +23,9 @@ def test_a_nag_finding_fails_the_synth(tmp_path) -> None:  # type: ignore[no-unt
     from aws_cdk import aws_sqs as sqs
 
     from stacks.app_factory import STACK_NAME, build_app
+    from tests.example_app import TRIAL_CONTEXT
 
-    app = build_app({"aws:cdk:bundling-stacks": []}, outdir=str(tmp_path))
+    app = build_app({**TRIAL_CONTEXT, "aws:cdk:bundling-stacks": []}, outdir=str(tmp_path))
     sqs.Queue(app.node.find_child(STACK_NAME), "QueueWithoutDlqOrTls")
     with pytest.raises(RuntimeError, match="AwsSolutions-SQS3"):
         app.synth()

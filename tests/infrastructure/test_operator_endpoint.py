@@ -39,6 +39,7 @@ LITERAL_VARIABLES = {
     "SUBSCRIPTIONS": "modules:build_catalog",
     "POWERTOOLS_SERVICE_NAME": "operator-api",
     "POWERTOOLS_METRICS_NAMESPACE": "OutboxEngine",
+    "COMMERCE_SERVICES": "fake",  # the example's own, as the tests synthesize it (a trial)
 }
 QUEUE_PREFIXES = [
     prefix for resource_type, prefix in REFERENCED_VARIABLES.values() if resource_type == "AWS::SQS::Queue"

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App
 from pydantic import BaseModel
 
 from stacks import outbox_stack
-from stacks.settings import ExampleSettings
 from tests.conftest import Synthesized
+from tests.example_app import settings_from
 from tests.infrastructure.conftest import assert_handler_in_layer, resources_of_type
 from tests.infrastructure.template_queries import (
     actions_on,
@@ -114,7 +113,7 @@ def test_the_function_traces_and_logs_json_to_a_log_group_with_retention(
 
 
 # The example app's own variables (OutboxStack's environment=...), read by modules.build_catalog.
-APPLICATION_VARIABLES = {"DATA_TABLE_NAME"}
+APPLICATION_VARIABLES = {"DATA_TABLE_NAME", "COMMERCE_SERVICES"}
 
 
 @CASES
@@ -280,19 +279,15 @@ def test_a_failed_invocation_alarms_at_the_first_one(stack_template: dict[str, A
 # --- context: each consumer's max concurrency (throwaway apps, no main-app synth) ----------------
 
 
-def _settings(context: dict[str, Any]) -> ExampleSettings:
-    return ExampleSettings.from_context(App(context=context).node)
-
-
 @CASES
 def test_max_concurrency_defaults_to_ten_and_is_read_from_the_context(case: ConsumerCase) -> None:
-    assert getattr(_settings({}), case.settings_field) == 10
-    assert getattr(_settings({case.concurrency_context: "50"}), case.settings_field) == 50
-    assert getattr(_settings({case.concurrency_context: 2}), case.settings_field) == 2
+    assert getattr(settings_from({}), case.settings_field) == 10
+    assert getattr(settings_from({case.concurrency_context: "50"}), case.settings_field) == 50
+    assert getattr(settings_from({case.concurrency_context: 2}), case.settings_field) == 2
 
 
 def test_the_two_lanes_concurrency_settings_are_independent() -> None:
-    settings = _settings({"consumerMaxConcurrency": 5, "recordChangeMaxConcurrency": 200})
+    settings = settings_from({"consumerMaxConcurrency": 5, "recordChangeMaxConcurrency": 200})
     assert (settings.consumer_max_concurrency, settings.record_change_max_concurrency) == (5, 200)
 
 
@@ -300,7 +295,7 @@ def test_the_two_lanes_concurrency_settings_are_independent() -> None:
 @pytest.mark.parametrize("value", [1, 1001, "0", "ten", False])
 def test_a_max_concurrency_lambda_would_reject_fails_the_synth(case: ConsumerCase, value: Any) -> None:
     with pytest.raises(ValueError, match=case.concurrency_context):
-        _settings({case.concurrency_context: value})
+        settings_from({case.concurrency_context: value})
 
 
 @CASES

@@ -45,6 +45,7 @@ def test_the_environment_is_exactly_the_data_table_the_modules_and_powertools(
     data_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "DataTable")
     assert function["Environment"]["Variables"] == {
         "DATA_TABLE_NAME": {"Ref": data_id},
+        "COMMERCE_SERVICES": "fake",
         "SUBSCRIPTIONS": outbox_stack.CATALOG,
         "POWERTOOLS_SERVICE_NAME": "record-change-consumer",
         "POWERTOOLS_METRICS_NAMESPACE": "OutboxEngine",

@@ -9,10 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk import App
 
 from outbox_cdk import relay_pipe
 from stacks.settings import ExampleSettings
+from tests.example_app import settings_from
 from tests.infrastructure.template_queries import only_resource
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -95,18 +95,16 @@ def test_the_relay_constants_match_the_engines_event_rows() -> None:
 # --- context switches: read by ExampleSettings, applied by RelayPipe (throwaway stacks, no main-app synth) ---
 
 
-def _settings(context: dict[str, Any]) -> ExampleSettings:
-    return ExampleSettings.from_context(App(context=context).node)
-
-
 def test_settings_default_to_error_logs_without_execution_data_and_no_email() -> None:
-    assert _settings({}) == ExampleSettings(alarm_email=None, pipe_log_level="ERROR", pipe_log_execution_data=False)
+    assert settings_from({}) == ExampleSettings(
+        commerce_services="fake", alarm_email=None, pipe_log_level="ERROR", pipe_log_execution_data=False
+    )
 
 
 def test_settings_read_the_context_keys() -> None:
-    settings = _settings({"pipeLogLevel": "TRACE", "pipeLogExecutionData": "true", "alarmEmail": "ops@example.com"})
+    settings = settings_from({"pipeLogLevel": "TRACE", "pipeLogExecutionData": "true", "alarmEmail": "ops@example.com"})
     assert settings == ExampleSettings(
-        alarm_email="ops@example.com", pipe_log_level="TRACE", pipe_log_execution_data=True
+        commerce_services="fake", alarm_email="ops@example.com", pipe_log_level="TRACE", pipe_log_execution_data=True
     )
 
 
@@ -116,4 +114,4 @@ def test_settings_read_the_context_keys() -> None:
 )
 def test_settings_reject_a_wrong_value_instead_of_falling_back(context: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="context"):
-        _settings(context)
+        settings_from(context)

@@ -13,6 +13,7 @@ port so that any boto3 client or the AWS CLI can look at the tables and queues w
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -30,6 +31,7 @@ from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LambdaHandler, LocalFunction
 from outbox.local.pipe import PipeConfig, PipeEmulator
 from outbox.local.template import Reference, StackSpec, TemplateError, load_stack
+from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
 
@@ -193,8 +195,16 @@ class LocalRuntime:
         """A stack output's local value, e.g. ``output("EventsTableName")``; a literal output as it is."""
         if name in self.stack.outputs and Reference.parse(self.stack.outputs[name]["Value"]) is None:
             # A literal, or a join of literals and references (a JSON document with table names, say).
-            return self.resources.value(self.stack.outputs[name]["Value"])
+            value = self.resources.value(self.stack.outputs[name]["Value"])
+            return self._as_run(value) if name == StackOutput.APPLICATION_ENVIRONMENT else value
         return self.resources.resolve(self.stack.output_reference(name))
+
+    def _as_run(self, application_json: str) -> str:
+        """The functions' application variables as this runtime runs them: where the runtime's environment
+        sets one the template names (the fake services' URL, say), the runtime's value, as the functions see."""
+        variables = application_environment({StackOutput.APPLICATION_ENVIRONMENT: application_json})
+        variables.update({name: self._environment[name] for name in variables if name in self._environment})
+        return json.dumps(variables, sort_keys=True)
 
     def outputs(self) -> dict[str, str]:
         """Every output the runtime can resolve (those naming tables, queues, functions and pipes)."""

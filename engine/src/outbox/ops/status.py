@@ -3,7 +3,7 @@ open dead letters."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +39,8 @@ class Status:
     pipes: dict[str, str]
     tenants: list[TenantStatus]
     poison_pills_today: int
+    # What the application's functions run with (its tables, which services it calls): shown, not judged.
+    application: dict[str, str] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """What needs an operator, one line each: messages in a dead-letter queue, a broken chain, dead
@@ -65,7 +67,8 @@ class Status:
 def read_status(context: OperatorContext) -> Status:
     tenants = [tenant_status(context, tenant) for tenant in context.tenants()]
     queues, pipes = queue_depths(context), pipe_states(context)
-    return Status(queues, pipes, tenants, len(context.inbox.poison_pills(context.now())))
+    pills = len(context.inbox.poison_pills(context.now()))
+    return Status(queues, pipes, tenants, pills, application=dict(context.topology.application))
 
 
 def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:

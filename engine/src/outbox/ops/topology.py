@@ -3,12 +3,12 @@ environment (endpoint)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from outbox.exceptions import OperationRefusedError
-from outbox.outputs import StackOutput
+from outbox.outputs import StackOutput, application_environment
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class Topology:
     # How long the inbox remembers a completion; the stack's output (an older stack without it: the
     # shortest retention the inbox ever had, which only makes reconcile refuse sooner).
     inbox_retention_days: int = 7
+    # The application's own function variables (ApplicationEnvironment): which table, which services.
+    application: dict[str, str] = field(default_factory=dict)
 
     OUTPUTS = {
         "events_table": StackOutput.EVENTS_TABLE,
@@ -45,7 +47,9 @@ class Topology:
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Topology:
-        missing = [str(name) for field, name in cls.OUTPUTS.items() if name not in outputs and field in _REQUIRED]
+        missing = [
+            str(name) for attribute, name in cls.OUTPUTS.items() if name not in outputs and attribute in _REQUIRED
+        ]
         if missing:
             raise OperationRefusedError(
                 f"the stack has no outputs {', '.join(missing)}: is it a stack with an OutboxPipeline?"
@@ -55,7 +59,7 @@ class Topology:
             del found["inbox_retention_days"]
         else:
             found["inbox_retention_days"] = int(found["inbox_retention_days"])
-        return cls(**found)
+        return cls(**found, application=application_environment(outputs))
 
     @property
     def inbox_retention(self) -> timedelta:

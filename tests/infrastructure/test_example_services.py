@@ -1,0 +1,58 @@
+"""No silent fakes in a deployed example: which services the commerce module calls is said explicitly
+(context ``commerceServices``: ``fake`` or a base URL), carried to every function as ``COMMERCE_SERVICES``,
+and a function started without it fails at start with what to set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from modules import build_catalog
+from modules.services import HttpService, Services, ServicesNotConfiguredError
+from outbox.testing.services import FakeService
+from stacks.app_factory import build_app
+from tests.example_app import settings_from
+from tests.infrastructure.conftest import resources_of_type
+
+
+def test_a_synth_without_a_services_choice_stops_and_says_what_to_pass() -> None:
+    with pytest.raises(ValueError, match=r"context commerceServices is missing: .*-c commerceServices=fake"):
+        build_app({"aws:cdk:bundling-stacks": []})
+
+
+@pytest.mark.parametrize("value", ["", "FAKE", "fakes", "api.example.com", "ftp://api.example.com", True, 1])
+def test_a_services_choice_that_is_neither_fake_nor_a_url_is_refused(value: Any) -> None:
+    with pytest.raises(ValueError, match="context commerceServices is"):
+        settings_from({"commerceServices": value})
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [("fake", "fake"), ("https://api.example.com/", "https://api.example.com"), ("http://10.0.0.5:8080", None)],
+)
+def test_a_services_choice_is_read_as_given(value: str, read: str | None) -> None:
+    assert settings_from({"commerceServices": value}).commerce_services == (read or value)
+
+
+def test_every_function_of_the_trial_template_is_told_it_calls_fakes(stack_template: dict[str, Any]) -> None:
+    functions = resources_of_type(stack_template, "AWS::Lambda::Function")
+    told = {
+        logical_id: resource["Properties"]["Environment"]["Variables"].get("COMMERCE_SERVICES")
+        for logical_id, resource in functions.items()
+        if "SUBSCRIPTIONS" in resource["Properties"].get("Environment", {}).get("Variables", {})
+    }
+    assert told, "the functions that build the catalog"
+    assert set(told.values()) == {"fake"}, told
+
+
+def test_a_function_started_without_the_choice_fails_at_start_with_what_to_set() -> None:
+    with pytest.raises(ServicesNotConfiguredError, match="COMMERCE_SERVICES is not set: say which services"):
+        build_catalog(environ={"DATA_TABLE_NAME": "data"})
+
+
+def test_the_choice_decides_the_adapters() -> None:
+    fakes = Services.from_env({"COMMERCE_SERVICES": "fake"})
+    assert isinstance(fakes.carrier, FakeService)
+    real = Services.from_env({"COMMERCE_SERVICES": "https://api.example.com/"})
+    assert real.carrier == HttpService("https://api.example.com/carrier")

@@ -1,0 +1,41 @@
+"""The idle stack's monthly bill is read off the template, and the README quotes exactly that figure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.at_rest import idle_receives_per_month, monthly_bill, per_stored_gb, resources, total
+from benchmarks.report import load_prices
+from stacks.app_factory import STACK_NAME
+from tests.conftest import Synthesized
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> None:
+    template = synthesized.template(STACK_NAME)
+    lines = {line.item: line for line in monthly_bill(template, load_prices())}
+    assert lines["CloudWatch alarms"].count == len(resources(template, "AWS::CloudWatch::Alarm")) > 0
+    assert lines["CloudWatch dashboards"].count == 1
+    # One FIFO mapping (the durable consumer) and one standard (the record-change consumer), five pollers each
+    assert lines["SQS idle polls, FIFO queues"].count == idle_receives_per_month() == 648_000
+    assert lines["SQS idle polls, standard queues"].count == 648_000
+
+
+def test_the_readme_quotes_the_bill_of_the_template(synthesized: Synthesized) -> None:
+    template = synthesized.template(STACK_NAME)
+    prices = load_prices()
+    section = README.read_text().split("What it costs at rest", 1)[1].split("\n\n", 1)[0]
+    quoted = re.findall(r"\$(\d+\.\d\d)", section)
+    expected = [f"{total(monthly_bill(template, prices)):.2f}", f"{per_stored_gb(template, prices):.2f}"]
+    assert quoted[:2] == expected, "README's at-rest figures are stale: run python -m benchmarks.at_rest"
+
+
+def test_a_price_missing_from_the_list_is_an_error_not_zero(synthesized: Synthesized) -> None:
+    prices = load_prices()
+    del prices["prices"]["cloudwatch_alarm_month"]
+    with pytest.raises(KeyError, match="cloudwatch_alarm_month"):
+        monthly_bill(synthesized.template(STACK_NAME), prices)

@@ -1,16 +1,17 @@
 """The record-change consumer: what its handlers return is not silently dropped, and neither is a row
-change that no subscription matches."""
+change that no subscription matches; every record that fails is counted."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from outbox import HandlerResult, Lane, Subscription, SubscriptionRegistry, writes
-from outbox.record_consumer import RecordChangeConsumer
+from outbox.record_consumer import Metric, RecordChangeConsumer
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/data/stream/2026-12-01T00:00:00.000"
 
@@ -70,3 +71,56 @@ def test_an_unmatched_row_change_is_a_warning_the_first_time_its_type_is_seen(ca
     unmatched = [r for r in caplog.records if "matched no BEST_EFFORT subscription" in r.getMessage()]
     assert [r.levelno for r in unmatched] == [logging.WARNING, logging.DEBUG]
     assert "record.ORDRE.INSERT" in unmatched[0].getMessage()
+
+
+class CountingMetrics:
+    """What the consumer uses of Powertools' ``Metrics``: ``add_metric``, counted by name."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        assert unit == "Count"
+        self.counts[name] += int(value)
+
+
+def failing(_change: object) -> None:
+    raise RuntimeError("projection store unavailable")
+
+
+def test_a_record_whose_handler_raises_is_counted_and_still_fails_alone() -> None:
+    # The count is what the record-change lane's persistent-failure alarm reads: SQS's age metric stops
+    # seeing a message once it has been received three times (docs/aws-behaviour.md R9.1).
+    registry = SubscriptionRegistry.of(
+        [
+            Subscription("p.orders", "record.ORDER.*", Lane.BEST_EFFORT, lambda _c: None),
+            Subscription("p.broken", "record.BROKEN.*", Lane.BEST_EFFORT, failing),
+        ]
+    )
+    metrics = CountingMetrics()
+
+    response = RecordChangeConsumer(registry, metrics=metrics).handle(batch("ORDER", "BROKEN", "ORDER"), Context())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+    assert metrics.counts == {Metric.HANDLED: 2, Metric.FAILURES: 1}
+
+
+def test_a_record_that_is_not_a_row_change_is_counted_as_a_failure() -> None:
+    registry = SubscriptionRegistry.of([Subscription("p.orders", "record.ORDER.*", Lane.BEST_EFFORT, lambda _c: None)])
+    event = batch("ORDER")
+    event["Records"].append({"messageId": "m-junk", "receiptHandle": "h", "body": "not json", "attributes": {}})
+    metrics = CountingMetrics()
+
+    response = RecordChangeConsumer(registry, metrics=metrics).handle(event, Context())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-junk"}]}
+    assert metrics.counts == {Metric.HANDLED: 1, Metric.FAILURES: 1}
+
+
+def test_an_unmatched_row_change_is_counted_not_failed() -> None:
+    metrics = CountingMetrics()
+
+    response = RecordChangeConsumer(SubscriptionRegistry.of([]), metrics=metrics).handle(batch("ORDRE"), Context())
+
+    assert response == {"batchItemFailures": []}
+    assert metrics.counts == {Metric.UNMATCHED: 1}

@@ -1,13 +1,16 @@
 """The record-change consumer: the one dispatcher of the BEST_EFFORT lane.
 
 No order, no inbox, no dead-letter rows: a failing handler fails its message, which SQS retries and
-finally moves to the (alarmed) dead-letter queue. Handlers must therefore tolerate running again.
+finally moves to the (alarmed) dead-letter queue. Handlers must therefore tolerate running again. Each
+failed record is counted (``Metric.FAILURES``): SQS's age metric cannot see a message that keeps failing
+(docs/aws-behaviour.md R9.1), the count can.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -17,6 +20,16 @@ from outbox.record_changes import parse_record_change
 from outbox.subscriptions import Lane, SubscriptionRegistry
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Metric", "RecordChangeConsumer"]
+
+
+class Metric(StrEnum):
+    """The Powertools counts the record-change consumer publishes, one per record."""
+
+    HANDLED = "RowChangesHandled"
+    UNMATCHED = "UnmatchedRowChanges"
+    FAILURES = "RowChangeFailures"
 
 
 class RecordChangeConsumer:
@@ -33,6 +46,14 @@ class RecordChangeConsumer:
         return dict(response)
 
     def process_record(self, record: SQSRecord) -> None:
+        """One record; whatever it raises still fails it as a batch item failure, after it is counted."""
+        try:
+            self._process(record)
+        except Exception:
+            self._count(Metric.FAILURES)
+            raise
+
+    def _process(self, record: SQSRecord) -> None:
         change = parse_record_change(record.body)
         subscriptions = self.registry.matching(change.type, Lane.BEST_EFFORT)
         if not subscriptions:
@@ -49,7 +70,7 @@ class RecordChangeConsumer:
                     change.type,
                     extra={"subscription": subscription.name, "row_change_event_id": change.event_id},
                 )
-        self._count("RowChangesHandled")
+        self._count(Metric.HANDLED)
 
     def _unmatched(self, change_type: str) -> None:
         """A WARNING the first time this process sees a type nobody subscribes to (a mistyped entity prefix
@@ -57,8 +78,8 @@ class RecordChangeConsumer:
         level = logging.DEBUG if change_type in self._unmatched_seen else logging.WARNING
         self._unmatched_seen.add(change_type)
         logger.log(level, "row change %s matched no BEST_EFFORT subscription; it is dropped", change_type)
-        self._count("UnmatchedRowChanges")
+        self._count(Metric.UNMATCHED)
 
-    def _count(self, name: str) -> None:
+    def _count(self, metric: Metric) -> None:
         if self.metrics is not None:
-            self.metrics.add_metric(name=name, unit="Count", value=1)
+            self.metrics.add_metric(name=metric.value, unit="Count", value=1)

@@ -19,7 +19,7 @@ from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.events_table import EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
 from outbox_cdk.inbox_table import InboxTable
-from outbox_cdk.monitoring import EMITS_NAMESPACE
+from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from stacks import outbox_stack
 from stacks.data_table import DataTable
 from tests.infrastructure.conftest import example_application, resources_of_type
@@ -79,12 +79,12 @@ def test_the_queues_redrive_count_is_a_backstop_derived_from_the_claims_attempts
     assert count >= attempts * timing.CONSUMER_BATCH_SIZE
 
 
-def test_the_metrics_namespace_is_the_one_the_dashboard_searches(
+def test_the_metrics_namespace_is_the_one_the_dashboard_reads(
     stack_template: dict[str, Any], environment: dict[str, Any]
 ) -> None:
     _, dashboard = only_resource(stack_template, "AWS::CloudWatch::Dashboard")
-    assert environment["POWERTOOLS_METRICS_NAMESPACE"] == EMITS_NAMESPACE
-    assert EMITS_NAMESPACE in json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert environment["POWERTOOLS_METRICS_NAMESPACE"] == METRICS_NAMESPACE
+    assert METRICS_NAMESPACE in json.dumps(dashboard["Properties"]["DashboardBody"])
 
 
 # --- the role -------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from outbox.settings import CATALOG_REFERENCE
 from outbox_cdk import checkov
 from outbox_cdk.engine_layer import ARCHITECTURE, RUNTIME
 
-# Every function's Powertools metrics land here (the engine's EventsEmitted among them); the dashboard
-# and the consumer's alarms read this namespace.
+# Every function's Powertools metrics land here (the consumers' counts: outbox.consumer.Metric and
+# outbox.record_consumer.Metric, with the service as dimension); the dashboard and the consumers' alarms
+# read this namespace.
 METRICS_NAMESPACE: Final = "OutboxEngine"
 # 256 MB rather than 128: Lambda allocates CPU with memory, and pydantic and boto3 imports dominate a
 # cold start at 128 MB. Revisit with Lambda Power Tuning once real handlers exist.

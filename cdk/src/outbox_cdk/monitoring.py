@@ -25,16 +25,11 @@ from constructs import Construct
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
 from outbox_cdk.inbox_table import InboxTable
-from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from outbox_cdk.queue_consumer import QueueConsumer
 from outbox_cdk.timing import (
     QUEUE_VISIBILITY_TIMEOUT_SECONDS,
     RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
 )
-
-# The engine publishes one count per committed event here (Powertools metrics, EMF).
-EMITS_NAMESPACE: Final = METRICS_NAMESPACE
-EMITS_METRIC_NAME: Final = "EventsEmitted"
 
 PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
 # Each failed execution is retried (finite retries, then the pipe DLQ). A pipe into SQS should never
@@ -139,7 +134,7 @@ class PipelineMonitoring(Construct):
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=3 * WIDGET_WIDTH)
         )
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(title="Events emitted", left=[_emits()], width=WIDGET_WIDTH),
+            _relayed_widget(relay_pipe_name, durable_queue),
             *_pipe_widgets("Relay pipe", relay_pipe_name),
         )
         self.dashboard.add_widgets(
@@ -255,6 +250,22 @@ def _pipe_widgets(title: str, pipe_name: str) -> list[cloudwatch.IWidget]:
     ]
 
 
+def _relayed_widget(relay_pipe_name: str, durable_queue: sqs.IQueue) -> cloudwatch.IWidget:
+    # Nothing counts emits: emit() runs in the producer's process, which publishes no metric. What arrives is
+    # what the relay carried: the pipe's events, and the queue's sends (the relay's, plus the operator's
+    # replay, reconcile and receive-send-delete redrive, which send to the queue themselves).
+    return cloudwatch.GraphWidget(
+        title="Events relayed to the durable queue",
+        left=[
+            _pipe_metric(relay_pipe_name, "EventCount", DASHBOARD_PERIOD).with_(label="relay pipe: events"),
+            durable_queue.metric_number_of_messages_sent(
+                period=DASHBOARD_PERIOD, statistic=cloudwatch.Stats.SUM, label="durable queue: messages sent"
+            ),
+        ],
+        width=WIDGET_WIDTH,
+    )
+
+
 def _queue_depth_widget(title: str, queue: sqs.IQueue) -> cloudwatch.IWidget:
     return cloudwatch.GraphWidget(
         title=f"{title}: depth",
@@ -313,14 +324,4 @@ def _pipe_metric(pipe_name: str, metric_name: str, period: Duration) -> cloudwat
         dimensions_map={"PipeName": pipe_name},
         statistic=cloudwatch.Stats.SUM,
         period=period,
-    )
-
-
-def _emits() -> cloudwatch.MathExpression:
-    # A search over every dimension set, summed: Powertools adds a "service" dimension (and modules
-    # may add more), and a plain metric without dimensions would match none of them and graph nothing.
-    seconds = int(DASHBOARD_PERIOD.to_seconds())
-    search = f"SEARCH('Namespace=\"{EMITS_NAMESPACE}\" MetricName=\"{EMITS_METRIC_NAME}\"', 'Sum', {seconds})"
-    return cloudwatch.MathExpression(
-        expression=f"SUM({search})", using_metrics={}, label="emitted", period=DASHBOARD_PERIOD
     )

@@ -80,3 +80,33 @@ def assert_fires_on_the_first_one(alarm: dict[str, Any], topic_id: str) -> None:
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def persistent_failure_alarm(stack_template: dict[str, Any], metric_name: str, service: str) -> dict[str, Any]:
+    """The one math alarm that reads this Powertools count of this service (its ``Metrics``)."""
+    dimensions = [{"Name": "service", "Value": service}]
+    alarms = [
+        alarm["Properties"]
+        for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
+        if any(
+            query.get("MetricStat", {}).get("Metric", {}).get("MetricName") == metric_name
+            and query["MetricStat"]["Metric"].get("Dimensions") == dimensions
+            for query in alarm["Properties"].get("Metrics", [])
+        )
+    ]
+    assert len(alarms) == 1, f"expected one alarm on {service} {metric_name}, found {len(alarms)}"
+    return alarms[0]
+
+
+def assert_fires_on_persistent_failure(alarm: dict[str, Any], topic_id: str, *, period_seconds: int) -> None:
+    """A count alarm that notifies the topic when the count is above zero in three periods in a row: quiet
+    periods are zeros (FILL), so they break a run instead of being skipped (docs/aws-behaviour.md R9.6)."""
+    [expression] = [query for query in alarm["Metrics"] if "Expression" in query]
+    [counted] = [query for query in alarm["Metrics"] if "MetricStat" in query]
+    assert expression["Expression"] == f"FILL({counted['Id']}, 0)"
+    assert (expression["ReturnData"], counted["ReturnData"]) == (True, False)
+    assert (counted["MetricStat"]["Stat"], counted["MetricStat"]["Period"]) == ("Sum", period_seconds)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 3)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic_id}]

@@ -144,6 +144,7 @@ def test_the_alarmed_and_graphed_metric_names_are_the_ones_the_consumer_publishe
 
     published = {metric.value for metric in Metric}
     assert set(durable_consumer.DEAD_WORK_METRICS) | set(durable_consumer.CLAIM_METRICS) == published
+    assert durable_consumer.RETRIES_METRIC == Metric.RETRIES
 
 
 # --- the construct (throwaway stacks, no main-app synth) ------------------------------------------

@@ -16,6 +16,7 @@ from outbox.ops import Topology
 from outbox.outputs import RECORD_CHANGE_OUTPUTS, StackOutput
 from outbox_cdk import OutboxPipeline
 from stacks import outbox_stack
+from tests.infrastructure.conftest import resources_of_type
 
 # The example stack's own outputs, beside the pipeline's.
 EXAMPLE_OUTPUTS = {"DataTableName", "PlaceOrderFunctionName"}
@@ -88,7 +89,7 @@ def test_a_catalog_that_is_not_a_function_reference_is_refused() -> None:
         OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="modules.build_catalog")
 
 
-def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_age_alarm() -> None:
+def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_alarms() -> None:
     template = Template.from_stack(
         pipeline_stack(
             data_tables=[],
@@ -106,3 +107,42 @@ def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_age_a
     assert only("AWS::SQS::Queue", "OutboxDurableQueue")["VisibilityTimeout"] == 6 * 120
     age_alarm = only("AWS::CloudWatch::Alarm", "OutboxMonitoringQueueAge")
     assert age_alarm["Threshold"] == 2 * 6 * 120
+    # The retries alarm's period follows the queue's visibility timeout (in whole minutes, plus one).
+    retries = only("AWS::CloudWatch::Alarm", "OutboxDurableConsumerRetriesAlarm")
+    assert _counted_periods(retries) == [(12 + 1) * 60]
+
+
+def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alarm() -> None:
+    stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
+    orders = dynamodb.Table(
+        stack,
+        "Orders",
+        partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
+    )
+    OutboxPipeline(
+        stack,
+        "Outbox",
+        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
+        catalog=outbox_stack.CATALOG,
+        record_changes_from=orders,
+        record_change_timeout=Duration.seconds(45),
+    )
+    template = Template.from_stack(stack).to_json()
+
+    [queue] = [
+        r["Properties"]
+        for i, r in resources_of_type(template, "AWS::SQS::Queue").items()
+        if i.startswith("OutboxRecordChangesQueue")
+    ]
+    [failures] = [
+        r["Properties"]
+        for i, r in resources_of_type(template, "AWS::CloudWatch::Alarm").items()
+        if i.startswith("OutboxRecordChangeConsumerFailuresAlarm")
+    ]
+    assert queue["VisibilityTimeout"] == 6 * 45 == 270
+    assert _counted_periods(failures) == [(5 + 1) * 60]
+
+
+def _counted_periods(alarm: dict[str, Any]) -> list[int]:
+    return [query["MetricStat"]["Period"] for query in alarm["Metrics"] if "MetricStat" in query]

@@ -1,4 +1,5 @@
-"""What both queue-driven consumers share (function, mapping, role hygiene, Errors alarm, concurrency),
+"""What both queue-driven consumers share (function, mapping, role hygiene, Errors and persistent-failure
+alarms, concurrency),
 read from the synthesized template.
 
 Each test runs once for the durable consumer (durable FIFO queue) and once for the record-change
@@ -14,15 +15,18 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from outbox_cdk import timing
 from stacks import outbox_stack
 from tests.conftest import Synthesized
 from tests.example_app import settings_from
 from tests.infrastructure.conftest import assert_handler_in_layer, resources_of_type
 from tests.infrastructure.template_queries import (
     actions_on,
+    assert_fires_on_persistent_failure,
     assert_fires_on_the_first_one,
     listed,
     only_resource,
+    persistent_failure_alarm,
     role_statements,
 )
 
@@ -41,6 +45,9 @@ class ConsumerCase:
     concurrency_context: str
     settings_field: str  # the ExampleSettings field that context key fills
     output: str
+    service: str  # its Powertools service, the dimension of its counts
+    failure_metric: str  # the count of failures that will run again
+    failures_before_giving_up: int  # counted failures of one message before it is a dead letter or in the DLQ
 
 
 DURABLE = ConsumerCase(
@@ -52,6 +59,10 @@ DURABLE = ConsumerCase(
     concurrency_context="consumerMaxConcurrency",
     settings_field="consumer_max_concurrency",
     output="DurableConsumerFunctionName",
+    service="durable-consumer",
+    failure_metric="Retries",
+    # Attempts 1 to MAX_ATTEMPTS - 1 are Retries; the last one is a DeadLetters.
+    failures_before_giving_up=timing.MAX_ATTEMPTS - 1,
 )
 RECORD_CHANGE = ConsumerCase(
     prefix="RecordChangeConsumer",
@@ -62,6 +73,9 @@ RECORD_CHANGE = ConsumerCase(
     concurrency_context="recordChangeMaxConcurrency",
     settings_field="record_change_max_concurrency",
     output="RecordChangeConsumerFunctionName",
+    service="record-change-consumer",
+    failure_metric="RowChangeFailures",
+    failures_before_giving_up=timing.RECORD_CHANGE_MAX_RECEIVE_COUNT,
 )
 CASES = pytest.mark.parametrize("case", [DURABLE, RECORD_CHANGE], ids=["durable", "record-change"])
 
@@ -274,6 +288,26 @@ def test_a_failed_invocation_alarms_at_the_first_one(stack_template: dict[str, A
     ]
     assert len(alarms) == 1
     assert_fires_on_the_first_one(alarms[0], topic_id)
+
+
+@CASES
+def test_failures_that_persist_alarm_after_three_periods_of_a_visibility_timeout_and_a_minute(
+    stack_template: dict[str, Any], case: ConsumerCase
+) -> None:
+    # Given the queue's visibility timeout: a message failing on every receive comes back once per timeout
+    topic_id, _ = only_resource(stack_template, "AWS::SNS::Topic")
+    _, queue = only_resource(stack_template, "AWS::SQS::Queue", case.queue)
+    visibility = queue["Properties"]["VisibilityTimeout"]
+    period = (-(-visibility // 60) + 1) * 60
+
+    # Then the alarm's period (that timeout in whole minutes, plus one) holds one of its failures each
+    alarm = persistent_failure_alarm(stack_template, case.failure_metric, case.service)
+    assert_fires_on_persistent_failure(alarm, topic_id, period_seconds=period)
+    assert visibility < period <= visibility + 120
+    # And its failures fill three periods before the consumer or SQS gives up on it
+    assert (case.failures_before_giving_up - 1) * visibility >= (3 - 1) * period
+    # And the description says why the queue-age alarm cannot see this
+    assert "3+ times" in alarm["AlarmDescription"]
 
 
 # --- context: each consumer's max concurrency (throwaway apps, no main-app synth) ----------------

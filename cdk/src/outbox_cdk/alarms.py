@@ -1,4 +1,4 @@
-"""The one alarm shape of the app: the first datapoint above a threshold notifies the alarm topic."""
+"""The one alarm shape of the app: datapoints above a threshold notify the alarm topic."""
 
 from __future__ import annotations
 
@@ -16,11 +16,16 @@ def alarm_above(
     threshold: float,
     description: str,
     alarm_topic: sns.ITopic,
+    evaluation_periods: int = 1,
+    datapoints_to_alarm: int = 1,
 ) -> cloudwatch.Alarm:
-    """An alarm that fires on one datapoint above ``threshold`` and notifies ``alarm_topic`` of ALARM and OK.
+    """An alarm that fires when ``datapoints_to_alarm`` of the last ``evaluation_periods`` datapoints are above
+    ``threshold`` (by default the first one is) and notifies ``alarm_topic`` of ALARM and OK.
 
     Missing data is not breaching: SQS, Pipes and an idle function publish nothing while there is
-    nothing to do, and silence is health there, not an incident.
+    nothing to do, and silence is health there, not an incident. With more than one datapoint to alarm on
+    such a metric, CloudWatch may join datapoints across quiet periods (docs/aws-behaviour.md R9.6): a run
+    that must be consecutive fills the gaps with zeros (``QueueConsumer.persistent_failure_alarm``).
 
     Example
     -------
@@ -33,8 +38,8 @@ def alarm_above(
         metric=metric,
         threshold=threshold,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        evaluation_periods=1,
-        datapoints_to_alarm=1,
+        evaluation_periods=evaluation_periods,
+        datapoints_to_alarm=datapoints_to_alarm,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
     action = cloudwatch_actions.SnsAction(alarm_topic)

@@ -25,7 +25,12 @@ from outbox_cdk.queue_consumer import (
     MIN_MAX_CONCURRENCY,
     QueueConsumer,
 )
-from outbox_cdk.timing import CONSUMER_BATCHING_WINDOW_SECONDS, CONSUMER_TIMEOUT_SECONDS, MAX_ATTEMPTS
+from outbox_cdk.timing import (
+    CONSUMER_BATCHING_WINDOW_SECONDS,
+    CONSUMER_TIMEOUT_SECONDS,
+    MAX_ATTEMPTS,
+    PERSISTENT_FAILURE_PERIODS,
+)
 
 __all__ = [
     "BATCH_SIZE",
@@ -36,6 +41,7 @@ __all__ = [
     "HANDLER",
     "MAX_MAX_CONCURRENCY",
     "MIN_MAX_CONCURRENCY",
+    "RETRIES_METRIC",
     "SERVICE_NAME",
     "DurableConsumer",
 ]
@@ -47,11 +53,15 @@ SERVICE_NAME: Final = "durable-consumer"
 # an operator must look at; none of it reaches an SQS DLQ, so the DLQ alarms cannot see it.
 CLAIM_METRICS: Final = ("Claims", "Completions", "ClaimSkips", "Retries", "LeasesLost", "UnmatchedEvents")
 DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
+# One per failed attempt that will run again (outbox.consumer.Metric.RETRIES): what a failing handler
+# produces while SQS's age metric no longer sees its message (docs/aws-behaviour.md R9.1).
+RETRIES_METRIC: Final = "Retries"
 
 
 class DurableConsumer(QueueConsumer):
     """``self.function`` consumes the durable queue; ``self.errors_alarm`` and ``self.dead_work_alarms``
-    fire on the first failed invocation and the first dead letter, conflict or poison pill.
+    fire on the first failed invocation and the first dead letter, conflict or poison pill, and
+    ``self.retries_alarm`` on handlers that keep failing (retries in three periods in a row).
     """
 
     def __init__(
@@ -114,7 +124,17 @@ class DurableConsumer(QueueConsumer):
             )
             for metric_name in DEAD_WORK_METRICS
         ]
+        minutes = int(self.failure_alarm_period.to_minutes())
+        self.retries_alarm = self.persistent_failure_alarm(
+            "RetriesAlarm",
+            RETRIES_METRIC,
+            f"The durable consumer retried handlers in each of {PERSISTENT_FAILURE_PERIODS} periods of {minutes} min "
+            "in a row: a handler fails on every receive (a message comes back once per visibility timeout, so "
+            f"each period holds one of its failures), and after {MAX_ATTEMPTS} attempts its pair becomes a dead "
+            "letter. One transient retry does not fire it; the queue-age alarm cannot see this (SQS leaves a message "
+            "received 3+ times out of its age). See the runbook (outbox status, the consumer's log).",
+        )
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
-        return [self.errors_alarm, *self.dead_work_alarms]
+        return [self.errors_alarm, *self.dead_work_alarms, self.retries_alarm]

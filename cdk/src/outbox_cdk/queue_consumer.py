@@ -16,7 +16,7 @@ from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, ApplicationCode, EngineFunction
 from outbox_cdk.redriven_queue import RedrivenQueue
-from outbox_cdk.timing import CONSUMER_BATCH_SIZE
+from outbox_cdk.timing import CONSUMER_BATCH_SIZE, PERSISTENT_FAILURE_PERIODS, persistent_failure_period_seconds
 
 BATCH_SIZE: Final = CONSUMER_BATCH_SIZE
 DEFAULT_MAX_CONCURRENCY: Final = 10
@@ -28,7 +28,7 @@ ALARM_PERIOD: Final = Duration.minutes(1)
 
 class QueueConsumer(Construct):
     """``self.function`` consumes ``queue`` in batches; ``self.errors_alarm`` fires on its first failed
-    invocation.
+    invocation, and ``persistent_failure_alarm`` makes the alarm on a count of failed records that persist.
 
     Failures are the queue's business, not Lambda's: the mapping reports partial batch failures, SQS
     retries them up to the queue's ``max_receive_count`` and then moves them to the queue's alarmed DLQ.
@@ -67,11 +67,17 @@ class QueueConsumer(Construct):
         encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.alarm_topic = alarm_topic
         if isinstance(max_concurrency, bool) or not MIN_MAX_CONCURRENCY <= max_concurrency <= MAX_MAX_CONCURRENCY:
             raise ValueError(
                 f"{label} max concurrency must be {MIN_MAX_CONCURRENCY}..{MAX_MAX_CONCURRENCY}, got {max_concurrency!r}"
             )
         self.service_name = service_name
+        # The persistent-failure alarms' period follows the queue's visibility timeout, itself derived from
+        # timeout_seconds: a longer timeout brings a failed message back later, and the period grows with it.
+        self.failure_alarm_period = Duration.seconds(
+            persistent_failure_period_seconds(queue.visibility_timeout_seconds)
+        )
         engine_function = EngineFunction(
             self,
             "Lambda",
@@ -125,6 +131,32 @@ class QueueConsumer(Construct):
             dimensions_map={"service": self.service_name},
             statistic=cloudwatch.Stats.SUM,
             period=period,
+        )
+
+    def persistent_failure_alarm(self, construct_id: str, metric_name: str, description: str) -> cloudwatch.Alarm:
+        """An alarm on one of the function's failure counts that fires when it is above zero in each of
+        ``PERSISTENT_FAILURE_PERIODS`` periods in a row (``self.failure_alarm_period``, from the visibility
+        timeout): a message failing on every receive lands in each period, one transient failure in one.
+
+        The count is filled with zeros: CloudWatch evaluates an M-of-N alarm on its most recent real datapoints
+        when some are missing (docs/aws-behaviour.md R9.6), which would join three failures with quiet
+        periods between them; with the gaps filled, only three periods in a row fire it.
+        """
+        counted = self.outcome_metric(metric_name, self.failure_alarm_period)
+        return alarm_above(
+            self,
+            construct_id,
+            cloudwatch.MathExpression(
+                expression="FILL(failures, 0)",
+                using_metrics={"failures": counted},
+                period=self.failure_alarm_period,
+                label=f"{metric_name} (0 when none)",
+            ),
+            threshold=0,
+            evaluation_periods=PERSISTENT_FAILURE_PERIODS,
+            datapoints_to_alarm=PERSISTENT_FAILURE_PERIODS,
+            description=description,
+            alarm_topic=self.alarm_topic,
         )
 
     def _acknowledge_queue_driven_failure_handling(self, max_concurrency: int) -> None:

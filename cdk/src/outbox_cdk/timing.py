@@ -154,3 +154,34 @@ QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(
 RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS = visibility_timeout_seconds(
     RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS, RECORD_CHANGE_BATCHING_WINDOW_SECONDS
 )
+
+
+# -- persistent failure: how long a consumer's failures must last before its alarm fires -----------------
+
+# Periods in a row with a failure counted. A message whose handler fails on every receive is received again
+# one visibility timeout after each receive, so each period of the length below holds one of its failures:
+# three periods are about three failures in a row, before the durable consumer's MAX_ATTEMPTS makes the pair
+# a dead letter or the record-change queue's maxReceiveCount moves the message to its DLQ. One transient
+# failure fills one period, not three.
+PERSISTENT_FAILURE_PERIODS = 3
+# CloudWatch's bound for periods x evaluation periods (docs/aws-behaviour.md R9.5).
+MAX_ALARM_EVALUATION_SECONDS = 24 * 60 * 60
+
+
+def persistent_failure_period_seconds(visibility_timeout_seconds: int) -> int:
+    """The period of a consumer's persistent-failure alarm: its queue's visibility timeout rounded up to whole
+    minutes (alarm periods are whole minutes, R9.5), plus one minute for the poll and the run that fail it again.
+
+    Example
+    -------
+    >>> persistent_failure_period_seconds(360)
+    420
+    >>> persistent_failure_period_seconds(180)
+    240
+    """
+    if visibility_timeout_seconds <= 0:
+        raise ValueError("the visibility timeout must be positive")
+    period = (-(-visibility_timeout_seconds // 60) + 1) * 60
+    if period * PERSISTENT_FAILURE_PERIODS > MAX_ALARM_EVALUATION_SECONDS:
+        raise ValueError(f"{PERSISTENT_FAILURE_PERIODS} periods of {period}s exceed CloudWatch's one day")
+    return period

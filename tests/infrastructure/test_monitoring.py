@@ -16,6 +16,7 @@ from outbox_cdk.monitoring import (
     QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
     RECORD_CHANGE_QUEUE_AGE_ALARM_THRESHOLD_SECONDS,
 )
+from outbox_cdk.record_change_consumer import ROW_CHANGE_METRICS
 from outbox_cdk.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
@@ -104,7 +105,9 @@ def test_the_alarm_email_subscribes_to_the_topic() -> None:
 
 
 @pytest.mark.parametrize("pipe_prefix", ["RelayPipe", "RecordChangePipe"])
-@pytest.mark.parametrize("metric_name", ["ExecutionFailed", "TargetStageFailed"])
+@pytest.mark.parametrize(
+    "metric_name", ["ExecutionFailed", "TargetStageFailed", "ExecutionPartiallyFailed", "TargetStagePartiallyFailed"]
+)
 def test_pipe_failures_alarm_at_the_first_one(
     stack_template: dict[str, Any], topic_id: str, pipe_prefix: str, metric_name: str
 ) -> None:
@@ -121,6 +124,7 @@ def test_pipe_failures_alarm_at_the_first_one(
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    assert metric_name in alarm["AlarmDescription"]
 
 
 @pytest.mark.parametrize(
@@ -147,10 +151,13 @@ def test_each_lanes_queue_alarms_on_the_age_of_its_oldest_message(
     assert len(alarms) == 1
     alarm = alarms[0]
     assert alarm["Statistic"] == "Maximum"
-    # Older than two visibility timeouts: it has failed at least once, or nobody is polling.
+    # Older than two visibility timeouts and received fewer than three times: nobody is receiving it.
     assert alarm["Threshold"] == threshold == 2 * visibility_timeout
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
     assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    # What it cannot see, and which alarm does: a message that fails on every receive (R9.1).
+    assert "Blind to a message that fails on every receive" in alarm["AlarmDescription"]
+    assert "3+ times" in alarm["AlarmDescription"]
 
 
 def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) -> None:
@@ -168,6 +175,8 @@ def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) 
         "EventCount",
         "ExecutionFailed",
         "TargetStageFailed",
+        "ExecutionPartiallyFailed",
+        "TargetStagePartiallyFailed",
         "ApproximateNumberOfMessagesVisible",
         "ApproximateAgeOfOldestMessage",
         only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")[0],
@@ -193,6 +202,7 @@ def test_the_dashboard_shows_the_whole_pipeline(stack_template: dict[str, Any]) 
         only_resource(stack_template, "AWS::SQS::Queue", "RecordChangePipeDeadLetters")[0],
         only_resource(stack_template, "AWS::Lambda::Function", "RecordChangeConsumer")[0],
         "ApproximateNumberOfMessagesNotVisible",
+        *ROW_CHANGE_METRICS,
     ]
     assert [mention for mention in expected_mentions if mention not in body] == []
     # Every alarm of the stack is on the dashboard's status widget.

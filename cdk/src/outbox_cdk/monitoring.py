@@ -1,11 +1,11 @@
 """Alarms on the pipes and the queues, and one dashboard that shows both lanes of the pipeline.
 
-Hand-written ``aws_cloudwatch`` rather than cdk-monitoring-constructs: the set is small (two alarms a
+Hand-written ``aws_cloudwatch`` rather than cdk-monitoring-constructs: the set is small (four alarms a
 pipe, one age alarm a queue, one dashboard), and the library would add a dependency (and its transitive
 pins) to every synth, plus its own defaults to review, for what a few explicit widgets say directly.
 The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one;
-nor are the consumers' or the operator endpoint's, which belong to each function. The dashboard's
-status widget shows all of them.
+nor are the consumers' (errors, dead work, persistent failures) or the operator endpoint's, which belong to
+each function. The dashboard's status widget shows all of them.
 """
 
 from __future__ import annotations
@@ -26,19 +26,29 @@ from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.queue_consumer import QueueConsumer
+from outbox_cdk.record_change_consumer import ROW_CHANGE_METRICS
 from outbox_cdk.timing import (
     QUEUE_VISIBILITY_TIMEOUT_SECONDS,
     RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
 )
 
 PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
-# Each failed execution is retried (finite retries, then the pipe DLQ). A pipe into SQS should never
-# fail, so the first one is worth a look: a permission, an unresolved path, a throttle that persisted.
-PIPE_FAILURE_METRICS: Final = ("ExecutionFailed", "TargetStageFailed")
+# Each failed execution is retried (finite retries, then the pipe DLQ); of a partly failed one, only the
+# refused entries (docs/aws-behaviour.md R4.4). A pipe into SQS should never fail, so the first one is worth a
+# look: a permission, an unresolved path, a throttle that persisted. Each metric and what it counts (R9.4).
+PIPE_FAILURES: Final = {
+    "ExecutionFailed": "an execution failed",
+    "TargetStageFailed": "the queue refused a batch",
+    "ExecutionPartiallyFailed": "an execution failed for part of its batch",
+    "TargetStagePartiallyFailed": "the queue refused part of a batch",
+}
+PIPE_FAILURE_METRICS: Final = tuple(PIPE_FAILURES)
 PIPE_ALARM_PERIOD: Final = Duration.minutes(5)
 
-# A message older than two visibility timeouts has failed at least once, or no consumer is polling, or
-# (durable queue) its tenant's group is blocked behind a message that keeps failing.
+# A message older than two visibility timeouts that is still counted was received fewer than three times
+# (R9.1): nobody receives it (no consumer, a throttled or too narrow one, or, on the durable queue, its
+# tenant's group is held behind a failing message). A message that fails on every receive drops out of the
+# metric at its third receive: the consumers' persistent-failure alarms see that one.
 QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS: Final = 2
 # With the default timeouts.
 QUEUE_AGE_ALARM_THRESHOLD_SECONDS: Final = QUEUE_AGE_ALARM_VISIBILITY_TIMEOUTS * QUEUE_VISIBILITY_TIMEOUT_SECONDS
@@ -107,18 +117,17 @@ class PipelineMonitoring(Construct):
                 "QueueAge",
                 durable_queue,
                 durable_age_threshold,
-                "The durable queue's oldest message is older than two visibility timeouts: "
-                "a failing handler, a blocked tenant group or no consumer.",
+                _age_description("durable queue", durable_age_threshold, failure_alarm="Retries", fifo=True),
             ),
         ]
         if record_change is not None:
+            threshold = record_change.age_alarm_threshold_seconds
             self.queue_age_alarms.append(
                 self._queue_age_alarm(
                     "RecordChangeQueueAge",
                     record_change.queue,
-                    record_change.age_alarm_threshold_seconds,
-                    "The record-change queue's oldest message is older than two visibility timeouts: "
-                    "a failing best-effort handler or no consumer.",
+                    threshold,
+                    _age_description("record-change queue", threshold, failure_alarm="RowChangeFailures", fifo=False),
                 )
             )
         self.alarms: list[cloudwatch.IAlarm] = [
@@ -164,6 +173,13 @@ class PipelineMonitoring(Construct):
             _queue_age_widget("Record-change queue", lane.queue, lane.age_alarm_threshold_seconds),
             *_function_widgets("Record-change consumer", lane.consumer.function),
         )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Record-change consumer: row changes handled, unmatched, failed",
+                left=[lane.consumer.outcome_metric(name, DASHBOARD_PERIOD) for name in ROW_CHANGE_METRICS],
+                width=WIDGET_WIDTH,
+            )
+        )
 
     def _pipe_alarms(self, id_prefix: str, label: str, pipe_name: str) -> list[cloudwatch.Alarm]:
         return [
@@ -172,10 +188,13 @@ class PipelineMonitoring(Construct):
                 f"{id_prefix}{metric_name}",
                 _pipe_metric(pipe_name, metric_name, PIPE_ALARM_PERIOD),
                 threshold=0,
-                description=f"The {label} reports {metric_name}; its log group has the error.",
+                description=f"The {label} reports {metric_name}: {meaning}. The pipe retries (a partly failed batch: "
+                "only the refused entries) and, when retries run out, puts the batch's metadata in its DLQ. Its log "
+                "group (level ERROR) says why: a permission, an unresolved template path, a persisting throttle. See "
+                "the runbook.",
                 alarm_topic=self.alarm_topic,
             )
-            for metric_name in PIPE_FAILURE_METRICS
+            for metric_name, meaning in PIPE_FAILURES.items()
         ]
 
     def _queue_age_alarm(
@@ -230,6 +249,21 @@ class PipelineMonitoring(Construct):
                 width=WIDGET_WIDTH,
             ),
         )
+
+
+def _age_description(queue_label: str, threshold_seconds: int, *, failure_alarm: str, fifo: bool) -> str:
+    """What a queue-age alarm sees, and what it cannot (docs/aws-behaviour.md R9.1)."""
+    causes = [
+        "no consumer receives (mapping disabled, a missing permission)",
+        "the consumer is throttled or its concurrency too low for the backlog",
+    ]
+    if fifo:
+        causes.append("a tenant's group is held behind a failing message (the messages waiting behind it age)")
+    return (
+        f"The {queue_label}'s oldest message is older than {threshold_seconds} s (two visibility timeouts). Seen: "
+        f"{'; '.join(causes)}. Blind to a message that fails on every receive: SQS leaves a message received 3+ "
+        f"times out of this metric; the {failure_alarm} and Errors alarms see those. See the runbook."
+    )
 
 
 def _pipe_widgets(title: str, pipe_name: str) -> list[cloudwatch.IWidget]:

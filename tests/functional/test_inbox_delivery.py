@@ -429,5 +429,7 @@ def test_a_follow_up_with_a_number_dynamodb_cannot_store_is_dead_at_once_with_th
     assert h.claim_status("shipping.book", event) == "DEAD"
     [dead] = h.dead_letters()
     assert dead["error_type"]["S"] == "InvalidEventError"
-    assert "number range" in dead["error"]["S"]
+    # Its type and place; not its text, which repeats the value (outbox.redaction)
+    assert dead["error"]["S"].startswith("InvalidEventError at ")
+    assert "e+300" not in dead["error"]["S"]
     assert [e.type for e in h.store.events("acme")] == ["order.created"]

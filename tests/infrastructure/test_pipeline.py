@@ -146,3 +146,23 @@ def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alar
 
 def _counted_periods(alarm: dict[str, Any]) -> list[int]:
     return [query["MetricStat"]["Period"] for query in alarm["Metrics"] if "MetricStat" in query]
+
+
+def durable_consumer_variables(template: dict[str, Any]) -> dict[str, Any]:
+    [variables] = [
+        resource["Properties"]["Environment"]["Variables"]
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::Lambda::Function"
+        and resource["Properties"].get("Handler") == "outbox.handlers.durable_consumer.handler"
+    ]
+    return variables
+
+
+def test_failures_are_redacted_unless_the_stack_asks_for_full_text(stack_template: dict[str, Any]) -> None:
+    from outbox.redaction import ErrorDetail
+
+    assert durable_consumer_variables(stack_template)["ERROR_DETAIL"] == "redacted"
+    full = Template.from_stack(pipeline_stack(error_detail=ErrorDetail.FULL)).to_json()
+    assert durable_consumer_variables(full)["ERROR_DETAIL"] == "full"
+    with pytest.raises(ValueError, match=r"error_detail must be ErrorDetail\.REDACTED, ErrorDetail\.FULL"):
+        pipeline_stack(error_detail="everything")

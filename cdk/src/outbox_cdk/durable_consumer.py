@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox.redaction import ErrorDetail
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import acknowledge_key_wildcards
@@ -78,6 +79,7 @@ class DurableConsumer(QueueConsumer):
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
         encryption_key: kms.IKey | None = None,
+        error_detail: ErrorDetail = ErrorDetail.REDACTED,
     ) -> None:
         super().__init__(
             scope,
@@ -97,6 +99,7 @@ class DurableConsumer(QueueConsumer):
                 "INBOX_TABLE_NAME": inbox.table.table_name,
                 "MAX_ATTEMPTS": str(MAX_ATTEMPTS),
                 "INBOX_RETENTION_DAYS": str(inbox.retention_days),
+                "ERROR_DETAIL": error_detail.value,
             },
             alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,

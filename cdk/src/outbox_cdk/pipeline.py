@@ -33,6 +33,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox.outputs import StackOutput
+from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.durable_consumer import DurableConsumer
@@ -113,6 +114,12 @@ class OutboxPipeline(Construct):
         ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups): the synth warns,
         and without it the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
+    error_detail
+        What a durable handler's failure says in the consumer's log and in its dead letters and claims
+        (``outbox.redaction``). ``REDACTED`` (the default): its type and where it was raised, a validation
+        error's field locations and error types, a ``TerminalError``'s own message; never the text of any
+        other exception, which may repeat the personal data the handler was given. ``FULL``: every message,
+        for stacks that hold no real people's data.
     """
 
     def __init__(
@@ -135,6 +142,7 @@ class OutboxPipeline(Construct):
         consumer_timeout: Duration | None = None,
         record_change_timeout: Duration | None = None,
         encryption_key: kms.IKey | None = None,
+        error_detail: ErrorDetail = ErrorDetail.REDACTED,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -186,6 +194,7 @@ class OutboxPipeline(Construct):
             max_concurrency=consumer_max_concurrency,
             timeout_seconds=consumer_seconds,
             encryption_key=encryption_key,
+            error_detail=_error_detail(error_detail),
         )
         self.record_changes: RecordChangeQueue | None = None
         self.record_change_pipe: RecordChangePipe | None = None
@@ -389,3 +398,11 @@ def _check_options(
             f"record_changes_from={record_changes_from.node.path} has no stream: create it with "
             "stream=StreamViewType.NEW_AND_OLD_IMAGES (or import it with its table_stream_arn)"
         )
+
+
+def _error_detail(value: object) -> ErrorDetail:
+    try:
+        return ErrorDetail(str(value))
+    except ValueError:
+        choices = ", ".join(f"ErrorDetail.{detail.name}" for detail in ErrorDetail)
+        raise ValueError(f"error_detail must be {choices}, got {value!r}") from None

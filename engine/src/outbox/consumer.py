@@ -29,6 +29,7 @@ from outbox.exceptions import (
 )
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
 from outbox.messages import parse_body, read_message
+from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
@@ -83,6 +84,8 @@ class DurableConsumer:
         that waited behind a failing neighbour (and collected receives meanwhile) loses nothing.
     metrics:
         Optional Powertools ``Metrics``; the handler flushes it.
+    error_detail:
+        What a failure says in logs and dead letters (``outbox.redaction``): its type and place by default.
     """
 
     def __init__(
@@ -93,12 +96,14 @@ class DurableConsumer:
         *,
         lease_policy: LeasePolicy | None = None,
         metrics: Any | None = None,
+        error_detail: ErrorDetail = ErrorDetail.REDACTED,
     ) -> None:
         self.registry = registry
         self.inbox = inbox
         self.store = store
         self.lease_policy = lease_policy or LeasePolicy()
         self.metrics = metrics
+        self.error_detail = error_detail
 
     # -- the Lambda entry -----------------------------------------------------------------------------
 
@@ -247,7 +252,7 @@ class DurableConsumer:
     ) -> DeliveryOutcome:
         """Dead at once when no retry can help; dead when the claim's attempts are used up; else released
         for the next receive."""
-        error = f"{type(exc).__name__}: {exc}"
+        error = describe_failure(exc, self.error_detail)
         if terminal is None:
             terminal = isinstance(exc, TerminalError | ContractViolationError) or (
                 subscription.terminal_on_validation_error and isinstance(exc, ValidationError)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxValidationError
+from outbox.redaction import ErrorDetail
 
 CATALOG_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
@@ -34,6 +35,8 @@ class ConsumerSettings(BaseModel):
     max_attempts: int = Field(alias="MAX_ATTEMPTS", ge=1, le=100)
     inbox_retention_days: int = Field(alias="INBOX_RETENTION_DAYS", ge=1, le=365)
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
+    # What failures say in logs and dead letters (outbox.redaction); the construct always sets it.
+    error_detail: ErrorDetail = Field(alias="ERROR_DETAIL")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:

@@ -41,6 +41,7 @@ def consumer() -> DurableConsumer:
         ),
         EventStore(settings.events_table_name, client=dynamodb, catalog=catalog),
         metrics=metrics,
+        error_detail=settings.error_detail,
     )
 
 

@@ -1,0 +1,131 @@
+"""No personal data in logs or dead letters by default: what a handler's failure says is its type and where it
+was raised, a validation error's field locations and error types, or a TerminalError's own message; never
+the text of another exception, which may repeat the input (a pydantic error prints the buyer's e-mail)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from outbox.local.clock import VirtualClock
+from outbox.redaction import ErrorDetail, describe_failure
+from outbox.subscriptions import Delivery, Subscription
+from tests.functional.inbox_harness import Harness, Recorder, build_harness
+
+EMAIL = "jane.doe@example.com"
+ADDRESS = "12 Privet Drive"
+
+HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
+
+
+@pytest.fixture
+def make_harness(aws: None, clock: VirtualClock) -> HarnessFactory:
+    return lambda subscriptions: build_harness(subscriptions, clock)
+
+
+def one_subscription(recorder: Recorder) -> list[Subscription]:
+    return [recorder.subscription("shipping.book")]
+
+
+class Shipment(BaseModel):
+    buyer_email: str = Field(max_length=5)  # fails on any real address, and pydantic repeats it
+    shipping_address: int  # fails on the text
+
+
+def validate_shipment(delivery: Delivery) -> None:
+    Shipment.model_validate(delivery.envelope.payload)
+
+
+def fail_with_the_address(_delivery: Delivery) -> None:
+    raise ValueError(f"no carrier serves {ADDRESS} for {EMAIL}")
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture) -> Callable[[], str]:
+    """What the engine logged (the SDK's own debug log of requests carries the payload by design)."""
+    caplog.set_level(logging.DEBUG, logger="outbox")
+    return lambda: "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("outbox"))
+
+
+def recorded_text(h: Harness, subscription: str, event: Any) -> str:
+    claim = h.inbox.read_claim(event.id, subscription)
+    assert claim is not None
+    letters = " ".join(letter["error"]["S"] for letter in h.dead_letters())
+    return f"{claim.last_error or ''} {letters}"
+
+
+def test_a_validation_error_names_fields_and_kinds_never_the_input(
+    make_harness: HarnessFactory, logged: Callable[[], str]
+) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = validate_shipment
+    event = h.emit(buyer_email=EMAIL, shipping_address=ADDRESS)
+
+    h.esm.drain()  # every attempt (the virtual clock passes the visibility timeouts), then the dead letter
+
+    text = recorded_text(h, "shipping.book", event) + logged()
+    assert h.dead_letters(), "the pair is dead: its dead letter is the record"
+    assert EMAIL not in text
+    assert ADDRESS not in text
+    assert "buyer_email: string_too_long" in text
+    assert "shipping_address: int_parsing" in text
+
+
+def test_another_exception_s_text_is_withheld_its_type_and_place_kept(
+    make_harness: HarnessFactory, logged: Callable[[], str]
+) -> None:
+    h = make_harness(one_subscription)
+    h.recorder.behaviours["shipping.book"] = fail_with_the_address
+    event = h.emit(buyer_email=EMAIL)
+
+    h.esm.drain()
+
+    text = recorded_text(h, "shipping.book", event) + logged()
+    assert h.claim_status("shipping.book", event) == "DEAD", "retried on every attempt, then dead"
+    assert EMAIL not in text
+    assert ADDRESS not in text
+    assert "ValueError at test_no_personal_data.py" in text
+    assert "in fail_with_the_address" in text
+
+
+def test_full_detail_keeps_the_text_for_stacks_without_real_people(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    h.consumer.error_detail = ErrorDetail.FULL
+    h.recorder.behaviours["shipping.book"] = fail_with_the_address
+    event = h.emit(buyer_email=EMAIL)
+
+    h.esm.drain()
+
+    assert EMAIL in recorded_text(h, "shipping.book", event)
+
+
+def test_a_terminal_error_keeps_the_message_its_author_wrote_for_the_operator() -> None:
+    from outbox import TerminalError
+
+    assert describe_failure(TerminalError("tag registry said no")) == "TerminalError: tag registry said no"
+
+
+def test_a_client_error_keeps_its_code_and_operation_not_its_message() -> None:
+    from botocore.exceptions import ClientError
+
+    error = ClientError({"Error": {"Code": "ValidationException", "Message": f"bad value {EMAIL}"}}, "PutItem")
+    described = describe_failure(error)
+    assert described.startswith("ClientError (ValidationException, PutItem) at")
+    assert EMAIL not in described
+
+
+def test_a_long_validation_error_lists_ten_fields_and_says_there_are_more() -> None:
+    class Wide(BaseModel):
+        model_config = {"extra": "forbid"}
+
+    try:
+        Wide.model_validate({f"field{n}": EMAIL for n in range(12)})
+    except Exception as exc:  # the error under test
+        described = describe_failure(exc)
+    assert described.startswith("ValidationError: 12 invalid: field0: extra_forbidden")
+    assert described.endswith("; ...")
+    assert EMAIL not in described

@@ -67,8 +67,8 @@ test: setup checkov-env ## Run the whole test suite (lint, types, unit, function
 unit: setup ## Run only the fast tests (no synth)
 	$(PY) -m pytest tests/unit
 
-synth: setup ## Synthesize the app offline with cdk-nag (SERVICES=fake or the services' URL; bundles the layer with pip)
-	$(CDK) synth --no-notices --quiet $(if $(SERVICES),-c commerceServices=$(SERVICES))
+synth: setup ## Synthesize offline with cdk-nag, bundling the layer with pip (CONTEXT="-c commerceServices=fake -c alarmEmail=...")
+	$(CDK) synth --no-notices --quiet $(CONTEXT)
 
 catalog: setup ## Regenerate catalog.json from the modules (the contract test checks it is current)
 	$(PY) -m tools.catalog

@@ -54,6 +54,7 @@ class OutboxStack(Stack):
                 SERVICES_VARIABLE: settings.commerce_services,
             },
             alarm_email=settings.alarm_email,
+            no_alarm_subscriber=settings.no_alarm_subscriber,
             inbox_retention_days=settings.inbox_retention_days,
             consumer_max_concurrency=settings.consumer_max_concurrency,
             record_change_max_concurrency=settings.record_change_max_concurrency,

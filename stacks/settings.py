@@ -16,6 +16,8 @@ from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 # Required, with no default: "fake" or the base URL of the services the commerce module calls.
 COMMERCE_SERVICES_CONTEXT: Final = "commerceServices"
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
+# Instead of alarmEmail: why nobody subscribes to the alarm topic here (one of the two is required).
+NO_ALARM_SUBSCRIBER_CONTEXT: Final = "noAlarmSubscriber"
 PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
 PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
 INBOX_RETENTION_DAYS_CONTEXT: Final = "inboxRetentionDays"
@@ -30,6 +32,7 @@ class ExampleSettings:
     # "fake" or a base URL (modules.services): which services the deployed functions call.
     commerce_services: str
     alarm_email: str | None = None
+    no_alarm_subscriber: str | None = None
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
     inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
@@ -44,12 +47,14 @@ class ExampleSettings:
         email = node.try_get_context(ALARM_EMAIL_CONTEXT)
         if email is not None and (not isinstance(email, str) or "@" not in email):
             raise ValueError(f"context {ALARM_EMAIL_CONTEXT} must be an e-mail address, got {email!r}")
+        no_subscriber = _no_alarm_subscriber(node, email)
         level = node.try_get_context(PIPE_LOG_LEVEL_CONTEXT) or "ERROR"
         if level not in PIPE_LOG_LEVELS:
             raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
         return cls(
             commerce_services=_commerce_services(node),
             alarm_email=email or None,
+            no_alarm_subscriber=no_subscriber,
             pipe_log_level=cast(PipeLogLevel, level),
             pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
             inbox_retention_days=_integer(
@@ -62,6 +67,22 @@ class ExampleSettings:
             consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
             record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
         )
+
+
+def _no_alarm_subscriber(node: Node, email: object) -> str | None:
+    """Required unless alarmEmail is given: a deployed example says who reads its alarms, or why nobody."""
+    reason = node.try_get_context(NO_ALARM_SUBSCRIBER_CONTEXT)
+    if email is None and reason is None:
+        raise ValueError(
+            f"context {ALARM_EMAIL_CONTEXT} is missing: say who reads the alarms, "
+            f"-c {ALARM_EMAIL_CONTEXT}=ops@example.com, or why nobody does here, "
+            f"-c {NO_ALARM_SUBSCRIBER_CONTEXT}='subscribed by our paging setup'"
+        )
+    if email is not None and reason is not None:
+        raise ValueError(f"give context {ALARM_EMAIL_CONTEXT} or {NO_ALARM_SUBSCRIBER_CONTEXT}, not both")
+    if reason is not None and (not isinstance(reason, str) or not reason.strip()):
+        raise ValueError(f"context {NO_ALARM_SUBSCRIBER_CONTEXT} must say why nobody subscribes, got {reason!r}")
+    return reason
 
 
 def _commerce_services(node: Node) -> str:

@@ -6,13 +6,26 @@ from typing import Any, Final
 
 from aws_cdk import App
 
-from stacks.settings import COMMERCE_SERVICES_CONTEXT, ExampleSettings
+from stacks.settings import (
+    ALARM_EMAIL_CONTEXT,
+    COMMERCE_SERVICES_CONTEXT,
+    NO_ALARM_SUBSCRIBER_CONTEXT,
+    ExampleSettings,
+)
 
-# What `cdk deploy -c commerceServices=fake` gives: the example's functions book into in-memory fakes. The
-# local runtime points them at a FakeServiceServer instead (its environment wins over the template's).
-TRIAL_CONTEXT: Final[dict[str, Any]] = {COMMERCE_SERVICES_CONTEXT: "fake"}
+# What `cdk deploy -c commerceServices=fake -c noAlarmSubscriber=...` gives: the example's functions book into
+# in-memory fakes (the local runtime points them at a FakeServiceServer instead: its environment wins over
+# the template's), and its alarms go to a topic nobody here subscribes to, which the template records.
+TRIAL_CONTEXT: Final[dict[str, Any]] = {
+    COMMERCE_SERVICES_CONTEXT: "fake",
+    NO_ALARM_SUBSCRIBER_CONTEXT: "a test synth: nothing is deployed, nobody reads its alarms",
+}
 
 
 def settings_from(context: dict[str, Any]) -> ExampleSettings:
-    """The settings a synth with ``context`` (on top of the trial's) reads; a throwaway app, no synth."""
-    return ExampleSettings.from_context(App(context={**TRIAL_CONTEXT, **context}).node)
+    """The settings a synth with ``context`` (on top of the trial's) reads; a throwaway app, no synth. A
+    context with an alarm e-mail replaces the trial's reason for having none."""
+    trial = dict(TRIAL_CONTEXT)
+    if ALARM_EMAIL_CONTEXT in context:
+        del trial[NO_ALARM_SUBSCRIBER_CONTEXT]
+    return ExampleSettings.from_context(App(context={**trial, **context}).node)

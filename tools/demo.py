@@ -41,12 +41,15 @@ STACK_NAME = "OutboxEngine"
 def synthesize(outdir: Path) -> Path:
     """The same synth as `make synth`, in-process and without bundling (the runtime runs the source)."""
     from stacks.app_factory import build_app
-    from stacks.settings import COMMERCE_SERVICES_CONTEXT
+    from stacks.settings import COMMERCE_SERVICES_CONTEXT, NO_ALARM_SUBSCRIBER_CONTEXT
 
     context = json.loads((PROJECT_ROOT / "cdk.json").read_text())["context"]
     # A trial deployment says so (commerceServices=fake); the runtime then points the functions at the
     # fake services served on loopback (see booted), which the report names.
-    trial = {COMMERCE_SERVICES_CONTEXT: FAKE}
+    trial = {
+        COMMERCE_SERVICES_CONTEXT: FAKE,
+        NO_ALARM_SUBSCRIBER_CONTEXT: "the local demo: CloudWatch is not emulated, nobody reads its alarms",
+    }
     build_app({**context, **trial, "aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
     return outdir
 

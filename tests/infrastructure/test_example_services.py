@@ -18,7 +18,7 @@ from tests.infrastructure.conftest import resources_of_type
 
 def test_a_synth_without_a_services_choice_stops_and_says_what_to_pass() -> None:
     with pytest.raises(ValueError, match=r"context commerceServices is missing: .*-c commerceServices=fake"):
-        build_app({"aws:cdk:bundling-stacks": []})
+        build_app({"noAlarmSubscriber": "a test", "aws:cdk:bundling-stacks": []})
 
 
 @pytest.mark.parametrize("value", ["", "FAKE", "fakes", "api.example.com", "ftp://api.example.com", True, 1])
@@ -56,3 +56,15 @@ def test_the_choice_decides_the_adapters() -> None:
     assert isinstance(fakes.carrier, FakeService)
     real = Services.from_env({"COMMERCE_SERVICES": "https://api.example.com/"})
     assert real.carrier == HttpService("https://api.example.com/carrier")
+
+
+def test_the_example_says_who_reads_its_alarms_or_why_nobody() -> None:
+    from aws_cdk import App
+
+    from stacks.settings import ExampleSettings
+
+    with pytest.raises(ValueError, match="context alarmEmail is missing: say who reads the alarms"):
+        ExampleSettings.from_context(App(context={"commerceServices": "fake"}).node)
+    with pytest.raises(ValueError, match="not both"):
+        settings_from({"alarmEmail": "ops@example.com", "noAlarmSubscriber": "paged elsewhere"})
+    assert settings_from({"alarmEmail": "ops@example.com"}).no_alarm_subscriber is None

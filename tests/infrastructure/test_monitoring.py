@@ -9,7 +9,7 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
-from outbox_cdk.alarm_topic import AlarmTopic
+from outbox_cdk.alarm_topic import NO_SUBSCRIBER_METADATA, AlarmTopic
 from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from outbox_cdk.monitoring import (
@@ -18,6 +18,7 @@ from outbox_cdk.monitoring import (
 )
 from outbox_cdk.record_change_consumer import ROW_CHANGE_METRICS
 from outbox_cdk.timing import QUEUE_VISIBILITY_TIMEOUT_SECONDS, RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS
+from tests.example_app import TRIAL_CONTEXT
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import only_resource
 
@@ -92,8 +93,10 @@ def test_the_alarm_topic_admits_cloudwatch_and_only_tls(stack_template: dict[str
     )
 
 
-def test_no_email_subscription_without_the_context_key(stack_template: dict[str, Any]) -> None:
+def test_without_an_email_the_topic_records_why_nobody_subscribes(stack_template: dict[str, Any]) -> None:
     assert resources_of_type(stack_template, "AWS::SNS::Subscription") == {}
+    [topic] = resources_of_type(stack_template, "AWS::SNS::Topic").values()
+    assert topic["Metadata"][NO_SUBSCRIBER_METADATA] == TRIAL_CONTEXT["noAlarmSubscriber"]
 
 
 def test_the_alarm_email_subscribes_to_the_topic() -> None:

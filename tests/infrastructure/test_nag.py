@@ -29,3 +29,13 @@ def test_a_nag_finding_fails_the_synth(tmp_path) -> None:  # type: ignore[no-unt
     sqs.Queue(app.node.find_child(STACK_NAME), "QueueWithoutDlqOrTls")
     with pytest.raises(RuntimeError, match="AwsSolutions-SQS3"):
         app.synth()
+
+
+def test_the_example_deployed_with_an_alarm_email_passes_cdk_nag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The README's deploy command (-c alarmEmail=...): its e-mail subscription once failed the Serverless pack."""
+    from stacks.app_factory import build_app
+    from tests.example_app import TRIAL_CONTEXT
+
+    context = {k: v for k, v in TRIAL_CONTEXT.items() if k != "noAlarmSubscriber"}
+    app = build_app({**context, "alarmEmail": "ops@example.com", "aws:cdk:bundling-stacks": []}, outdir=str(tmp_path))
+    app.synth()  # raises on any unacknowledged finding

@@ -35,13 +35,20 @@ def test_the_application_environment_output_carries_the_functions_variables(stac
     assert joined[1][0] == '{"DATA_TABLE_NAME":"'
 
 
+# Who reads a throwaway pipeline's alarms: a test says why nobody, unless it names a subscriber itself.
+SUBSCRIBER_OPTIONS = ("alarm_topic", "alarm_email", "no_alarm_subscriber")
+NOBODY = {"no_alarm_subscriber": "a throwaway test stack"}
+
+
 def pipeline_stack(**options: Any) -> Stack:
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
+    subscriber = {} if any(name in options for name in SUBSCRIBER_OPTIONS) else NOBODY
     OutboxPipeline(
         stack,
         "Outbox",
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
         catalog=outbox_stack.CATALOG,
+        **subscriber,
         **options,
     )
     return stack
@@ -56,7 +63,7 @@ def test_without_a_record_change_table_there_is_no_record_change_lane() -> None:
 def test_two_pipelines_in_one_stack_are_refused_with_the_reason() -> None:
     stack = pipeline_stack()
     with pytest.raises(ValueError, match="one OutboxPipeline per stack"):
-        OutboxPipeline(stack, "Second", code=lambda_.Code.from_inline("x"), catalog="a.b:c")
+        OutboxPipeline(stack, "Second", code=lambda_.Code.from_inline("x"), catalog="a.b:c", **NOBODY)
 
 
 @pytest.mark.parametrize(
@@ -80,13 +87,15 @@ def test_a_record_change_table_without_a_stream_is_refused() -> None:
     stack = Stack(App(), "Mine")
     table = dynamodb.Table.from_table_name(stack, "Imported", "orders")
     with pytest.raises(ValueError, match="has no stream"):
-        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", record_changes_from=table)
+        OutboxPipeline(
+            stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", record_changes_from=table, **NOBODY
+        )
 
 
 def test_a_catalog_that_is_not_a_function_reference_is_refused() -> None:
     stack = Stack(App(), "Mine")
     with pytest.raises(ValueError, match=r"package\.module:function"):
-        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="modules.build_catalog")
+        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="modules.build_catalog", **NOBODY)
 
 
 def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_alarms() -> None:
@@ -127,6 +136,7 @@ def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alar
         catalog=outbox_stack.CATALOG,
         record_changes_from=orders,
         record_change_timeout=Duration.seconds(45),
+        **NOBODY,
     )
     template = Template.from_stack(stack).to_json()
 
@@ -166,3 +176,30 @@ def test_failures_are_redacted_unless_the_stack_asks_for_full_text(stack_templat
     assert durable_consumer_variables(full)["ERROR_DETAIL"] == "full"
     with pytest.raises(ValueError, match=r"error_detail must be ErrorDetail\.REDACTED, ErrorDetail\.FULL"):
         pipeline_stack(error_detail="everything")
+
+
+def test_a_pipeline_whose_alarms_would_notify_nobody_is_refused_with_what_to_pass() -> None:
+    stack = Stack(App(), "Mine")
+    with pytest.raises(ValueError, match=r"say who reads the alarms: alarm_email=.*no_alarm_subscriber='why'"):
+        OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"alarm_email": "ops@example.com", "no_alarm_subscriber": "paged elsewhere"}, "not alarm_email and"),
+        ({"no_alarm_subscriber": "  "}, "must say why nobody subscribes"),
+    ],
+)
+def test_one_answer_to_who_reads_the_alarms(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        pipeline_stack(**options)
+
+
+def test_declining_a_subscriber_is_recorded_on_the_topic_in_the_template() -> None:
+    from outbox_cdk.alarm_topic import NO_SUBSCRIBER_METADATA
+
+    template = Template.from_stack(pipeline_stack(no_alarm_subscriber="paged by our on-call tool")).to_json()
+    [topic] = [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Topic"]
+    assert topic["Metadata"][NO_SUBSCRIBER_METADATA] == "paged by our on-call tool"
+    assert [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"] == []

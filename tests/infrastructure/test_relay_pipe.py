@@ -12,7 +12,7 @@ import pytest
 
 from outbox_cdk import relay_pipe
 from stacks.settings import ExampleSettings
-from tests.example_app import settings_from
+from tests.example_app import TRIAL_CONTEXT, settings_from
 from tests.infrastructure.template_queries import only_resource
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -97,7 +97,11 @@ def test_the_relay_constants_match_the_engines_event_rows() -> None:
 
 def test_settings_default_to_error_logs_without_execution_data_and_no_email() -> None:
     assert settings_from({}) == ExampleSettings(
-        commerce_services="fake", alarm_email=None, pipe_log_level="ERROR", pipe_log_execution_data=False
+        commerce_services="fake",
+        alarm_email=None,
+        no_alarm_subscriber=TRIAL_CONTEXT["noAlarmSubscriber"],
+        pipe_log_level="ERROR",
+        pipe_log_execution_data=False,
     )
 
 

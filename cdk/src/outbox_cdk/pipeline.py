@@ -90,6 +90,10 @@ class OutboxPipeline(Construct):
         key). None: the pipeline creates an encrypted topic that admits this stack's alarms.
     alarm_email
         An address subscribed to the created topic. Only without ``alarm_topic``.
+    no_alarm_subscriber
+        Why nobody subscribes to the created topic here (you subscribe it outside this app, say), recorded
+        on the topic in the template. One of ``alarm_topic``, ``alarm_email`` and this is required: alarms
+        that notify nobody are a choice someone made, never a default.
     inbox_retention_days
         How long a completion is remembered: at least as long as a message may travel (pipe record age,
         queue and DLQ retention), 30..365 days.
@@ -134,6 +138,7 @@ class OutboxPipeline(Construct):
         environment: Mapping[str, str] | None = None,
         alarm_topic: sns.ITopic | None = None,
         alarm_email: str | None = None,
+        no_alarm_subscriber: str | None = None,
         inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
         consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
         record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
@@ -146,7 +151,8 @@ class OutboxPipeline(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
-        _check_options(environment, alarm_topic, alarm_email, pipe_log_level, record_changes_from)
+        _check_options(environment, pipe_log_level, record_changes_from)
+        _check_alarm_subscriber(alarm_topic, alarm_email, no_alarm_subscriber)
         self.stack = Stack.of(self)
         consumer_seconds = _timeout_seconds("durable consumer", consumer_timeout, timing.CONSUMER_TIMEOUT_SECONDS)
         self.record_change_timeout_seconds = _timeout_seconds(
@@ -159,7 +165,9 @@ class OutboxPipeline(Construct):
         self.events = EventsTable(self, "Events", encryption_key=encryption_key)
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
-        self.alarm_topic: sns.ITopic = alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email).topic
+        self.alarm_topic: sns.ITopic = (
+            alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email, no_subscriber_reason=no_alarm_subscriber).topic
+        )
         data_tables = list(data_tables)
         if record_changes_from is not None and record_changes_from not in data_tables:
             data_tables.append(record_changes_from)
@@ -375,22 +383,12 @@ def _timeout_seconds(label: str, timeout: Duration | None, default_seconds: int)
 
 
 def _check_options(
-    environment: Mapping[str, str],
-    alarm_topic: sns.ITopic | None,
-    alarm_email: str | None,
-    pipe_log_level: str,
-    record_changes_from: dynamodb.ITable | None,
+    environment: Mapping[str, str], pipe_log_level: str, record_changes_from: dynamodb.ITable | None
 ) -> None:
     """Refuse at synth what would deploy a broken pipeline; every message says what to change."""
     reserved = sorted(RESERVED_VARIABLES & set(environment))
     if reserved:
         raise ValueError(f"environment may not set {reserved}: the pipeline sets them on its functions")
-    if alarm_topic is not None and alarm_email is not None:
-        raise ValueError(
-            "alarm_email subscribes to the topic the pipeline creates; with alarm_topic, subscribe it there"
-        )
-    if alarm_email is not None and (not isinstance(alarm_email, str) or "@" not in alarm_email):
-        raise ValueError(f"alarm_email must be an e-mail address, got {alarm_email!r}")
     if pipe_log_level not in PIPE_LOG_LEVELS:
         raise ValueError(f"pipe_log_level must be one of {PIPE_LOG_LEVELS}, got {pipe_log_level!r}")
     if record_changes_from is not None and record_changes_from.table_stream_arn is None:
@@ -406,3 +404,24 @@ def _error_detail(value: object) -> ErrorDetail:
     except ValueError:
         choices = ", ".join(f"ErrorDetail.{detail.name}" for detail in ErrorDetail)
         raise ValueError(f"error_detail must be {choices}, got {value!r}") from None
+
+
+def _check_alarm_subscriber(
+    alarm_topic: sns.ITopic | None, alarm_email: str | None, no_alarm_subscriber: str | None
+) -> None:
+    """Exactly one answer to "who reads the alarms?"; none at all is refused, not defaulted to nobody."""
+    given = [name for name, value in (("alarm_topic", alarm_topic), ("alarm_email", alarm_email)) if value is not None]
+    if no_alarm_subscriber is not None:
+        if not isinstance(no_alarm_subscriber, str) or not no_alarm_subscriber.strip():
+            raise ValueError("no_alarm_subscriber must say why nobody subscribes (a sentence), got an empty value")
+        given.append("no_alarm_subscriber")
+    if not given:
+        raise ValueError(
+            "say who reads the alarms: alarm_email='ops@example.com' (subscribed to the topic the pipeline "
+            "creates), alarm_topic=<an SNS topic of yours>, or no_alarm_subscriber='why' (you subscribe the "
+            "topic elsewhere): alarms that notify nobody are never a default"
+        )
+    if len(given) > 1:
+        raise ValueError(f"give one of alarm_topic, alarm_email and no_alarm_subscriber, not {' and '.join(given)}")
+    if alarm_email is not None and (not isinstance(alarm_email, str) or "@" not in alarm_email):
+        raise ValueError(f"alarm_email must be an e-mail address, got {alarm_email!r}")

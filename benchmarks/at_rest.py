@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         assembly, stack = args.assembly, "OutboxEngine"
     template_file = assembly / f"{stack}.template.json"
     if not template_file.is_file():
-        parser.error(f"{template_file} does not exist: synthesize first (make synth SERVICES=fake), or omit --assembly")
+        parser.error(f"{template_file} does not exist: synthesize first (make synth CONTEXT=...), or omit --assembly")
     template = json.loads(template_file.read_text())
     prices = load_prices()
     lines = monthly_bill(template, prices)

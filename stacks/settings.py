@@ -3,6 +3,7 @@ into one typed object; the stack passes them to ``OutboxPipeline`` as props."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -16,6 +17,9 @@ from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 # Required, with no default: "fake" or the base URL of the services the commerce module calls.
 COMMERCE_SERVICES_CONTEXT: Final = "commerceServices"
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
+IAM_PRINCIPAL_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+")
+# Who may assume the operator role: IAM role or user ARNs, comma-separated (default: the account, said so).
+OPERATOR_ARNS_CONTEXT: Final = "operatorArns"
 # Instead of alarmEmail: why nobody subscribes to the alarm topic here (one of the two is required).
 NO_ALARM_SUBSCRIBER_CONTEXT: Final = "noAlarmSubscriber"
 PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
@@ -33,6 +37,8 @@ class ExampleSettings:
     commerce_services: str
     alarm_email: str | None = None
     no_alarm_subscriber: str | None = None
+    # Empty: the example lets the whole account (its IAM policies decide) assume the operator role.
+    operator_arns: tuple[str, ...] = ()
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
     inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
@@ -55,6 +61,7 @@ class ExampleSettings:
             commerce_services=_commerce_services(node),
             alarm_email=email or None,
             no_alarm_subscriber=no_subscriber,
+            operator_arns=_operator_arns(node.try_get_context(OPERATOR_ARNS_CONTEXT)),
             pipe_log_level=cast(PipeLogLevel, level),
             pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
             inbox_retention_days=_integer(
@@ -83,6 +90,21 @@ def _no_alarm_subscriber(node: Node, email: object) -> str | None:
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         raise ValueError(f"context {NO_ALARM_SUBSCRIBER_CONTEXT} must say why nobody subscribes, got {reason!r}")
     return reason
+
+
+def _operator_arns(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    arns = value.split(",") if isinstance(value, str) else value
+    if not isinstance(arns, list | tuple) or not arns:
+        raise ValueError(
+            f"context {OPERATOR_ARNS_CONTEXT} must be IAM role or user ARNs, comma-separated, got {value!r}"
+        )
+    cleaned = tuple(str(arn).strip() for arn in arns)
+    wrong = [arn for arn in cleaned if not IAM_PRINCIPAL_ARN.fullmatch(arn)]
+    if wrong:
+        raise ValueError(f"context {OPERATOR_ARNS_CONTEXT}: not an IAM role or user ARN: {', '.join(wrong)}")
+    return cleaned
 
 
 def _commerce_services(node: Node) -> str:

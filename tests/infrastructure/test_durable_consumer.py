@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
@@ -157,7 +158,7 @@ def _probe(**options: Any) -> dict[str, Any]:
         stack,
         "DurableConsumer",
         queue=DurableQueue(stack, "Durable", alarm_topic=topic),
-        events=EventsTable(stack, "Events"),
+        events=EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()]),
         inbox=InboxTable(stack, "Inbox", retention_days=options.pop("retention_days", 30)),
         data_tables=[DataTable(stack, "Data").table],
         application=example_application(stack),

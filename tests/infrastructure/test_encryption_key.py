@@ -80,6 +80,7 @@ def keyed_app(outdir: str, make_key: Callable[[Stack], kms.IKey] = new_key) -> t
         environment={"DATA_TABLE_NAME": data.table.table_name},
         encryption_key=key,
         alarm_email="ops@example.com",
+        operators=[iam.AccountRootPrincipal()],
     )
     producer = iam.Role(stack, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     pipeline.grant_emit(producer)

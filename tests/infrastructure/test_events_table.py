@@ -119,7 +119,7 @@ def test_emit_and_read_grants_carry_the_event_row_deny() -> None:
     from outbox_cdk.events_table import EMIT_ACTIONS, EventsTable
 
     stack = Stack(App(), "GrantProbe")
-    events = EventsTable(stack, "Events")
+    events = EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()])
     emitter = iam.Role(stack, "Emitter", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     reader = iam.Role(stack, "Reader", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     events.grant_emit(emitter)

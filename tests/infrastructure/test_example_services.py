@@ -68,3 +68,14 @@ def test_the_example_says_who_reads_its_alarms_or_why_nobody() -> None:
     with pytest.raises(ValueError, match="not both"):
         settings_from({"alarmEmail": "ops@example.com", "noAlarmSubscriber": "paged elsewhere"})
     assert settings_from({"alarmEmail": "ops@example.com"}).no_alarm_subscriber is None
+
+
+def test_the_example_names_its_operators_or_says_it_trusts_the_account() -> None:
+    assert settings_from({}).operator_arns == ()
+    arns = "arn:aws:iam::123456789012:role/oncall, arn:aws:iam::123456789012:user/ops"
+    assert settings_from({"operatorArns": arns}).operator_arns == (
+        "arn:aws:iam::123456789012:role/oncall",
+        "arn:aws:iam::123456789012:user/ops",
+    )
+    with pytest.raises(ValueError, match="not an IAM role or user ARN: oncall"):
+        settings_from({"operatorArns": "oncall"})

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
@@ -37,12 +38,13 @@ def test_the_application_environment_output_carries_the_functions_variables(stac
 
 # Who reads a throwaway pipeline's alarms: a test says why nobody, unless it names a subscriber itself.
 SUBSCRIBER_OPTIONS = ("alarm_topic", "alarm_email", "no_alarm_subscriber")
-NOBODY = {"no_alarm_subscriber": "a throwaway test stack"}
+NOBODY: dict[str, Any] = {"no_alarm_subscriber": "a throwaway test stack", "operators": [iam.AccountRootPrincipal()]}
 
 
 def pipeline_stack(**options: Any) -> Stack:
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
-    subscriber = {} if any(name in options for name in SUBSCRIBER_OPTIONS) else NOBODY
+    subscriber = {"operators": NOBODY["operators"]} if any(name in options for name in SUBSCRIBER_OPTIONS) else NOBODY
+    subscriber = {name: value for name, value in subscriber.items() if name not in options}
     OutboxPipeline(
         stack,
         "Outbox",
@@ -203,3 +205,28 @@ def test_declining_a_subscriber_is_recorded_on_the_topic_in_the_template() -> No
     [topic] = [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Topic"]
     assert topic["Metadata"][NO_SUBSCRIBER_METADATA] == "paged by our on-call tool"
     assert [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"] == []
+
+
+def operator_trust(template: dict[str, Any]) -> list[Any]:
+    [role] = [
+        r["Properties"]
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] == "AWS::IAM::Role" and "OperatorRole" in logical_id
+    ]
+    return [statement["Principal"]["AWS"] for statement in role["AssumeRolePolicyDocument"]["Statement"]]
+
+
+def test_only_the_operators_given_may_assume_the_operator_role() -> None:
+    oncall = "arn:aws:iam::123456789012:role/oncall"
+    template = Template.from_stack(pipeline_stack(operators=[iam.ArnPrincipal(oncall)])).to_json()
+    assert operator_trust(template) == [oncall]
+
+
+def test_a_pipeline_without_operators_is_refused_with_what_to_pass() -> None:
+    stack = Stack(App(), "Mine")
+    with pytest.raises(ValueError, match=r"say who may assume the operator role.*iam\.ArnPrincipal"):
+        OutboxPipeline(
+            stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", no_alarm_subscriber="a test"
+        )
+    with pytest.raises(ValueError, match="must be IAM principals"):
+        pipeline_stack(operators=["arn:aws:iam::123456789012:role/oncall"])

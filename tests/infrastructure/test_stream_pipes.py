@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
@@ -176,7 +177,7 @@ def _relay(stack: Stack, **options: Any) -> Construct:
     return RelayPipe(
         stack,
         "Pipe",
-        events=EventsTable(stack, "Events"),
+        events=EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()]),
         target=target,
         alarm_topic=sns.Topic(stack, "Topic"),
         **options,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -53,7 +55,14 @@ class EventsTable(Construct):
     ``encryption_key`` (a customer-managed key for the table and its stream), every grant grants the key too.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, encryption_key: kms.IKey | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        operators: Sequence[iam.IPrincipal],
+        encryption_key: kms.IKey | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.table = protected_table(
             self, "Table", stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES, encryption_key=encryption_key
@@ -61,7 +70,8 @@ class EventsTable(Construct):
         self.operator_role = iam.Role(
             self,
             "OperatorRole",
-            assumed_by=iam.AccountRootPrincipal(),
+            # Only the principals the pipeline was given: the whole account only if it was given that.
+            assumed_by=operators[0] if len(operators) == 1 else iam.CompositePrincipal(*operators),
             description="The only role that may repair (update, delete, overwrite) event rows. Assume it "
             "deliberately, for a documented repair; every other role is denied.",
         )

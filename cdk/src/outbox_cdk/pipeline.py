@@ -7,6 +7,8 @@
         data_tables=[orders],                         # tables your handlers write, as ITable
         record_changes_from=orders,                   # optional: BEST_EFFORT subscriptions on its rows
         environment={"ORDERS_TABLE": orders.table_name},
+        alarm_email="ops@example.com",                # or alarm_topic=..., or no_alarm_subscriber="why"
+        operators=[iam.ArnPrincipal(oncall_role_arn)],  # who may assume the operator role
     )
     pipeline.grant_emit(my_api_function)              # your producers commit events with emit()
 
@@ -90,6 +92,11 @@ class OutboxPipeline(Construct):
         key). None: the pipeline creates an encrypted topic that admits this stack's alarms.
     alarm_email
         An address subscribed to the created topic. Only without ``alarm_topic``.
+    operators
+        Who may assume the operator role (the one role that may repair event rows, and call the operator
+        endpoint): your on-call role, say, ``[iam.ArnPrincipal("arn:aws:iam::123456789012:role/oncall")]``.
+        Required: ``[iam.AccountRootPrincipal()]`` lets every principal of the account that its own IAM policy
+        allows ``sts:AssumeRole``, and is a choice to make on purpose.
     no_alarm_subscriber
         Why nobody subscribes to the created topic here (you subscribe it outside this app, say), recorded
         on the topic in the template. One of ``alarm_topic``, ``alarm_email`` and this is required: alarms
@@ -139,6 +146,7 @@ class OutboxPipeline(Construct):
         alarm_topic: sns.ITopic | None = None,
         alarm_email: str | None = None,
         no_alarm_subscriber: str | None = None,
+        operators: Sequence[iam.IPrincipal] | None = None,
         inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
         consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
         record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
@@ -162,7 +170,7 @@ class OutboxPipeline(Construct):
         if encryption_key is not None:
             self._admit_cloudwatch_logs(encryption_key)
 
-        self.events = EventsTable(self, "Events", encryption_key=encryption_key)
+        self.events = EventsTable(self, "Events", operators=_operators(operators), encryption_key=encryption_key)
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
         self.alarm_topic: sns.ITopic = (
@@ -425,3 +433,17 @@ def _check_alarm_subscriber(
         raise ValueError(f"give one of alarm_topic, alarm_email and no_alarm_subscriber, not {' and '.join(given)}")
     if alarm_email is not None and (not isinstance(alarm_email, str) or "@" not in alarm_email):
         raise ValueError(f"alarm_email must be an e-mail address, got {alarm_email!r}")
+
+
+def _operators(operators: Sequence[iam.IPrincipal] | None) -> list[iam.IPrincipal]:
+    """Who may assume the operator role: given, never defaulted to the whole account."""
+    if not operators:
+        raise ValueError(
+            "say who may assume the operator role, which may rewrite event rows: operators=[iam.ArnPrincipal("
+            "'arn:aws:iam::<account>:role/<on-call role>')], or operators=[iam.AccountRootPrincipal()] to let any "
+            "principal of the account whose IAM policy allows sts:AssumeRole on it"
+        )
+    # jsii's IPrincipal is a protocol isinstance cannot check: a principal is what has a policy fragment.
+    if isinstance(operators, str) or not all(hasattr(p, "policy_fragment") for p in operators):
+        raise ValueError(f"operators must be IAM principals (iam.ArnPrincipal(...)), got {operators!r}")
+    return list(operators)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -12,6 +12,9 @@ from moto import mock_aws
 from outbox import EventStore
 from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
+
+if TYPE_CHECKING:
+    from tests.functional.inbox_harness import HarnessFactory
 
 EVENTS_TABLE = "events"
 ORDERS_TABLE = "orders"
@@ -61,3 +64,11 @@ def dynamodb(aws: None) -> Any:
 @pytest.fixture
 def store(dynamodb: Any) -> EventStore:
     return EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _seconds: None)
+
+
+@pytest.fixture
+def make_harness(aws: None, clock: VirtualClock) -> HarnessFactory:
+    """A consumer wired to real SQS FIFO messages on moto, with the subscriptions a test gives it."""
+    from tests.functional.inbox_harness import build_harness  # the harness imports this module's tables
+
+    return lambda subscriptions: build_harness(subscriptions, clock)

@@ -172,3 +172,12 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
         clock=clock,
     )
     return Harness(dynamodb, sqs, clock, store, inbox, queue_url, dlq_url, recorder, esm, consumer)
+
+
+# What the make_harness fixture (conftest) gives: subscriptions in, a wired harness out.
+HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
+
+
+def one_subscription(recorder: Recorder) -> list[Subscription]:
+    """The smallest catalog: one recording DURABLE subscription on every event."""
+    return [recorder.subscription("shipping.book")]

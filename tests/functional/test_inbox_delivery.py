@@ -4,27 +4,21 @@ inbox claim. Each test is one guarantee of the README's "The inbox claim" that w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from outbox import FollowUp, HandlerResult, Lane, TerminalError, writes
-from outbox.local.clock import VirtualClock
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.conftest import ORDERS_TABLE
-from tests.functional.inbox_harness import MAX_ATTEMPTS, Harness, Recorder, WorkerCrash, build_harness
-
-HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
-
-
-@pytest.fixture
-def make_harness(aws: None, clock: VirtualClock) -> HarnessFactory:
-    return lambda subscriptions: build_harness(subscriptions, clock)
-
-
-def one_subscription(recorder: Recorder) -> list[Subscription]:
-    return [recorder.subscription("shipping.book")]
+from tests.functional.inbox_harness import (
+    MAX_ATTEMPTS,
+    HarnessFactory,
+    Recorder,
+    WorkerCrash,
+    one_subscription,
+)
 
 
 def fail_times(times: int, error: BaseException) -> Callable[[Delivery], None]:

@@ -5,30 +5,18 @@ the text of another exception, which may repeat the input (a pydantic error prin
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
 
-from outbox.local.clock import VirtualClock
 from outbox.redaction import ErrorDetail, describe_failure
-from outbox.subscriptions import Delivery, Subscription
-from tests.functional.inbox_harness import Harness, Recorder, build_harness
+from outbox.subscriptions import Delivery
+from tests.functional.inbox_harness import Harness, HarnessFactory, one_subscription
 
 EMAIL = "jane.doe@example.com"
 ADDRESS = "12 Privet Drive"
-
-HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
-
-
-@pytest.fixture
-def make_harness(aws: None, clock: VirtualClock) -> HarnessFactory:
-    return lambda subscriptions: build_harness(subscriptions, clock)
-
-
-def one_subscription(recorder: Recorder) -> list[Subscription]:
-    return [recorder.subscription("shipping.book")]
 
 
 class Shipment(BaseModel):

@@ -18,12 +18,9 @@ from moto.core.models import MockAWS
 
 from outbox.inbox import POISON_BODY_LIMIT
 from outbox.local.clock import VirtualClock
-from outbox.subscriptions import Subscription
 from outbox.transaction import item_size
-from tests.functional.inbox_harness import Harness, Recorder, build_harness
+from tests.functional.inbox_harness import Harness, HarnessFactory, build_harness, one_subscription
 from tests.functional.poison_corpus import PoisonBody, corpus
-
-HarnessFactory = Callable[[Callable[[Recorder], Iterable[Subscription]]], Harness]
 
 TENANT = "acme"
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
@@ -46,10 +43,6 @@ def warm_moto() -> Iterator[MockAWS]:
 def make_harness(warm_moto: MockAWS, aws: None, clock: VirtualClock) -> HarnessFactory:
     warm_moto.reset()  # an empty account, as a fresh moto gives; the test's clock and AWS fixes are its own
     return lambda subscriptions: build_harness(subscriptions, clock)
-
-
-def one_subscription(recorder: Recorder) -> list[Subscription]:
-    return [recorder.subscription("shipping.book")]
 
 
 def corpus_params(entries: Iterable[PoisonBody]) -> list[Any]:

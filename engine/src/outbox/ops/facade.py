@@ -7,6 +7,7 @@ Each action is a function of the module that holds its rules (``status``, ``repl
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops import reconcile as reconciling
@@ -26,25 +27,10 @@ class Operations(OperatorContext):
     pipe_states = reading.pipe_states
     verify = reading.verify
 
-    def dead_letters(
-        self,
-        tenant: str,
-        *,
-        subscription: str | None = None,
-        event_id: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        include_resolved: bool = False,
-    ) -> list[DeadLetter]:
-        """The tenant's open dead letters (see ``InboxReader.dead_letters``)."""
-        return self.inbox.dead_letters(
-            tenant,
-            subscription=subscription,
-            event_id=event_id,
-            since=since,
-            until=until,
-            include_resolved=include_resolved,
-        )
+    def dead_letters(self, tenant: str, **selection: Any) -> list[DeadLetter]:
+        """The tenant's dead letters, selected as ``InboxReader.dead_letters`` selects them (subscription,
+        event_id, since, until, include_resolved): one signature, kept there."""
+        return self.inbox.dead_letters(tenant, **selection)
 
     def poison_pills(self, day: datetime | None = None) -> list[PoisonPill]:
         """The poison pills of ``day`` (default: today), as recorded."""

@@ -4,6 +4,7 @@ the text of another exception, which may repeat the input (a pydantic error prin
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -117,3 +118,30 @@ def test_a_long_validation_error_lists_ten_fields_and_says_there_are_more() -> N
     assert described.startswith("ValidationError: 12 invalid: field0: extra_forbidden")
     assert described.endswith("; ...")
     assert EMAIL not in described
+
+
+def test_a_key_that_came_from_the_input_is_not_shown_as_a_location() -> None:
+    class Tags(BaseModel):
+        model_config = {"extra": "forbid"}
+        owners: dict[str, int]
+
+    try:
+        Tags.model_validate({"owners": {EMAIL: "many"}, EMAIL: 1})
+    except Exception as exc:  # the error under test
+        described = describe_failure(exc)
+    assert EMAIL not in described
+    assert "owners.<key>: int_parsing" in described
+    assert "<key>: extra_forbidden" in described
+
+
+def parse_the_carrier_answer(_delivery: Delivery) -> None:
+    json.loads("<html>502</html>")  # raises inside the standard library
+
+
+def test_a_failure_is_placed_where_it_left_the_application_not_deep_in_a_library() -> None:
+    try:
+        parse_the_carrier_answer(None)  # type: ignore[arg-type]
+    except ValueError as exc:
+        described = describe_failure(exc)
+    assert described.startswith("JSONDecodeError at test_no_personal_data.py:")
+    assert "in parse_the_carrier_answer" in described

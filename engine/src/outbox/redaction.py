@@ -8,6 +8,8 @@ real people's data."""
 
 from __future__ import annotations
 
+import re
+import sysconfig
 import traceback
 from enum import StrEnum
 from pathlib import Path
@@ -21,6 +23,14 @@ from outbox.exceptions import ContractViolationError, TerminalError
 # Messages meant for the operator and free of input: the handler author's TerminalError, and the engine's
 # contract check, which names the subscription and the type it returned, never the value.
 WRITTEN_FOR_OPERATORS: Final = (TerminalError, ContractViolationError)
+# What a field name looks like; any other location part is shown as <key> (it came from the input).
+FIELD_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# Where library code lives: the interpreter's own and its packages', and a Lambda layer's (/opt/python).
+LIBRARY_FOLDERS: Final = tuple(
+    {Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {Path("/opt/python")}
+)
+ENGINE_PACKAGE: Final = Path(__file__).resolve().parent
 # A validation error lists at most this many fields; the count says how many there were.
 MAX_FIELDS: Final = 10
 
@@ -46,15 +56,36 @@ def describe_failure(exc: BaseException, detail: ErrorDetail = ErrorDetail.REDAC
 def validation_summary(exc: ValidationError) -> str:
     """Each failing field's location and error type (``items.0.sku: missing``), never its input or message."""
     errors = exc.errors(include_input=False, include_url=False, include_context=False)
-    fields = [f"{'.'.join(str(part) for part in error['loc']) or '(root)'}: {error['type']}" for error in errors]
+    fields = [
+        f"{'.'.join(_location_part(part) for part in error['loc']) or '(root)'}: {error['type']}" for error in errors
+    ]
     shown = "; ".join(fields[:MAX_FIELDS])
     return f"{len(fields)} invalid: {shown}" + ("; ..." if len(fields) > MAX_FIELDS else "")
 
 
+def _location_part(part: object) -> str:
+    """A field name or list index as it is; any other key is input (a dict keyed by e-mail address, an
+    unexpected key an extra="forbid" model names) and shows as ``<key>``."""
+    text = str(part)
+    return text if isinstance(part, int) or FIELD_NAME.fullmatch(text) else "<key>"
+
+
 def raised_at(exc: BaseException) -> str:
-    """``file.py:line in function`` of the frame that raised ``exc`` (its innermost)."""
+    """``file.py:line in function`` where ``exc`` left the application's code: the innermost frame outside the
+    standard library and third-party packages (a ``TimeoutError`` is placed at the handler's call, not in
+    socket.py), else the innermost frame."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "(no traceback)"
-    frame = frames[-1]
+    own = [frame for frame in frames if _is_application_code(frame.filename)]
+    frame = (own or frames)[-1]
     return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+
+
+def _is_application_code(filename: str) -> bool:
+    """The engine or the application: not under the interpreter's library folders nor a Lambda layer's, unless
+    it is the engine's own package (installed there too)."""
+    path = Path(filename).resolve()
+    if path.is_relative_to(ENGINE_PACKAGE):
+        return True
+    return not any(path.is_relative_to(folder) for folder in LIBRARY_FOLDERS)

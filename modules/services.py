@@ -104,7 +104,13 @@ def parse_services_choice(value: object) -> str:
         return FAKE
     if isinstance(value, str):
         url = urllib.parse.urlsplit(value.strip())
-        if url.scheme in ("http", "https") and url.netloc and not url.query and not url.fragment:
+        if url.username or url.password:
+            # The choice is in every function's environment and in the stack's ApplicationEnvironment output.
+            raise ServicesNotConfiguredError(
+                f"{SERVICES_VARIABLE} must not carry credentials (it is shown in the stack's outputs and in outbox "
+                "status): give the base URL alone and keep the credentials in Secrets Manager"
+            )
+        if url.scheme in ("http", "https") and url.hostname and not url.query and not url.fragment:
             return value.strip().rstrip("/")
     what = "is not set" if value is None else f"is {value!r}"
     raise ServicesNotConfiguredError(

@@ -112,8 +112,9 @@ def _commerce_services(node: Node) -> str:
     value = node.try_get_context(COMMERCE_SERVICES_CONTEXT)
     try:
         return parse_services_choice(value)
-    except ServicesNotConfiguredError:
-        what = "is missing" if value is None else f"is {value!r}"
+    except ServicesNotConfiguredError as exc:
+        # The services' own reason for a value it refused (it never repeats credentials), else "missing".
+        what = "is missing" if value is None else f"is refused ({exc})"
         raise ValueError(
             f"context {COMMERCE_SERVICES_CONTEXT} {what}: say which services the example's functions call, "
             f"-c {COMMERCE_SERVICES_CONTEXT}=fake (in-memory fakes: nothing is shipped or mailed) or "

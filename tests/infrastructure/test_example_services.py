@@ -79,3 +79,14 @@ def test_the_example_names_its_operators_or_says_it_trusts_the_account() -> None
     )
     with pytest.raises(ValueError, match="not an IAM role or user ARN: oncall"):
         settings_from({"operatorArns": "oncall"})
+
+
+def test_a_services_url_with_credentials_is_refused_before_it_reaches_the_outputs() -> None:
+    with pytest.raises(ServicesNotConfiguredError, match="must not carry credentials"):
+        Services.from_env({"COMMERCE_SERVICES": "https://user:secret@api.example.com"})
+
+
+def test_a_synth_with_credentials_in_the_services_url_says_why_without_repeating_them() -> None:
+    with pytest.raises(ValueError, match="must not carry credentials") as refused:
+        settings_from({"commerceServices": "https://user:secret@api.example.com"})
+    assert "secret" not in str(refused.value)

@@ -360,7 +360,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="verify-ignores-links",
         module=CHAIN,
-        original="if envelope.prev_hash != prev_hash:",
+        original="if envelope.prev_hash != self.prev_hash:",
         replacement="if False:",
         description="verify_chain does not check that each row links to the one before it",
         what_should_catch_it="a row replaced or moved in the log; the simulator never tampers with the log",

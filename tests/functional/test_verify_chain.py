@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from outbox import ChainBreak, EventStore
-from outbox.keys import event_partition, seq_sort_key
+from outbox.chain import Anchor, verify_chain
+from outbox.keys import event_partition, head_key, seq_sort_key
 from tests.functional.conftest import EVENTS_TABLE
 
 
@@ -83,3 +84,61 @@ def test_two_swapped_events_are_reported_as_reordered(chain: EventStore, dynamod
 def test_an_unknown_tenant_has_an_empty_intact_chain(store: EventStore) -> None:
     report = store.verify_chain("nobody")
     assert (report.intact, report.events_checked, report.head_seq) == (True, 0, 0)
+
+
+# -- against an anchor ---------------------------------------------------------------------------------------
+
+
+def anchor_at(store: EventStore, seq: int) -> Anchor:
+    from outbox import Envelope
+
+    return Anchor("acme", seq, Envelope.from_item(get_row(store.client, seq)).hash, "2026-12-01T00:00:00+00:00")
+
+
+def test_an_incremental_check_reads_only_the_anchored_row_and_what_follows(chain: EventStore) -> None:
+    report = verify_chain(chain.client, EVENTS_TABLE, "acme", anchor=anchor_at(chain, 7), full=False)
+    assert (report.intact, report.events_checked, report.verified_from_seq, report.anchor_seq) == (True, 3, 8, 7)
+    assert report.head_hash == chain.head("acme").last_hash
+
+
+def test_an_anchor_at_the_head_leaves_nothing_to_read_but_the_anchored_row(chain: EventStore) -> None:
+    report = verify_chain(chain.client, EVENTS_TABLE, "acme", anchor=anchor_at(chain, 10), full=False)
+    assert (report.intact, report.events_checked, report.verified_from_seq) == (True, 0, 11)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_rewrite_through_the_anchored_row_contradicts_the_anchor(chain: EventStore, full: bool) -> None:
+    from outbox import Envelope
+
+    anchor = anchor_at(chain, 6)
+    prev = Envelope.from_item(get_row(chain.client, 3)).hash
+    for seq in range(4, 11):  # seq 4 forged, every later hash recomputed, the head moved along
+        row = Envelope.from_item(get_row(chain.client, seq))
+        changes: dict[str, Any] = {"prev_hash": prev, **({"payload": {"n": 400}} if seq == 4 else {})}
+        forged = row.model_copy(update=changes)
+        forged = forged.model_copy(update={"hash": forged.computed_hash()})
+        chain.client.put_item(TableName=EVENTS_TABLE, Item=forged.to_item())
+        prev = forged.hash
+    head = chain.client.get_item(TableName=EVENTS_TABLE, Key=head_key("acme"))["Item"]
+    chain.client.put_item(TableName=EVENTS_TABLE, Item={**head, "last_hash": {"S": prev}})
+    assert chain.verify_chain("acme").intact  # the chain alone is fooled
+
+    report = verify_chain(chain.client, EVENTS_TABLE, "acme", anchor=anchor, full=full)
+
+    assert (report.intact, report.first_broken_seq, report.reason) == (False, 6, ChainBreak.ANCHOR_MISMATCH)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_an_anchored_row_that_is_gone_contradicts_the_anchor(chain: EventStore, dynamodb: Any, full: bool) -> None:
+    anchor = anchor_at(chain, 10)
+    dynamodb.delete_item(TableName=EVENTS_TABLE, Key=event_key(10))
+    head = dynamodb.get_item(TableName=EVENTS_TABLE, Key=head_key("acme"))["Item"]
+    row9 = get_row(dynamodb, 9)
+    dynamodb.put_item(
+        TableName=EVENTS_TABLE, Item={**head, "last_seq": {"N": "9"}, "last_hash": row9["hash"]}
+    )  # the head moved back with it: the chain alone says intact
+    assert chain.verify_chain("acme").intact
+
+    report = verify_chain(chain.client, EVENTS_TABLE, "acme", anchor=anchor, full=full)
+
+    assert (report.intact, report.reason) == (False, ChainBreak.ANCHOR_MISMATCH)

@@ -64,12 +64,25 @@ def read_events(client: Any, table_name: str, tenant: str, from_seq: int = 1) ->
         yield Envelope.from_item(item)
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A (seq, hash) of a tenant's log that was verified from genesis or from an earlier anchor, kept where
+    no runtime role can write (the audit table). A log whose row at ``seq`` no longer has ``hash`` was
+    rewritten, however carefully its hashes were recomputed."""
+
+    tenant: str
+    seq: int
+    hash: str
+    anchored_at: str = ""
+
+
 class ChainBreak(StrEnum):
     GAP = "gap"  # a sequence number is missing
     ALTERED = "altered"  # a row's content no longer matches its own hash
     REORDERED = "reordered"  # a row sits at another position than its sequence number
     BROKEN_LINK = "broken_link"  # a row's prev_hash is not the hash of the row before it
     HEAD_MISMATCH = "head_mismatch"  # the chain head disagrees with the end of the log
+    ANCHOR_MISMATCH = "anchor_mismatch"  # the anchored row is gone or no longer has the anchored hash
 
 
 @dataclass(frozen=True)
@@ -81,55 +94,150 @@ class ChainReport:
     first_broken_seq: int | None = None
     reason: ChainBreak | None = None
     detail: str = ""
+    # The first seq read: 1 for a full verification, the anchor's seq + 1 for an incremental one.
+    verified_from_seq: int = 1
+    # The anchor the log was checked against, if the tenant had one.
+    anchor_seq: int | None = None
+    # The hash at head_seq (the last hash verified), for advancing the anchor; "" when broken.
+    head_hash: str = ""
 
 
-def verify_chain(client: Any, table_name: str, tenant: str) -> ChainReport:
-    """Recompute the tenant's chain from genesis; report intact, or the first broken seq and why.
+def verify_chain(
+    client: Any, table_name: str, tenant: str, *, anchor: Anchor | None = None, full: bool = True
+) -> ChainReport:
+    """Recompute the tenant's chain; report intact, or the first broken seq and why.
+
+    ``full`` (the default) recomputes from genesis and, given an ``anchor``, checks that the row at its seq
+    still has its hash. ``full=False`` with an anchor verifies only what was appended since: it reads the
+    anchored row (it must still have the anchored hash) and the rows after it, so its cost follows the new
+    events, not the log's length; a rewrite below the anchor that leaves the anchored row alone is found by
+    a full verification (and, when it happens, by the stream's tamper findings), not by this one.
 
     Streams the log (constant memory) and reads the head after the log, so an emit that lands during
     the check shows up as a head ahead of the log only if it committed between the two reads; run it
     again in that case (the report says so).
     """
-    prev_seq, prev_hash, checked = 0, GENESIS_HASH, 0
+    walk = _ChainWalk(tenant, anchor)
+    from_seq = 1
+    if anchor is not None and not full and anchor.seq > 0:
+        broken = walk.start_at_anchor(read_event_row(client, table_name, tenant, anchor.seq))
+        if broken is not None:
+            return broken
+        from_seq = anchor.seq + 1
+    for item in read_event_rows(client, table_name, tenant, from_seq):
+        broken = walk.step(item)
+        if broken is not None:
+            return broken
+    return walk.finish(read_head(client, table_name, tenant))
 
-    def broken(seq: int, reason: ChainBreak, detail: str) -> ChainReport:
-        return ChainReport(tenant, False, checked, prev_seq, seq, reason, detail)
 
-    for item in read_event_rows(client, table_name, tenant):
-        expected = prev_seq + 1
+def read_event_row(client: Any, table_name: str, tenant: str, seq: int) -> dict[str, Any] | None:
+    response = client.get_item(TableName=table_name, Key=keys.event_key(tenant, seq), ConsistentRead=True)
+    item: dict[str, Any] | None = response.get("Item")
+    return item
+
+
+class _ChainWalk:
+    """The state of one verification: the last good (seq, hash), and the checks each row must pass."""
+
+    def __init__(self, tenant: str, anchor: Anchor | None) -> None:
+        self.tenant, self.anchor = tenant, anchor
+        self.prev_seq, self.prev_hash, self.checked, self.from_seq = 0, GENESIS_HASH, 0, 1
+
+    def report(self, seq: int, reason: ChainBreak, detail: str, head_seq: int | None = None) -> ChainReport:
+        return ChainReport(
+            self.tenant,
+            False,
+            self.checked,
+            self.prev_seq if head_seq is None else head_seq,
+            seq,
+            reason,
+            detail,
+            verified_from_seq=self.from_seq,
+            anchor_seq=self.anchor.seq if self.anchor else None,
+        )
+
+    def start_at_anchor(self, item: dict[str, Any] | None) -> ChainReport | None:
+        """Take the anchored row as the verified start, if it still is what was anchored."""
+        assert self.anchor is not None
+        seq = self.anchor.seq
+        self.from_seq = seq + 1
+        if item is None:
+            return self.report(seq, ChainBreak.ANCHOR_MISMATCH, f"the anchored event row seq {seq} is gone")
+        envelope = self._envelope(item, seq)
+        if isinstance(envelope, ChainReport):
+            return envelope
+        if envelope.hash != self.anchor.hash or envelope.computed_hash() != envelope.hash:
+            return self._anchor_mismatch(seq)
+        self.prev_seq, self.prev_hash = seq, envelope.hash
+        return None
+
+    def step(self, item: dict[str, Any]) -> ChainReport | None:
+        expected = self.prev_seq + 1
         row_seq = int(item["sk"]["S"])
         if row_seq != expected:
-            return broken(expected, ChainBreak.GAP, f"seq {expected} is missing; the next row is seq {row_seq}")
+            return self.report(expected, ChainBreak.GAP, f"seq {expected} is missing; the next row is seq {row_seq}")
+        envelope = self._envelope(item, row_seq)
+        if isinstance(envelope, ChainReport):
+            return envelope
+        if envelope.computed_hash() != envelope.hash:
+            return self.report(row_seq, ChainBreak.ALTERED, f"seq {row_seq} ({envelope.id}) does not match its hash")
+        if envelope.prev_hash != self.prev_hash:
+            return self.report(
+                row_seq,
+                ChainBreak.BROKEN_LINK,
+                f"seq {row_seq} does not link to seq {self.prev_seq}: an event before it was replaced or moved",
+            )
+        if self.anchor is not None and row_seq == self.anchor.seq and envelope.hash != self.anchor.hash:
+            return self._anchor_mismatch(row_seq)
+        self.prev_seq, self.prev_hash, self.checked = row_seq, envelope.hash, self.checked + 1
+        return None
+
+    def finish(self, head: ChainHead) -> ChainReport:
+        if self.anchor is not None and self.prev_seq < self.anchor.seq:
+            return self.report(
+                self.prev_seq + 1,
+                ChainBreak.ANCHOR_MISMATCH,
+                f"the log ends at seq {self.prev_seq} but seq {self.anchor.seq} was anchored: events were removed",
+                head_seq=head.last_seq,
+            )
+        if (head.last_seq, head.last_hash) != (self.prev_seq, self.prev_hash):
+            return self.report(
+                min(head.last_seq, self.prev_seq) + 1,
+                ChainBreak.HEAD_MISMATCH,
+                f"the head says seq {head.last_seq}, the log ends at seq {self.prev_seq}"
+                + (
+                    " (an emit may have landed during the check: run it again)" if head.last_seq > self.prev_seq else ""
+                ),
+                head_seq=head.last_seq,
+            )
+        return ChainReport(
+            self.tenant,
+            True,
+            self.checked,
+            head.last_seq,
+            verified_from_seq=self.from_seq,
+            anchor_seq=self.anchor.seq if self.anchor else None,
+            head_hash=head.last_hash,
+        )
+
+    def _envelope(self, item: dict[str, Any], row_seq: int) -> Envelope | ChainReport:
         try:
             envelope = Envelope.from_item(item)
         except EnvelopeParseError as exc:
-            return broken(row_seq, ChainBreak.ALTERED, f"seq {row_seq} is not a valid event row: {exc}")
-        if envelope.seq != row_seq or envelope.tenant != tenant:
-            return broken(
+            return self.report(row_seq, ChainBreak.ALTERED, f"seq {row_seq} is not a valid event row: {exc}")
+        if envelope.seq != row_seq or envelope.tenant != self.tenant:
+            return self.report(
                 row_seq,
                 ChainBreak.REORDERED,
                 f"the row at seq {row_seq} holds event {envelope.id} of tenant {envelope.tenant!r} seq {envelope.seq}",
             )
-        if envelope.computed_hash() != envelope.hash:
-            return broken(row_seq, ChainBreak.ALTERED, f"seq {row_seq} ({envelope.id}) does not match its hash")
-        if envelope.prev_hash != prev_hash:
-            return broken(
-                row_seq,
-                ChainBreak.BROKEN_LINK,
-                f"seq {row_seq} does not link to seq {prev_seq}: an event before it was replaced or moved",
-            )
-        prev_seq, prev_hash, checked = row_seq, envelope.hash, checked + 1
+        return envelope
 
-    head = read_head(client, table_name, tenant)
-    if (head.last_seq, head.last_hash) != (prev_seq, prev_hash):
-        return ChainReport(
-            tenant,
-            False,
-            checked,
-            head.last_seq,
-            min(head.last_seq, prev_seq) + 1,
-            ChainBreak.HEAD_MISMATCH,
-            f"the head says seq {head.last_seq}, the log ends at seq {prev_seq}"
-            + (" (an emit may have landed during the check: run it again)" if head.last_seq > prev_seq else ""),
+    def _anchor_mismatch(self, seq: int) -> ChainReport:
+        return self.report(
+            seq,
+            ChainBreak.ANCHOR_MISMATCH,
+            f"seq {seq} no longer has the hash anchored at {self.anchor.anchored_at if self.anchor else '?'}: "
+            "the log was rewritten at or before it (its hashes recomputed)",
         )
-    return ChainReport(tenant, True, checked, head.last_seq)

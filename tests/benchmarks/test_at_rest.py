@@ -20,9 +20,10 @@ def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> No
     lines = {line.item: line for line in monthly_bill(template, load_prices())}
     assert lines["CloudWatch alarms"].count == len(resources(template, "AWS::CloudWatch::Alarm")) > 0
     assert lines["CloudWatch dashboards"].count == 1
-    # One FIFO mapping (the durable consumer) and one standard (the record-change consumer), five pollers each
+    # One FIFO mapping (the durable consumer) and two standard (the record-change consumer, the tamper recorder),
+    # five pollers each
     assert lines["SQS idle polls, FIFO queues"].count == idle_receives_per_month() == 648_000
-    assert lines["SQS idle polls, standard queues"].count == 648_000
+    assert lines["SQS idle polls, standard queues"].count == 2 * 648_000
 
 
 def test_the_readme_quotes_the_bill_of_the_template(synthesized: Synthesized) -> None:

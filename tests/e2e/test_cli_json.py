@@ -30,6 +30,8 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "replay": [["replay", "--tenant", "{tenant}", "--dry-run"], ["replay", "--tenant", "{tenant}", "--yes"]],
     "redrive": [["redrive", "--yes"]],
     "reconcile": [["reconcile", "--since", "1h", "--dry-run"], ["reconcile", "--since", "1h", "--yes"]],
+    "findings": [["findings"], ["findings", "--tenant", "{tenant}"]],
+    "anchor": [["anchor"], ["anchor", "--tenant", "{tenant}", "--reset", "--reason", "test", "--by", "me", "--yes"]],
 }
 
 

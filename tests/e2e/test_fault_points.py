@@ -50,7 +50,7 @@ def test_a_rival_emit_between_head_read_and_commit_costs_one_retry(local: LocalB
 def test_a_second_worker_after_the_visibility_timeout_fences_the_first(local: LocalBackend) -> None:
     order_and_pay(local, unique("tenant"))
     local.runtime.pipe("RelayPipeName").drain()
-    durable = next(iter(local.runtime.mappings.values()))
+    durable = local.runtime.mapping("DurableConsumerFunctionName")
     completions: list[str] = []
     original = DurableConsumer._complete
 

@@ -220,7 +220,7 @@ def test_stream_records_reordered_across_items_change_nothing(local: LocalBacken
 def test_a_message_redelivered_before_its_visibility_timeout_runs_each_effect_once(local: LocalBackend) -> None:
     payment_event = order_and_pay(local, unique("tenant"))
     local.runtime.pipe("RelayPipeName").drain()
-    durable = local.runtime.mappings[next(iter(local.runtime.mappings))]
+    durable = local.runtime.mapping("DurableConsumerFunctionName")
     with faults.fail_handler("notify.buyer", times=1):
         local.runtime.step()
     assert faults.redeliver(durable) >= 1

@@ -23,8 +23,8 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
     # When every dead-letter target is collected from the template
     targets = dead_letter_targets(stack_template)
 
-    # Then they are exactly the four known ones, each lane's queue redrive and each pipe's DLQ (the
-    # checker is not vacuous) ...
+    # Then they are exactly the eight known ones, each lane's and the tamper queue's redrive, each pipe's DLQ,
+    # and the anchoring function's and its schedule's (one queue) (the checker is not vacuous) ...
     def logical_id(resource_type: str, prefix: str) -> str:
         return only_resource(stack_template, resource_type, prefix)[0]
 
@@ -45,8 +45,28 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
             pipe_dlq,
             logical_id("AWS::SQS::Queue", "RecordChangePipeDeadLetters"),
         ),
+        (
+            logical_id("AWS::SQS::Queue", "AuditorFindingsQueue"),
+            redrive,
+            logical_id("AWS::SQS::Queue", "AuditorFindingsDeadLetters"),
+        ),
+        (
+            logical_id("AWS::Pipes::Pipe", "AuditorPipe"),
+            pipe_dlq,
+            logical_id("AWS::SQS::Queue", "AuditorPipeDeadLetters"),
+        ),
+        (
+            logical_id("AWS::Lambda::Function", "AuditorAnchoring"),
+            "DeadLetterConfig.TargetArn",
+            logical_id("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
+        ),
+        (
+            logical_id("AWS::Events::Rule", "AuditorAnchoringSchedule"),
+            "Targets.0.DeadLetterConfig.Arn",
+            logical_id("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
+        ),
     }
-    assert len(targets) == 4
+    assert len(targets) == 8
     assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []
@@ -62,7 +82,7 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
         for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     ]
-    assert len(dlq_alarms) == 4
+    assert len(dlq_alarms) == 7
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"

@@ -48,6 +48,9 @@ PRINCIPALS: Final = {
     "OutboxRecordChangePipeRole": READ_WRITE,  # the record-change queue and its pipe DLQ
     "OutboxEventsOperatorRole": READ_WRITE,  # repair: every item of the events table
     "Producer": READ_WRITE,  # a producer of the app's, granted grant_emit
+    "OutboxAuditorPipeRole": READ_WRITE,  # the events stream; the tamper queue and its pipe DLQ
+    "OutboxAuditorRecorderLambdaRole": READ_WRITE,  # the tamper queue; findings into the audit table
+    "OutboxAuditorAnchoringRole": READ_WRITE,  # the events table; anchors into the audit table
 }
 # The roles whose policies hold CDK's own wildcard key actions (a table's read-write or a queue's send grant),
 # each acknowledged to cdk-nag on that policy and nowhere else.
@@ -56,6 +59,8 @@ WILDCARD_KEY_GRANTS: Final = {
     "Keyed/Outbox/Relay/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/RecordChangePipe/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/DurableConsumer/Lambda/Role/DefaultPolicy/Resource",
+    "Keyed/Outbox/Auditor/Pipe/Role/DefaultPolicy/Resource",
+    "Keyed/Outbox/Auditor/Anchoring/Role/DefaultPolicy/Resource",
 }
 
 
@@ -123,6 +128,7 @@ def test_the_events_and_inbox_tables_are_encrypted_with_the_key_and_the_apps_tab
     assert sse == {
         "OutboxEvents": keyed,
         "OutboxInbox": keyed,
+        "OutboxAudit": keyed,
         "Data": {"SSEEnabled": True},  # the application's own: AWS-managed, as it was made
     }
 
@@ -131,8 +137,8 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
     keyed_template: dict[str, Any], key_id: str
 ) -> None:
     queues = resources_of_type(keyed_template, "AWS::SQS::Queue")
-    # Two lanes, each a queue with its DLQ and a pipe with its DLQ.
-    assert len(queues) == 6, sorted(queues)
+    # Two lanes and the tamper lane, each a queue with its DLQ and a pipe with its DLQ; the anchoring's DLQ.
+    assert len(queues) == 10, sorted(queues)
     for logical_id, queue in queues.items():
         properties = queue["Properties"]
         assert properties["KmsMasterKeyId"] == key_arn(key_id), logical_id
@@ -142,8 +148,8 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
 
 def test_every_log_group_of_the_pipeline_uses_the_key(keyed_template: dict[str, Any], key_id: str) -> None:
     log_groups = resources_of_type(keyed_template, "AWS::Logs::LogGroup")
-    # Three functions (two consumers, the operator endpoint) and two pipes.
-    assert len(log_groups) == 5, sorted(log_groups)
+    # Five functions (two consumers, the operator endpoint, the tamper recorder, the anchoring) and three pipes.
+    assert len(log_groups) == 8, sorted(log_groups)
     for logical_id, log_group in log_groups.items():
         assert log_group["Properties"]["KmsKeyId"] == key_arn(key_id), logical_id
 
@@ -152,7 +158,13 @@ def test_the_key_policy_admits_cloudwatch_logs_for_this_accounts_log_groups_only
     keyed_template: dict[str, Any], key_id: str
 ) -> None:
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
-    logs = [{**s, "Action": sorted(listed(s["Action"]))} for s in statements if "Service" in s.get("Principal", {})]
+    services = [s for s in statements if "Service" in s.get("Principal", {})]
+    # EventBridge's statement (the anchoring schedule's DLQ) is the other service statement.
+    logs = [
+        {**s, "Action": sorted(listed(s["Action"]))}
+        for s in services
+        if s.get("Sid") != "EventBridgeAnchoringDeadLetters"
+    ]
     assert logs == [
         {
             "Sid": "AllowCloudWatchLogsOfThisAccountAndRegion",
@@ -204,6 +216,15 @@ def test_each_principal_holds_what_it_needs_on_the_key(
     granted = key_actions(role_statements(keyed_template, role_id), key_arn(key_id))
     for action in needed:
         assert any(fnmatchcase(action, pattern) for pattern in granted), f"{role_id} lacks {action}: {granted}"
+
+
+def test_eventbridge_may_use_the_key_for_this_accounts_rules_only(keyed_template: dict[str, Any], key_id: str) -> None:
+    statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
+    (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeAnchoringDeadLetters"]
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+    assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    (pattern,) = statement["Condition"]["ArnLike"].values()
+    assert pattern["Fn::Join"][1][-1] == ":rule/*"
 
 
 def test_a_producer_granted_emit_holds_no_wildcard_key_action(keyed_template: dict[str, Any], key_id: str) -> None:
@@ -266,9 +287,9 @@ def test_without_a_key_every_table_queue_and_log_group_keeps_its_aws_key_and_say
 ) -> None:
     """The example stack passes no key: nothing of the above, and each customer-key skip where it was."""
     expected = {
-        "AWS::DynamoDB::Table": ("CKV_AWS_119", 3),
-        "AWS::SQS::Queue": ("CKV_AWS_27", 6),
-        "AWS::Logs::LogGroup": ("CKV_AWS_158", 6),  # the example's producer has one too
+        "AWS::DynamoDB::Table": ("CKV_AWS_119", 4),
+        "AWS::SQS::Queue": ("CKV_AWS_27", 10),
+        "AWS::Logs::LogGroup": ("CKV_AWS_158", 9),  # the example's producer has one too
     }
     for resource_type, (check_id, count) in expected.items():
         resources = resources_of_type(stack_template, resource_type)

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from outbox.auditor import Metric as AuditorMetric
 from outbox.consumer import Metric as DurableMetric
 from outbox.record_consumer import Metric as RecordChangeMetric
-from outbox_cdk import durable_consumer, record_change_consumer
+from outbox_cdk import audit, durable_consumer, record_change_consumer
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from tests.infrastructure.aws_metrics import AWS_METRICS
 from tests.infrastructure.conftest import resources_of_type
@@ -31,6 +32,8 @@ from tests.infrastructure.conftest import resources_of_type
 PUBLISHED_BY_SERVICE: dict[str, tuple[str, type[StrEnum]]] = {
     durable_consumer.SERVICE_NAME: (durable_consumer.HANDLER, DurableMetric),
     record_change_consumer.SERVICE_NAME: (record_change_consumer.HANDLER, RecordChangeMetric),
+    audit.ANCHOR_SERVICE: (audit.ANCHOR_HANDLER, AuditorMetric),
+    audit.RECORDER_SERVICE: (audit.RECORDER_HANDLER, AuditorMetric),
 }
 # What a CloudFormation token (a Ref, a GetAtt) in the dashboard body is read as.
 TOKEN = "<token>"

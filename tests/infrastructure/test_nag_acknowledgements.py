@@ -42,6 +42,12 @@ OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS = {
     # cloudwatch:GetMetricData has no resource-level permissions; it is the one statement of this policy.
     ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
 }
+# The anchoring function: an EngineFunction invoked by its schedule (with a DLQ, so LambdaDLQ passes).
+ANCHORING_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
+    ("AwsSolutions-L1", "Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "Function/Resource"),
+}
 # The example's producer (stacks/outbox_stack.py): an EngineFunction, invoked synchronously.
 PRODUCER_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
@@ -59,6 +65,11 @@ EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER
         ("DurableConsumer", CONSUMER_ACKNOWLEDGEMENTS),
         ("RecordChangeConsumer", CONSUMER_ACKNOWLEDGEMENTS),
         ("OperatorEndpoint", OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS),
+        ("Auditor/Pipe", PIPE_ACKNOWLEDGEMENTS),
+        ("Auditor/Findings", QUEUE_ACKNOWLEDGEMENTS),
+        ("Auditor/Recorder", CONSUMER_ACKNOWLEDGEMENTS),
+        ("Auditor/Anchoring", ANCHORING_ACKNOWLEDGEMENTS),
+        ("Auditor/AnchoringDeadLetters", {("Serverless-SQSRedrivePolicy", "Queue/Resource")}),
     )
     for rule, path in acknowledgements
 }

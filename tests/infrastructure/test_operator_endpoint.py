@@ -34,6 +34,12 @@ REFERENCED_VARIABLES = {
     "RECORD_CHANGE_PIPE_DLQ_URL": ("AWS::SQS::Queue", "RecordChangePipeDeadLetters"),
     "RELAY_PIPE_NAME": ("AWS::Pipes::Pipe", "RelayPipe"),
     "RECORD_CHANGE_PIPE_NAME": ("AWS::Pipes::Pipe", "RecordChangePipe"),
+    "AUDIT_TABLE_NAME": ("AWS::DynamoDB::Table", "AuditTable"),
+    "TAMPER_QUEUE_URL": ("AWS::SQS::Queue", "AuditorFindingsQueue"),
+    "TAMPER_DLQ_URL": ("AWS::SQS::Queue", "AuditorFindingsDeadLetters"),
+    "TAMPER_PIPE_DLQ_URL": ("AWS::SQS::Queue", "AuditorPipeDeadLetters"),
+    "ANCHORING_DLQ_URL": ("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
+    "TAMPER_PIPE_NAME": ("AWS::Pipes::Pipe", "AuditorPipe"),
 }
 LITERAL_VARIABLES = {
     "SUBSCRIPTIONS": "modules:build_catalog",
@@ -44,7 +50,7 @@ LITERAL_VARIABLES = {
 QUEUE_PREFIXES = [
     prefix for resource_type, prefix in REFERENCED_VARIABLES.values() if resource_type == "AWS::SQS::Queue"
 ]
-PIPE_PREFIXES = ["RelayPipe", "RecordChangePipe"]
+PIPE_PREFIXES = ["RelayPipe", "RecordChangePipe", "AuditorPipe"]
 
 READ_ACTIONS = {
     "dynamodb:BatchGetItem",
@@ -109,8 +115,12 @@ def test_the_function_url_takes_only_signed_requests_and_no_browser_origins(
     assert url["Properties"]["TargetFunctionArn"] == {"Fn::GetAtt": [function_id, "Arn"]}
     assert url["Properties"]["AuthType"] == "AWS_IAM"
     assert "Cors" not in url["Properties"]
-    # ... and no resource policy opens the function to anyone (a NONE URL would need one)
-    assert resources_of_type(stack_template, "AWS::Lambda::Permission") == {}
+    # ... and no resource policy opens the function to anyone (a NONE URL would need one): the stack's one
+    # permission lets the anchoring schedule invoke the anchoring function
+    permissions = resources_of_type(stack_template, "AWS::Lambda::Permission")
+    anchoring_id, _ = only_resource(stack_template, "AWS::Lambda::Function", "AuditorAnchoring")
+    assert [p["Properties"]["FunctionName"] for p in permissions.values()] == [{"Fn::GetAtt": [anchoring_id, "Arn"]}]
+    assert [p["Properties"]["Principal"] for p in permissions.values()] == ["events.amazonaws.com"]
 
 
 def test_the_stack_outputs_the_url(stack_template: dict[str, Any]) -> None:
@@ -182,7 +192,7 @@ def test_the_role_reads_the_events_and_inbox_tables_and_no_other_item_or_stream(
     }
     assert dynamodb_resources == {
         json.dumps(_arn(stack_template, "AWS::DynamoDB::Table", prefix), sort_keys=True)
-        for prefix in ("EventsTable", "InboxTable")
+        for prefix in ("EventsTable", "InboxTable", "AuditTable")
     }
 
 
@@ -202,15 +212,15 @@ def test_the_events_table_read_carries_the_event_row_deny(
     }
 
 
-def test_get_queue_attributes_is_allowed_on_exactly_the_six_queues(
+def test_get_queue_attributes_is_allowed_on_every_queue_of_the_stack(
     stack_template: dict[str, Any], statements: list[dict[str, Any]]
 ) -> None:
     resources = _resources_allowed(statements, "sqs:GetQueueAttributes")
     expected = [_arn(stack_template, "AWS::SQS::Queue", prefix) for prefix in QUEUE_PREFIXES]
-    assert len(resources) == len(expected) == 6
+    assert len(resources) == len(expected) == 10
     assert sorted(map(json.dumps, resources)) == sorted(map(json.dumps, expected))
-    # Six queues: every queue of the stack, so none is missed.
-    assert len(resources_of_type(stack_template, "AWS::SQS::Queue")) == 6
+    # Ten queues: every queue of the stack, so none is missed.
+    assert len(resources_of_type(stack_template, "AWS::SQS::Queue")) == 10
 
 
 def test_describe_pipe_is_allowed_on_exactly_the_two_pipes(

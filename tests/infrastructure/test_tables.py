@@ -9,7 +9,12 @@ from tests.infrastructure.conftest import resources_of_type
 
 def test_every_table_is_keyed_by_string_pk_and_sk_and_billed_on_demand(stack_template: dict[str, Any]) -> None:
     tables = resources_of_type(stack_template, "AWS::DynamoDB::Table")
-    assert sorted(logical_id.split("Table")[0] for logical_id in tables) == ["Data", "OutboxEvents", "OutboxInbox"]
+    assert sorted(logical_id.split("Table")[0] for logical_id in tables) == [
+        "Data",
+        "OutboxAudit",
+        "OutboxEvents",
+        "OutboxInbox",
+    ]
     for logical_id, table in tables.items():
         properties = table["Properties"]
         assert properties["KeySchema"] == [

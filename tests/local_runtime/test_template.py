@@ -36,6 +36,7 @@ def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Sy
     assert {m.function for m in stack.event_source_mappings.values()} == {
         consumer.logical_id,
         stack.output_reference("RecordChangeConsumerFunctionName").logical_id,
+        stack.output_reference("TamperRecorderFunctionName").logical_id,
     }
     inbox = stack.tables[stack.output_reference("InboxTableName").logical_id]
     assert inbox.ttl_attribute == "expires_at"

@@ -54,7 +54,8 @@ class ApplicationCode:
         e.g. ``lambda_.Code.from_asset("src", exclude=[...])``. One asset shared by every function.
     catalog
         ``"package.module:function"``: the function inside ``code`` that returns the ``outbox.Catalog`` of
-        event types and subscriptions. Called at cold start, with the function's environment.
+        event types and subscriptions. Called at cold start, with the function's environment. None for a
+        function that runs engine code only (``engine_only``).
     layer
         The engine layer (``EngineLayer``).
     environment
@@ -62,12 +63,12 @@ class ApplicationCode:
     """
 
     code: lambda_.Code
-    catalog: str
+    catalog: str | None
     layer: lambda_.ILayerVersion
     environment: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(CATALOG_REFERENCE, self.catalog):
+        if self.catalog is not None and not re.fullmatch(CATALOG_REFERENCE, self.catalog):
             raise ValueError(
                 f"catalog must name a function as 'package.module:function', got {self.catalog!r}; "
                 "it is imported from the function code at cold start"
@@ -134,7 +135,7 @@ class EngineFunction(Construct):
                 "POWERTOOLS_SERVICE_NAME": service_name,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 **application.environment,
-                "SUBSCRIPTIONS": application.catalog,
+                **({"SUBSCRIPTIONS": application.catalog} if application.catalog is not None else {}),
                 **environment,
             },
         )
@@ -179,14 +180,15 @@ class EngineFunction(Construct):
             )
         )
 
-    def acknowledge_synchronous_invocation(self, *, failures: str, concurrency: str) -> None:
+    def acknowledge_synchronous_invocation(self, *, failures: str, concurrency: str | None) -> None:
         """For a function only ever invoked synchronously: say why it has no DeadLetterConfig (``failures``:
-        where its failures go instead) and no reserved concurrency (``concurrency``: what bounds it), to
-        cdk-nag and checkov alike."""
+        where its failures go instead) and, unless it has one (``concurrency`` None), no reserved concurrency
+        (``concurrency``: what bounds it), to cdk-nag and checkov alike."""
         function_resource = self.function.node.default_child
         assert function_resource is not None
         Validations.of(function_resource).acknowledge(
             Acknowledgment(id="Serverless::Serverless-LambdaDLQ", reason=failures)
         )
         checkov.skip(function_resource, "CKV_AWS_116", failures)
-        checkov.skip(function_resource, "CKV_AWS_115", concurrency)
+        if concurrency is not None:
+            checkov.skip(function_resource, "CKV_AWS_115", concurrency)

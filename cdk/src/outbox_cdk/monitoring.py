@@ -104,6 +104,7 @@ class PipelineMonitoring(Construct):
         dead_letter_queues: Sequence[tuple[str, sqs.IQueue]],
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
         operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
+        audit_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
@@ -137,6 +138,7 @@ class PipelineMonitoring(Construct):
             *consumer.alarms,
             *(record_change.consumer.alarms if record_change is not None else []),
             *operator_endpoint_alarms,
+            *audit_alarms,
         ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
         self.dashboard.add_widgets(

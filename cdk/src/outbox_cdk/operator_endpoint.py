@@ -21,6 +21,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from outbox_cdk.alarms import alarm_above
+from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction
@@ -30,9 +31,14 @@ from outbox_cdk.stream_pipe import StreamPipe
 
 HANDLER: Final = "outbox.handlers.operator_api.handler"
 SERVICE_NAME: Final = "operator-api"
-# verify_chain walks a tenant's whole chain, one page of events at a time; a minute leaves room for a
-# long chain, where the default 3 s would time out on the first large tenant.
+# Status verifies each tenant from its anchor (what was appended since the last hourly pass), a tenant
+# without one from genesis; a minute leaves room for a long unanchored chain.
 TIMEOUT_SECONDS: Final = 60
+# Two calls at once are plenty for operators and their scripts; a caller looping on GET /status then waits
+# (HTTP 429) instead of taking the account's concurrency and the tables' read capacity. It comes out of the
+# account's unreserved pool (docs: "Reserved concurrency"); None switches it off.
+DEFAULT_RESERVED_CONCURRENCY: Final = 2
+MAX_RESERVED_CONCURRENCY: Final = 50
 
 QUEUE_STATUS_ACTIONS: Final = ("sqs:GetQueueAttributes",)
 PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
@@ -55,6 +61,10 @@ class OperatorEndpoint(Construct):
     relay_pipe, record_change_pipe
         Each pipe's state (``DescribePipe``) and its DLQ's depth. The record-change lane's queue and pipe
         are None in a pipeline without one.
+    audit, auditor
+        Read: each tenant's anchor and tamper findings, and the depth of the auditor's queue and DLQs.
+    reserved_concurrency
+        The function's reserved concurrency (2 by default): how many calls run at once; None reserves none.
     encryption_key
         The pipeline's customer-managed key, for the function's log group; ``None`` for the key CloudWatch
         Logs manages. (The tables' key, if any, is granted with the tables.)
@@ -73,15 +83,23 @@ class OperatorEndpoint(Construct):
         record_change_pipe: StreamPipe | None,
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
+        audit: AuditTable,
+        auditor: Auditor,
+        reserved_concurrency: int | None = DEFAULT_RESERVED_CONCURRENCY,
         encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        _check_reserved_concurrency(reserved_concurrency)
         queues: dict[str, sqs.IQueue] = {
             "DURABLE_QUEUE_URL": durable_queue.queue,
             "DURABLE_DLQ_URL": durable_queue.dead_letter_queue,
             "RELAY_DLQ_URL": relay_pipe.dead_letter_queue,
+            "TAMPER_QUEUE_URL": auditor.queue.queue,
+            "TAMPER_DLQ_URL": auditor.queue.dead_letter_queue,
+            "TAMPER_PIPE_DLQ_URL": auditor.pipe.dead_letter_queue,
+            "ANCHORING_DLQ_URL": auditor.anchoring_dead_letters.queue,
         }
-        pipes = {"RELAY_PIPE_NAME": relay_pipe}
+        pipes = {"RELAY_PIPE_NAME": relay_pipe, "TAMPER_PIPE_NAME": auditor.pipe}
         if record_change_queue is not None and record_change_pipe is not None:
             queues["RECORD_CHANGE_QUEUE_URL"] = record_change_queue.queue
             queues["RECORD_CHANGE_DLQ_URL"] = record_change_queue.dead_letter_queue
@@ -99,12 +117,17 @@ class OperatorEndpoint(Construct):
             environment={
                 "EVENTS_TABLE_NAME": events.table.table_name,
                 "INBOX_TABLE_NAME": inbox.table.table_name,
+                "AUDIT_TABLE_NAME": audit.table.table_name,
                 **{name: queue.queue_url for name, queue in queues.items()},
                 **{name: pipe.pipe_name for name, pipe in pipes.items()},
             },
             encryption_key=encryption_key,
         )
         self.function = engine_function.function
+        if reserved_concurrency is not None:
+            function_resource = self.function.node.default_child
+            assert isinstance(function_resource, lambda_.CfnFunction)
+            function_resource.reserved_concurrent_executions = reserved_concurrency
         self.role = engine_function.role
         self.log_group = engine_function.log_group
         # AWS_IAM: only signed requests from principals granted below get in. No CORS: operators call it
@@ -113,6 +136,7 @@ class OperatorEndpoint(Construct):
 
         events.grant_read(self.function)  # carries the deny on mutating event rows
         inbox.table.grant_read_data(self.function)
+        audit.grant_read(self.function)  # anchors and findings; it writes neither
         self._grant_queue_status(list(queues.values()))
         self._grant_pipe_status(list(pipes.values()))
         self._grant_metric_read()
@@ -126,7 +150,7 @@ class OperatorEndpoint(Construct):
             "got an error response. Its log group has the error.",
             alarm_topic=alarm_topic,
         )
-        self._acknowledge_synchronous_invocation(engine_function)
+        self._acknowledge_synchronous_invocation(engine_function, reserved_concurrency)
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
@@ -172,11 +196,30 @@ class OperatorEndpoint(Construct):
             )
         )
 
-    def _acknowledge_synchronous_invocation(self, engine_function: EngineFunction) -> None:
-        engine_function.acknowledge_synchronous_invocation(
-            failures="Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
+    def _acknowledge_synchronous_invocation(
+        self, engine_function: EngineFunction, reserved_concurrency: int | None
+    ) -> None:
+        failures = (
+            "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
             "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
-            "response, and the Errors alarm fires on the first one.",
-            concurrency="Called only through its AWS_IAM function URL, by the few principals granted "
-            "grant_invoke_url (operators, by hand or from a script). " + UNRESERVED_POOL,
+            "response, and the Errors alarm fires on the first one."
+        )
+        if reserved_concurrency is not None:  # checkov's CKV_AWS_115 passes
+            engine_function.acknowledge_synchronous_invocation(failures=failures, concurrency=None)
+            return
+        engine_function.acknowledge_synchronous_invocation(
+            failures=failures,
+            concurrency="Reserved concurrency switched off (OutboxPipeline(operator_endpoint_concurrency=None)): "
+            "called only through its AWS_IAM function URL, by the few principals granted grant_invoke_url. "
+            + UNRESERVED_POOL,
+        )
+
+
+def _check_reserved_concurrency(value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESERVED_CONCURRENCY:
+        raise ValueError(
+            f"operator_endpoint_concurrency must be 1..{MAX_RESERVED_CONCURRENCY} (or None for none reserved), "
+            f"got {value!r}"
         )

@@ -36,8 +36,9 @@ from constructs import Construct
 
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
-from outbox_cdk import inbox_table, queue_consumer, timing
+from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
+from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs
@@ -131,6 +132,11 @@ class OutboxPipeline(Construct):
         error's field locations and error types, a ``TerminalError``'s own message; never the text of any
         other exception, which may repeat the personal data the handler was given. ``FULL``: every message,
         for stacks that hold no real people's data.
+    operator_endpoint_concurrency
+        The operator endpoint's reserved concurrency (2): a caller looping on ``GET /status`` is throttled
+        instead of taking the account's concurrency. It comes out of the account's unreserved pool, which
+        Lambda keeps at 100 or more: in an account with no room above that, the deployment fails; pass None
+        there (no reservation) or raise the account's concurrency quota.
     """
 
     def __init__(
@@ -156,6 +162,7 @@ class OutboxPipeline(Construct):
         record_change_timeout: Duration | None = None,
         encryption_key: kms.IKey | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
+        operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -198,6 +205,20 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
         )
         self.inbox = InboxTable(self, "Inbox", retention_days=inbox_retention_days, encryption_key=encryption_key)
+        # Tamper evidence: findings from the stream and hourly anchors, in a table only the auditor and the
+        # operator role may write.
+        self.audit = AuditTable(self, "Audit", encryption_key=encryption_key)
+        self.audit.table.grant_read_write_data(self.events.operator_role)
+        self.auditor = Auditor(
+            self,
+            "Auditor",
+            events=self.events,
+            audit=self.audit,
+            layer=self.engine.layer,
+            alarm_topic=self.alarm_topic,
+            pipe_log_level=pipe_log_level,
+            encryption_key=encryption_key,
+        )
         self.consumer = DurableConsumer(
             self,
             "DurableConsumer",
@@ -236,6 +257,9 @@ class OutboxPipeline(Construct):
             record_change_pipe=self.record_change_pipe,
             application=self.application,
             alarm_topic=self.alarm_topic,
+            audit=self.audit,
+            auditor=self.auditor,
+            reserved_concurrency=operator_endpoint_concurrency,
             encryption_key=encryption_key,
         )
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
@@ -326,6 +350,7 @@ class OutboxPipeline(Construct):
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
+        dead_letters += self.auditor.dead_letters
         lane = None
         if self.record_changes and self.record_change_pipe and self.record_change_consumer:
             dead_letters += [
@@ -351,6 +376,7 @@ class OutboxPipeline(Construct):
             dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
             dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
             operator_endpoint_alarms=self.operator_endpoint.alarms,
+            audit_alarms=self.auditor.alarms,
         )
 
     def _declare_outputs(self, environment: Mapping[str, str]) -> None:
@@ -364,6 +390,14 @@ class OutboxPipeline(Construct):
             StackOutput.INBOX_TABLE: self.inbox.table.table_name,
             StackOutput.INBOX_RETENTION_DAYS: str(self.inbox.retention_days),
             StackOutput.DURABLE_CONSUMER_FUNCTION: self.consumer.function.function_name,
+            StackOutput.AUDIT_TABLE: self.audit.table.table_name,
+            StackOutput.TAMPER_PIPE: self.auditor.pipe.pipe_name,
+            StackOutput.TAMPER_QUEUE: self.auditor.queue.queue.queue_url,
+            StackOutput.TAMPER_DEAD_LETTER_QUEUE: self.auditor.queue.dead_letter_queue.queue_url,
+            StackOutput.TAMPER_PIPE_DEAD_LETTER_QUEUE: self.auditor.pipe.dead_letter_queue.queue_url,
+            StackOutput.ANCHORING_FUNCTION: self.auditor.anchoring.function_name,
+            StackOutput.TAMPER_RECORDER_FUNCTION: self.auditor.recorder.function.function_name,
+            StackOutput.ANCHORING_DEAD_LETTER_QUEUE: self.auditor.anchoring_dead_letters.queue.queue_url,
             StackOutput.ALARM_TOPIC: self.alarm_topic.topic_arn,
             StackOutput.OPERATOR_ENDPOINT: self.operator_endpoint.url.url,
             StackOutput.APPLICATION_ENVIRONMENT: self.stack.to_json_string(dict(environment)),

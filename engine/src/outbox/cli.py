@@ -37,6 +37,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from outbox.audit import Finding, FindingKind
+from outbox.auditor import AnchorPass
 from outbox.catalog import Catalog
 from outbox.chain import ChainReport
 from outbox.exceptions import OutboxError, OutboxValidationError
@@ -311,10 +313,12 @@ def _print_status(context: CliContext, report: Status) -> None:
         style = "red" if name.endswith("dlq") and depth.visible + depth.in_flight else ""
         age = "-" if depth.oldest_age_seconds is None else f"{depth.oldest_age_seconds:.0f}"
         queues.add_row(name, str(depth.visible), str(depth.in_flight), age, style=style)
-    tenants = Table("tenant", "chain", "head seq", "dead letters", title="tenants")
+    tenants = Table("tenant", "chain", "head seq", "verified from", "findings", "dead letters", title="tenants")
     for tenant in report.tenants:
         chain = "intact" if tenant.chain_intact else f"[red]BROKEN at {tenant.first_broken_seq}[/]"
-        tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), str(tenant.dead_letters))
+        findings = f"[red]{tenant.tamper_findings}[/]" if tenant.tamper_findings else "0"
+        verified = f"{tenant.verified_from_seq} (anchor)" if tenant.anchor_seq else str(tenant.verified_from_seq)
+        tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), verified, findings, str(tenant.dead_letters))
     context.out.print(queues, tenants)
     pipes = ", ".join(f"{name} {state}" for name, state in report.pipes.items()) or "none"
     context.out.print(f"pipes: {pipes}   poison pills today: {report.poison_pills_today}")
@@ -332,7 +336,9 @@ def verify_chain_command(
     all_tenants: Annotated[bool, typer.Option("--all", help="every tenant")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Recompute the hash chain; report the first broken sequence number and why. Exit code 1 if broken."""
+    """Recompute the hash chain from genesis, checked against the tenant's anchor (a rewrite with recomputed
+    hashes at or before it is caught); report the first broken sequence number and why. Exit code 1 if broken.
+    (status verifies only what was appended since the anchor; this reads the whole log.)"""
     context = _context(ctx, as_json)
     try:
         if tenant is None and not all_tenants:
@@ -348,6 +354,73 @@ def verify_chain_command(
     _show(context, reports, lambda: _print_chain_reports(context, reports))
     if not all(r.intact for r in reports):
         raise typer.Exit(code=1)
+
+
+@app.command()
+def findings(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Tamper findings: every change or deletion of an event row the stream showed, every broken chain the
+    hourly anchoring found, every anchor reset. Exit code 1 if there is any but resets."""
+    context = _context(ctx, as_json)
+    try:
+        tenants = [context.operations.require_tenant(tenant)] if tenant else None
+        found = context.operations.findings(tenants)
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    _show(context, [f.as_dict() for f in found], lambda: _print_findings(context, found))
+    if any(f.kind is not FindingKind.ANCHOR_RESET for f in found):
+        raise typer.Exit(code=1)
+
+
+def _print_findings(context: CliContext, found: list[Finding]) -> None:
+    table = Table("tenant", "kind", "seq", "observed", "what", title="tamper findings")
+    for f in found:
+        style = "" if f.kind is FindingKind.ANCHOR_RESET else "red"
+        table.add_row(f.tenant, f.kind.value, str(f.seq or "-"), f.observed_at, f.detail, style=style)
+    context.out.print(table if found else "no findings")
+
+
+@app.command()
+def anchor(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    reset: Annotated[
+        bool, typer.Option(help="after a documented repair: verify in full and anchor the repaired head")
+    ] = False,
+    reason: Annotated[str | None, typer.Option(help="why the anchor is reset (recorded)")] = None,
+    by: Annotated[str | None, typer.Option(help="who resets it: a name or a ticket (recorded)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run the hourly anchoring pass now (verify each tenant since its anchor and advance it), or --reset one
+    tenant's anchor after a repair of its log. Needs write access to the audit table (the operator role)."""
+    context = _context(ctx, as_json)
+    try:
+        if reset:
+            if tenant is None or not reason or not by:
+                raise OperationRefusedError("--reset needs --tenant T, --reason '...' and --by NAME (all recorded)")
+            name = context.operations.require_tenant(tenant)
+            _confirm(yes, f"re-anchor tenant {name} at its current head?")
+            new = context.operations.reset_anchor(name, who=by, reason=reason)
+            _show(context, asdict(new), lambda: context.out.print(f"{name}: anchored at seq {new.seq}"))
+            return
+        result = context.operations.anchor([context.operations.require_tenant(tenant)] if tenant else None)
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    _show(context, result.as_dict(), lambda: _print_anchor_pass(context, result))
+    if result.broken:
+        raise typer.Exit(code=1)
+
+
+def _print_anchor_pass(context: CliContext, result: AnchorPass) -> None:
+    for tenant, seq in result.advanced.items():
+        context.out.print(f"{tenant}: anchored at seq {seq}")
+    for tenant, report in result.broken.items():
+        context.out.print(f"[bold red]{tenant}: BROKEN at seq {report.first_broken_seq}[/] ({report.detail})")
+    context.out.print(f"{len(result.unchanged)} unchanged, {result.events_read} events read")
 
 
 def _print_chain_reports(context: CliContext, reports: list[ChainReport]) -> None:
@@ -536,7 +609,7 @@ class RedriveMethod(StrEnum):
 @app.command()
 def redrive(
     ctx: typer.Context,
-    dlq: Annotated[str, typer.Option(help="durable-dlq or record-change-dlq")] = "durable-dlq",
+    dlq: Annotated[str, typer.Option(help="durable-dlq, record-change-dlq or tamper-dlq")] = "durable-dlq",
     max_messages: Annotated[int | None, typer.Option("--max", help="stop after this many")] = None,
     method: Annotated[RedriveMethod, typer.Option(help="how the messages move")] = RedriveMethod.AUTO,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,

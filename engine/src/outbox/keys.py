@@ -8,6 +8,8 @@ Every key the engine writes or reads is spelled here, once::
     inbox table    CLAIM#<event id>      / <subscription>          a claim row
                    TENANT#<tenant>#DEAD  / <event id>#<subscription>[#CONFLICT#<digest>]   dead letters
                    POISON#<YYYY-MM-DD>   / <recorded at>#<message id>                      poison pills
+    audit table    TENANT#<tenant>#ANCHOR / ANCHOR                 the last (seq, hash) verified
+                   TENANT#<tenant>#FINDING / <finding id>          tamper findings
 
 and the idempotency key of an (event, subscription) pair, ``<event id>:<subscription>``.
 """
@@ -107,6 +109,32 @@ def poison_partition(moment: datetime) -> str:
 
 def poison_sort_key(recorded_at: str, message_id: str) -> str:
     return f"{recorded_at}#{message_id}"
+
+
+# -- the audit table ----------------------------------------------------------------------------------------
+
+ANCHOR_SORT_KEY = "ANCHOR"
+
+
+def anchor_partition(tenant: str) -> str:
+    return f"TENANT#{tenant}#ANCHOR"
+
+
+def anchor_key(tenant: str) -> dict[str, Any]:
+    return {"pk": {"S": anchor_partition(tenant)}, "sk": {"S": ANCHOR_SORT_KEY}}
+
+
+def finding_partition(tenant: str) -> str:
+    return f"TENANT#{tenant}#FINDING"
+
+
+def tenant_of_event_partition(partition: str) -> str | None:
+    """``TENANT#<tenant>#EVENT`` -> the tenant; None for any other key."""
+    prefix, suffix = "TENANT#", "#EVENT"
+    if not (partition.startswith(prefix) and partition.endswith(suffix)):
+        return None
+    tenant = partition[len(prefix) : -len(suffix)]
+    return tenant if is_valid_tenant(tenant) else None
 
 
 # -- names --------------------------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ class OperatorSettings(BaseModel):
     durable_dlq_url: str = Field(alias="DURABLE_DLQ_URL")
     relay_dlq_url: str = Field(alias="RELAY_DLQ_URL")
     relay_pipe_name: str = Field(alias="RELAY_PIPE_NAME")
+    audit_table_name: str = Field(alias="AUDIT_TABLE_NAME", min_length=3)
+    tamper_pipe_name: str = Field(alias="TAMPER_PIPE_NAME")
+    tamper_queue_url: str = Field(alias="TAMPER_QUEUE_URL")
+    tamper_dlq_url: str = Field(alias="TAMPER_DLQ_URL")
+    tamper_pipe_dlq_url: str = Field(alias="TAMPER_PIPE_DLQ_URL")
+    anchoring_dlq_url: str = Field(alias="ANCHORING_DLQ_URL")
     # The record-change lane is optional (a pipeline without a source table has none).
     record_change_queue_url: str | None = Field(default=None, alias="RECORD_CHANGE_QUEUE_URL")
     record_change_dlq_url: str | None = Field(default=None, alias="RECORD_CHANGE_DLQ_URL")
@@ -89,4 +95,17 @@ class OperatorSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
+        return _from_env(cls, environ)
+
+
+class AuditorSettings(BaseModel):
+    """Environment of the auditor: the log it watches and the table it alone (with the operator role) writes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
+    audit_table_name: str = Field(alias="AUDIT_TABLE_NAME", min_length=3)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AuditorSettings:
         return _from_env(cls, environ)

@@ -220,6 +220,13 @@ class LocalRuntime:
         """The function a stack output names, e.g. ``function("DurableConsumerFunctionName")``."""
         return self.functions[self.output(output_name)]
 
+    def mapping(self, output_name: str) -> SqsEventSourceMapping:
+        """The SQS event source mapping of the function a stack output names, e.g.
+        ``mapping("DurableConsumerFunctionName")``."""
+        name = self.output(output_name)
+        (found,) = [m for m in self.mappings.values() if m.function_name == name]
+        return found
+
     def pipe(self, output_name: str) -> PipeEmulator:
         """The pipe a stack output names, e.g. ``pipe("RelayPipeName")``; set ``.faults`` to inject faults."""
         return self.pipes[self.stack.output_reference(output_name).logical_id]

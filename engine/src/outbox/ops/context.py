@@ -10,12 +10,13 @@ from typing import Any
 
 from outbox import clock as engine_clock
 from outbox import keys
+from outbox.audit import AuditLog
 from outbox.catalog import Catalog
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import InboxReader
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.topology import Topology
-from outbox.query import read_partition
+from outbox.query import read_tenants
 
 # What a long action reports as it goes: what it is doing, how far it is, and of how much (None: unknown).
 ProgressCallback = Callable[[str, int, int | None], None]
@@ -58,16 +59,18 @@ class OperatorContext:
         self._sleep(seconds)
 
     @property
+    def audit(self) -> AuditLog | None:
+        """Anchors and tamper findings; None for a stack without an audit table."""
+        table = self.topology.audit_table
+        return AuditLog(table, client=self.dynamodb) if table else None
+
+    @property
     def inbox(self) -> InboxReader:
         """The inbox's claims and dead letters, read through the current DynamoDB client."""
         return InboxReader(self.topology.inbox_table, client=self.dynamodb)
 
     def tenants(self) -> list[str]:
-        found: list[str] = []
-        for partition in keys.tenant_index_partitions():
-            rows = read_partition(self.dynamodb, self.topology.events_table, partition)
-            found.extend(item["sk"]["S"] for item in rows)
-        return sorted(found)
+        return read_tenants(self.dynamodb, self.topology.events_table)
 
     def require_tenant(self, tenant: str) -> str:
         if not keys.is_valid_tenant(tenant):

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
+from outbox.ops import audit as auditing
 from outbox.ops import reconcile as reconciling
 from outbox.ops import redrive as redriving
 from outbox.ops import replay as replaying
@@ -26,6 +27,7 @@ class Operations(OperatorContext):
     queue_depths = reading.queue_depths
     pipe_states = reading.pipe_states
     verify = reading.verify
+    findings = auditing.findings
 
     def dead_letters(self, tenant: str, **selection: Any) -> list[DeadLetter]:
         """The tenant's dead letters, selected as ``InboxReader.dead_letters`` selects them (subscription,
@@ -48,3 +50,5 @@ class Operations(OperatorContext):
     redrive_route = redriving.redrive_route
     reconcile_horizon = reconciling.reconcile_horizon
     reconcile = reconciling.reconcile
+    anchor = auditing.anchor
+    reset_anchor = auditing.reset_anchor

@@ -62,6 +62,8 @@ def redrive_route(context: OperatorContext, dlq: str) -> tuple[str, str]:
     routes = {
         "durable-dlq": (topology.durable_dlq_url, topology.durable_queue_url),
         "record-change-dlq": (topology.record_change_dlq_url, topology.record_change_queue_url),
+        # A finding the recorder could not write: recording it again is idempotent (one row per stream record).
+        "tamper-dlq": (topology.tamper_dlq_url, topology.tamper_queue_url),
     }
     if dlq not in routes or not routes[dlq][0] or not routes[dlq][1]:
         raise OperationRefusedError(

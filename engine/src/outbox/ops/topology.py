@@ -20,6 +20,14 @@ class Topology:
     durable_queue_url: str
     durable_dlq_url: str
     relay_dlq_url: str
+    # The audit table (anchors, tamper findings) and the auditor's queues; None for a stack deployed before
+    # tamper evidence existed (status then verifies in full and reports no findings).
+    audit_table: str | None = None
+    tamper_pipe_name: str | None = None
+    tamper_queue_url: str | None = None
+    tamper_dlq_url: str | None = None
+    tamper_pipe_dlq_url: str | None = None
+    anchoring_dlq_url: str | None = None
     record_change_queue_url: str | None = None
     record_change_dlq_url: str | None = None
     record_change_pipe_dlq_url: str | None = None
@@ -37,6 +45,12 @@ class Topology:
         "durable_queue_url": StackOutput.DURABLE_QUEUE,
         "durable_dlq_url": StackOutput.DURABLE_DEAD_LETTER_QUEUE,
         "relay_dlq_url": StackOutput.RELAY_DEAD_LETTER_QUEUE,
+        "audit_table": StackOutput.AUDIT_TABLE,
+        "tamper_pipe_name": StackOutput.TAMPER_PIPE,
+        "tamper_queue_url": StackOutput.TAMPER_QUEUE,
+        "tamper_dlq_url": StackOutput.TAMPER_DEAD_LETTER_QUEUE,
+        "tamper_pipe_dlq_url": StackOutput.TAMPER_PIPE_DEAD_LETTER_QUEUE,
+        "anchoring_dlq_url": StackOutput.ANCHORING_DEAD_LETTER_QUEUE,
         "record_change_queue_url": StackOutput.RECORD_CHANGE_QUEUE,
         "record_change_dlq_url": StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE,
         "record_change_pipe_dlq_url": StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE,
@@ -73,6 +87,10 @@ class Topology:
             "record-change": self.record_change_queue_url,
             "record-change-dlq": self.record_change_dlq_url,
             "record-change-pipe-dlq": self.record_change_pipe_dlq_url,
+            "tamper": self.tamper_queue_url,
+            "tamper-dlq": self.tamper_dlq_url,
+            "tamper-pipe-dlq": self.tamper_pipe_dlq_url,
+            "anchoring-dlq": self.anchoring_dlq_url,
         }
         return {name: url for name, url in named.items() if url}
 

@@ -1,0 +1,321 @@
+"""Tamper evidence outside the runtime roles' reach: the audit table, the tamper pipe and the auditor.
+
+- ``AuditTable``: each tenant's anchor (the last verified seq and hash) and its tamper findings. Only the
+  auditor's two functions and the operator role may write it; producers and consumers get nothing on it.
+- ``TamperPipe``: a second reader of the events stream (two per shard at most, R7.5) that keeps the
+  MODIFY and REMOVE records of event rows, which emit() never writes, and sends each whole record (old and new
+  image) to the tamper queue. ``TamperAlarm`` fires on the first message the queue receives.
+- ``Auditor``: ``recorder`` turns each tamper message into a finding; ``anchoring`` verifies each tenant's
+  log from its anchor every hour, advances the anchor, and records a broken chain (alarmed at zero).
+
+Both functions run the engine only (``engine_only/`` as code, the handlers from the engine layer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as eventbridge
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from outbox.auditor import Metric
+from outbox_cdk import checkov
+from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
+from outbox_cdk.alarms import alarm_above
+from outbox_cdk.encryption import acknowledge_key_wildcards
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, UNRESERVED_POOL, ApplicationCode, EngineFunction
+from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
+from outbox_cdk.redriven_queue import RedrivenQueue
+from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
+from outbox_cdk.table_defaults import protected_table
+from outbox_cdk.timing import visibility_timeout_seconds
+
+ENGINE_ONLY_CODE: Final = Path(__file__).parent / "engine_only"
+RECORDER_HANDLER: Final = "outbox.handlers.auditor.record_findings"
+ANCHOR_HANDLER: Final = "outbox.handlers.auditor.anchor"
+RECORDER_SERVICE: Final = "tamper-recorder"
+ANCHOR_SERVICE: Final = "chain-anchor"
+RECORDER_TIMEOUT_SECONDS: Final = 30
+# One pass verifies what every tenant appended in the last hour; the anchors it advanced stay advanced if a
+# later tenant's verification outlives the timeout, and the next pass goes on from there.
+ANCHOR_TIMEOUT_SECONDS: Final = 300
+ANCHOR_SCHEDULE: Final = Duration.hours(1)
+TAMPER_MAX_RECEIVE_COUNT: Final = 5
+
+# Attribute names of an event row (outbox.envelope.Envelope.to_item), as in relay_pipe.
+KIND_ATTRIBUTE: Final = "kind"
+EVENT_KIND: Final = "EVENT"
+# An event row's old image exists only when the row is changed (MODIFY) or deleted (REMOVE, R7.6): emit() inserts
+# event rows and never touches them again, so every record this matches is a finding.
+TAMPER_FILTER_PATTERN: Final = {"dynamodb": {"OldImage": {KIND_ATTRIBUTE: {"S": [EVENT_KIND]}}}}
+
+# What the auditor may do on the audit table: read an anchor, write an anchor or a finding (conditionally),
+# list a tenant's findings (the status commands).
+AUDIT_WRITE_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:PutItem"]
+AUDIT_READ_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:Query"]
+AUDIT_KEY_ACTIONS: Final = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey"]
+
+
+class AuditTable(Construct):
+    """``self.table``: anchors and findings (``outbox.audit``), written by the auditor and the operator role."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, encryption_key: kms.IKey | None = None) -> None:
+        super().__init__(scope, construct_id)
+        self.table = protected_table(self, "Table", encryption_key=encryption_key)
+
+    def grant_write(self, grantee: iam.IGrantable) -> None:
+        self._grant(grantee, AUDIT_WRITE_ACTIONS)
+
+    def grant_read(self, grantee: iam.IGrantable) -> None:
+        self._grant(grantee, AUDIT_READ_ACTIONS)
+
+    def _grant(self, grantee: iam.IGrantable, actions: list[str]) -> None:
+        iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=[self.table.table_arn])
+        if self.table.encryption_key is not None:
+            self.table.encryption_key.grant(grantee, *AUDIT_KEY_ACTIONS)
+
+
+class TamperQueue(RedrivenQueue):
+    """Standard: findings need no order (each names its seq), and nothing may block one behind another."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic, encryption_key: kms.IKey | None
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            alarm_topic=alarm_topic,
+            encryption_key=encryption_key,
+            fifo=False,
+            visibility_timeout_seconds=visibility_timeout_seconds(RECORDER_TIMEOUT_SECONDS, 0),
+            dead_letter_description="tamper findings the auditor could not record (read them here: each message "
+            "is the stream record of a changed or deleted event row)",
+            max_receive_count=TAMPER_MAX_RECEIVE_COUNT,
+        )
+
+
+class TamperPipe(StreamPipe):
+    """The events stream's MODIFY and REMOVE records of event rows, whole, into the tamper queue."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        events: EventsTable,
+        target: sqs.IQueue,
+        alarm_topic: sns.ITopic,
+        log_level: PipeLogLevel,
+        encryption_key: kms.IKey | None,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            table=events.table,
+            target=target,
+            alarm_topic=alarm_topic,
+            label="tamper pipe",
+            description="Sends every change or deletion of an event row on the events stream to the tamper queue",
+            role_description="The tamper pipe: reads the events stream, sends to the tamper queue and its DLQ",
+            dead_letter_description="stream batches of changed or deleted event rows the tamper pipe could not "
+            "deliver: the log was changed; verify every tenant's chain in full",
+            filter_pattern=TAMPER_FILTER_PATTERN,
+            # No input template: the whole stream record (eventName, keys, old and new image) is the finding.
+            target_parameters=None,
+            log_level=log_level,
+            # Never the payload: a changed event row is a tenant's data.
+            log_execution_data=False,
+            encryption_key=encryption_key,
+        )
+
+
+class Auditor(Construct):
+    """The tamper recorder (``self.recorder``), the hourly anchoring (``self.anchoring``) and their alarms."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        events: EventsTable,
+        audit: AuditTable,
+        layer: lambda_.ILayerVersion,
+        alarm_topic: sns.ITopic,
+        pipe_log_level: PipeLogLevel,
+        encryption_key: kms.IKey | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        code = ApplicationCode(code=lambda_.Code.from_asset(str(ENGINE_ONLY_CODE)), catalog=None, layer=layer)
+        environment = {"EVENTS_TABLE_NAME": events.table.table_name, "AUDIT_TABLE_NAME": audit.table.table_name}
+        self.queue = TamperQueue(self, "Findings", alarm_topic=alarm_topic, encryption_key=encryption_key)
+        self.pipe = TamperPipe(
+            self,
+            "Pipe",
+            events=events,
+            target=self.queue.queue,
+            alarm_topic=alarm_topic,
+            log_level=pipe_log_level,
+            encryption_key=encryption_key,
+        )
+        self.recorder = QueueConsumer(
+            self,
+            "Recorder",
+            queue=self.queue,
+            handler=RECORDER_HANDLER,
+            service_name=RECORDER_SERVICE,
+            label="tamper recorder",
+            description="Tamper recorder: records each changed or deleted event row as a finding in the audit table",
+            timeout_seconds=RECORDER_TIMEOUT_SECONDS,
+            batching_window_seconds=0,
+            application=code,
+            environment=environment,
+            alarm_topic=alarm_topic,
+            max_concurrency=MIN_MAX_CONCURRENCY,
+            encryption_key=encryption_key,
+        )
+        audit.grant_write(self.recorder.function)
+        self.anchoring = self._anchoring(code, environment, events, audit, alarm_topic, encryption_key)
+        self.tamper_alarm = alarm_above(
+            self,
+            "TamperAlarm",
+            self.queue.queue.metric_number_of_messages_sent(period=Duration.minutes(1), statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            description="An event row was changed or deleted: emit() never does either, so someone or something "
+            "rewrote the log (a repair by the operator role, or not). `outbox findings` lists what changed; "
+            "`outbox verify-chain --full` checks every tenant. See the runbook (Tamper finding).",
+            alarm_topic=alarm_topic,
+        )
+        self.chain_break_alarm = alarm_above(
+            self,
+            "ChainBreakAlarm",
+            cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name=Metric.CHAIN_BREAKS.value,
+                dimensions_map={"service": ANCHOR_SERVICE},
+                statistic=cloudwatch.Stats.SUM,
+                period=ANCHOR_SCHEDULE,
+            ),
+            threshold=0,
+            description="The hourly verification found a tenant's chain broken or its anchor contradicted: the "
+            "log was rewritten. `outbox findings` and `outbox verify-chain --full`; see the runbook (Chain broken).",
+            alarm_topic=alarm_topic,
+        )
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        """Every alarm but the dead-letter queues' (``dead_letters`` has those)."""
+        return [self.tamper_alarm, self.chain_break_alarm, *self.recorder.alarms, self.anchoring_errors_alarm]
+
+    @property
+    def dead_letters(self) -> list[tuple[str, AlarmedDeadLetterQueue]]:
+        return [
+            ("tamper DLQ", self.queue.dead_letters),
+            ("tamper pipe DLQ", self.pipe.dead_letters),
+            ("anchoring DLQ", self.anchoring_dead_letters),
+        ]
+
+    def _anchoring(
+        self,
+        code: ApplicationCode,
+        environment: dict[str, str],
+        events: EventsTable,
+        audit: AuditTable,
+        alarm_topic: sns.ITopic,
+        encryption_key: kms.IKey | None,
+    ) -> lambda_.Function:
+        engine_function = EngineFunction(
+            self,
+            "Anchoring",
+            handler=ANCHOR_HANDLER,
+            service_name=ANCHOR_SERVICE,
+            description="Chain anchoring: verifies each tenant's log since its anchor every hour and advances it",
+            timeout=Duration.seconds(ANCHOR_TIMEOUT_SECONDS),
+            application=code,
+            environment=environment,
+            encryption_key=encryption_key,
+        )
+        function = engine_function.function
+        events.grant_read(function)
+        audit.grant_write(function)
+        # Invoked asynchronously by the schedule: what fails its retries lands here, alarmed at zero.
+        self.anchoring_dead_letters = AlarmedDeadLetterQueue(
+            self,
+            "AnchoringDeadLetters",
+            alarm_topic=alarm_topic,
+            fifo=False,
+            description="anchoring passes that failed every retry (the next hourly pass repeats the work)",
+            encryption_key=encryption_key,
+        )
+        function_resource = function.node.default_child
+        assert isinstance(function_resource, lambda_.CfnFunction)
+        function_resource.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(
+            target_arn=self.anchoring_dead_letters.queue.queue_arn
+        )
+        self.anchoring_dead_letters.queue.grant_send_messages(function)
+        checkov.skip(
+            function_resource,
+            "CKV_AWS_115",
+            "Invoked once an hour by its schedule; passes that overlap only advance anchors forward, so a limit "
+            "protects nothing. " + UNRESERVED_POOL,
+        )
+        self.anchoring_schedule = _schedule(self, function, self.anchoring_dead_letters.queue)
+        if encryption_key is not None:
+            acknowledge_key_wildcards(
+                engine_function.role, "grant_read on the events table and grant_send_messages on its DLQ"
+            )
+            _admit_eventbridge(encryption_key, self)
+        self.anchoring_errors_alarm = alarm_above(
+            self,
+            "AnchoringErrorsAlarm",
+            function.metric_errors(period=Duration.minutes(5), statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            description="The hourly chain anchoring failed (its log group has the error): anchors do not advance "
+            "and the verification it does did not happen.",
+            alarm_topic=alarm_topic,
+        )
+        return function
+
+
+def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.IQueue) -> eventbridge.Rule:
+    """Hourly. An invocation EventBridge cannot deliver, and one the function fails (Lambda's own DLQ, set
+    above), both end in the same alarmed queue."""
+    return eventbridge.Rule(
+        scope,
+        "AnchoringSchedule",
+        description="Runs the chain anchoring pass",
+        schedule=eventbridge.Schedule.rate(ANCHOR_SCHEDULE),
+        targets=[
+            targets.LambdaFunction(
+                function, retry_attempts=2, max_event_age=ANCHOR_SCHEDULE, dead_letter_queue=dead_letters
+            )
+        ],
+    )
+
+
+def _admit_eventbridge(key: kms.IKey, scope: Construct) -> None:
+    """EventBridge writes an undeliverable invocation to the (SSE-KMS) DLQ with the key: the key policy must let
+    it, for this account's rules (the rule's own ARN would make the key depend on the rule, and through the
+    function's log group the rule on the key: a cycle). An imported key's policy cannot be changed here (nothing
+    is added): it must admit ``events.amazonaws.com`` itself, as OutboxPipeline's encryption_key says."""
+    stack = Stack.of(scope)
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="EventBridgeAnchoringDeadLetters",
+            principals=[iam.ServicePrincipal("events.amazonaws.com")],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],
+            conditions={
+                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"}
+            },
+        )
+    )

@@ -1,0 +1,224 @@
+"""The audit table: each tenant's anchor and its tamper findings, where no runtime role can write.
+
+Two detectors that need nothing from the roles they watch:
+
+- **Tamper findings**, from the events table's stream: every MODIFY or REMOVE of an event row (emit() only
+  ever inserts one) reaches the auditor through its own pipe and becomes a finding here, with the old and
+  the new hash. No IAM policy can tell an append from an overwrite, so a role that may emit may overwrite;
+  the stream sees it anyway.
+- **Anchors**: the auditor verifies each tenant's log on a schedule and records the last (seq, hash) it
+  verified. A log rewritten at or before an anchor, with every hash recomputed and the head moved with it,
+  fails ``verify_chain`` against the anchor even if no stream record was ever seen.
+
+Only the auditor (engine code only, no application module) and the operator role may write this table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.chain import Anchor, ChainReport
+
+__all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record"]
+
+_deserializer = TypeDeserializer()
+
+
+class FindingKind(StrEnum):
+    MODIFIED = "modified"  # an event row was overwritten or updated (the stream's MODIFY)
+    REMOVED = "removed"  # an event row was deleted (the stream's REMOVE)
+    CHAIN_BROKEN = "chain_broken"  # a scheduled verification found the chain broken
+    ANCHOR_RESET = "anchor_reset"  # an operator re-anchored a tenant after a documented repair
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing that should not have happened to a tenant's log. ``finding_id`` makes recording it twice
+    (a redelivered message, a second scheduled pass) write one row."""
+
+    tenant: str
+    kind: FindingKind
+    finding_id: str
+    seq: int | None
+    observed_at: str
+    detail: str
+    old_hash: str | None = None
+    new_hash: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "kind": self.kind.value}
+
+
+def finding_from_stream_record(record: Mapping[str, Any]) -> Finding:
+    """A MODIFY or REMOVE stream record of an event row (as the tamper pipe forwards it) -> its finding.
+
+    Refuses (ValueError) a record that is not one: the tamper pipe's filter admits only records with an
+    event row's old image, so anything else means the filter and this parser disagree.
+    """
+    name = record.get("eventName")
+    change = record.get("dynamodb")
+    if name not in ("MODIFY", "REMOVE") or not isinstance(change, Mapping):
+        raise ValueError(f"not a MODIFY or REMOVE stream record: eventName={name!r}")
+    key = change.get("Keys") or {}
+    tenant = keys.tenant_of_event_partition(str(key.get("pk", {}).get("S", "")))
+    if tenant is None:
+        raise ValueError(f"not an event row's key: {json.dumps(key)[:200]}")
+    old, new = change.get("OldImage") or {}, change.get("NewImage") or {}
+    seq_text = str(key.get("sk", {}).get("S", ""))
+    kind = FindingKind.MODIFIED if name == "MODIFY" else FindingKind.REMOVED
+    return Finding(
+        tenant=tenant,
+        kind=kind,
+        # The stream record's id: the same change, delivered twice, is one finding.
+        finding_id=f"STREAM#{record.get('eventID', '')}",
+        seq=int(seq_text) if seq_text.isdigit() else None,
+        observed_at=_stream_time(change),
+        detail=_change_detail(kind, old, new),
+        old_hash=old.get("hash", {}).get("S"),
+        new_hash=new.get("hash", {}).get("S"),
+    )
+
+
+def _stream_time(change: Mapping[str, Any]) -> str:
+    created = change.get("ApproximateCreationDateTime")
+    if isinstance(created, (int, float)):
+        return _iso(datetime.fromtimestamp(created, UTC))
+    return str(created or "")
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _change_detail(kind: FindingKind, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """Which attributes changed, by name only: the values are the tenant's data."""
+    if kind is FindingKind.REMOVED:
+        return "the event row was deleted"
+    changed = sorted(name for name in set(old) | set(new) if _value(old.get(name)) != _value(new.get(name)))
+    return f"the event row was rewritten; attributes changed: {', '.join(changed) or 'none (rewritten as it was)'}"
+
+
+def _value(attribute: Any) -> Any:
+    return None if attribute is None else _deserializer.deserialize(attribute)
+
+
+class AuditLog:
+    """Reads and writes of the audit table (``client`` is a boto3 DynamoDB client)."""
+
+    def __init__(self, table_name: str, client: Any) -> None:
+        self.table_name, self.client = table_name, client
+
+    # -- anchors ------------------------------------------------------------------------------------
+
+    def anchor(self, tenant: str) -> Anchor | None:
+        item = self.client.get_item(TableName=self.table_name, Key=keys.anchor_key(tenant), ConsistentRead=True).get(
+            "Item"
+        )
+        if not item:
+            return None
+        return Anchor(tenant, int(item["seq"]["N"]), item["hash"]["S"], item.get("anchored_at", {}).get("S", ""))
+
+    def advance(self, report: ChainReport, now: datetime) -> Anchor | None:
+        """Anchor an intact report's head, only ever forward: a pass that read an older head (or runs late)
+        changes nothing. Returns the new anchor, or None if there was nothing to advance."""
+        if not report.intact or report.head_seq == 0 or (report.anchor_seq or 0) >= report.head_seq:
+            return None
+        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, _iso(now))
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=self._anchor_item(anchor),
+                ConditionExpression="attribute_not_exists(pk) OR seq < :seq",
+                ExpressionAttributeValues={":seq": {"N": str(anchor.seq)}},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return None
+        return anchor
+
+    def reset(self, report: ChainReport, now: datetime, *, who: str, reason: str) -> Anchor:
+        """After a documented repair: anchor the tenant's (intact) head as it is now, recorded as a finding
+        with who and why. The one way an anchor moves other than forward."""
+        if not report.intact or report.head_seq == 0:
+            raise ValueError(f"tenant {report.tenant}'s chain is not intact ({report.detail}): repair it first")
+        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, _iso(now))
+        self.record(
+            Finding(
+                tenant=report.tenant,
+                kind=FindingKind.ANCHOR_RESET,
+                finding_id=f"RESET#{anchor.anchored_at}",
+                seq=anchor.seq,
+                observed_at=anchor.anchored_at,
+                detail=f"re-anchored at seq {anchor.seq} by {who}: {reason}",
+                new_hash=anchor.hash,
+            )
+        )
+        self.client.put_item(TableName=self.table_name, Item=self._anchor_item(anchor))
+        return anchor
+
+    @staticmethod
+    def _anchor_item(anchor: Anchor) -> dict[str, Any]:
+        return {
+            **keys.anchor_key(anchor.tenant),
+            "seq": {"N": str(anchor.seq)},
+            "hash": {"S": anchor.hash},
+            "anchored_at": {"S": anchor.anchored_at},
+        }
+
+    # -- findings -----------------------------------------------------------------------------------
+
+    def record(self, finding: Finding) -> bool:
+        """Write ``finding`` once; False if it was already recorded."""
+        item: dict[str, Any] = {
+            "pk": {"S": keys.finding_partition(finding.tenant)},
+            "sk": {"S": finding.finding_id},
+            "kind": {"S": finding.kind.value},
+            "observed_at": {"S": finding.observed_at},
+            "detail": {"S": finding.detail},
+        }
+        if finding.seq is not None:
+            item["seq"] = {"N": str(finding.seq)}
+        for name in ("old_hash", "new_hash"):
+            value = getattr(finding, name)
+            if value:
+                item[name] = {"S": value}
+        try:
+            self.client.put_item(TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def findings(self, tenant: str) -> Iterator[Finding]:
+        paginator = self.client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": keys.finding_partition(tenant)}},
+        ):
+            for item in page.get("Items", []):
+                yield Finding(
+                    tenant=tenant,
+                    kind=FindingKind(item["kind"]["S"]),
+                    finding_id=item["sk"]["S"],
+                    seq=int(item["seq"]["N"]) if "seq" in item else None,
+                    observed_at=item["observed_at"]["S"],
+                    detail=item["detail"]["S"],
+                    old_hash=item.get("old_hash", {}).get("S"),
+                    new_hash=item.get("new_hash", {}).get("S"),
+                )
+
+    def finding_count(self, tenant: str) -> int:
+        """Findings other than anchor resets (those are operators' records, not alarms)."""
+        return sum(1 for finding in self.findings(tenant) if finding.kind is not FindingKind.ANCHOR_RESET)

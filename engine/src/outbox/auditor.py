@@ -1,0 +1,125 @@
+"""The auditor: records tamper findings from the events stream and anchors every tenant's verified head.
+
+It runs engine code only (its function loads no application module) and is the one role besides the operator
+role that may write the audit table (``outbox.audit``). Two entry points, one function:
+
+- ``record_findings``: SQS batches from the tamper queue, each message a MODIFY or REMOVE stream record of an
+  event row (the tamper pipe forwards nothing else); each becomes a finding, counted as ``TamperFindings``.
+- ``anchor_all``: on a schedule, each tenant's log is verified from its anchor (only what was appended since)
+  and the anchor moves to the verified head; a broken chain is recorded as a finding and counted as
+  ``ChainBreaks``. Both counts are alarmed at zero.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record
+from outbox.chain import ChainReport, verify_chain
+from outbox.query import read_tenants
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AnchorPass", "Auditor", "Metric"]
+
+
+class Metric(StrEnum):
+    """The Powertools counts the auditor publishes."""
+
+    TAMPER_FINDINGS = "TamperFindings"  # an event row was changed or removed (one per new finding)
+    CHAIN_BREAKS = "ChainBreaks"  # a scheduled verification found a tenant's chain broken
+    ANCHORS_ADVANCED = "AnchorsAdvanced"
+
+
+@dataclass
+class AnchorPass:
+    """What one scheduled pass did, per tenant."""
+
+    advanced: dict[str, int] = field(default_factory=dict)  # tenant -> the seq now anchored
+    unchanged: list[str] = field(default_factory=list)
+    broken: dict[str, ChainReport] = field(default_factory=dict)
+    events_read: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "advanced": self.advanced,
+            "unchanged": self.unchanged,
+            "broken": {
+                tenant: {"seq": r.first_broken_seq, "reason": str(r.reason)} for tenant, r in self.broken.items()
+            },
+            "events_read": self.events_read,
+        }
+
+
+class Auditor:
+    def __init__(self, events_table: str, audit: AuditLog, client: Any, metrics: Any | None = None) -> None:
+        self.events_table, self.audit, self.client, self.metrics = events_table, audit, client, metrics
+
+    # -- tamper findings ----------------------------------------------------------------------------
+
+    def record_findings(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        return dict(
+            process_partial_response(
+                event=dict(event), record_handler=self._record_one, processor=processor, context=context
+            )
+        )
+
+    def _record_one(self, record: SQSRecord) -> None:
+        # A body that is not a stream record of an event row raises: the message is retried and then moves to
+        # the tamper queue's alarmed DLQ, where it stays for an operator. Nothing is dropped silently.
+        finding = finding_from_stream_record(json.loads(record.body))
+        if self.audit.record(finding):
+            logger.error(
+                "tamper finding: tenant %s seq %s %s (%s)", finding.tenant, finding.seq, finding.kind, finding.detail
+            )
+            self._count(Metric.TAMPER_FINDINGS)
+
+    # -- anchors ------------------------------------------------------------------------------------
+
+    def anchor_all(self, now: datetime, tenants: Sequence[str] | None = None) -> AnchorPass:
+        """Verify each tenant (default: every tenant) from its anchor and advance it; record what is broken."""
+        result = AnchorPass()
+        for tenant in self.tenants() if tenants is None else tenants:
+            report = verify_chain(self.client, self.events_table, tenant, anchor=self.audit.anchor(tenant), full=False)
+            result.events_read += report.events_checked
+            if not report.intact:
+                self._broken(report, now, result)
+            elif (anchor := self.audit.advance(report, now)) is not None:
+                result.advanced[tenant] = anchor.seq
+                self._count(Metric.ANCHORS_ADVANCED)
+            else:
+                result.unchanged.append(tenant)
+        return result
+
+    def tenants(self) -> list[str]:
+        return read_tenants(self.client, self.events_table)
+
+    def _broken(self, report: ChainReport, now: datetime, result: AnchorPass) -> None:
+        result.broken[report.tenant] = report
+        finding = Finding(
+            tenant=report.tenant,
+            kind=FindingKind.CHAIN_BROKEN,
+            # One finding per break, however many passes see it.
+            finding_id=f"BREAK#{report.first_broken_seq}#{report.reason}",
+            seq=report.first_broken_seq,
+            observed_at=now.isoformat(timespec="seconds"),
+            detail=report.detail,
+        )
+        if self.audit.record(finding):
+            logger.error("chain broken: tenant %s at seq %s: %s", report.tenant, report.first_broken_seq, report.detail)
+        # Counted on every pass while it stays broken: the alarm stays in ALARM until it is repaired.
+        self._count(Metric.CHAIN_BREAKS)
+
+    def _count(self, metric: Metric) -> None:
+        if self.metrics is not None:
+            self.metrics.add_metric(name=metric.value, unit="Count", value=1)

@@ -1,0 +1,51 @@
+"""Auditor: tamper findings from the tamper queue (``record_findings``, SQS) and the scheduled anchoring pass
+(``anchor``, an EventBridge schedule).
+
+Engine code only: it imports no application module, so no handler code of the application ever runs with
+the auditor's right to write the audit table.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from outbox import clock
+from outbox.audit import AuditLog
+from outbox.auditor import Auditor
+from outbox.settings import AuditorSettings
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
+
+
+@cache
+def auditor() -> Auditor:
+    settings = AuditorSettings.from_env(os.environ)
+    client = boto3.client("dynamodb")
+    return Auditor(settings.events_table_name, AuditLog(settings.audit_table_name, client), client, metrics=metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def record_findings(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return auditor().record_findings(event, context)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def anchor(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Any invocation runs one pass (the schedule's event carries nothing the pass needs)."""
+    result = auditor().anchor_all(clock.now()).as_dict()
+    logger.info("anchoring pass", extra=result)
+    return result

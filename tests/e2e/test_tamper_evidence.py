@@ -1,0 +1,195 @@
+"""Tamper evidence: a rewrite of the log by a role that may emit (PutItem), with every hash recomputed and the
+head moved along, fools a plain ``verify_chain``; the tamper pipe records it as a finding, and the anchors
+catch it even when no stream record was seen. Status verifies only what was appended since the anchor.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from outbox import keys
+from outbox.audit import AuditLog, FindingKind
+from outbox.chain import ChainBreak, read_event_rows, verify_chain
+from outbox.envelope import Envelope
+from tests.e2e.backends import LocalBackend
+from tests.e2e.test_pipeline import order_and_pay, unique
+from tests.e2e.test_runbook import as_json, operations, outbox
+
+SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
+
+def rewrite_with_recomputed_hashes(local: LocalBackend, tenant: str, seq: int) -> None:
+    """What a role allowed to emit could do: overwrite event ``seq`` (PutItem), recompute the hash of it and of
+    every event after it, and move the head to the new last hash. No UpdateItem, no DeleteItem."""
+    client, table = local.client("dynamodb"), local.output("EventsTableName")
+    rows = [Envelope.from_item(item) for item in read_event_rows(client, table, tenant, from_seq=seq)]
+    prev_hash = None
+    for index, envelope in enumerate(rows):
+        changes: dict[str, Any] = {} if prev_hash is None else {"prev_hash": prev_hash}
+        if index == 0:
+            changes["payload"] = {**envelope.payload, "forged": True}
+        forged = envelope.model_copy(update=changes)
+        forged = forged.model_copy(update={"hash": forged.computed_hash()})
+        client.put_item(TableName=table, Item=forged.to_item())
+        prev_hash = forged.hash
+    head = client.get_item(TableName=table, Key=keys.head_key(tenant), ConsistentRead=True)["Item"]
+    client.put_item(TableName=table, Item={**head, "last_hash": {"S": prev_hash}})
+
+
+def audit(local: LocalBackend) -> AuditLog:
+    return AuditLog(local.output("AuditTableName"), client=local.client("dynamodb"))
+
+
+def run_anchoring(local: LocalBackend) -> dict[str, Any]:
+    result: dict[str, Any] = local.runtime.function("AnchoringFunctionName").invoke(SCHEDULED_EVENT)
+    return result
+
+
+def head_seq(local: LocalBackend, tenant: str) -> int:
+    return local.store().head(tenant).last_seq
+
+
+def plain_verification(local: LocalBackend, tenant: str) -> bool:
+    return verify_chain(local.client("dynamodb"), local.output("EventsTableName"), tenant).intact
+
+
+@pytest.fixture
+def tenant(local: LocalBackend) -> str:
+    name = unique("tenant")
+    for _ in range(3):
+        order_and_pay(local, name)
+    local.settle()
+    return name
+
+
+def test_a_rewrite_with_recomputed_hashes_fools_the_plain_check_and_is_recorded_as_a_finding(
+    local: LocalBackend, tenant: str
+) -> None:
+    # Given a log with no finding
+    assert list(audit(local).findings(tenant)) == []
+
+    # When an emitting role rewrites its second event and every event after it, hashes recomputed
+    rewrite_with_recomputed_hashes(local, tenant, seq=2)
+
+    # Then the chain alone looks intact ...
+    assert plain_verification(local, tenant)
+    # ... but each overwritten row reaches the tamper recorder through the stream and is a finding
+    local.settle()
+    found = list(audit(local).findings(tenant))
+    last = head_seq(local, tenant)
+    assert {f.seq for f in found} == set(range(2, last + 1))
+    assert {f.kind for f in found} == {FindingKind.MODIFIED}
+    second = next(f for f in found if f.seq == 2)
+    assert second.old_hash != second.new_hash
+    assert "payload" in second.detail
+    # ... the recorded detail names attributes, never their values
+    assert "forged" not in second.detail
+    # ... and status and `outbox findings` say so, with exit code 1
+    status = operations(local).status()
+    assert f"tenant {tenant}: {last - 1} tamper findings (outbox findings)" in status.problems()
+    result = outbox(local, "findings", "--tenant", tenant, "--json")
+    assert result.exit_code == 1
+    assert len(json.loads(result.stdout)) == last - 1
+
+
+def test_the_same_stream_record_delivered_twice_is_one_finding(local: LocalBackend, tenant: str) -> None:
+    last = head_seq(local, tenant)
+    rewrite_with_recomputed_hashes(local, tenant, seq=last)
+    local.runtime.pipe("TamperPipeName").drain()
+    # the pipe sent it; SQS delivers it twice (at-least-once): the recorder writes one row
+    messages = local.client("sqs").receive_message(QueueUrl=local.output("TamperQueueUrl"), VisibilityTimeout=0)
+    body = messages["Messages"][0]["Body"]
+    local.client("sqs").send_message(QueueUrl=local.output("TamperQueueUrl"), MessageBody=body)
+    local.settle()
+    assert [f.seq for f in audit(local).findings(tenant)] == [last]
+
+
+def test_a_body_that_is_not_a_stream_record_goes_to_the_tamper_dlq_and_is_not_dropped(local: LocalBackend) -> None:
+    sqs = local.client("sqs")
+    sqs.send_message(QueueUrl=local.output("TamperQueueUrl"), MessageBody="not json at all")
+    sqs.send_message(QueueUrl=local.output("TamperQueueUrl"), MessageBody='{"eventName": "INSERT", "dynamodb": {}}')
+    local.settle()
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=local.output("TamperDeadLetterQueueUrl"), AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert int(attributes["ApproximateNumberOfMessages"]) == 2
+    assert "tamper-dlq: 2 messages" in operations(local).status().problems()
+    # ... and a redrive sends them back unchanged: they fail again and wait in the DLQ once more
+    assert outbox(local, "redrive", "--dlq", "tamper-dlq", "--yes").exit_code == 0
+    local.settle()
+    assert "tamper-dlq: 2 messages" in operations(local).status().problems()
+
+
+def test_the_anchor_catches_a_rewrite_the_stream_never_showed(local: LocalBackend, tenant: str) -> None:
+    # Given the hourly pass anchored the tenant's head
+    last = head_seq(local, tenant)
+    assert run_anchoring(local)["advanced"][tenant] == last
+    assert audit(local).anchor(tenant).seq == last  # type: ignore[union-attr]
+
+    # When the log is rewritten below the anchor, hashes recomputed, and the stream's records of it are lost
+    # (purged from the tamper queue before the recorder sees them)
+    rewrite_with_recomputed_hashes(local, tenant, seq=3)
+    local.runtime.pipe("TamperPipeName").drain()
+    local.client("sqs").purge_queue(QueueUrl=local.output("TamperQueueUrl"))
+    local.settle()
+    assert plain_verification(local, tenant)
+    assert list(audit(local).findings(tenant)) == []
+
+    # Then a full verification, the incremental status and the next hourly pass all see the anchor contradicted
+    report = operations(local).verify(tenant)
+    assert (report.intact, report.reason, report.first_broken_seq) == (False, ChainBreak.ANCHOR_MISMATCH, last)
+    (row,) = [t for t in operations(local).status().tenants if t.tenant == tenant]
+    assert (row.chain_intact, row.break_reason, row.verified_from_seq) == (False, "anchor_mismatch", last + 1)
+    assert run_anchoring(local)["broken"][tenant]["reason"] == "anchor_mismatch"
+    assert [f.kind for f in audit(local).findings(tenant)] == [FindingKind.CHAIN_BROKEN]
+
+
+def test_status_reads_only_what_was_appended_since_the_anchor(local: LocalBackend, tenant: str) -> None:
+    run_anchoring(local)
+    anchored = head_seq(local, tenant)
+    order_and_pay(local, tenant)
+    local.settle()
+    last = head_seq(local, tenant)
+    (row,) = [t for t in operations(local).status().tenants if t.tenant == tenant]
+    assert (row.chain_intact, row.anchor_seq, row.verified_from_seq, row.head_seq) == (
+        True,
+        anchored,
+        anchored + 1,
+        last,
+    )
+    report = operations(local).verify(tenant, full=False)
+    assert report.events_checked == last - anchored
+    # the full verification is the explicit one, and reads the whole log
+    assert operations(local).verify(tenant).events_checked == last
+
+
+def test_a_removed_event_row_is_a_finding_and_contradicts_the_anchor(local: LocalBackend, tenant: str) -> None:
+    run_anchoring(local)
+    last = head_seq(local, tenant)
+    client, table = local.client("dynamodb"), local.output("EventsTableName")
+    client.delete_item(TableName=table, Key=keys.event_key(tenant, last))  # the operator role could
+    local.settle()
+    assert [(f.kind, f.seq) for f in audit(local).findings(tenant)] == [(FindingKind.REMOVED, last)]
+    report = operations(local).verify(tenant, full=False)
+    assert (report.intact, report.reason) == (False, ChainBreak.ANCHOR_MISMATCH)
+
+
+def test_an_anchor_is_reset_only_on_an_intact_chain_and_says_who_and_why(local: LocalBackend, tenant: str) -> None:
+    run_anchoring(local)
+    rewrite_with_recomputed_hashes(local, tenant, seq=4)  # say, an operator's documented repair
+    local.settle()
+    refused = outbox(local, "anchor", "--tenant", tenant, "--reset", "--yes", "--json")
+    assert refused.exit_code == 2  # no reason, no name: refused
+
+    arguments = ["--tenant", tenant, "--reset", "--reason", "ticket 42", "--by", "ana", "--yes", "--json"]
+    reset = as_json(outbox(local, "anchor", *arguments))
+
+    assert reset["seq"] == head_seq(local, tenant)
+    assert operations(local).verify(tenant).intact
+    (record,) = [f for f in audit(local).findings(tenant) if f.kind is FindingKind.ANCHOR_RESET]
+    assert "by ana: ticket 42" in record.detail
+    # the rewrite's own findings stay: a reset records, it does not erase
+    assert {f.kind for f in audit(local).findings(tenant)} == {FindingKind.MODIFIED, FindingKind.ANCHOR_RESET}

@@ -1,0 +1,254 @@
+"""Least privilege, measured on real calls: the pipeline's functions and the runbook's CLI commands run their
+real work on the local runtime (happy paths, failures, dead letters, poison, a take-over, redrives, replays,
+reconciliation), every AWS call they make is recorded (``tests.iam_calls``), and each role's synthesized
+policy is checked against what its code called: no recorded call may be refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from outbox import Envelope, TerminalError
+from outbox.cli import app
+from outbox.local import faults
+from outbox.local.clients import REGION
+from outbox.local.pipe import PipeFaults, TargetInvocationError
+from outbox_cdk import operator_endpoint
+from stacks.app_factory import STACK_NAME
+from stacks.outbox_stack import CATALOG
+from tests.conftest import Synthesized
+from tests.e2e.backends import LocalBackend, event_image, local_backend, send_raw
+from tests.e2e.test_lanes_and_modes import function_url_event
+from tests.e2e.test_pipeline import order_and_pay, unique
+from tests.e2e.test_runbook import broken_consumer
+from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied, iam_requests
+
+# The functions whose roles are compared, by the stack output naming each (the endpoint has none: its handler).
+DURABLE_CONSUMER = "DurableConsumerFunctionName"
+RECORD_CHANGE_CONSUMER = "RecordChangeConsumerFunctionName"
+OPERATOR_ENDPOINT = "operator endpoint"
+FUNCTIONS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER, OPERATOR_ENDPOINT)
+
+# Each runbook command is recorded as its own principal, "runbook:<command>". (``catalog`` calls no AWS.)
+RUNBOOK = "runbook:"
+
+
+@dataclass
+class Recorded:
+    recorder: CallRecorder
+    arns: LocalArns
+    template: dict[str, Any]
+    principals: dict[str, str]  # FUNCTIONS -> the function's logical id (its recorded principal)
+    exit_codes: dict[str, list[int]]  # runbook command -> the exit code of each run
+
+    def requests(self, principal: str) -> list[Request]:
+        return self.recorder.requests(principal, self.arns)
+
+    def role_of(self, function_id: str) -> str:
+        role: str = self.template["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+        return role
+
+    def policy(self, role_id: str) -> RolePolicy:
+        return RolePolicy.of(self.template, role_id, self.arns)
+
+    def runbook_commands(self) -> list[str]:
+        return sorted(p for p in self.recorder.principals() if p.startswith(RUNBOOK))
+
+
+@pytest.fixture(scope="module")
+def recorded(synthesized: Synthesized) -> Iterator[Recorded]:
+    recorder = CallRecorder()
+    with (
+        local_backend(synthesized.outdir, function_log_level="CRITICAL") as local,
+        recorder.recording(),
+        recorder.attributing(local.runtime),
+    ):
+        troubled = _drive_the_functions(local)
+        stack_id = _publish_the_outputs(local)
+        exit_codes = _run_the_runbook(local, recorder, troubled)
+        _redeliver_after_the_inbox_forgot(local, troubled["tenant"])
+        [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
+        principals = {
+            DURABLE_CONSUMER: local.output(DURABLE_CONSUMER),
+            RECORD_CHANGE_CONSUMER: local.output(RECORD_CHANGE_CONSUMER),
+            OPERATOR_ENDPOINT: endpoint.name,
+        }
+        yield Recorded(
+            recorder, LocalArns(local.runtime, stack_id), synthesized.template(STACK_NAME), principals, exit_codes
+        )
+
+
+def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
+    """The consumers and the endpoint through their work: what the runbook repairs afterwards included."""
+    tenant = unique("tenant")
+    order_and_pay(local, tenant)  # the happy path: claims, completions, follow-up events, data-table writes
+    local.profile().change_address(local.store(), tenant=tenant, actor="e2e", profile_id="p1", address="2 Elm St")
+    local.settle()
+    with faults.fail_handler("pet_tag.mark_ordered", times=1):  # a failure that retries, then completes
+        order_and_pay(local, tenant)
+        local.settle()
+    with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("registry said no")):
+        dead = order_and_pay(local, tenant)  # a terminal failure: a DEAD claim and its dead letter
+        local.settle()
+    notifier = local.service("notifier")
+    notifier.fail_next = 10**6  # a service down on every attempt: exhausted pairs, dead letters
+    order_and_pay(local, tenant)
+    local.settle()
+    notifier.fail_next = 0
+    with faults.crash_after_claim(subscription="notify.buyer"):  # a lease taken over after its worker died
+        order_and_pay(local, tenant)
+        local.settle()
+    send_raw(local, "not json", tenant, unique("poison"))  # a poison pill
+    original = Envelope.from_item(event_image(local, tenant, 1))
+    forged = original.model_copy(update={"payload": {**original.payload, "total_cents": 1}})
+    send_raw(local, json.dumps(forged.model_copy(update={"hash": forged.computed_hash()}).to_item()), tenant, "forged")
+    local.settle()  # a conflict: a known event id with other content
+    for _ in range(2):  # the durable DLQ, twice over: one redrive by move task, one by receive-send-delete
+        with broken_consumer():
+            order_and_pay(local, tenant)
+            local.settle()
+    # A row change the record-change consumer cannot parse: failed on every receive, then in its DLQ.
+    local.client("sqs").send_message(QueueUrl=local.output("RecordChangeQueueUrl"), MessageBody="not a record")
+    local.settle()
+    [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
+    for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain"):
+        assert endpoint.invoke(function_url_event(path))["statusCode"] in (200, 404)
+    return {"tenant": tenant, "dead": dead}
+
+
+def _publish_the_outputs(local: LocalBackend) -> str:
+    """A CloudFormation stack (on moto) with the pipeline's outputs, so that the CLI connects with --stack as an
+    operator's does: DescribeStacks, then boto3 clients of every service, CloudWatch included."""
+    body = {
+        "Resources": {"Nothing": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {name: {"Value": value} for name, value in local.runtime.outputs().items()},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # moto does not model the placeholder resource, and says so
+        created = boto3.client("cloudformation", region_name=REGION).create_stack(
+            StackName=STACK_NAME, TemplateBody=json.dumps(body)
+        )
+    stack_id: str = created["StackId"]
+    return stack_id
+
+
+def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict[str, str]) -> dict[str, list[int]]:
+    tenant = troubled["tenant"]
+    commands: list[list[str]] = [
+        ["status"],
+        ["verify-chain", "--all"],
+        ["verify-chain", "--tenant", tenant],
+        ["dead-letters", "list"],
+        ["dead-letters", "list", "--tenant", tenant],
+        ["dead-letters", "show", troubled["dead"], "--tenant", tenant],
+        ["dead-letters", "poison"],
+        ["replay", "--tenant", tenant, "--dry-run"],
+        ["replay", "--tenant", tenant, "--yes"],
+        ["replay", "--event-id", troubled["dead"], "--subscription", "pet_tag.mark_ordered", "--force", "--yes"],
+        ["redrive", "--yes"],
+        ["redrive", "--method", "receive-send-delete", "--yes"],
+        ["redrive", "--dlq", "record-change-dlq", "--yes"],
+    ]
+    exit_codes: dict[str, list[int]] = {}
+    for arguments in commands:
+        _cli(local, recorder, arguments, exit_codes)
+        if arguments == ["redrive", "--yes"]:  # the second batch for the receive-send-delete redrive
+            with broken_consumer():
+                order_and_pay(local, tenant)
+                local.settle()
+    # The relay loses a payment's events: reconcile finds them unclaimed, vouches for them and re-sends them.
+    relay = local.runtime.pipe("RelayPipeName")
+    relay.faults = PipeFaults(before_send=_queue_refuses)
+    order_and_pay(local, tenant)
+    local.settle()
+    relay.faults = PipeFaults()
+    for arguments in (["reconcile", "--since", "1h", "--dry-run"], ["reconcile", "--since", "1h", "--yes"]):
+        _cli(local, recorder, arguments, exit_codes)
+    return exit_codes
+
+
+def _queue_refuses(_entries: Any) -> None:
+    raise TargetInvocationError("AccessDenied: the pipe's role lost sqs:SendMessage")
+
+
+def _cli(local: LocalBackend, recorder: CallRecorder, arguments: list[str], exit_codes: dict[str, list[int]]) -> None:
+    """One CLI command as an operator runs it (--stack, its own clients), under its own principal."""
+    command = " ".join(itertools.takewhile(lambda argument: not argument.startswith("-"), arguments[:2]))
+    saved = dict(os.environ)  # the CLI sets the application's variables, as the functions have them
+    try:
+        with recorder.acting_as(RUNBOOK + command):
+            result = CliRunner().invoke(
+                app, ["--stack", STACK_NAME, "--region", REGION, "--catalog", CATALOG, "--json", *arguments]
+            )
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert result.exit_code in (0, 1), (arguments, result.output)
+    exit_codes.setdefault(command, []).append(result.exit_code)
+    local.settle()  # the consumers run what the command re-sent or moved
+
+
+def _redeliver_after_the_inbox_forgot(local: LocalBackend, tenant: str) -> None:
+    """A month later, an event arrives again: the consumer cannot vouch for it and records it as unverifiable."""
+    local.runtime.clock.advance(31 * 24 * 3600)
+    local.runtime.sweep_expired_items()
+    local.client("sqs").send_message(
+        QueueUrl=local.output("DurableQueueUrl"),
+        MessageBody=json.dumps(event_image(local, tenant, 2)),
+        MessageGroupId=tenant,
+        MessageDeduplicationId=unique("again"),
+    )
+    local.settle()
+
+
+# -- what was recorded ------------------------------------------------------------------------------------
+
+
+def test_the_drive_reached_every_function_and_every_runbook_command(recorded: Recorded) -> None:
+    for function in FUNCTIONS:
+        assert recorded.requests(recorded.principals[function]), f"the {function} made no call"
+    assert set(recorded.exit_codes) == {
+        "status",
+        "verify-chain",
+        "dead-letters list",
+        "dead-letters show",
+        "dead-letters poison",
+        "replay",
+        "redrive",
+        "reconcile",
+    }
+
+
+def test_every_recorded_call_translates_to_iam_actions(recorded: Recorded) -> None:
+    for call in recorded.recorder.calls:
+        assert iam_requests(call, recorded.arns), call
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_no_call_a_function_made_is_refused_by_its_role(recorded: Recorded, function: str) -> None:
+    principal = recorded.principals[function]
+    policy = recorded.policy(recorded.role_of(principal))
+    assert denied(policy, recorded.requests(principal)) == []
+
+
+def test_the_evaluator_refuses_what_the_policy_refuses(recorded: Recorded) -> None:
+    """Not a permissive evaluator: the event-row Deny binds the durable consumer, and what no statement
+    names is refused."""
+    principal = recorded.principals[DURABLE_CONSUMER]
+    policy = recorded.policy(recorded.role_of(principal))
+    events = recorded.arns.table(recorded.arns.runtime.output("EventsTableName"))
+    rewrite = Request("dynamodb:UpdateItem", events, "UpdateItem", ("TENANT#acme#EVENT",))
+    head = Request("dynamodb:UpdateItem", events, "UpdateItem", ("TENANT#acme#HEAD",))
+    assert policy.denial(rewrite) == "denied by DenyEventRowMutation"
+    assert policy.denial(head) is None
+    assert policy.denial(Request("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:Other", "SendMessage"))

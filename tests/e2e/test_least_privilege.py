@@ -1,7 +1,14 @@
 """Least privilege, measured on real calls: the pipeline's functions and the runbook's CLI commands run their
 real work on the local runtime (happy paths, failures, dead letters, poison, a take-over, redrives, replays,
 reconciliation), every AWS call they make is recorded (``tests.iam_calls``), and each role's synthesized
-policy is checked against what its code called: no recorded call may be refused.
+policy is checked against what its code called: no recorded call may be refused, and no action the policy
+grants may go unused, but for the few named in ``KEPT_UNUSED``, each with its reason.
+
+What is compared: the services the code calls (``RECORDED_SERVICES``). The rest of a function's policy is the
+Lambda runtime's own (its log group, X-Ray: ``LAMBDA_RUNTIME_ACTIONS``), and nothing else may be there. The
+application's tables are granted what a handler may ask of them (``queue_consumer.DATA_TABLE_ACTIONS``), which
+the example's handlers need not all use: there a recorded call must be allowed and the grant must be exactly
+that list.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from outbox.local import faults
 from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
 from outbox_cdk import operator_endpoint
+from outbox_cdk.queue_consumer import DATA_TABLE_ACTIONS
 from stacks.app_factory import STACK_NAME
 from stacks.outbox_stack import CATALOG
 from tests.conftest import Synthesized
@@ -31,13 +39,33 @@ from tests.e2e.backends import LocalBackend, event_image, local_backend, send_ra
 from tests.e2e.test_lanes_and_modes import function_url_event
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import broken_consumer
-from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied, iam_requests
+from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied, iam_requests, unused_grants
 
 # The functions whose roles are compared, by the stack output naming each (the endpoint has none: its handler).
 DURABLE_CONSUMER = "DurableConsumerFunctionName"
 RECORD_CHANGE_CONSUMER = "RecordChangeConsumerFunctionName"
 OPERATOR_ENDPOINT = "operator endpoint"
 FUNCTIONS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER, OPERATOR_ENDPOINT)
+
+# The services whose calls are recorded and compared; what a function's policy holds besides is the Lambda
+# runtime's: it writes the function's logs and traces with the function's role, no code of ours calls those.
+RECORDED_SERVICES = ("dynamodb", "sqs", "pipes", "cloudwatch", "cloudformation", "kms")
+LAMBDA_RUNTIME_ACTIONS = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+}
+# Granted on purpose though no recorded call used it: (function, action, the output naming the resource).
+LAMBDA_POLLS_THE_QUEUE = (
+    "Lambda's event source mapping reads the queue's attributes with the function's role (SQS developer guide, "
+    "'Configuring an Amazon SQS queue to trigger an AWS Lambda function': the execution role's "
+    "sqs:GetQueueAttributes); the local runtime's mapping does not call it"
+)
+KEPT_UNUSED = {
+    (DURABLE_CONSUMER, "sqs:GetQueueAttributes", "DurableQueueUrl"): LAMBDA_POLLS_THE_QUEUE,
+    (RECORD_CHANGE_CONSUMER, "sqs:GetQueueAttributes", "RecordChangeQueueUrl"): LAMBDA_POLLS_THE_QUEUE,
+}
 
 # Each runbook command is recorded as its own principal, "runbook:<command>". (``catalog`` calls no AWS.)
 RUNBOOK = "runbook:"
@@ -239,6 +267,43 @@ def test_no_call_a_function_made_is_refused_by_its_role(recorded: Recorded, func
     principal = recorded.principals[function]
     policy = recorded.policy(recorded.role_of(principal))
     assert denied(policy, recorded.requests(principal)) == []
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_no_action_a_function_is_granted_goes_unused(recorded: Recorded, function: str) -> None:
+    principal = recorded.principals[function]
+    policy = recorded.policy(recorded.role_of(principal))
+    assert policy.services() <= {*RECORDED_SERVICES, "logs", "xray"}
+    assert {a for s in policy.statements for a in s.actions if a.split(":")[0] in ("logs", "xray")} <= (
+        LAMBDA_RUNTIME_ACTIONS
+    )
+    kept = {
+        (action, _resource_of(recorded, output)) for (kept_for, action, output) in KEPT_UNUSED if kept_for == function
+    }
+    data_table = recorded.arns.table(recorded.arns.runtime.output("DataTableName"))
+    unused = unused_grants(policy, recorded.requests(principal), RECORDED_SERVICES) - kept
+    assert {(action, resource) for action, resource in unused if resource != data_table} == set()
+
+
+@pytest.mark.parametrize("function", [DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER])
+def test_on_the_applications_table_a_consumer_may_do_what_a_handler_may_ask_and_no_more(
+    recorded: Recorded, function: str
+) -> None:
+    policy = recorded.policy(recorded.role_of(recorded.principals[function]))
+    data_table = recorded.arns.table(recorded.arns.runtime.output("DataTableName"))
+    granted = {action for action, resource in policy.granted(RECORDED_SERVICES) if resource == data_table}
+    assert granted == set(DATA_TABLE_ACTIONS)
+
+
+def test_each_kept_grant_is_still_granted(recorded: Recorded) -> None:
+    """An exception that no longer excuses anything is removed, not left to excuse a future grant."""
+    for function, action, output in KEPT_UNUSED:
+        policy = recorded.policy(recorded.role_of(recorded.principals[function]))
+        assert (action, _resource_of(recorded, output)) in policy.granted(RECORDED_SERVICES)
+
+
+def _resource_of(recorded: Recorded, output: str) -> str:
+    return recorded.arns.queue(recorded.arns.runtime.output(output))
 
 
 def test_the_evaluator_refuses_what_the_policy_refuses(recorded: Recorded) -> None:

@@ -58,7 +58,6 @@ WILDCARD_KEY_GRANTS: Final = {
     "Keyed/Outbox/Events/OperatorRole/DefaultPolicy/Resource",
     "Keyed/Outbox/Relay/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/RecordChangePipe/Role/DefaultPolicy/Resource",
-    "Keyed/Outbox/DurableConsumer/Lambda/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/Auditor/Pipe/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/Auditor/Anchoring/Role/DefaultPolicy/Resource",
 }

@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from outbox_cdk import timing
+from outbox_cdk.queue_consumer import CONSUME_ACTIONS, DATA_TABLE_ACTIONS
 from stacks import outbox_stack
 from tests.conftest import Synthesized
 from tests.example_app import settings_from
@@ -237,14 +238,8 @@ def test_the_role_may_read_and_write_the_data_table(stack_template: dict[str, An
     data_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "DataTable")
     statements = _statements(stack_template, case)
     allowed = actions_on(statements, "Allow", {"Fn::GetAtt": [data_id, "Arn"]})
-    assert {
-        "dynamodb:GetItem",
-        "dynamodb:Query",
-        "dynamodb:PutItem",
-        "dynamodb:UpdateItem",
-        "dynamodb:DeleteItem",
-        "dynamodb:ConditionCheckItem",
-    } <= allowed
+    # What a handler may ask of the application's tables, and no more (no Scan, no batches, no stream).
+    assert allowed == set(DATA_TABLE_ACTIONS)
     assert actions_on(statements, "Deny", {"Fn::GetAtt": [data_id, "Arn"]}) == set()
     # Items only: the stream is the record-change pipe's business.
     assert all({"Fn::GetAtt": [data_id, "StreamArn"]} not in listed(s["Resource"]) for s in statements)
@@ -259,7 +254,8 @@ def test_the_role_may_consume_its_queue_and_nothing_else_on_sqs(
         s for s in _statements(stack_template, case) if any(a.startswith("sqs:") for a in listed(s["Action"]))
     ]
     assert [s["Resource"] for s in sqs_statements] == [{"Fn::GetAtt": [queue_id, "Arn"]}]
-    assert "sqs:SendMessage" not in listed(sqs_statements[0]["Action"])
+    # What Lambda's poller needs with the function's role: no send, no visibility change, no URL lookup.
+    assert set(listed(sqs_statements[0]["Action"])) == set(CONSUME_ACTIONS)
 
 
 @CASES

@@ -71,11 +71,8 @@ def test_on_dynamodb_the_role_reaches_the_data_table_only(
         if any(action.startswith("dynamodb:") for action in listed(statement["Action"]))
         for resource in listed(statement["Resource"])
     ]
-    # grant_read_write_data adds the table's indexes as "AWS::NoValue" when it has none.
-    assert {json.dumps(r) for r in dynamodb_resources} <= {
-        json.dumps({"Fn::GetAtt": [data_id, "Arn"]}),
-        json.dumps({"Ref": "AWS::NoValue"}),
-    }
+    # The table's items only: no index, no stream (the explicit grant names the table's ARN alone).
+    assert {json.dumps(r) for r in dynamodb_resources} == {json.dumps({"Fn::GetAtt": [data_id, "Arn"]})}
 
 
 def test_the_construct_applies_its_concurrency() -> None:

@@ -14,8 +14,8 @@ from constructs import Construct
 from outbox.redaction import ErrorDetail
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_queue import DurableQueue
-from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.events_table import EventsTable
+from outbox_cdk.grants import grant_items
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.queue_consumer import (
@@ -40,6 +40,7 @@ __all__ = [
     "DEAD_WORK_METRICS",
     "DEFAULT_MAX_CONCURRENCY",
     "HANDLER",
+    "INBOX_ACTIONS",
     "MAX_MAX_CONCURRENCY",
     "MIN_MAX_CONCURRENCY",
     "RETRIES_METRIC",
@@ -57,6 +58,13 @@ DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
 # One per failed attempt that will run again (outbox.consumer.Metric.RETRIES): what a failing handler
 # produces while SQS's age metric no longer sees its message (docs/aws-behaviour.md R9.1).
 RETRIES_METRIC: Final = "Retries"
+
+# What the engine's Inbox calls on the inbox table (outbox.inbox.Inbox): a claim is one conditional UpdateItem,
+# a release or a completion one more (or an Update item in the completion's transaction), a dead letter, a
+# conflict, an unverifiable pair and a poison pill are PutItems (alone, or Put items of a transaction). It
+# never reads a row by itself (a conditional write answers with the old row) and never deletes one: the TTL
+# does.
+INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
 
 
 class DurableConsumer(QueueConsumer):
@@ -105,15 +113,12 @@ class DurableConsumer(QueueConsumer):
             max_concurrency=max_concurrency,
             encryption_key=encryption_key,
         )
-        inbox.table.grant_read_write_data(self.function)  # and the inbox's key, if it has one
+        grant_items(inbox.table, self.function, INBOX_ACTIONS)  # and the inbox's key, if it has one
         # Handlers may emit follow-up events; the grant carries the deny on mutating event rows (and the
         # events table's key, if it has one).
         events.grant_emit(self.function)
         # Handlers commit their writes to the application's tables in the same transaction as the completion.
-        for table in data_tables:
-            table.grant_read_write_data(self.function)
-        if any(table.encryption_key is not None for table in (inbox.table, *data_tables)):
-            acknowledge_key_wildcards(self.role, "grant_read_write_data on the inbox and data tables")
+        self.grant_data_tables(data_tables)
 
         self.dead_work_alarms = [
             alarm_above(

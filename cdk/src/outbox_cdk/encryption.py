@@ -2,9 +2,10 @@
 what CloudWatch Logs is admitted to do with it, and what cdk-nag is told about the grants CDK writes for it.
 
 The key encrypts the events and inbox tables, every queue and DLQ of the pipeline and every log group of
-its functions and pipes. The grants on it are mostly CDK's own: a table's or a queue's ``grant_*`` grants
-its key as well. Where this package writes a grant by hand (``EventsTable.grant_emit``), it names the key
-actions itself.
+its functions and pipes. Where this package grants a table's items or a queue's messages by hand (``grants``:
+the functions' explicit grants, ``EventsTable.grant_emit``), it names the key actions
+itself, without wildcards; where it still uses CDK's own ``grant_*`` (the pipes' stream reads and sends, the
+operator role's repair), CDK grants the key with it.
 """
 
 from __future__ import annotations

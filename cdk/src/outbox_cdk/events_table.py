@@ -10,6 +10,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from outbox_cdk.encryption import acknowledge_key_wildcards
+from outbox_cdk.grants import grant_items
 from outbox_cdk.table_defaults import protected_table
 
 # Key layout shared with the engine (outbox.keys): the partition key of every
@@ -27,14 +28,17 @@ EVENT_ROW_MUTATIONS = [
     "dynamodb:PartiQLDelete",
 ]
 
-# What emit() calls: a consistent GetItem of the chain head, then one TransactWriteItems (authorised
-# as PutItem / UpdateItem / ConditionCheckItem on each item).
+# What emit() calls: a consistent GetItem of the chain head, then one TransactWriteItems, authorised per item:
+# PutItem for the event row (and the tenant's index row, with its first event) and the head's first write,
+# UpdateItem for the head after that. It checks no item of the table on its own (no ConditionCheckItem).
 EMIT_ACTIONS = [
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
-    "dynamodb:ConditionCheckItem",
 ]
+# What reading the log calls: the head (GetItem), a tenant's rows in order and the tenant index (Query, page by
+# page): verify_chain, status, replay and reconcile.
+LOG_READ_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"]
 # What emit() is granted on the table's customer-managed key, when it has one: the key actions CDK's own
 # table grants use for reads and writes (aws_dynamodb KEY_READ_ACTIONS, KEY_WRITE_ACTIONS) without the two
 # wildcards (kms:ReEncrypt*, and kms:GenerateDataKey* narrowed to kms:GenerateDataKey), so the policy of a
@@ -95,7 +99,7 @@ class EventsTable(Construct):
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
         """Read the log (verify_chain, replay, reconcile); never change it."""
-        self.table.grant_read_data(grantee)  # and kms:Decrypt, kms:DescribeKey on the table's key, if any
+        grant_items(self.table, grantee, LOG_READ_ACTIONS)  # and kms:Decrypt, kms:DescribeKey on its key, if any
         self._deny_event_row_mutation(grantee)
 
     def grant_repair(self, grantee: iam.IGrantable) -> None:

@@ -23,6 +23,7 @@ from constructs import Construct
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.events_table import EventsTable
+from outbox_cdk.grants import grant_items
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction
 from outbox_cdk.queue_consumer import ALARM_PERIOD
@@ -40,6 +41,8 @@ TIMEOUT_SECONDS: Final = 60
 DEFAULT_RESERVED_CONCURRENCY: Final = 2
 MAX_RESERVED_CONCURRENCY: Final = 50
 
+# The inbox's dead letters and poison pills, each a partition read page by page (outbox.inbox.InboxReader).
+INBOX_READ_ACTIONS: Final = ("dynamodb:Query",)
 QUEUE_STATUS_ACTIONS: Final = ("sqs:GetQueueAttributes",)
 PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 # ApproximateAgeOfOldestMessage is a CloudWatch metric, not a queue attribute.
@@ -135,7 +138,7 @@ class OperatorEndpoint(Construct):
         self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
 
         events.grant_read(self.function)  # carries the deny on mutating event rows
-        inbox.table.grant_read_data(self.function)
+        grant_items(inbox.table, self.function, INBOX_READ_ACTIONS)
         audit.grant_read(self.function)  # anchors and findings; it writes neither
         self._grant_queue_status(list(queues.values()))
         self._grant_pipe_status(list(pipes.values()))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
@@ -14,6 +15,7 @@ from constructs import Construct
 
 from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
+from outbox_cdk.grants import grant_items, grant_messages
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, ApplicationCode, EngineFunction
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.timing import CONSUMER_BATCH_SIZE, PERSISTENT_FAILURE_PERIODS, persistent_failure_period_seconds
@@ -24,6 +26,29 @@ DEFAULT_MAX_CONCURRENCY: Final = 10
 MIN_MAX_CONCURRENCY: Final = 2
 MAX_MAX_CONCURRENCY: Final = 1000
 ALARM_PERIOD: Final = Duration.minutes(1)
+
+# What a consumer's role needs on its queue: the event source mapping polls it with the function's role
+# (SQS developer guide, "Configuring an Amazon SQS queue to trigger an AWS Lambda function": the execution
+# role's three permissions). ReceiveMessage takes a batch, DeleteMessage removes what succeeded, and
+# GetQueueAttributes lets Lambda read the queue (the local runtime's mapping does not call it: the one grant
+# the least-privilege test keeps without a recorded call). Not CDK's grant_consume_messages, which adds
+# ChangeMessageVisibility and GetQueueUrl: a failed message is reported as a batch item failure and SQS makes it
+# visible again by itself; no code of the consumers calls SQS.
+CONSUME_ACTIONS: Final = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+# What the consumers may do with each of the application's tables (OutboxPipeline(data_tables=...)): what a
+# handler may ask of them, item by item. Read an item or a partition (GetItem, Query); write items (PutItem,
+# UpdateItem, DeleteItem) and check one (ConditionCheckItem): the four kinds of write outbox.writes builds, which
+# a durable handler's result commits in its completion's transaction (authorised per item as these actions).
+# Not Scan, BatchGetItem, BatchWriteItem, DescribeTable or the stream, which CDK's grant_read_write_data adds:
+# grant those to ``pipeline.consumer.function`` yourself if a handler of yours needs them.
+DATA_TABLE_ACTIONS: Final = (
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+)
 
 
 class QueueConsumer(Construct):
@@ -93,10 +118,10 @@ class QueueConsumer(Construct):
         self.role = engine_function.role
         self.log_group = engine_function.log_group
 
-        # With SSE-KMS this grants kms:Decrypt on the queue's key too. The DLQ a message moves to after
-        # max_receive_count receives has the same key (SQS wants an encrypted queue and its DLQ to share one),
-        # so whoever reads the DLQ needs that one key only.
-        queue.queue.grant_consume_messages(self.function)
+        # With SSE-KMS, kms:Decrypt on the queue's key too. The DLQ a message moves to after max_receive_count
+        # receives has the same key (SQS wants an encrypted queue and its DLQ to share one), so whoever reads the
+        # DLQ needs that one key only.
+        grant_messages(queue.queue, self.function, CONSUME_ACTIONS)
         self.mapping = lambda_.EventSourceMapping(
             self,
             "QueueMapping",
@@ -121,6 +146,11 @@ class QueueConsumer(Construct):
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
         return [self.errors_alarm]
+
+    def grant_data_tables(self, tables: Sequence[dynamodb.ITable]) -> None:
+        """``DATA_TABLE_ACTIONS`` on each of the application's tables, with its key (the application's own)."""
+        for table in tables:
+            grant_items(table, self.function, DATA_TABLE_ACTIONS)
 
     def outcome_metric(self, metric_name: str, period: Duration) -> cloudwatch.Metric:
         """One of the function's own Powertools counts (e.g. ``DEAD_WORK_METRICS``), summed."""

@@ -11,7 +11,6 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.queue_consumer import DEFAULT_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.record_change_queue import RecordChangeQueue
@@ -70,11 +69,8 @@ class RecordChangeConsumer(QueueConsumer):
             max_concurrency=max_concurrency,
             encryption_key=encryption_key,
         )
-        for table in data_tables:
-            table.grant_read_write_data(self.function)
-        # Your tables' keys are yours; CDK grants them with the tables (wildcard actions included).
-        if any(table.encryption_key is not None for table in data_tables):
-            acknowledge_key_wildcards(self.role, "grant_read_write_data on the data tables")
+        # Best-effort handlers write their projections directly (each table's key, if any, with it).
+        self.grant_data_tables(data_tables)
         minutes = int(self.failure_alarm_period.to_minutes())
         self.failures_alarm = self.persistent_failure_alarm(
             "FailuresAlarm",

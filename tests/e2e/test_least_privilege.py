@@ -8,7 +8,8 @@ What is compared: the services the code calls (``RECORDED_SERVICES``). The rest 
 Lambda runtime's own (its log group, X-Ray: ``LAMBDA_RUNTIME_ACTIONS``), and nothing else may be there. The
 application's tables are granted what a handler may ask of them (``queue_consumer.DATA_TABLE_ACTIONS``), which
 the example's handlers need not all use: there a recorded call must be allowed and the grant must be exactly
-that list.
+that list. The runbook role (``outbox_cdk.runbook_role``) is held to the union of the commands' calls: each
+command's calls must all be allowed, and every action it grants must be used by some command.
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ KEPT_UNUSED = {
 
 # Each runbook command is recorded as its own principal, "runbook:<command>". (``catalog`` calls no AWS.)
 RUNBOOK = "runbook:"
+RUNBOOK_COMMANDS = (
+    "status",
+    "verify-chain",
+    "dead-letters list",
+    "dead-letters show",
+    "dead-letters poison",
+    "replay",
+    "redrive",
+    "reconcile",
+)
 
 
 @dataclass
@@ -89,8 +100,13 @@ class Recorded:
     def policy(self, role_id: str) -> RolePolicy:
         return RolePolicy.of(self.template, role_id, self.arns)
 
-    def runbook_commands(self) -> list[str]:
-        return sorted(p for p in self.recorder.principals() if p.startswith(RUNBOOK))
+    def runbook_policy(self) -> RolePolicy:
+        [role_id] = [
+            logical_id
+            for logical_id, resource in self.template["Resources"].items()
+            if resource["Type"] == "AWS::IAM::Role" and logical_id.startswith("OutboxRunbookRole")
+        ]
+        return self.policy(role_id)
 
 
 @pytest.fixture(scope="module")
@@ -245,16 +261,7 @@ def _redeliver_after_the_inbox_forgot(local: LocalBackend, tenant: str) -> None:
 def test_the_drive_reached_every_function_and_every_runbook_command(recorded: Recorded) -> None:
     for function in FUNCTIONS:
         assert recorded.requests(recorded.principals[function]), f"the {function} made no call"
-    assert set(recorded.exit_codes) == {
-        "status",
-        "verify-chain",
-        "dead-letters list",
-        "dead-letters show",
-        "dead-letters poison",
-        "replay",
-        "redrive",
-        "reconcile",
-    }
+    assert set(recorded.exit_codes) == set(RUNBOOK_COMMANDS)
 
 
 def test_every_recorded_call_translates_to_iam_actions(recorded: Recorded) -> None:
@@ -317,3 +324,20 @@ def test_the_evaluator_refuses_what_the_policy_refuses(recorded: Recorded) -> No
     assert policy.denial(rewrite) == "denied by DenyEventRowMutation"
     assert policy.denial(head) is None
     assert policy.denial(Request("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:Other", "SendMessage"))
+    runbook = recorded.runbook_policy()
+    assert runbook.denial(rewrite) == "denied by DenyEventRowMutation", "the runbook never changes an event row"
+
+
+# -- the runbook role -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", RUNBOOK_COMMANDS)
+def test_no_call_a_runbook_command_made_is_refused_by_the_runbook_role(recorded: Recorded, command: str) -> None:
+    assert denied(recorded.runbook_policy(), recorded.requests(RUNBOOK + command)) == []
+
+
+def test_every_action_the_runbook_role_grants_is_used_by_some_command(recorded: Recorded) -> None:
+    policy = recorded.runbook_policy()
+    assert policy.services() <= set(RECORDED_SERVICES)
+    every_command = [request for command in RUNBOOK_COMMANDS for request in recorded.requests(RUNBOOK + command)]
+    assert unused_grants(policy, every_command, RECORDED_SERVICES) == set()

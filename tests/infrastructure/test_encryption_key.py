@@ -47,6 +47,7 @@ PRINCIPALS: Final = {
     "OutboxRelayRole": READ_WRITE,  # the events stream; the durable queue and the relay DLQ
     "OutboxRecordChangePipeRole": READ_WRITE,  # the record-change queue and its pipe DLQ
     "OutboxEventsOperatorRole": READ_WRITE,  # repair: every item of the events table
+    "OutboxRunbookRole": READ_WRITE,  # the runbook: the tables' items, receives from the DLQs, sends repairs
     "Producer": READ_WRITE,  # a producer of the app's, granted grant_emit
     "OutboxAuditorPipeRole": READ_WRITE,  # the events stream; the tamper queue and its pipe DLQ
     "OutboxAuditorRecorderLambdaRole": READ_WRITE,  # the tamper queue; findings into the audit table

@@ -48,6 +48,10 @@ ANCHORING_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-L1", "Function/Resource"),
     ("Serverless-LambdaLatestVersion", "Function/Resource"),
 }
+# The runbook role reads the queues' age with cloudwatch:GetMetricData too, alone in its policy.
+RUNBOOK_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
+}
 # The example's producer (stacks/outbox_stack.py): an EngineFunction, invoked synchronously.
 PRODUCER_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
@@ -64,6 +68,7 @@ EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER
         ("RecordChanges", QUEUE_ACKNOWLEDGEMENTS),
         ("DurableConsumer", CONSUMER_ACKNOWLEDGEMENTS),
         ("RecordChangeConsumer", CONSUMER_ACKNOWLEDGEMENTS),
+        ("Runbook", RUNBOOK_ACKNOWLEDGEMENTS),
         ("OperatorEndpoint", OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS),
         ("Auditor/Pipe", PIPE_ACKNOWLEDGEMENTS),
         ("Auditor/Findings", QUEUE_ACKNOWLEDGEMENTS),

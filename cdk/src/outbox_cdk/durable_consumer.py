@@ -63,7 +63,7 @@ RETRIES_METRIC: Final = "Retries"
 # a release or a completion one more (or an Update item in the completion's transaction), a dead letter, a
 # conflict, an unverifiable pair and a poison pill are PutItems (alone, or Put items of a transaction). It
 # never reads a row by itself (a conditional write answers with the old row) and never deletes one: the TTL
-# does.
+# does. The operators' reads and repairs there are the runbook role's (outbox_cdk.runbook_role).
 INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
 
 

@@ -3,7 +3,7 @@ what CloudWatch Logs is admitted to do with it, and what cdk-nag is told about t
 
 The key encrypts the events and inbox tables, every queue and DLQ of the pipeline and every log group of
 its functions and pipes. Where this package grants a table's items or a queue's messages by hand (``grants``:
-the functions' explicit grants, ``EventsTable.grant_emit``), it names the key actions
+the functions' and the runbook role's explicit grants, ``EventsTable.grant_emit``), it names the key actions
 itself, without wildcards; where it still uses CDK's own ``grant_*`` (the pipes' stream reads and sends, the
 operator role's repair), CDK grants the key with it.
 """

@@ -10,7 +10,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from outbox_cdk.encryption import acknowledge_key_wildcards
-from outbox_cdk.grants import grant_items
+from outbox_cdk.grants import grant_items, trusting
 from outbox_cdk.table_defaults import protected_table
 
 # Key layout shared with the engine (outbox.keys): the partition key of every
@@ -75,7 +75,7 @@ class EventsTable(Construct):
             self,
             "OperatorRole",
             # Only the principals the pipeline was given: the whole account only if it was given that.
-            assumed_by=operators[0] if len(operators) == 1 else iam.CompositePrincipal(*operators),
+            assumed_by=trusting(operators),
             description="The only role that may repair (update, delete, overwrite) event rows. Assume it "
             "deliberately, for a documented repair; every other role is denied.",
         )

@@ -10,7 +10,7 @@ constructs name their actions instead, next to the code that calls them, and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from aws_cdk import aws_dynamodb as dynamodb
@@ -51,3 +51,8 @@ def grant_messages(queue: sqs.IQueue, grantee: iam.IGrantable, actions: Iterable
         key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey")
     elif QUEUE_RECEIVE_ACTIONS & set(actions):
         key.grant_decrypt(grantee)
+
+
+def trusting(operators: Sequence[iam.IPrincipal]) -> iam.IPrincipal:
+    """The principal a role for people trusts: the one operator given, or all of them."""
+    return operators[0] if len(operators) == 1 else iam.CompositePrincipal(*operators)

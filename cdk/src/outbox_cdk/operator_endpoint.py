@@ -9,6 +9,7 @@ reads all of that and may change none of it: repairs go through the operator rol
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
@@ -49,6 +50,53 @@ PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 METRIC_READ_ACTIONS: Final = ("cloudwatch:GetMetricData",)
 
 
+@dataclass(frozen=True)
+class OperatedPipeline:
+    """What the operators' tools look at: the endpoint reports on it, the runbook role also repairs it.
+
+    ``record_change_queue`` and ``record_change_pipe`` are None in a pipeline without that lane.
+    """
+
+    events: EventsTable
+    inbox: InboxTable
+    durable_queue: RedrivenQueue
+    relay_pipe: StreamPipe
+    # Anchors and findings, and the auditor's queue (its DLQ is redriven like a lane's), pipe and DLQs.
+    audit: AuditTable
+    auditor: Auditor
+    record_change_queue: RedrivenQueue | None = None
+    record_change_pipe: StreamPipe | None = None
+
+    def queues(self) -> dict[str, sqs.IQueue]:
+        """Every queue and DLQ, by the endpoint's variable for its URL."""
+        queues: dict[str, sqs.IQueue] = {
+            "DURABLE_QUEUE_URL": self.durable_queue.queue,
+            "DURABLE_DLQ_URL": self.durable_queue.dead_letter_queue,
+            "RELAY_DLQ_URL": self.relay_pipe.dead_letter_queue,
+            "TAMPER_QUEUE_URL": self.auditor.queue.queue,
+            "TAMPER_DLQ_URL": self.auditor.queue.dead_letter_queue,
+            "TAMPER_PIPE_DLQ_URL": self.auditor.pipe.dead_letter_queue,
+            "ANCHORING_DLQ_URL": self.auditor.anchoring_dead_letters.queue,
+        }
+        if self.record_change_queue is not None and self.record_change_pipe is not None:
+            queues["RECORD_CHANGE_QUEUE_URL"] = self.record_change_queue.queue
+            queues["RECORD_CHANGE_DLQ_URL"] = self.record_change_queue.dead_letter_queue
+            queues["RECORD_CHANGE_PIPE_DLQ_URL"] = self.record_change_pipe.dead_letter_queue
+        return queues
+
+    def pipes(self) -> dict[str, StreamPipe]:
+        """Every pipe, by the endpoint's variable for its name."""
+        pipes = {"RELAY_PIPE_NAME": self.relay_pipe, "TAMPER_PIPE_NAME": self.auditor.pipe}
+        if self.record_change_pipe is not None:
+            pipes["RECORD_CHANGE_PIPE_NAME"] = self.record_change_pipe
+        return pipes
+
+    def lanes(self) -> list[RedrivenQueue]:
+        """The lanes' queues, each with the DLQ that redrive moves back into it."""
+        lanes = [self.durable_queue, self.auditor.queue]
+        return lanes + ([self.record_change_queue] if self.record_change_queue is not None else [])
+
+
 class OperatorEndpoint(Construct):
     """``self.function`` behind ``self.url`` (AWS_IAM, no CORS); ``self.errors_alarm`` fires on its
     first failed invocation.
@@ -57,15 +105,10 @@ class OperatorEndpoint(Construct):
 
     Parameters
     ----------
-    events, inbox
-        Read: the chains, and the dead-letter rows.
-    durable_queue, record_change_queue
-        Each lane's queue and its redrive DLQ: depth (``GetQueueAttributes``) and age (``GetMetricData``).
-    relay_pipe, record_change_pipe
-        Each pipe's state (``DescribePipe``) and its DLQ's depth. The record-change lane's queue and pipe
-        are None in a pipeline without one.
-    audit, auditor
-        Read: each tenant's anchor and tamper findings, and the depth of the auditor's queue and DLQs.
+    operated
+        Read: the chains (events) and the dead-letter rows (inbox); each lane's queue and its redrive DLQ, their
+        depth (``GetQueueAttributes``) and age (``GetMetricData``); each pipe's state (``DescribePipe``) and its
+        DLQ's depth; each tenant's anchor and tamper findings (audit).
     reserved_concurrency
         The function's reserved concurrency (2 by default): how many calls run at once; None reserves none.
     encryption_key
@@ -78,36 +121,16 @@ class OperatorEndpoint(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        events: EventsTable,
-        inbox: InboxTable,
-        durable_queue: RedrivenQueue,
-        relay_pipe: StreamPipe,
-        record_change_queue: RedrivenQueue | None,
-        record_change_pipe: StreamPipe | None,
+        operated: OperatedPipeline,
         application: ApplicationCode,
         alarm_topic: sns.ITopic,
-        audit: AuditTable,
-        auditor: Auditor,
         reserved_concurrency: int | None = DEFAULT_RESERVED_CONCURRENCY,
         encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_reserved_concurrency(reserved_concurrency)
-        queues: dict[str, sqs.IQueue] = {
-            "DURABLE_QUEUE_URL": durable_queue.queue,
-            "DURABLE_DLQ_URL": durable_queue.dead_letter_queue,
-            "RELAY_DLQ_URL": relay_pipe.dead_letter_queue,
-            "TAMPER_QUEUE_URL": auditor.queue.queue,
-            "TAMPER_DLQ_URL": auditor.queue.dead_letter_queue,
-            "TAMPER_PIPE_DLQ_URL": auditor.pipe.dead_letter_queue,
-            "ANCHORING_DLQ_URL": auditor.anchoring_dead_letters.queue,
-        }
-        pipes = {"RELAY_PIPE_NAME": relay_pipe, "TAMPER_PIPE_NAME": auditor.pipe}
-        if record_change_queue is not None and record_change_pipe is not None:
-            queues["RECORD_CHANGE_QUEUE_URL"] = record_change_queue.queue
-            queues["RECORD_CHANGE_DLQ_URL"] = record_change_queue.dead_letter_queue
-            queues["RECORD_CHANGE_PIPE_DLQ_URL"] = record_change_pipe.dead_letter_queue
-            pipes["RECORD_CHANGE_PIPE_NAME"] = record_change_pipe
+        events, inbox = operated.events, operated.inbox
+        queues, pipes = operated.queues(), operated.pipes()
         engine_function = EngineFunction(
             self,
             "Lambda",
@@ -120,7 +143,7 @@ class OperatorEndpoint(Construct):
             environment={
                 "EVENTS_TABLE_NAME": events.table.table_name,
                 "INBOX_TABLE_NAME": inbox.table.table_name,
-                "AUDIT_TABLE_NAME": audit.table.table_name,
+                "AUDIT_TABLE_NAME": operated.audit.table.table_name,
                 **{name: queue.queue_url for name, queue in queues.items()},
                 **{name: pipe.pipe_name for name, pipe in pipes.items()},
             },
@@ -139,7 +162,7 @@ class OperatorEndpoint(Construct):
 
         events.grant_read(self.function)  # carries the deny on mutating event rows
         grant_items(inbox.table, self.function, INBOX_READ_ACTIONS)
-        audit.grant_read(self.function)  # anchors and findings; it writes neither
+        operated.audit.grant_read(self.function)  # anchors and findings; it writes neither
         self._grant_queue_status(list(queues.values()))
         self._grant_pipe_status(list(pipes.values()))
         self._grant_metric_read()
@@ -153,7 +176,7 @@ class OperatorEndpoint(Construct):
             "got an error response. Its log group has the error.",
             alarm_topic=alarm_topic,
         )
-        self._acknowledge_synchronous_invocation(engine_function, reserved_concurrency)
+        self._acknowledge_synchronous_invocation(engine_function)
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
@@ -179,25 +202,9 @@ class OperatorEndpoint(Construct):
         )
 
     def _grant_metric_read(self) -> None:
-        # Its own policy rather than the role's default one, which already holds X-Ray's "*" statement:
-        # the IAM5 acknowledgement below then covers this one statement and says why.
-        policy = iam.Policy(
-            self,
-            "MetricRead",
-            statements=[iam.PolicyStatement(actions=list(METRIC_READ_ACTIONS), resources=["*"])],
-        )
-        policy.attach_to_role(self.role)
+        policy = grant_metric_read(self, self.role, "the operator API")
         # Present before the first call, like the grants in the role's default policy.
         self.function.node.add_dependency(policy)
-        policy_resource = policy.node.default_child
-        assert policy_resource is not None
-        Validations.of(policy_resource).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason="cloudwatch:GetMetricData supports no resource-level permissions; the operator API "
-                "reads ApproximateAgeOfOldestMessage of the queues with it. This policy holds that one action.",
-            )
-        )
 
     def _acknowledge_synchronous_invocation(
         self, engine_function: EngineFunction, reserved_concurrency: int | None
@@ -226,3 +233,26 @@ def _check_reserved_concurrency(value: int | None) -> None:
             f"operator_endpoint_concurrency must be 1..{MAX_RESERVED_CONCURRENCY} (or None for none reserved), "
             f"got {value!r}"
         )
+
+def grant_metric_read(scope: Construct, role: iam.IRole, reader: str) -> iam.Policy:
+    """``METRIC_READ_ACTIONS`` for ``role``, in a policy of its own (``reader`` names who reads, for cdk-nag).
+
+    Its own policy rather than the role's default one: the IAM5 acknowledgement below then covers this one
+    statement, whose "*" is the only resource GetMetricData takes, and says why.
+    """
+    policy = iam.Policy(
+        scope,
+        "MetricRead",
+        statements=[iam.PolicyStatement(actions=list(METRIC_READ_ACTIONS), resources=["*"])],
+    )
+    policy.attach_to_role(role)
+    policy_resource = policy.node.default_child
+    assert policy_resource is not None
+    Validations.of(policy_resource).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+            reason=f"cloudwatch:GetMetricData supports no resource-level permissions; {reader} reads "
+            "ApproximateAgeOfOldestMessage of the queues with it. This policy holds that one action.",
+        )
+    )
+    return policy

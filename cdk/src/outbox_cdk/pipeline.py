@@ -16,8 +16,9 @@ DURABLE lane: events table stream -> relay pipe -> FIFO queue -> durable consume
 BEST_EFFORT lane, when ``record_changes_from`` is given: that table's stream -> record-change pipe ->
 standard queue -> record-change consumer. Every queue has a dead-letter queue with an alarm at zero;
 pipes, queues and consumers have alarms and one dashboard; an IAM-signed operator endpoint reports the
-chains and the dead work. The stack outputs are ``outbox.outputs.StackOutput``, which the ``outbox`` CLI
-reads: one pipeline per stack.
+chains and the dead work. Two roles for people: the operator role repairs event rows, the runbook role runs the
+``outbox`` CLI's runbook (``outbox_cdk.runbook_role``). The stack outputs are ``outbox.outputs.StackOutput``,
+which the ``outbox`` CLI reads: one pipeline per stack.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
-from outbox_cdk.operator_endpoint import OperatorEndpoint
+from outbox_cdk.operator_endpoint import OperatedPipeline, OperatorEndpoint
 from outbox_cdk.record_change_consumer import RecordChangeConsumer
 from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.record_change_queue import RecordChangeQueue
 from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 
 # Variables the pipeline sets on its functions itself; the application's ``environment`` may not use them.
@@ -95,7 +97,8 @@ class OutboxPipeline(Construct):
         An address subscribed to the created topic. Only without ``alarm_topic``.
     operators
         Who may assume the operator role (the one role that may repair event rows, and call the operator
-        endpoint): your on-call role, say, ``[iam.ArnPrincipal("arn:aws:iam::123456789012:role/oncall")]``.
+        endpoint) and the runbook role (the CLI's runbook: status, replay, redrive, reconcile): your on-call
+        role, say, ``[iam.ArnPrincipal("arn:aws:iam::123456789012:role/oncall")]``.
         Required: ``[iam.AccountRootPrincipal()]`` lets every principal of the account that its own IAM policy
         allows ``sts:AssumeRole``, and is a choice to make on purpose.
     no_alarm_subscriber
@@ -177,7 +180,8 @@ class OutboxPipeline(Construct):
         if encryption_key is not None:
             self._admit_cloudwatch_logs(encryption_key)
 
-        self.events = EventsTable(self, "Events", operators=_operators(operators), encryption_key=encryption_key)
+        operators = _operators(operators)
+        self.events = EventsTable(self, "Events", operators=operators, encryption_key=encryption_key)
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
         self.alarm_topic: sns.ITopic = (
@@ -245,24 +249,29 @@ class OutboxPipeline(Construct):
                 log_execution_data=pipe_log_execution_data,
             )
 
-        # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
-        self.operator_endpoint = OperatorEndpoint(
-            self,
-            "OperatorEndpoint",
+        operated = OperatedPipeline(
             events=self.events,
             inbox=self.inbox,
             durable_queue=self.durable,
             relay_pipe=self.relay,
-            record_change_queue=self.record_changes,
-            record_change_pipe=self.record_change_pipe,
-            application=self.application,
-            alarm_topic=self.alarm_topic,
             audit=self.audit,
             auditor=self.auditor,
+            record_change_queue=self.record_changes,
+            record_change_pipe=self.record_change_pipe,
+        )
+        # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
+        self.operator_endpoint = OperatorEndpoint(
+            self,
+            "OperatorEndpoint",
+            operated=operated,
+            application=self.application,
+            alarm_topic=self.alarm_topic,
             reserved_concurrency=operator_endpoint_concurrency,
             encryption_key=encryption_key,
         )
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
+        # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
+        self.runbook = RunbookRole(self, "Runbook", operators=operators, operated=operated)
         self.monitoring = self._monitor()
         self._declare_outputs(environment)
 
@@ -279,9 +288,17 @@ class OutboxPipeline(Construct):
     @property
     def operator_role(self) -> iam.IRole:
         """The one role that may repair event rows (the others are denied), and may call the operator
-        endpoint. It holds nothing on the queues or the inbox: grant it those (or use an operator's own
-        credentials) for the CLI's replay, redrive and reconcile."""
+        endpoint. It holds nothing on the queues or the inbox: the CLI's runbook is ``runbook_role``'s."""
         return self.events.operator_role
+
+    @property
+    def runbook_role(self) -> iam.IRole:
+        """What the ``outbox`` CLI's runbook needs (status, verify-chain, dead-letters, replay, redrive,
+        reconcile), and nothing more: it reads the log and may change no event row, reads and writes the inbox as
+        replay and reconcile do, redrives the two lanes' DLQs and sends repairs to their queues, and reads the
+        queues' depths and age, the pipes' states and the stack's outputs (``RunbookRoleArn``). Assumed by the
+        ``operators`` principals, like the operator role."""
+        return self.runbook.role
 
     @property
     def dashboard(self) -> cloudwatch.Dashboard:
@@ -383,6 +400,7 @@ class OutboxPipeline(Construct):
         values: dict[StackOutput, str] = {
             StackOutput.EVENTS_TABLE: self.events.table.table_name,
             StackOutput.OPERATOR_ROLE: self.events.operator_role.role_arn,
+            StackOutput.RUNBOOK_ROLE: self.runbook.role.role_arn,
             StackOutput.DURABLE_QUEUE: self.durable.queue.queue_url,
             StackOutput.DURABLE_DEAD_LETTER_QUEUE: self.durable.dead_letter_queue.queue_url,
             StackOutput.RELAY_PIPE: self.relay.pipe_name,
@@ -470,7 +488,7 @@ def _check_alarm_subscriber(
 
 
 def _operators(operators: Sequence[iam.IPrincipal] | None) -> list[iam.IPrincipal]:
-    """Who may assume the operator role: given, never defaulted to the whole account."""
+    """Who may assume the operator and runbook roles: given, never defaulted to the whole account."""
     if not operators:
         raise ValueError(
             "say who may assume the operator role, which may rewrite event rows: operators=[iam.ArnPrincipal("

@@ -40,6 +40,8 @@ class StackOutput(StrEnum):
     ANCHORING_DEAD_LETTER_QUEUE = "AnchoringDeadLetterQueueUrl"
     ALARM_TOPIC = "AlarmTopicArn"
     OPERATOR_ROLE = "OperatorRoleArn"
+    # The role the CLI's runbook runs as (outbox_cdk.runbook_role): what replay, redrive and reconcile call.
+    RUNBOOK_ROLE = "RunbookRoleArn"
     OPERATOR_ENDPOINT = "OperatorEndpointUrl"
     # The application's own function environment as JSON (its table names...): the CLI builds the
     # application's catalog in the same environment as the pipeline's functions do.

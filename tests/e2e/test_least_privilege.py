@@ -40,13 +40,16 @@ from tests.e2e.backends import LocalBackend, event_image, local_backend, send_ra
 from tests.e2e.test_lanes_and_modes import function_url_event
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import broken_consumer
+from tests.e2e.test_tamper_evidence import SCHEDULED_EVENT, rewrite_with_recomputed_hashes
 from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied, iam_requests, unused_grants
 
 # The functions whose roles are compared, by the stack output naming each (the endpoint has none: its handler).
 DURABLE_CONSUMER = "DurableConsumerFunctionName"
 RECORD_CHANGE_CONSUMER = "RecordChangeConsumerFunctionName"
 OPERATOR_ENDPOINT = "operator endpoint"
-FUNCTIONS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER, OPERATOR_ENDPOINT)
+TAMPER_RECORDER = "TamperRecorderFunctionName"
+ANCHORING = "AnchoringFunctionName"
+FUNCTIONS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER, OPERATOR_ENDPOINT, TAMPER_RECORDER, ANCHORING)
 
 # The services whose calls are recorded and compared; what a function's policy holds besides is the Lambda
 # runtime's: it writes the function's logs and traces with the function's role, no code of ours calls those.
@@ -66,6 +69,12 @@ LAMBDA_POLLS_THE_QUEUE = (
 KEPT_UNUSED = {
     (DURABLE_CONSUMER, "sqs:GetQueueAttributes", "DurableQueueUrl"): LAMBDA_POLLS_THE_QUEUE,
     (RECORD_CHANGE_CONSUMER, "sqs:GetQueueAttributes", "RecordChangeQueueUrl"): LAMBDA_POLLS_THE_QUEUE,
+    (TAMPER_RECORDER, "sqs:GetQueueAttributes", "TamperQueueUrl"): LAMBDA_POLLS_THE_QUEUE,
+    (ANCHORING, "sqs:SendMessage", "AnchoringDeadLetterQueueUrl"): (
+        "Lambda sends an asynchronous invocation that failed its retries to the function's DeadLetterConfig with "
+        "the function's role (Lambda developer guide, 'Dead-letter queues': the execution role needs "
+        "sqs:SendMessage); the local runtime does not run the schedule's retries"
+    ),
 }
 
 # Each runbook command is recorded as its own principal, "runbook:<command>". (``catalog`` calls no AWS.)
@@ -79,6 +88,7 @@ RUNBOOK_COMMANDS = (
     "replay",
     "redrive",
     "reconcile",
+    "findings",
 )
 
 
@@ -126,6 +136,8 @@ def recorded(synthesized: Synthesized) -> Iterator[Recorded]:
             DURABLE_CONSUMER: local.output(DURABLE_CONSUMER),
             RECORD_CHANGE_CONSUMER: local.output(RECORD_CHANGE_CONSUMER),
             OPERATOR_ENDPOINT: endpoint.name,
+            TAMPER_RECORDER: local.output(TAMPER_RECORDER),
+            ANCHORING: local.output(ANCHORING),
         }
         yield Recorded(
             recorder, LocalArns(local.runtime, stack_id), synthesized.template(STACK_NAME), principals, exit_codes
@@ -164,6 +176,12 @@ def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
     # A row change the record-change consumer cannot parse: failed on every receive, then in its DLQ.
     local.client("sqs").send_message(QueueUrl=local.output("RecordChangeQueueUrl"), MessageBody="not a record")
     local.settle()
+    # The auditor: an anchoring pass, an overwritten event row (a finding), a tamper message it cannot read (its DLQ)
+    local.runtime.function(ANCHORING).invoke(SCHEDULED_EVENT)
+    rewrite_with_recomputed_hashes(local, tenant, seq=1)
+    local.client("sqs").send_message(QueueUrl=local.output("TamperQueueUrl"), MessageBody="not a stream record")
+    local.settle()
+    local.runtime.function(ANCHORING).invoke(SCHEDULED_EVENT)  # the anchor contradicted: a finding
     [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
     for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain"):
         assert endpoint.invoke(function_url_event(path))["statusCode"] in (200, 404)
@@ -202,6 +220,9 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
         ["redrive", "--yes"],
         ["redrive", "--method", "receive-send-delete", "--yes"],
         ["redrive", "--dlq", "record-change-dlq", "--yes"],
+        ["redrive", "--dlq", "tamper-dlq", "--yes"],
+        ["findings"],
+        ["findings", "--tenant", tenant],
     ]
     exit_codes: dict[str, list[int]] = {}
     for arguments in commands:

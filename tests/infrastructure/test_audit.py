@@ -73,7 +73,10 @@ def test_only_the_auditor_and_the_operator_role_may_write_the_audit_table(stack_
     readers = roles_allowed(
         stack_template, table_arn(stack_template, "AuditTable"), ("dynamodb:GetItem", "dynamodb:Query", *WRITE_ACTIONS)
     )
-    assert readers - writers == {role_of_function(stack_template, "OperatorEndpoint")}
+    assert readers - writers == {
+        role_of_function(stack_template, "OperatorEndpoint"),
+        only_resource(stack_template, "AWS::IAM::Role", "OutboxRunbookRole")[0],
+    }
 
 
 def test_the_auditor_runs_engine_code_only(stack_template: dict[str, Any], synthesized: Synthesized) -> None:

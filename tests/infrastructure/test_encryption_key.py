@@ -60,7 +60,6 @@ WILDCARD_KEY_GRANTS: Final = {
     "Keyed/Outbox/Relay/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/RecordChangePipe/Role/DefaultPolicy/Resource",
     "Keyed/Outbox/Auditor/Pipe/Role/DefaultPolicy/Resource",
-    "Keyed/Outbox/Auditor/Anchoring/Role/DefaultPolicy/Resource",
 }
 
 

@@ -54,5 +54,13 @@ def test_without_the_record_change_lane_the_runbook_role_reaches_the_durable_lan
     }
     assert sqs_resources == {
         only_resource(template, "AWS::SQS::Queue", prefix)[0]
-        for prefix in ("DurableQueue", "DurableDeadLetters", "RelayDeadLetters")
+        for prefix in (
+            "DurableQueue",
+            "DurableDeadLetters",
+            "RelayDeadLetters",
+            "AuditorFindingsQueue",
+            "AuditorFindingsDeadLetters",
+            "AuditorPipeDeadLetters",
+            "AuditorAnchoringDeadLetters",
+        )
     }

@@ -31,8 +31,8 @@ from outbox.auditor import Metric
 from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
-from outbox_cdk.encryption import acknowledge_key_wildcards
 from outbox_cdk.events_table import EventsTable
+from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, UNRESERVED_POOL, ApplicationCode, EngineFunction
 from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.redriven_queue import RedrivenQueue
@@ -59,11 +59,11 @@ EVENT_KIND: Final = "EVENT"
 # event rows and never touches them again, so every record this matches is a finding.
 TAMPER_FILTER_PATTERN: Final = {"dynamodb": {"OldImage": {KIND_ATTRIBUTE: {"S": [EVENT_KIND]}}}}
 
-# What the auditor may do on the audit table: read an anchor, write an anchor or a finding (conditionally),
-# list a tenant's findings (the status commands).
-AUDIT_WRITE_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:PutItem"]
+# What each may do on the audit table: the recorder writes findings (conditioned on absence), the anchoring
+# reads an anchor and writes anchors and findings, the status readers read anchors and list findings.
+AUDIT_RECORD_ACTIONS: Final = ["dynamodb:PutItem"]
+AUDIT_ANCHOR_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:PutItem"]
 AUDIT_READ_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:Query"]
-AUDIT_KEY_ACTIONS: Final = ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey"]
 
 
 class AuditTable(Construct):
@@ -73,16 +73,17 @@ class AuditTable(Construct):
         super().__init__(scope, construct_id)
         self.table = protected_table(self, "Table", encryption_key=encryption_key)
 
-    def grant_write(self, grantee: iam.IGrantable) -> None:
-        self._grant(grantee, AUDIT_WRITE_ACTIONS)
+    def grant_record(self, grantee: iam.IGrantable) -> None:
+        self._grant(grantee, AUDIT_RECORD_ACTIONS)
+
+    def grant_anchor(self, grantee: iam.IGrantable) -> None:
+        self._grant(grantee, AUDIT_ANCHOR_ACTIONS)
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
         self._grant(grantee, AUDIT_READ_ACTIONS)
 
     def _grant(self, grantee: iam.IGrantable, actions: list[str]) -> None:
-        iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=[self.table.table_arn])
-        if self.table.encryption_key is not None:
-            self.table.encryption_key.grant(grantee, *AUDIT_KEY_ACTIONS)
+        grant_items(self.table, grantee, actions)  # and the table's key without wildcards, if it has one
 
 
 class TamperQueue(RedrivenQueue):
@@ -183,7 +184,7 @@ class Auditor(Construct):
             max_concurrency=MIN_MAX_CONCURRENCY,
             encryption_key=encryption_key,
         )
-        audit.grant_write(self.recorder.function)
+        audit.grant_record(self.recorder.function)
         self.anchoring = self._anchoring(code, environment, events, audit, alarm_topic, encryption_key)
         self.tamper_alarm = alarm_above(
             self,
@@ -246,7 +247,7 @@ class Auditor(Construct):
         )
         function = engine_function.function
         events.grant_read(function)
-        audit.grant_write(function)
+        audit.grant_anchor(function)
         # Invoked asynchronously by the schedule: what fails its retries lands here, alarmed at zero.
         self.anchoring_dead_letters = AlarmedDeadLetterQueue(
             self,
@@ -261,7 +262,8 @@ class Auditor(Construct):
         function_resource.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(
             target_arn=self.anchoring_dead_letters.queue.queue_arn
         )
-        self.anchoring_dead_letters.queue.grant_send_messages(function)
+        # Lambda sends a failed asynchronous invocation to it with the function's role.
+        grant_messages(self.anchoring_dead_letters.queue, function, QUEUE_SEND_ACTIONS)
         checkov.skip(
             function_resource,
             "CKV_AWS_115",
@@ -270,9 +272,6 @@ class Auditor(Construct):
         )
         self.anchoring_schedule = _schedule(self, function, self.anchoring_dead_letters.queue)
         if encryption_key is not None:
-            acknowledge_key_wildcards(
-                engine_function.role, "grant_read on the events table and grant_send_messages on its DLQ"
-            )
             _admit_eventbridge(encryption_key, self)
         self.anchoring_errors_alarm = alarm_above(
             self,

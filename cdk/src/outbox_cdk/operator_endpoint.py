@@ -176,7 +176,7 @@ class OperatorEndpoint(Construct):
             "got an error response. Its log group has the error.",
             alarm_topic=alarm_topic,
         )
-        self._acknowledge_synchronous_invocation(engine_function)
+        self._acknowledge_synchronous_invocation(engine_function, reserved_concurrency)
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
@@ -233,6 +233,7 @@ def _check_reserved_concurrency(value: int | None) -> None:
             f"operator_endpoint_concurrency must be 1..{MAX_RESERVED_CONCURRENCY} (or None for none reserved), "
             f"got {value!r}"
         )
+
 
 def grant_metric_read(scope: Construct, role: iam.IRole, reader: str) -> iam.Policy:
     """``METRIC_READ_ACTIONS`` for ``role``, in a policy of its own (``reader`` names who reads, for cdk-nag).

@@ -123,7 +123,8 @@ def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_alarm
     assert _counted_periods(retries) == [(12 + 1) * 60]
 
 
-def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alarm() -> None:
+def record_change_pipeline(**options: Any) -> OutboxPipeline:
+    """A throwaway pipeline with both lanes: its record changes come from a table ``Orders`` of the stack."""
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
     orders = dynamodb.Table(
         stack,
@@ -131,16 +132,19 @@ def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alar
         partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
         stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
     )
-    OutboxPipeline(
+    return OutboxPipeline(
         stack,
         "Outbox",
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
         catalog=outbox_stack.CATALOG,
         record_changes_from=orders,
-        record_change_timeout=Duration.seconds(45),
         **NOBODY,
+        **options,
     )
-    template = Template.from_stack(stack).to_json()
+
+
+def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alarm() -> None:
+    template = Template.from_stack(record_change_pipeline(record_change_timeout=Duration.seconds(45)).stack).to_json()
 
     [queue] = [
         r["Properties"]

@@ -191,12 +191,21 @@ class OutboxPipeline(Construct):
         if record_changes_from is not None and record_changes_from not in data_tables:
             data_tables.append(record_changes_from)
 
+        # Who may send to the lanes' queues besides the pipe that feeds each (every other principal is denied):
+        # the roles the CLI's replay, reconcile and redrive run as. One role a line; admit_queue_sender adds more.
+        self._queue_senders: list[iam.IRole] = [
+            self.events.operator_role,
+        ]
+        self.record_changes: RecordChangeQueue | None = None
+        self.record_change_pipe: RecordChangePipe | None = None
+        self.record_change_consumer: RecordChangeConsumer | None = None
         self.durable = DurableQueue(
             self,
             "Durable",
             alarm_topic=self.alarm_topic,
             consumer_timeout_seconds=consumer_seconds,
             encryption_key=encryption_key,
+            senders=self._queue_senders,
         )
         self.relay = RelayPipe(
             self,
@@ -208,6 +217,7 @@ class OutboxPipeline(Construct):
             log_execution_data=pipe_log_execution_data,
             encryption_key=encryption_key,
         )
+        self.durable.fed_by(self.relay)
         self.inbox = InboxTable(self, "Inbox", retention_days=inbox_retention_days, encryption_key=encryption_key)
         # Tamper evidence: findings from the stream and hourly anchors, in a table only the auditor and the
         # operator role may write.
@@ -237,9 +247,6 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
             error_detail=_error_detail(error_detail),
         )
-        self.record_changes: RecordChangeQueue | None = None
-        self.record_change_pipe: RecordChangePipe | None = None
-        self.record_change_consumer: RecordChangeConsumer | None = None
         if record_changes_from is not None:
             self._add_record_change_lane(
                 record_changes_from,
@@ -288,7 +295,8 @@ class OutboxPipeline(Construct):
     @property
     def operator_role(self) -> iam.IRole:
         """The one role that may repair event rows (the others are denied), and may call the operator
-        endpoint. It holds nothing on the queues or the inbox: the CLI's runbook is ``runbook_role``'s."""
+        endpoint. It holds nothing on the queues or the inbox: the CLI's runbook is ``runbook_role``'s.
+        The queues' policies let both send (``admit_queue_sender`` names any other role that must)."""
         return self.events.operator_role
 
     @property
@@ -308,6 +316,15 @@ class OutboxPipeline(Construct):
     def alarms(self) -> list[cloudwatch.IAlarm]:
         """Every alarm of the pipeline (all notify ``alarm_topic``), for composite alarms of your own."""
         return list(self.monitoring.alarms)
+
+    def admit_queue_sender(self, role: iam.IRole) -> None:
+        """Let ``role`` send to the durable and record-change queues, whose policies deny ``sqs:SendMessage`` to
+        every principal but the pipe that feeds each and these roles (the operator role is one): a role your
+        repairs run as. A message from it runs every matching subscription, so admit only who may repair."""
+        self._queue_senders.append(role)
+        for queue in (self.durable, self.record_changes):
+            if queue is not None:
+                queue.admit_sender(role)
 
     def grant_emit(self, grantee: iam.IGrantable) -> None:
         """Let ``grantee`` commit events with ``EventStore.emit`` (never change or delete an event row).
@@ -331,6 +348,7 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             consumer_timeout_seconds=self.record_change_timeout_seconds,
             encryption_key=self.encryption_key,
+            senders=self._queue_senders,
         )
         self.record_change_pipe = RecordChangePipe(
             self,
@@ -342,6 +360,7 @@ class OutboxPipeline(Construct):
             log_execution_data=log_execution_data,
             encryption_key=self.encryption_key,
         )
+        self.record_changes.fed_by(self.record_change_pipe)
         self.record_change_consumer = RecordChangeConsumer(
             self,
             "RecordChangeConsumer",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -32,12 +35,14 @@ class RecordChangeQueue(RedrivenQueue):
         alarm_topic: sns.ITopic,
         consumer_timeout_seconds: int = RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
         encryption_key: kms.IKey | None = None,
+        senders: Sequence[iam.IRole] = (),
     ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
             encryption_key=encryption_key,
+            senders=senders,
             fifo=False,
             visibility_timeout_seconds=visibility_timeout_seconds(
                 consumer_timeout_seconds, RECORD_CHANGE_BATCHING_WINDOW_SECONDS

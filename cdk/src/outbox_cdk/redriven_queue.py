@@ -1,10 +1,12 @@
-"""A consumer's queue: redriven to an alarmed dead-letter queue, encrypted, TLS only."""
+"""A consumer's queue: redriven to an alarmed dead-letter queue, encrypted, TLS only, fed only by its pipe."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
 
 from aws_cdk import Duration
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -14,9 +16,17 @@ from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.queue_defaults import encrypted_queue
 from outbox_cdk.timing import QUEUE_RETENTION_DAYS
 
+if TYPE_CHECKING:
+    from outbox_cdk.stream_pipe import StreamPipe
+
 # As long as SQS allows: if a consumer is down for days, work waits here rather than expire. The
 # age-of-oldest-message alarms fire long before this matters.
 QUEUE_RETENTION: Final = Duration.days(QUEUE_RETENTION_DAYS)
+# The queue policy statement that refuses a message from anyone but the queue's pipe and its senders.
+SEND_DENY_SID: Final = "OnlyThePipeAndTheRepairsSend"
+# sqs:SendMessage also authorises SendMessageBatch (docs/aws-behaviour.md R10.4), and a move task from a DLQ
+# sends with its caller's permissions, so this one action covers every way a principal puts a message here.
+SEND_ACTIONS: Final = ("sqs:SendMessage",)
 
 
 class RedrivenQueue(Construct):
@@ -28,6 +38,13 @@ class RedrivenQueue(Construct):
       only, like every queue of the app (``queue_defaults``).
     - The DLQ has the queue's type: a FIFO queue's DLQ must be FIFO (SQS rejects a standard one), and a
       standard queue's must be standard.
+    - Once ``fed_by(pipe)`` names the pipe that feeds it, its policy denies ``sqs:SendMessage`` to every
+      principal (admins and this app's own roles included) whose ``aws:PrincipalArn`` is neither that pipe's
+      role nor one of ``senders`` (``admit_sender`` adds one later): the roles the operator's repairs
+      (replay, reconcile, redrive) run as. A role session's ``aws:PrincipalArn`` is its role's ARN, and a
+      request without one (anonymous, a service principal) is denied too (R10.1, R10.2). SQS's own move of a
+      message to the DLQ after ``max_receive_count`` receives is not a principal's SendMessage; the DLQ itself
+      keeps the TLS deny only (docs/security.md says what that leaves open).
     """
 
     def __init__(
@@ -41,8 +58,14 @@ class RedrivenQueue(Construct):
         dead_letter_description: str,
         max_receive_count: int,
         encryption_key: kms.IKey | None = None,
+        senders: Sequence[iam.IRole] = (),
     ) -> None:
         super().__init__(scope, construct_id)
+        self._senders: list[iam.IRole] = []
+        self._pipe_role: iam.IRole | None = None
+        self._send_deny: iam.PolicyStatement | None = None
+        for sender in senders:
+            self.admit_sender(sender)
         self.max_receive_count = max_receive_count
         self.visibility_timeout_seconds = visibility_timeout_seconds
         self.dead_letters = AlarmedDeadLetterQueue(
@@ -68,3 +91,39 @@ class RedrivenQueue(Construct):
             content_based_deduplication=False if fifo else None,
             encryption_key=encryption_key,
         )
+
+    @property
+    def exempt_senders(self) -> list[iam.IRole]:
+        """The roles the send deny exempts: the feeding pipe's, then the senders, in the order given."""
+        return [*([self._pipe_role] if self._pipe_role is not None else []), *self._senders]
+
+    def fed_by(self, pipe: StreamPipe) -> None:
+        """From now on only ``pipe``'s role and the senders may send here. The pipe starts after the queue
+        policy is in place: a replaced pipe role is admitted before the pipe sends as it."""
+        if self._pipe_role is not None:
+            raise ValueError(f"{self.node.path} is fed by one pipe, already {self._pipe_role.node.path}")
+        self._pipe_role = pipe.role
+        self._send_deny = iam.PolicyStatement(
+            sid=SEND_DENY_SID,
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=list(SEND_ACTIONS),
+            resources=[self.queue.queue_arn],
+        )
+        self.queue.add_to_resource_policy(self._send_deny)
+        self._exempt()
+        pipe.pipe.node.add_dependency(self.queue.node.find_child("Policy"))  # made by add_to_resource_policy
+
+    def admit_sender(self, role: iam.IRole) -> None:
+        """Let ``role`` send here too (a role the operator's repairs run as); a role admitted twice counts once."""
+        if any(role is known for known in self.exempt_senders):
+            return
+        self._senders.append(role)
+        self._exempt()
+
+    def _exempt(self) -> None:
+        if self._send_deny is not None:
+            # The same operator and key again replaces the value (CDK merges conditions by operator and key),
+            # so the statement always names every exempt role once.
+            arns = [role.role_arn for role in self.exempt_senders]
+            self._send_deny.add_condition("ArnNotEquals", {"aws:PrincipalArn": arns})

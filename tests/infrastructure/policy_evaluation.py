@@ -1,0 +1,220 @@
+"""A small evaluator of IAM policy statements, to ask a synthesized template "would AWS refuse this request?".
+
+It is limited on purpose, and refuses what it does not model (``NotModelledError``) instead of guessing, so that a
+test cannot pass because a statement's unfamiliar part was ignored. What it models:
+
+- ``Effect`` Allow or Deny; ``Principal`` ``"*"`` or ``{"AWS": ...}`` with ``"*"`` or role ARNs (no
+  ``NotPrincipal``, no service or federated principals); ``Action`` and ``Resource`` as one value or a list,
+  with ``*`` and ``?`` wildcards (actions case-insensitively); no ``NotAction``, no ``NotResource``.
+- The condition operators ``StringEquals``, ``StringNotEquals``, ``StringLike``, ``StringNotLike``,
+  ``ArnEquals``, ``ArnNotEquals``, ``ArnLike``, ``ArnNotLike`` (each with the ``ForAnyValue:`` and
+  ``ForAllValues:`` qualifiers), ``Bool`` and ``Null``; no ``...IfExists``, no numeric, date or address
+  operators. A key the request lacks makes a positive operator false and a negated one true; several values
+  in the policy match when any matches (positive) or none does (negated); ``ForAnyValue`` over an absent key
+  is false and ``ForAllValues`` true (docs/aws-behaviour.md R10.2).
+- The decision within one account: an explicit Deny in any policy that applies wins, else an Allow in the
+  principal's own (identity) policies or in the resource's policy, else an implicit deny (R10.3). No
+  organisation SCPs, permission boundaries, session policies or cross-account rules.
+
+Requests carry the request context a test names: the principal's ARN (for a role session, AWS puts its
+role's ARN in ``aws:PrincipalArn``: R10.1), TLS or not, and any service key (``dynamodb:LeadingKeys``).
+Templates' references (``Ref``, ``Fn::GetAtt``) are resolved through a mapping of logical id to ARN.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+ARN_PARTS = 6
+
+
+class NotModelledError(ValueError):
+    """A part of a statement this evaluator does not model: extend it (carefully), do not skip it."""
+
+
+class Decision(StrEnum):
+    ALLOWED = "allowed"
+    EXPLICIT_DENY = "explicit deny"
+    IMPLICIT_DENY = "implicit deny"
+
+
+@dataclass(frozen=True)
+class Request:
+    action: str
+    resource: str
+    principal_arn: str | None  # None: anonymous, or a service acting as itself (no aws:PrincipalArn)
+    context: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
+    secure_transport: bool = True
+
+    def keys(self) -> dict[str, list[str]]:
+        keys: dict[str, list[str]] = {"aws:SecureTransport": ["true" if self.secure_transport else "false"]}
+        if self.principal_arn is not None:
+            keys["aws:PrincipalArn"] = [self.principal_arn]
+        for name, value in self.context.items():
+            keys[name] = [value] if isinstance(value, str) else list(value)
+        return keys
+
+
+def role_arn(name: str) -> str:
+    return f"arn:aws:iam::{ACCOUNT}:role/{name}"
+
+
+def template_arns(template: Mapping[str, Any]) -> dict[str, str]:
+    """A made-up ARN for every resource of a template (a role's as IAM writes it, a table's stream apart),
+    keyed as ``resolve`` looks them up: the logical id, or ``id.Attribute`` for another ARN attribute."""
+    arns: dict[str, str] = {}
+    for logical_id, resource in template["Resources"].items():
+        kind = resource["Type"]
+        if kind == "AWS::IAM::Role":
+            arns[logical_id] = role_arn(logical_id)
+        elif kind == "AWS::DynamoDB::Table":
+            arns[logical_id] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{logical_id}"
+            arns[f"{logical_id}.StreamArn"] = f"{arns[logical_id]}/stream/2026-01-01T00:00:00.000"
+        else:
+            service = kind.split("::")[1].lower()
+            arns[logical_id] = f"arn:aws:{service}:{REGION}:{ACCOUNT}:{logical_id}"
+    return arns
+
+
+def resolve(value: Any, arns: Mapping[str, str]) -> Any:
+    """``value`` with every ``Ref`` and ``Fn::GetAtt`` replaced by its ARN in ``arns`` (``template_arns``)."""
+    if isinstance(value, list):
+        return [resolve(item, arns) for item in value]
+    if isinstance(value, dict):
+        if set(value) == {"Ref"}:
+            return _known(arns, value["Ref"])
+        if set(value) == {"Fn::GetAtt"}:
+            logical_id, attribute = value["Fn::GetAtt"]
+            return _known(arns, logical_id if attribute == "Arn" else f"{logical_id}.{attribute}")
+        if any(key.startswith("Fn::") for key in value):
+            raise NotModelledError(f"intrinsic {sorted(value)}")
+        return {key: resolve(item, arns) for key, item in value.items()}
+    return value
+
+
+def decide(
+    request: Request, identity: Iterable[Mapping[str, Any]], resource: Iterable[Mapping[str, Any]] = ()
+) -> Decision:
+    """What AWS decides for ``request`` given the principal's identity statements and the resource's
+    policy statements (both resolved), within one account."""
+    identity, resource = list(identity), list(resource)
+    for statement in identity:
+        _refuse_principal_in_identity(statement)
+    applicable = [(s, False) for s in identity] + [(s, True) for s in resource]
+    if any(s["Effect"] == "Deny" and applies(s, request, in_resource=r) for s, r in applicable):
+        return Decision.EXPLICIT_DENY
+    if any(s["Effect"] == "Allow" and applies(s, request, in_resource=r) for s, r in applicable):
+        return Decision.ALLOWED
+    return Decision.IMPLICIT_DENY
+
+
+def applies(statement: Mapping[str, Any], request: Request, *, in_resource: bool) -> bool:
+    """Whether ``statement`` matches ``request``: principal (resource policies only), action, resource and
+    every condition."""
+    unknown = set(statement) - {"Sid", "Effect", "Principal", "Action", "Resource", "Condition"}
+    if unknown:
+        raise NotModelledError(f"statement elements {sorted(unknown)}")
+    if statement["Effect"] not in ("Allow", "Deny"):
+        raise NotModelledError(f"Effect {statement['Effect']!r}")
+    if in_resource and not _principal_matches(statement.get("Principal"), request.principal_arn):
+        return False
+    actions = _listed(statement["Action"])
+    if not any(fnmatch.fnmatchcase(request.action.lower(), pattern.lower()) for pattern in actions):
+        return False
+    if not any(_arn_like(request.resource, pattern) for pattern in _listed(statement["Resource"])):
+        return False
+    return all(
+        condition_holds(operator, key, values, request.keys())
+        for operator, block in statement.get("Condition", {}).items()
+        for key, values in block.items()
+    )
+
+
+def condition_holds(operator: str, key: str, expected: Any, keys: Mapping[str, list[str]]) -> bool:
+    """One operator on one key, against the request's keys."""
+    wanted = [str(value).lower() if isinstance(value, bool) else str(value) for value in _listed(expected)]
+    present = keys.get(key)
+    if operator == "Null":
+        return (present is None) == (wanted == ["true"])
+    if operator == "Bool":
+        return present is not None and any(value.lower() in wanted for value in present)
+    qualifier, _, base = operator.rpartition(":")
+    if base.endswith("IfExists") or base not in _MATCHERS:
+        raise NotModelledError(f"condition operator {operator}")
+    negated = "Not" in base
+    match = _MATCHERS[base]
+    if qualifier == "":
+        if present is None:
+            return negated
+        if len(present) != 1:
+            raise NotModelledError(f"{operator} on the multivalued key {key} without a set qualifier")
+        hit = any(match(present[0], value) for value in wanted)
+        return not hit if negated else hit
+    if negated:
+        raise NotModelledError(f"{operator}: negated set operators")
+
+    def one(value: str) -> bool:
+        return any(match(value, pattern) for pattern in wanted)
+
+    if qualifier == "ForAnyValue":
+        return present is not None and any(one(value) for value in present)
+    if qualifier == "ForAllValues":
+        return present is None or all(one(value) for value in present)
+    raise NotModelledError(f"condition qualifier {qualifier}")
+
+
+def _string_like(value: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+
+
+def _arn_like(value: str, pattern: str) -> bool:
+    """Each of an ARN's six colon-separated parts matched on its own, wildcards within a part; ``*`` alone
+    matches anything."""
+    if pattern == "*":
+        return True
+    value_parts, pattern_parts = value.split(":", ARN_PARTS - 1), pattern.split(":", ARN_PARTS - 1)
+    if len(value_parts) != ARN_PARTS or len(pattern_parts) != ARN_PARTS:
+        return False
+    return all(_string_like(v, p) for v, p in zip(value_parts, pattern_parts, strict=True))
+
+
+_MATCHERS = {
+    "StringEquals": lambda value, pattern: value == pattern,
+    "StringNotEquals": lambda value, pattern: value == pattern,
+    "StringLike": _string_like,
+    "StringNotLike": _string_like,
+    "ArnEquals": _arn_like,
+    "ArnNotEquals": _arn_like,
+    "ArnLike": _arn_like,
+    "ArnNotLike": _arn_like,
+}
+
+
+def _principal_matches(principal: Any, principal_arn: str | None) -> bool:
+    if principal == "*":
+        return True
+    if not isinstance(principal, Mapping) or set(principal) != {"AWS"}:
+        raise NotModelledError(f"Principal {principal!r}")
+    named = _listed(principal["AWS"])
+    return "*" in named or (principal_arn is not None and principal_arn in named)
+
+
+def _refuse_principal_in_identity(statement: Mapping[str, Any]) -> None:
+    if "Principal" in statement:
+        raise NotModelledError("a Principal in an identity policy statement")
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _known(arns: Mapping[str, str], logical_id: str) -> str:
+    if logical_id not in arns:
+        raise NotModelledError(f"a reference to {logical_id}, which the test gave no ARN")
+    return arns[logical_id]

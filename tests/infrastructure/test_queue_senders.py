@@ -1,0 +1,187 @@
+"""Only the pipe feeds each lane's queue: the queue policies deny sqs:SendMessage to every principal but the
+pipe's role and the repairs' roles, read from the synthesized template and evaluated on forged sends.
+
+The local runtime (moto) does not enforce queue policies (docs/aws-behaviour.md M23): what AWS would decide
+is asked of the synthesized policies with ``policy_evaluation``, a deliberately small evaluator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
+
+from outbox_cdk.redriven_queue import SEND_DENY_SID
+from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.policy_evaluation import (
+    ACCOUNT,
+    Decision,
+    Request,
+    decide,
+    resolve,
+    role_arn,
+    template_arns,
+)
+from tests.infrastructure.template_queries import only_resource, role_statements
+from tests.infrastructure.test_pipeline import record_change_pipeline
+
+# (queue, the pipe role that feeds it) by their construct ids in the example stack.
+LANES = [("DurableQueue", "RelayRole"), ("RecordChangesQueue", "RecordChangePipeRole")]
+OPERATOR_ROLE = "EventsOperatorRole"
+# Everyone's policy for an administrator of the account (AdministratorAccess), and a CI role just as broad.
+EVERYTHING = [{"Effect": "Allow", "Action": "*", "Resource": "*"}]
+
+
+def queue_policy(stack_template: dict[str, Any], queue_id: str) -> list[dict[str, Any]]:
+    [policy] = [
+        policy["Properties"]["PolicyDocument"]["Statement"]
+        for policy in resources_of_type(stack_template, "AWS::SQS::QueuePolicy").values()
+        if {"Ref": queue_id} in policy["Properties"]["Queues"]
+    ]
+    return list(policy)
+
+
+def send_deny(statements: list[dict[str, Any]]) -> dict[str, Any]:
+    [deny] = [statement for statement in statements if statement.get("Sid") == SEND_DENY_SID]
+    return deny
+
+
+def role_id(stack_template: dict[str, Any], prefix: str) -> str:
+    return only_resource(stack_template, "AWS::IAM::Role", prefix)[0]
+
+
+@pytest.mark.parametrize(("queue_prefix", "pipe_role_prefix"), LANES)
+def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_operator_role(
+    stack_template: dict[str, Any], queue_prefix: str, pipe_role_prefix: str
+) -> None:
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
+    statements = queue_policy(stack_template, queue_id)
+    exempt = [{"Fn::GetAtt": [role_id(stack_template, prefix), "Arn"]} for prefix in (pipe_role_prefix, OPERATOR_ROLE)]
+    assert send_deny(statements) == {
+        "Sid": SEND_DENY_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "sqs:SendMessage",
+        "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": exempt}},
+    }
+    # The TLS deny stays beside it, and nothing is allowed by the queue policy itself.
+    assert len(statements) == 2
+    assert all(statement["Effect"] == "Deny" for statement in statements)
+
+
+def test_the_dead_letter_queues_keep_the_tls_deny_only(stack_template: dict[str, Any]) -> None:
+    # SQS moves a message to a DLQ itself (no principal's SendMessage): no send deny is needed for that, and
+    # none is written, since AWS's documentation does not say how a DLQ's policy is applied to that move.
+    for queue_id in resources_of_type(stack_template, "AWS::SQS::Queue"):
+        if "DeadLetters" in queue_id:
+            assert [s.get("Sid") for s in queue_policy(stack_template, queue_id)] == [None], queue_id
+
+
+def test_each_pipe_starts_after_its_target_s_policy(stack_template: dict[str, Any]) -> None:
+    # A replaced pipe role must be admitted before the pipe sends as it, or its first batches are refused.
+    for queue_prefix, pipe_prefix in (("DurableQueue", "RelayPipe"), ("RecordChangesQueue", "RecordChangePipe")):
+        queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
+        [policy_id] = [
+            logical_id
+            for logical_id, policy in resources_of_type(stack_template, "AWS::SQS::QueuePolicy").items()
+            if {"Ref": queue_id} in policy["Properties"]["Queues"]
+        ]
+        _, pipe = only_resource(stack_template, "AWS::Pipes::Pipe", pipe_prefix)
+        assert policy_id in pipe["DependsOn"]
+
+
+# --- what AWS would decide on a send, asked of the synthesized policies -----------------------------------
+
+
+def senders(stack_template: dict[str, Any]) -> dict[str, tuple[str | None, list[dict[str, Any]]]]:
+    """Who might send: every role of the template with its own policy, an administrator, the account's root
+    user and an anonymous caller (principal ARN, identity statements resolved)."""
+    arns = template_arns(stack_template)
+    principals: dict[str, tuple[str | None, list[dict[str, Any]]]] = {
+        logical_id: (arns[logical_id], resolve(role_statements(stack_template, logical_id), arns))
+        for logical_id in resources_of_type(stack_template, "AWS::IAM::Role")
+    }
+    principals["an administrator"] = (role_arn("Administrator"), EVERYTHING)
+    principals["the root user"] = (f"arn:aws:iam::{ACCOUNT}:root", EVERYTHING)
+    principals["anonymous"] = (None, [])
+    return principals
+
+
+@pytest.mark.parametrize(("queue_prefix", "pipe_role_prefix"), LANES)
+def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
+    stack_template: dict[str, Any], queue_prefix: str, pipe_role_prefix: str
+) -> None:
+    arns = template_arns(stack_template)
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
+    policy = resolve(queue_policy(stack_template, queue_id), arns)
+    pipe, operator = role_id(stack_template, pipe_role_prefix), role_id(stack_template, OPERATOR_ROLE)
+
+    decisions = {
+        name: decide(Request("sqs:SendMessage", arns[queue_id], arn), identity, policy)
+        for name, (arn, identity) in senders(stack_template).items()
+    }
+
+    # The pipe sends: its own policy allows it and the queue's does not deny it.
+    assert decisions.pop(pipe) is Decision.ALLOWED
+    # The operator role is not denied by the queue; its own policy grants it no send, which a repair needs.
+    assert decisions.pop(operator) is Decision.IMPLICIT_DENY
+    # Everyone else is refused by the queue policy itself, whatever their own policy allows: the consumers,
+    # the other lane's pipe, the operator endpoint, the application's producer, an admin, root, anonymous.
+    assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
+    assert len(decisions) >= 8, sorted(decisions)
+
+
+def test_a_consumer_granted_every_sqs_action_still_cannot_inject(stack_template: dict[str, Any]) -> None:
+    arns = template_arns(stack_template)
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
+    consumer = role_id(stack_template, "DurableConsumer")
+    granted = [
+        *resolve(role_statements(stack_template, consumer), arns),
+        {"Effect": "Allow", "Action": "sqs:*", "Resource": "*"},
+    ]
+    policy = resolve(queue_policy(stack_template, queue_id), arns)
+
+    forged = Request("sqs:SendMessage", arns[queue_id], arns[consumer])
+
+    # (SendMessageBatch is authorised as sqs:SendMessage, R10.4: the one denied action covers it.)
+    assert decide(forged, granted, policy) is Decision.EXPLICIT_DENY
+
+
+def test_the_pipe_itself_is_still_refused_without_tls(stack_template: dict[str, Any]) -> None:
+    arns = template_arns(stack_template)
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
+    pipe = role_id(stack_template, "RelayRole")
+    identity = resolve(role_statements(stack_template, pipe), arns)
+    policy = resolve(queue_policy(stack_template, queue_id), arns)
+
+    plain = Request("sqs:SendMessage", arns[queue_id], arns[pipe], secure_transport=False)
+
+    assert decide(plain, identity, policy) is Decision.EXPLICIT_DENY
+
+
+# --- the construct: who else may send -----------------------------------------------------------------
+
+
+def test_admit_queue_sender_adds_one_role_to_both_queues_once() -> None:
+    pipeline = record_change_pipeline()
+    runbook = iam.Role(pipeline.stack, "Runbook", assumed_by=iam.AccountRootPrincipal())
+
+    pipeline.admit_queue_sender(runbook)
+    pipeline.admit_queue_sender(runbook)
+
+    template = Template.from_stack(pipeline.stack).to_json()
+    for queue_prefix, pipe_role_prefix in LANES:
+        queue_id, _ = only_resource(template, "AWS::SQS::Queue", queue_prefix)
+        exempt = send_deny(queue_policy(template, queue_id))["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+        assert exempt == [
+            {"Fn::GetAtt": [role_id(template, prefix), "Arn"]}
+            for prefix in (pipe_role_prefix, OPERATOR_ROLE, "Runbook")
+        ]
+
+
+def test_a_queue_is_fed_by_one_pipe() -> None:
+    pipeline = record_change_pipeline()
+    with pytest.raises(ValueError, match="fed by one pipe"):
+        pipeline.durable.fed_by(pipeline.relay)

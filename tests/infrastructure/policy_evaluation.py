@@ -27,7 +27,9 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
+
+from tests.infrastructure.template_queries import role_statements
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -61,8 +63,27 @@ class Request:
         return keys
 
 
+# An administrator's policy (AdministratorAccess), and CloudFormation's deployment role's, and a CI role's.
+EVERYTHING: Final = ({"Effect": "Allow", "Action": "*", "Resource": "*"},)
+
+
 def role_arn(name: str) -> str:
     return f"arn:aws:iam::{ACCOUNT}:role/{name}"
+
+
+def account_principals(template: Mapping[str, Any]) -> dict[str, tuple[str | None, list[dict[str, Any]]]]:
+    """Who of the account might call: every role of the template with its own policy (resolved), an
+    administrator, the account's root user, and an anonymous caller: name -> (principal ARN, statements)."""
+    arns = template_arns(template)
+    principals: dict[str, tuple[str | None, list[dict[str, Any]]]] = {
+        logical_id: (arns[logical_id], resolve(role_statements(dict(template), logical_id), arns))
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::IAM::Role"
+    }
+    principals["an administrator"] = (role_arn("Administrator"), list(EVERYTHING))
+    principals["the root user"] = (f"arn:aws:iam::{ACCOUNT}:root", list(EVERYTHING))
+    principals["anonymous"] = (None, [])
+    return principals
 
 
 def template_arns(template: Mapping[str, Any]) -> dict[str, str]:

@@ -14,23 +14,13 @@ from aws_cdk.assertions import Template
 
 from outbox_cdk.redriven_queue import SEND_DENY_SID
 from tests.infrastructure.conftest import resources_of_type
-from tests.infrastructure.policy_evaluation import (
-    ACCOUNT,
-    Decision,
-    Request,
-    decide,
-    resolve,
-    role_arn,
-    template_arns,
-)
+from tests.infrastructure.policy_evaluation import Decision, Request, account_principals, decide, resolve, template_arns
 from tests.infrastructure.template_queries import only_resource, role_statements
 from tests.infrastructure.test_pipeline import record_change_pipeline
 
 # (queue, the pipe role that feeds it) by their construct ids in the example stack.
 LANES = [("DurableQueue", "RelayRole"), ("RecordChangesQueue", "RecordChangePipeRole")]
 OPERATOR_ROLE = "EventsOperatorRole"
-# Everyone's policy for an administrator of the account (AdministratorAccess), and a CI role just as broad.
-EVERYTHING = [{"Effect": "Allow", "Action": "*", "Resource": "*"}]
 
 
 def queue_policy(stack_template: dict[str, Any], queue_id: str) -> list[dict[str, Any]]:
@@ -95,20 +85,6 @@ def test_each_pipe_starts_after_its_target_s_policy(stack_template: dict[str, An
 # --- what AWS would decide on a send, asked of the synthesized policies -----------------------------------
 
 
-def senders(stack_template: dict[str, Any]) -> dict[str, tuple[str | None, list[dict[str, Any]]]]:
-    """Who might send: every role of the template with its own policy, an administrator, the account's root
-    user and an anonymous caller (principal ARN, identity statements resolved)."""
-    arns = template_arns(stack_template)
-    principals: dict[str, tuple[str | None, list[dict[str, Any]]]] = {
-        logical_id: (arns[logical_id], resolve(role_statements(stack_template, logical_id), arns))
-        for logical_id in resources_of_type(stack_template, "AWS::IAM::Role")
-    }
-    principals["an administrator"] = (role_arn("Administrator"), EVERYTHING)
-    principals["the root user"] = (f"arn:aws:iam::{ACCOUNT}:root", EVERYTHING)
-    principals["anonymous"] = (None, [])
-    return principals
-
-
 @pytest.mark.parametrize(("queue_prefix", "pipe_role_prefix"), LANES)
 def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
     stack_template: dict[str, Any], queue_prefix: str, pipe_role_prefix: str
@@ -120,7 +96,7 @@ def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
 
     decisions = {
         name: decide(Request("sqs:SendMessage", arns[queue_id], arn), identity, policy)
-        for name, (arn, identity) in senders(stack_template).items()
+        for name, (arn, identity) in account_principals(stack_template).items()
     }
 
     # The pipe sends: its own policy allows it and the queue's does not deny it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -27,6 +28,17 @@ EVENT_ROW_MUTATIONS = [
     "dynamodb:PartiQLUpdate",
     "dynamodb:PartiQLDelete",
 ]
+
+# "Any key of the request is an event row". ForAnyValue, not the ForAllValues that AWS prescribes for Allow
+# statements: in a Deny we want a BatchWriteItem that mixes an event row with other rows denied too.
+# ForAnyValue is false when the key is absent (Scan, DescribeTable, UpdateTable), so the Null guard that
+# ForAllValues needs is kept only to make the intent explicit.
+EVENT_ROW_CONDITIONS: Final = {
+    "ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [EVENT_ROW_PARTITION_PATTERN]},
+    "Null": {"dynamodb:LeadingKeys": "false"},
+}
+# The table's resource policy statement that refuses those mutations to every principal but the operator role.
+RESOURCE_DENY_SID: Final = "DenyEventRowMutationToAllButTheOperatorRole"
 
 # What emit() calls: a consistent GetItem of the chain head, then one TransactWriteItems, authorised per item:
 # PutItem for the event row (and the tenant's index row, with its first event) and the head's first write,
@@ -54,8 +66,9 @@ EMIT_KEY_ACTIONS = [
 class EventsTable(Construct):
     """The append-only events table with its stream, and the grants that keep it append-only.
 
-    Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, so no role made
-    through this construct can update or delete an event row; only the operator role may. With
+    Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, and the table's
+    resource policy carries the same Deny for every principal whose ARN is not the operator role's, so no
+    principal of the account but the operator role can update or delete an event row. With
     ``encryption_key`` (a customer-managed key for the table and its stream), every grant grants the key too.
     """
 
@@ -80,6 +93,7 @@ class EventsTable(Construct):
             "deliberately, for a documented repair; every other role is denied.",
         )
         self.grant_repair(self.operator_role)
+        self._deny_event_row_mutation_to_all_but_the_operator_role()
         if encryption_key is not None:
             acknowledge_key_wildcards(self.operator_role, "grant_read_write_data on the events table")
 
@@ -107,19 +121,41 @@ class EventsTable(Construct):
         self.table.grant_read_write_data(grantee)  # and the table's key, if any (CDK's key read and write actions)
 
     def _deny_event_row_mutation(self, grantee: iam.IGrantable) -> None:
-        # ForAnyValue, not the ForAllValues that AWS prescribes for Allow statements: in a Deny we want
-        # "any key in the request is an event row", so a BatchWriteItem that mixes an event row with
-        # other rows is denied too. ForAnyValue is false when the key is absent (Scan, DescribeTable),
-        # so the Null guard that ForAllValues needs is kept only to make the intent explicit.
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="DenyEventRowMutation",
                 effect=iam.Effect.DENY,
                 actions=EVENT_ROW_MUTATIONS,
                 resources=[self.table.table_arn],
+                conditions=EVENT_ROW_CONDITIONS,
+            )
+        )
+
+    def _deny_event_row_mutation_to_all_but_the_operator_role(self) -> None:
+        """The same Deny in the table's resource policy, so that it binds every principal, admins, CI and
+        the root user included, and not only the roles granted through this construct (R10.3).
+
+        - ``Resource: "*"``, the table itself: a resource policy cannot name the ARN of the table it is
+          created with (CloudFormation would have to know the ARN first; R10.6), and CDK writes ``*`` for it.
+        - Only item mutations of event rows: no table action (``UpdateTable``, ``PutResourcePolicy``,
+          ``DeleteResourcePolicy``, ``UpdateTimeToLive``, tags, backups), so CloudFormation can still update
+          the table and this policy, and neither can lock the other out. DynamoDB's own work (a TTL delete,
+          run as the service) is no principal's request; the events table has no TTL anyway.
+        - ``PutItem`` is not denied: IAM cannot tell an append from an overwrite, and every emitter appends
+          with it; an overwrite by a role that may emit is not prevented here (see tamper evidence).
+        - A principal allowed ``dynamodb:PutResourcePolicy`` (an administrator) can lift it, which CloudTrail
+          records; denying that too would deny it to CloudFormation's role.
+        """
+        self.table.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=RESOURCE_DENY_SID,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=EVENT_ROW_MUTATIONS,
+                resources=["*"],
                 conditions={
-                    "ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [EVENT_ROW_PARTITION_PATTERN]},
-                    "Null": {"dynamodb:LeadingKeys": "false"},
+                    **EVENT_ROW_CONDITIONS,
+                    "ArnNotEquals": {"aws:PrincipalArn": [self.operator_role.role_arn]},
                 },
             )
         )

@@ -1,0 +1,159 @@
+"""The events table's resource policy: the event-row Deny binds every principal of the account but the operator
+role (admins, CI and the root user included), read from the synthesized template and evaluated on requests.
+
+moto enforces no resource policy (docs/aws-behaviour.md M23): AWS's decision is asked of the synthesized
+policies with ``policy_evaluation``, a deliberately small evaluator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from outbox_cdk.events_table import EVENT_ROW_CONDITIONS, EVENT_ROW_MUTATIONS, RESOURCE_DENY_SID
+from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.policy_evaluation import (
+    EVERYTHING,
+    Decision,
+    Request,
+    account_principals,
+    decide,
+    resolve,
+    role_arn,
+    template_arns,
+)
+from tests.infrastructure.template_queries import only_resource
+
+# DynamoDB's limit for a resource policy, whitespace counted (docs/aws-behaviour.md R10.6).
+RESOURCE_POLICY_MAX_BYTES = 20 * 1024
+EVENT_ROW = "TENANT#acme#EVENT"
+HEAD_ROW = "TENANT#acme#HEAD"
+# What CloudFormation (and an operator at the console) calls on the table itself, which no LeadingKeys name.
+TABLE_ACTIONS = [
+    "dynamodb:UpdateTable",
+    "dynamodb:PutResourcePolicy",
+    "dynamodb:DeleteResourcePolicy",
+    "dynamodb:GetResourcePolicy",
+    "dynamodb:UpdateTimeToLive",
+    "dynamodb:UpdateContinuousBackups",
+    "dynamodb:TagResource",
+    "dynamodb:DescribeTable",
+    "dynamodb:Scan",
+]
+
+
+def table_policy(stack_template: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    _, table = only_resource(stack_template, "AWS::DynamoDB::Table", prefix)
+    policy: dict[str, Any] | None = table["Properties"].get("ResourcePolicy", {}).get("PolicyDocument")
+    return policy
+
+
+def test_the_events_table_denies_event_row_mutations_to_all_but_the_operator_role(
+    stack_template: dict[str, Any],
+) -> None:
+    operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "EventsOperatorRole")
+    policy = table_policy(stack_template, "EventsTable")
+    assert policy is not None
+    assert policy["Statement"] == [
+        {
+            "Sid": RESOURCE_DENY_SID,
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": sorted(EVENT_ROW_MUTATIONS),
+            # The table itself: a policy cannot name the ARN of the table it is created with (R10.6).
+            "Resource": "*",
+            "Condition": {
+                **EVENT_ROW_CONDITIONS,
+                "ArnNotEquals": {"aws:PrincipalArn": [{"Fn::GetAtt": [operator_id, "Arn"]}]},
+            },
+        }
+    ]
+    assert "dynamodb:PutItem" not in EVENT_ROW_MUTATIONS, "every emitter appends with PutItem"
+
+
+def test_no_other_table_has_a_resource_policy(stack_template: dict[str, Any]) -> None:
+    # The inbox expires rows by TTL and the data table is the application's: neither gets a policy here.
+    tables = resources_of_type(stack_template, "AWS::DynamoDB::Table")
+    with_policy = [logical_id for logical_id, table in tables.items() if "ResourcePolicy" in table["Properties"]]
+    assert len(with_policy) == 1, with_policy
+    assert "EventsTable" in with_policy[0]
+
+
+def test_the_policy_stays_far_under_dynamodb_s_size_limit(stack_template: dict[str, Any]) -> None:
+    # With the longest role ARN IAM allows (a 512-character path and a 64-character name), pretty-printed.
+    arns = template_arns(stack_template)
+    operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "EventsOperatorRole")
+    arns[operator_id] = role_arn("p" * 511 + "/" + "r" * 64)
+    policy = resolve(table_policy(stack_template, "EventsTable"), arns)
+    size = len(json.dumps(policy, indent=4).encode())
+    assert size < RESOURCE_POLICY_MAX_BYTES / 10, size
+
+
+# --- what AWS would decide, asked of the synthesized policies ----------------------------------------------
+
+
+def decision(
+    stack_template: dict[str, Any],
+    principal: str,
+    action: str,
+    *leading_keys: str,
+    identity: list[dict[str, Any]] | None = None,
+) -> Decision:
+    """AWS's decision on ``principal`` (a name of ``account_principals``, or a role's construct id) calling
+    ``action`` on the events table, for items in the partitions ``leading_keys``."""
+    arns = template_arns(stack_template)
+    table_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
+    principals = account_principals(stack_template)
+    name = principal if principal in principals else only_resource(stack_template, "AWS::IAM::Role", principal)[0]
+    arn, own = principals[name]
+    policy = table_policy(stack_template, "EventsTable")
+    assert policy is not None
+    statements = policy["Statement"]
+    request = Request(action, arns[table_id], arn, {"dynamodb:LeadingKeys": list(leading_keys)} if leading_keys else {})
+    return decide(request, own if identity is None else identity, resolve(statements, arns))
+
+
+@pytest.mark.parametrize("principal", ["an administrator", "the root user", "DurableConsumer", "PlaceOrder"])
+@pytest.mark.parametrize("action", EVENT_ROW_MUTATIONS)
+def test_nobody_but_the_operator_role_may_change_or_remove_an_event_row(
+    stack_template: dict[str, Any], principal: str, action: str
+) -> None:
+    # Given any principal of the account, even one whose own policy allows everything (a CI role, an admin)
+    assert decision(stack_template, principal, action, EVENT_ROW, identity=list(EVERYTHING)) is Decision.EXPLICIT_DENY
+
+
+@pytest.mark.parametrize("action", EVENT_ROW_MUTATIONS)
+def test_the_operator_role_may(stack_template: dict[str, Any], action: str) -> None:
+    if action.startswith("dynamodb:PartiQL"):
+        # Its own policy (CDK's read-write grant) names no PartiQL action: not denied by the table, not granted.
+        assert decision(stack_template, "EventsOperatorRole", action, EVENT_ROW) is Decision.IMPLICIT_DENY
+    else:
+        assert decision(stack_template, "EventsOperatorRole", action, EVENT_ROW) is Decision.ALLOWED
+
+
+def test_a_batch_that_mixes_in_one_event_row_is_denied_and_one_without_is_not(stack_template: dict[str, Any]) -> None:
+    mixed = ("ORDER#1", EVENT_ROW)
+    assert decision(stack_template, "an administrator", "dynamodb:BatchWriteItem", *mixed) is Decision.EXPLICIT_DENY
+    assert decision(stack_template, "an administrator", "dynamodb:BatchWriteItem", "ORDER#1") is Decision.ALLOWED
+
+
+@pytest.mark.parametrize("principal", ["PlaceOrder", "DurableConsumer"])
+def test_an_emitter_still_appends_and_moves_the_head(stack_template: dict[str, Any], principal: str) -> None:
+    # emit() is one transaction: PutItem of the event row, UpdateItem of the head, both authorised per item.
+    # IAM cannot tell this PutItem from an overwrite of an existing row: not prevented here (see tamper evidence).
+    assert decision(stack_template, principal, "dynamodb:PutItem", EVENT_ROW) is Decision.ALLOWED
+    assert decision(stack_template, principal, "dynamodb:UpdateItem", HEAD_ROW) is Decision.ALLOWED
+    assert decision(stack_template, principal, "dynamodb:GetItem", HEAD_ROW) is Decision.ALLOWED
+
+
+@pytest.mark.parametrize("action", TABLE_ACTIONS)
+def test_cloudformation_and_administrators_keep_every_table_action(stack_template: dict[str, Any], action: str) -> None:
+    # CloudFormation deploys with a role as broad as an administrator's: the policy never locks it out of
+    # updating the table, its settings or this very policy.
+    assert decision(stack_template, "an administrator", action) is Decision.ALLOWED
+
+
+def test_reads_of_event_rows_are_not_the_policy_s_business(stack_template: dict[str, Any]) -> None:
+    for action in ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"):
+        assert decision(stack_template, "an administrator", action, EVENT_ROW) is Decision.ALLOWED

@@ -30,7 +30,7 @@ from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import OperationRefusedError, Operations
 from outbox.subscriptions import Lane
-from simulation.catalog import MALFORMED_BODIES, create_item
+from simulation.catalog import ITEM_CREATED, MALFORMED_BODIES, create_item
 from simulation.recorder import Observations, Send, brief
 from simulation.schedule import (
     Action,
@@ -582,6 +582,38 @@ class Driver:
             )
             self.world.tampered[tenant] = victim
             self.trace.add("log", f"{tenant} seq {victim.seq} is rewritten with a recomputed hash")
+            return
+
+    def forge(self) -> None:
+        """Someone the durable queue admits (or a policy that admits too much) sends it a tenant's next event:
+        linked to the head's hash, sealed with a hash that matches, of a type with durable subscriptions. Only
+        the log can tell it from a real one: it never held it."""
+        for tenant in self.world.schedule.tenants:
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            created = [event for event in log if event.type == ITEM_CREATED]
+            if not created:
+                continue
+            event_id = self.world.ids()
+            unsealed = created[-1].model_copy(
+                update={
+                    "id": event_id,
+                    "seq": log[-1].seq + 1,
+                    "prev_hash": log[-1].hash,
+                    "correlation_id": event_id,
+                    "causation_id": None,
+                    "actor": "forger",
+                    "payload": {**created[-1].payload, "amount": int(created[-1].payload["amount"]) + 1000},
+                }
+            )
+            forged = unsealed.model_copy(update={"hash": unsealed.computed_hash()})
+            self.world.forged.append(event_id)
+            self.sqs.send_message(
+                QueueUrl=self.durable_queue_url,
+                MessageBody=json.dumps(forged.to_item()),
+                MessageGroupId=tenant,
+                MessageDeduplicationId=f"forged-{event_id}",
+            )
+            self.trace.add("sqs", f"{tenant}'s next event, seq {forged.seq}, forged: the log never held it")
             return
 
     def _create(self, emitter: Emitter, action: Emit, record: EmitRecord) -> None:

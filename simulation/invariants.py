@@ -272,12 +272,17 @@ def _repairs_run_what_they_name(world: World, observations: Observations) -> lis
 
 
 def _conflicts_are_recorded(world: World, state: State) -> list[Violation]:
-    """A copy of an event with other content is recorded as a conflict (and never run)."""
+    """A copy of an event with other content, or an event the log never held, is recorded as a conflict (and
+    never run: an effect for no event of the log is a violation of its own)."""
     conflicts = {row.event_id for row in state.dead_letters if row.reason == "conflict"}
     found = [
         Violation(2, f"{world.trace.event(event_id)}: a copy with other content came, and no conflict was recorded")
         for event_id in sorted(set(world.conflicting_copies) - conflicts)
     ]
+    found.extend(
+        Violation(2, f"forged event {event_id}: the log never held it, and no conflict was recorded")
+        for event_id in sorted(set(world.forged) - conflicts)
+    )
     for victim in world.tampered.values():
         other_copies = {*world.conflicting_copies, *world.altered_in_transit}
         if victim.id in conflicts and victim.id not in other_copies:

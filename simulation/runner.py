@@ -97,6 +97,9 @@ def _run(
         if world.schedule.tamper:
             driver.tamper()
             runtime.run_until_idle()  # the rewrite is a MODIFY on the stream: the relay must not pass it on
+        if world.schedule.forge:
+            driver.forge()
+            runtime.run_until_idle()
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

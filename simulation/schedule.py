@@ -82,6 +82,8 @@ _FAULT_MENU: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
 _BATCH = 10  # the durable event source mapping's batch size: a tenant's backlog beyond it waits in the queue
 _BACKLOG_FAILURES = FaultRate(0.35, 8)
 _TAMPER_CHANCE = 0.25
+# Drawn from a stream of its own, like the tampering, so that adding it changed no other part of a schedule.
+_FORGE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
@@ -183,6 +185,9 @@ class Schedule:
     # At the very end, someone with write access rewrites an event in the middle of a tenant's log and
     # recomputes its hash; verify_chain must say so.
     tamper: bool = False
+    # Then someone who may send to the durable queue sends it the next event of a tenant's chain, hash and link
+    # valid, that the log never held; the consumer must refuse it and record it, never run it.
+    forge: bool = False
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -204,6 +209,8 @@ class Schedule:
         lines.extend(f"  afterwards: {_describe(action)}" for action in self.aged)
         if self.tamper:
             lines.append("  at the end: an event in the middle of a tenant's log is rewritten, its hash recomputed")
+        if self.forge:
+            lines.append("  at the end: the durable queue is sent a tenant's next event, which the log never held")
         return lines
 
 
@@ -253,6 +260,7 @@ def generate(seed: int) -> Schedule:
         replay_at_the_end=not aged and rng.random() < 0.5,
         aged=aged,
         tamper=random.Random(f"schedule:{seed}:tamper").random() < _TAMPER_CHANCE,
+        forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
     )
 
 

@@ -103,6 +103,7 @@ class World:
     retention_passed: bool = False  # a time jump went past the inbox's retention
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
+    forged: list[str] = field(default_factory=list)  # ids of events the log never held, sent to the durable queue
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
 

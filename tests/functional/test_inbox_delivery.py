@@ -11,7 +11,7 @@ import pytest
 
 from outbox import FollowUp, HandlerResult, Lane, TerminalError, writes
 from outbox.subscriptions import Delivery, Subscription
-from tests.functional.conftest import ORDERS_TABLE
+from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE
 from tests.functional.inbox_harness import (
     MAX_ATTEMPTS,
     HarnessFactory,
@@ -203,9 +203,29 @@ def test_a_conflicting_payload_under_the_same_event_id_is_a_recorded_terminal_co
     assert h.claim_status("shipping.book", event) == "COMPLETED", "the original claim is untouched"
     [conflict] = h.dead_letters()
     assert conflict["reason"]["S"] == "conflict"
-    assert conflict["stored_digest"]["S"] != conflict["received_digest"]["S"]
+    # Refused before any claim: the events table holds the original at that seq, not this content.
+    assert (conflict["logged_hash"]["S"], conflict["received_hash"]["S"]) == (event.hash, forged.hash)
     assert h.queue_depth(h.queue_url) == 0
     assert h.dlq_bodies() == []
+
+
+def test_content_the_log_holds_but_another_claim_ran_is_a_conflict_of_digests(make_harness: HarnessFactory) -> None:
+    """The inbox's own digest check stays, behind the log's: an operator rewrites an event row after its
+    delivery, and a repair sends the row as the table now holds it."""
+    h = make_harness(one_subscription)
+    event = h.emit(amount=10)
+    h.esm.drain()
+    rewritten = event.model_copy(update={"payload": {"amount": 11}})
+    rewritten = rewritten.model_copy(update={"hash": rewritten.computed_hash()})
+    h.dynamodb.put_item(TableName=EVENTS_TABLE, Item=rewritten.to_item())
+    h.publish(rewritten, dedup_id=f"{event.id}-repaired")
+
+    h.esm.drain()
+
+    assert h.runs("shipping.book", event) == 1
+    [conflict] = h.dead_letters()
+    assert (conflict["reason"]["S"], conflict["error_type"]["S"]) == ("conflict", "ConflictingPayload")
+    assert conflict["stored_digest"]["S"] != conflict["received_digest"]["S"]
 
 
 def test_poison_pills_are_recorded_and_never_block_the_tenants_group(make_harness: HarnessFactory) -> None:

@@ -38,7 +38,7 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.OPERATOR_INTERRUPTED: "redrive-deletes-before-send",
     Fault.EARLY_REDELIVERY: "in-progress-acknowledged",
     Fault.BROKEN_DEPLOY: "redrive-deletes-before-send",
-    Fault.CONFLICTING_COPY: "claim-ignores-digest",
+    Fault.CONFLICTING_COPY: "log-refusal-unrecorded",
     "malformed bodies": "altered-envelope-accepted",
     "backlogs behind a failing head": "dead-by-receive-count",
     "redeliveries after the deduplication window": "claim-ignores-may-create",
@@ -48,6 +48,7 @@ FAULT_CLASSES: dict[str, str] = {
     "a log rewritten at the end": "verify-ignores-links",
     "INLINE handlers under head races": "inline-writes-not-resealed",
     "events near and past the relay's bound": "relay-bound-unchecked",
+    "events the log never held (at the end)": "log-check-skipped",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import ValidationError
 
+from outbox import keys
 from outbox.envelope import Envelope
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
@@ -146,6 +147,10 @@ class DurableConsumer:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self._count(Metric.UNMATCHED)
             return
+        doubt = self._not_in_log(envelope)
+        if doubt is not None:
+            self._refuse(envelope, subscriptions, doubt, message.receive_count)
+            return
         digest = envelope_digest(envelope)  # once per message, not per subscription
         # Absence of a claim row proves "never completed" only while the inbox still remembers completions
         # (a repair message is vouched for by the REPLAYING row its repair wrote, at any age).
@@ -276,6 +281,53 @@ class DurableConsumer:
             return DeliveryOutcome.RETRY  # as above: the next receive sees what the new owner did
         self._count(Metric.RETRIES)
         return DeliveryOutcome.RETRY
+
+    def _not_in_log(self, envelope: Envelope) -> tuple[str, str] | None:
+        """Why the events table does not vouch for this event, and the hash it holds at the event's place
+        ("" for none); None when the row at (tenant, seq) has the event's hash.
+
+        A message's own hash proves nothing about its origin: whoever forges one computes it too. The log does:
+        the one strongly consistent GetItem per message that would run something (a read request unit per
+        started 4 KB of the row; docs/security.md). Strongly consistent, since an eventually consistent read
+        may miss a row the pipe has already relayed (the stream carries a transaction only after it commits,
+        R7.4); a repair sends the row as the table holds it. Equal hashes mean equal content: the hash covers
+        every field, and the message was checked against its own hash when it was read."""
+        item = self.store.client.get_item(
+            TableName=self.store.table_name,
+            Key=keys.event_key(envelope.tenant, envelope.seq),
+            ConsistentRead=True,
+            ProjectionExpression="#hash",
+            ExpressionAttributeNames={"#hash": "hash"},
+        ).get("Item")
+        logged = str(((item or {}).get("hash") or {}).get("S", ""))
+        if logged == envelope.hash:
+            return None
+        where = f"seq {envelope.seq} of tenant {envelope.tenant}"
+        if item is None:
+            return f"the events table has no event at {where}: the message was not relayed from the log", ""
+        return f"the events table holds another event at {where} (hash {logged}): the message is not the log's", logged
+
+    def _refuse(
+        self, envelope: Envelope, subscriptions: tuple[Subscription, ...], doubt: tuple[str, str], receive_count: int
+    ) -> None:
+        """Never run an event the log does not hold: a conflict dead letter per subscription it would have run,
+        and the message is acknowledged (a forger cannot block the tenant's group with it)."""
+        why, logged = doubt
+        error = f"event {envelope.id} was not run: {why}"
+        logger.error(
+            "refused event %s: %s", envelope.id, why, extra={"event_id": envelope.id, "tenant": envelope.tenant}
+        )
+        for subscription in subscriptions:
+            self.inbox.record_refusal(
+                envelope,
+                subscription.name,
+                error,
+                "NotInEventLog",
+                receive_count,
+                received_hash=envelope.hash,
+                logged_hash=logged,
+            )
+            self._count(Metric.CONFLICTS)
 
     def _unverifiable(
         self, envelope: Envelope, subscription: Subscription, digest: str, receive_count: int

@@ -62,7 +62,7 @@ class ClaimOutcome(StrEnum):
 class DeadReason(StrEnum):
     TERMINAL = "terminal"  # a terminal error, invalid input, or a handler that broke its contract
     EXHAUSTED = "exhausted"  # every attempt failed (or crashed): the claim's attempts, not receives, decide
-    CONFLICT = "conflict"  # the same event id arrived with a different digest
+    CONFLICT = "conflict"  # other content under a claimed event id, or an event the events table does not hold
     UNVERIFIABLE = "unverifiable"  # older than the inbox's retention: it may have completed and been forgotten
 
 
@@ -568,17 +568,26 @@ class Inbox(InboxReader):
         """A delivery whose content differs from the claimed one: recorded with both digests, never run."""
         stored = existing.get("digest", {}).get("S", "")
         received = envelope_digest(envelope)
-        item = self.dead_letter_item(
+        self.record_refusal(
             envelope,
             subscription,
             f"event {envelope.id} arrived with digest {received}, but {subscription} claimed it with {stored}",
             "ConflictingPayload",
-            DeadReason.CONFLICT,
             receive_count,
+            stored_digest=stored,
         )
+
+    def record_refusal(
+        self, envelope: Envelope, subscription: str, error: str, error_type: str, receive_count: int, **facts: str
+    ) -> None:
+        """A delivery of ``subscription`` that is never run: a ``conflict`` dead letter, one per content that
+        arrived (so a repeat rewrites its own row, never another pair's dead letter), ``facts`` beside it. It
+        touches no claim: what the log holds under that id still runs, or already ran, as it should."""
+        received = envelope_digest(envelope)
+        item = self.dead_letter_item(envelope, subscription, error, error_type, DeadReason.CONFLICT, receive_count)
         item["sk"] = {"S": keys.conflict_sort_key(envelope.id, subscription, received)}
-        item["stored_digest"] = {"S": stored}
         item["received_digest"] = {"S": received}
+        item.update({name: {"S": value} for name, value in facts.items()})
         self.client.put_item(TableName=self.table_name, Item=item)
 
     def dead_letter_item(

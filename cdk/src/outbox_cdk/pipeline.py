@@ -279,6 +279,7 @@ class OutboxPipeline(Construct):
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
         self.runbook = RunbookRole(self, "Runbook", operators=operators, operated=operated)
+        self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
         self.monitoring = self._monitor()
         self._declare_outputs(environment)
 

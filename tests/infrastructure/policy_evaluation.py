@@ -89,7 +89,8 @@ def account_principals(template: Mapping[str, Any]) -> dict[str, tuple[str | Non
 def template_arns(template: Mapping[str, Any]) -> dict[str, str]:
     """A made-up ARN for every resource of a template (a role's as IAM writes it, a table's stream apart),
     keyed as ``resolve`` looks them up: the logical id, or ``id.Attribute`` for another ARN attribute."""
-    arns: dict[str, str] = {}
+    # The stack's own id (the runbook role's DescribeStacks is scoped to it).
+    arns: dict[str, str] = {"AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/OutboxEngine/1"}
     for logical_id, resource in template["Resources"].items():
         kind = resource["Type"]
         if kind == "AWS::IAM::Role":

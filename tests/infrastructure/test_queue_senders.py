@@ -21,6 +21,7 @@ from tests.infrastructure.test_pipeline import record_change_pipeline
 # (queue, the pipe role that feeds it) by their construct ids in the example stack.
 LANES = [("DurableQueue", "RelayRole"), ("RecordChangesQueue", "RecordChangePipeRole")]
 OPERATOR_ROLE = "EventsOperatorRole"
+RUNBOOK_ROLE = "OutboxRunbookRole"
 
 
 def queue_policy(stack_template: dict[str, Any], queue_id: str) -> list[dict[str, Any]]:
@@ -42,12 +43,15 @@ def role_id(stack_template: dict[str, Any], prefix: str) -> str:
 
 
 @pytest.mark.parametrize(("queue_prefix", "pipe_role_prefix"), LANES)
-def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_operator_role(
+def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_repair_roles(
     stack_template: dict[str, Any], queue_prefix: str, pipe_role_prefix: str
 ) -> None:
     queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
     statements = queue_policy(stack_template, queue_id)
-    exempt = [{"Fn::GetAtt": [role_id(stack_template, prefix), "Arn"]} for prefix in (pipe_role_prefix, OPERATOR_ROLE)]
+    exempt = [
+        {"Fn::GetAtt": [role_id(stack_template, prefix), "Arn"]}
+        for prefix in (pipe_role_prefix, OPERATOR_ROLE, RUNBOOK_ROLE)
+    ]
     assert send_deny(statements) == {
         "Sid": SEND_DENY_SID,
         "Effect": "Deny",
@@ -66,7 +70,9 @@ def test_the_dead_letter_queues_keep_the_tls_deny_only(stack_template: dict[str,
     # none is written, since AWS's documentation does not say how a DLQ's policy is applied to that move.
     for queue_id in resources_of_type(stack_template, "AWS::SQS::Queue"):
         if "DeadLetters" in queue_id:
-            assert [s.get("Sid") for s in queue_policy(stack_template, queue_id)] == [None], queue_id
+            sids = [s.get("Sid") for s in queue_policy(stack_template, queue_id)]
+            # the anchoring's DLQ also admits its schedule's rule (CDK's statement for EventBridge's DLQ)
+            assert [sid for sid in sids if not (sid or "").startswith("AllowEventRule")] == [None], queue_id
 
 
 def test_each_pipe_starts_after_its_target_s_policy(stack_template: dict[str, Any]) -> None:
@@ -93,6 +99,7 @@ def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
     queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
     policy = resolve(queue_policy(stack_template, queue_id), arns)
     pipe, operator = role_id(stack_template, pipe_role_prefix), role_id(stack_template, OPERATOR_ROLE)
+    runbook = role_id(stack_template, RUNBOOK_ROLE)
 
     decisions = {
         name: decide(Request("sqs:SendMessage", arns[queue_id], arn), identity, policy)
@@ -103,6 +110,8 @@ def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
     assert decisions.pop(pipe) is Decision.ALLOWED
     # The operator role is not denied by the queue; its own policy grants it no send, which a repair needs.
     assert decisions.pop(operator) is Decision.IMPLICIT_DENY
+    # The runbook role sends repairs (replay, reconcile, redrive): its policy grants it, the queue admits it.
+    assert decisions.pop(runbook) is Decision.ALLOWED
     # Everyone else is refused by the queue policy itself, whatever their own policy allows: the consumers,
     # the other lane's pipe, the operator endpoint, the application's producer, an admin, root, anonymous.
     assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
@@ -142,10 +151,11 @@ def test_the_pipe_itself_is_still_refused_without_tls(stack_template: dict[str, 
 
 def test_admit_queue_sender_adds_one_role_to_both_queues_once() -> None:
     pipeline = record_change_pipeline()
-    runbook = iam.Role(pipeline.stack, "Runbook", assumed_by=iam.AccountRootPrincipal())
+    oncall = iam.Role(pipeline.stack, "Oncall", assumed_by=iam.AccountRootPrincipal())
 
-    pipeline.admit_queue_sender(runbook)
-    pipeline.admit_queue_sender(runbook)
+    pipeline.admit_queue_sender(oncall)
+    pipeline.admit_queue_sender(oncall)
+    pipeline.admit_queue_sender(pipeline.runbook.role)  # already admitted by the pipeline itself
 
     template = Template.from_stack(pipeline.stack).to_json()
     for queue_prefix, pipe_role_prefix in LANES:
@@ -153,7 +163,7 @@ def test_admit_queue_sender_adds_one_role_to_both_queues_once() -> None:
         exempt = send_deny(queue_policy(template, queue_id))["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
         assert exempt == [
             {"Fn::GetAtt": [role_id(template, prefix), "Arn"]}
-            for prefix in (pipe_role_prefix, OPERATOR_ROLE, "Runbook")
+            for prefix in (pipe_role_prefix, OPERATOR_ROLE, RUNBOOK_ROLE, "Oncall")
         ]
 
 

@@ -91,11 +91,12 @@ def finding_from_stream_record(record: Mapping[str, Any]) -> Finding:
 def _stream_time(change: Mapping[str, Any]) -> str:
     created = change.get("ApproximateCreationDateTime")
     if isinstance(created, (int, float)):
-        return _iso(datetime.fromtimestamp(created, UTC))
+        return iso_seconds(datetime.fromtimestamp(created, UTC))
     return str(created or "")
 
 
-def _iso(moment: datetime) -> str:
+def iso_seconds(moment: datetime) -> str:
+    """A moment as the audit table writes it: UTC, to the second."""
     return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
@@ -132,7 +133,7 @@ class AuditLog:
         changes nothing. Returns the new anchor, or None if there was nothing to advance."""
         if not report.intact or report.head_seq == 0 or (report.anchor_seq or 0) >= report.head_seq:
             return None
-        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, _iso(now))
+        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, iso_seconds(now))
         try:
             self.client.put_item(
                 TableName=self.table_name,
@@ -151,7 +152,7 @@ class AuditLog:
         with who and why. The one way an anchor moves other than forward."""
         if not report.intact or report.head_seq == 0:
             raise ValueError(f"tenant {report.tenant}'s chain is not intact ({report.detail}): repair it first")
-        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, _iso(now))
+        anchor = Anchor(report.tenant, report.head_seq, report.head_hash, iso_seconds(now))
         self.record(
             Finding(
                 tenant=report.tenant,

@@ -23,7 +23,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record
+from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record, iso_seconds
 from outbox.chain import ChainReport, verify_chain
 from outbox.query import read_tenants
 
@@ -112,7 +112,7 @@ class Auditor:
             # One finding per break, however many passes see it.
             finding_id=f"BREAK#{report.first_broken_seq}#{report.reason}",
             seq=report.first_broken_seq,
-            observed_at=now.isoformat(timespec="seconds"),
+            observed_at=iso_seconds(now),
             detail=report.detail,
         )
         if self.audit.record(finding):

@@ -6,12 +6,14 @@ catch it even when no stream record was seen. Status verifies only what was appe
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from outbox import keys
 from outbox.audit import AuditLog, FindingKind
+from outbox.auditor import PASS_MARGIN_SECONDS, Auditor
 from outbox.chain import ChainBreak, read_event_rows, verify_chain
 from outbox.envelope import Envelope
 from tests.e2e.backends import LocalBackend
@@ -193,3 +195,41 @@ def test_an_anchor_is_reset_only_on_an_intact_chain_and_says_who_and_why(local: 
     assert "by ana: ticket 42" in record.detail
     # the rewrite's own findings stay: a reset records, it does not erase
     assert {f.kind for f in audit(local).findings(tenant)} == {FindingKind.MODIFIED, FindingKind.ANCHOR_RESET}
+
+
+def test_a_pass_short_of_time_leaves_the_most_recently_anchored_to_the_next_which_starts_with_them(
+    local: LocalBackend, tenant: str
+) -> None:
+    auditor = Auditor(local.output("EventsTableName"), audit(local), local.client("dynamodb"))
+    later = unique("tenant")
+    order_and_pay(local, later)
+    local.settle()
+    now = datetime(2026, 12, 2, 12, tzinfo=UTC)
+    auditor.anchor_all(now, [tenant])  # the earlier tenant is anchored an hour before the other
+    auditor.anchor_all(now + timedelta(hours=1), [later])
+    order_and_pay(local, tenant)
+    order_and_pay(local, later)
+    local.settle()
+    budget = iter([PASS_MARGIN_SECONDS + 1, 0.0])  # time for one tenant, then none
+
+    cut_short = auditor.anchor_all(now + timedelta(hours=2), [later, tenant], time_left=lambda: next(budget))
+
+    assert (list(cut_short.advanced), cut_short.deferred) == ([tenant], [later])  # the oldest anchor went first
+    following = auditor.anchor_all(now + timedelta(hours=3), [later, tenant], time_left=lambda: 300.0)
+    assert (list(following.advanced), following.deferred) == ([later], [])
+    assert following.unchanged == [tenant]
+    assert audit(local).anchor(later).seq == head_seq(local, later)  # type: ignore[union-attr]
+
+
+def test_a_second_reset_in_the_same_second_is_refused_and_writes_nothing(local: LocalBackend, tenant: str) -> None:
+    log = audit(local)
+    report = verify_chain(local.client("dynamodb"), local.output("EventsTableName"), tenant)
+    now = datetime(2026, 12, 2, 12, tzinfo=UTC)
+    log.reset(report, now, who="ana", reason="ticket 42")
+
+    with pytest.raises(ValueError, match=r"re-anchored at 2026-12-02T12:00:00\+00:00 already"):
+        log.reset(report, now, who="bo", reason="ticket 43")
+
+    (record,) = list(log.findings(tenant))
+    assert "by ana: ticket 42" in record.detail
+    assert log.finding_count(tenant) == 0  # a reset is an operator's record, not an alarm

@@ -19,7 +19,11 @@ from tests.infrastructure.template_queries import only_resource, role_statements
 from tests.infrastructure.test_pipeline import record_change_pipeline
 
 # (queue, the pipe role that feeds it) by their construct ids in the example stack.
-LANES = [("DurableQueue", "RelayRole"), ("RecordChangesQueue", "RecordChangePipeRole")]
+LANES = [
+    ("DurableQueue", "RelayRole"),
+    ("RecordChangesQueue", "RecordChangePipeRole"),
+    ("AuditorFindingsQueue", "AuditorPipeRole"),  # a forged finding would page for nothing, or bury a real one
+]
 OPERATOR_ROLE = "EventsOperatorRole"
 RUNBOOK_ROLE = "OutboxRunbookRole"
 
@@ -77,7 +81,11 @@ def test_the_dead_letter_queues_keep_the_tls_deny_only(stack_template: dict[str,
 
 def test_each_pipe_starts_after_its_target_s_policy(stack_template: dict[str, Any]) -> None:
     # A replaced pipe role must be admitted before the pipe sends as it, or its first batches are refused.
-    for queue_prefix, pipe_prefix in (("DurableQueue", "RelayPipe"), ("RecordChangesQueue", "RecordChangePipe")):
+    for queue_prefix, pipe_prefix in (
+        ("DurableQueue", "RelayPipe"),
+        ("RecordChangesQueue", "RecordChangePipe"),
+        ("AuditorFindingsQueue", "AuditorPipe"),
+    ):
         queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
         [policy_id] = [
             logical_id
@@ -149,7 +157,7 @@ def test_the_pipe_itself_is_still_refused_without_tls(stack_template: dict[str, 
 # --- the construct: who else may send -----------------------------------------------------------------
 
 
-def test_admit_queue_sender_adds_one_role_to_both_queues_once() -> None:
+def test_admit_queue_sender_adds_one_role_to_every_lane_queue_once() -> None:
     pipeline = record_change_pipeline()
     oncall = iam.Role(pipeline.stack, "Oncall", assumed_by=iam.AccountRootPrincipal())
 

@@ -13,6 +13,7 @@ Both functions run the engine only (``engine_only/`` as code, the handlers from 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -90,13 +91,20 @@ class TamperQueue(RedrivenQueue):
     """Standard: findings need no order (each names its seq), and nothing may block one behind another."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, alarm_topic: sns.ITopic, encryption_key: kms.IKey | None
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic,
+        encryption_key: kms.IKey | None,
+        senders: Sequence[iam.IRole] = (),
     ) -> None:
         super().__init__(
             scope,
             construct_id,
             alarm_topic=alarm_topic,
             encryption_key=encryption_key,
+            senders=senders,
             fifo=False,
             visibility_timeout_seconds=visibility_timeout_seconds(RECORDER_TIMEOUT_SECONDS, 0),
             dead_letter_description="tamper findings the auditor could not record (read them here: each message "
@@ -154,11 +162,14 @@ class Auditor(Construct):
         alarm_topic: sns.ITopic,
         pipe_log_level: PipeLogLevel,
         encryption_key: kms.IKey | None = None,
+        senders: Sequence[iam.IRole] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         code = ApplicationCode(code=lambda_.Code.from_asset(str(ENGINE_ONLY_CODE)), catalog=None, layer=layer)
         environment = {"EVENTS_TABLE_NAME": events.table.table_name, "AUDIT_TABLE_NAME": audit.table.table_name}
-        self.queue = TamperQueue(self, "Findings", alarm_topic=alarm_topic, encryption_key=encryption_key)
+        self.queue = TamperQueue(
+            self, "Findings", alarm_topic=alarm_topic, encryption_key=encryption_key, senders=senders
+        )
         self.pipe = TamperPipe(
             self,
             "Pipe",
@@ -168,6 +179,9 @@ class Auditor(Construct):
             log_level=pipe_log_level,
             encryption_key=encryption_key,
         )
+        # A forged finding would page someone for nothing, or bury a real one: only the pipe (and a redrive of
+        # the tamper DLQ, by a repair role) sends here.
+        self.queue.fed_by(self.pipe)
         self.recorder = QueueConsumer(
             self,
             "Recorder",

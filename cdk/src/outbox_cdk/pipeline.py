@@ -232,6 +232,7 @@ class OutboxPipeline(Construct):
             alarm_topic=self.alarm_topic,
             pipe_log_level=pipe_log_level,
             encryption_key=encryption_key,
+            senders=self._queue_senders,
         )
         self.consumer = DurableConsumer(
             self,
@@ -319,11 +320,12 @@ class OutboxPipeline(Construct):
         return list(self.monitoring.alarms)
 
     def admit_queue_sender(self, role: iam.IRole) -> None:
-        """Let ``role`` send to the durable and record-change queues, whose policies deny ``sqs:SendMessage`` to
-        every principal but the pipe that feeds each and these roles (the operator role is one): a role your
-        repairs run as. A message from it runs every matching subscription, so admit only who may repair."""
+        """Let ``role`` send to the durable, record-change and tamper queues, whose policies deny
+        ``sqs:SendMessage`` to every principal but the pipe that feeds each and these roles (the operator role is
+        one): a role your repairs run as. A message from it runs every matching subscription, so admit only who
+        may repair."""
         self._queue_senders.append(role)
-        for queue in (self.durable, self.record_changes):
+        for queue in (self.durable, self.record_changes, self.auditor.queue):
             if queue is not None:
                 queue.admit_sender(role)
 

@@ -149,22 +149,40 @@ class AuditLog:
 
     def reset(self, report: ChainReport, now: datetime, *, who: str, reason: str) -> Anchor:
         """After a documented repair: anchor the tenant's (intact) head as it is now, recorded as a finding
-        with who and why. The one way an anchor moves other than forward."""
+        with who and why. The one way an anchor moves other than forward: the anchor and its record are one
+        transaction, so neither is ever written without the other."""
         if not report.intact or report.head_seq == 0:
             raise ValueError(f"tenant {report.tenant}'s chain is not intact ({report.detail}): repair it first")
         anchor = Anchor(report.tenant, report.head_seq, report.head_hash, iso_seconds(now))
-        self.record(
-            Finding(
-                tenant=report.tenant,
-                kind=FindingKind.ANCHOR_RESET,
-                finding_id=f"RESET#{anchor.anchored_at}",
-                seq=anchor.seq,
-                observed_at=anchor.anchored_at,
-                detail=f"re-anchored at seq {anchor.seq} by {who}: {reason}",
-                new_hash=anchor.hash,
-            )
+        record = Finding(
+            tenant=report.tenant,
+            kind=FindingKind.ANCHOR_RESET,
+            finding_id=f"RESET#{anchor.anchored_at}",
+            seq=anchor.seq,
+            observed_at=anchor.anchored_at,
+            detail=f"re-anchored at seq {anchor.seq} by {who}: {reason}",
+            new_hash=anchor.hash,
         )
-        self.client.put_item(TableName=self.table_name, Item=self._anchor_item(anchor))
+        try:
+            self.client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self.table_name, "Item": self._anchor_item(anchor)}},
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": self._finding_item(record),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            raise ValueError(
+                f"tenant {report.tenant} was re-anchored at {anchor.anchored_at} already: wait a second and "
+                "reset again if that one was not yours"
+            ) from exc
         return anchor
 
     @staticmethod
@@ -180,6 +198,20 @@ class AuditLog:
 
     def record(self, finding: Finding) -> bool:
         """Write ``finding`` once; False if it was already recorded."""
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=self._finding_item(finding),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    @staticmethod
+    def _finding_item(finding: Finding) -> dict[str, Any]:
         item: dict[str, Any] = {
             "pk": {"S": keys.finding_partition(finding.tenant)},
             "sk": {"S": finding.finding_id},
@@ -193,13 +225,7 @@ class AuditLog:
             value = getattr(finding, name)
             if value:
                 item[name] = {"S": value}
-        try:
-            self.client.put_item(TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(pk)")
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return item
 
     def findings(self, tenant: str) -> Iterator[Finding]:
         paginator = self.client.get_paginator("query")
@@ -221,5 +247,20 @@ class AuditLog:
                 )
 
     def finding_count(self, tenant: str) -> int:
-        """Findings other than anchor resets (those are operators' records, not alarms)."""
-        return sum(1 for finding in self.findings(tenant) if finding.kind is not FindingKind.ANCHOR_RESET)
+        """Findings other than anchor resets (those are operators' records, not alarms): counted by DynamoDB
+        (``Select=COUNT``), so a status row transfers no finding's content."""
+        paginator = self.client.get_paginator("query")
+        return sum(
+            page.get("Count", 0)
+            for page in paginator.paginate(
+                TableName=self.table_name,
+                KeyConditionExpression="pk = :pk",
+                FilterExpression="#kind <> :reset",
+                ExpressionAttributeNames={"#kind": "kind"},
+                ExpressionAttributeValues={
+                    ":pk": {"S": keys.finding_partition(tenant)},
+                    ":reset": {"S": FindingKind.ANCHOR_RESET.value},
+                },
+                Select="COUNT",
+            )
+        )

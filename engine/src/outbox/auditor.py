@@ -7,14 +7,15 @@ role that may write the audit table (``outbox.audit``). Two entry points, one fu
   event row (the tamper pipe forwards nothing else); each becomes a finding, counted as ``TamperFindings``.
 - ``anchor_all``: on a schedule, each tenant's log is verified from its anchor (only what was appended since)
   and the anchor moves to the verified head; a broken chain is recorded as a finding and counted as
-  ``ChainBreaks``. Both counts are alarmed at zero.
+  ``ChainBreaks``. Both counts are alarmed at zero. The oldest anchors go first, and a pass about to run out
+  of time stops and leaves the rest (``AnchorsDeferred``) to the next one, which starts with them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -24,7 +25,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record, iso_seconds
-from outbox.chain import ChainReport, verify_chain
+from outbox.chain import Anchor, ChainReport, verify_chain
 from outbox.query import read_tenants
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,12 @@ class Metric(StrEnum):
     TAMPER_FINDINGS = "TamperFindings"  # an event row was changed or removed (one per new finding)
     CHAIN_BREAKS = "ChainBreaks"  # a scheduled verification found a tenant's chain broken
     ANCHORS_ADVANCED = "AnchorsAdvanced"
+    ANCHORS_DEFERRED = "AnchorsDeferred"  # tenants a pass left to the next for lack of time
+
+
+# A pass stops when less than this is left of its invocation: a tenant's verification (from its anchor, an
+# hour's appends) must fit in it. What it leaves, the next pass does first.
+PASS_MARGIN_SECONDS = 30.0
 
 
 @dataclass
@@ -47,6 +54,7 @@ class AnchorPass:
     advanced: dict[str, int] = field(default_factory=dict)  # tenant -> the seq now anchored
     unchanged: list[str] = field(default_factory=list)
     broken: dict[str, ChainReport] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)  # not reached in time: the next pass starts with them
     events_read: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -56,6 +64,7 @@ class AnchorPass:
             "broken": {
                 tenant: {"seq": r.first_broken_seq, "reason": str(r.reason)} for tenant, r in self.broken.items()
             },
+            "deferred": self.deferred,
             "events_read": self.events_read,
         }
 
@@ -86,11 +95,24 @@ class Auditor:
 
     # -- anchors ------------------------------------------------------------------------------------
 
-    def anchor_all(self, now: datetime, tenants: Sequence[str] | None = None) -> AnchorPass:
-        """Verify each tenant (default: every tenant) from its anchor and advance it; record what is broken."""
+    def anchor_all(
+        self, now: datetime, tenants: Sequence[str] | None = None, *, time_left: Callable[[], float] | None = None
+    ) -> AnchorPass:
+        """Verify each tenant (default: every tenant) from its anchor and advance it; record what is broken.
+
+        Tenants never anchored go first, then the oldest anchors: a pass cut short (``time_left``, in seconds,
+        below ``PASS_MARGIN_SECONDS``) leaves the most recently anchored, and the next pass starts with those.
+        """
         result = AnchorPass()
-        for tenant in self.tenants() if tenants is None else tenants:
-            report = verify_chain(self.client, self.events_table, tenant, anchor=self.audit.anchor(tenant), full=False)
+        anchors = {tenant: self.audit.anchor(tenant) for tenant in (self.tenants() if tenants is None else tenants)}
+        order = sorted(anchors, key=lambda name: _age_order(name, anchors[name]))
+        for index, tenant in enumerate(order):
+            if time_left is not None and time_left() < PASS_MARGIN_SECONDS:
+                result.deferred = order[index:]
+                logger.warning("anchoring pass out of time: %d tenant(s) left to the next", len(result.deferred))
+                self._count(Metric.ANCHORS_DEFERRED, len(result.deferred))
+                break
+            report = verify_chain(self.client, self.events_table, tenant, anchor=anchors[tenant], full=False)
             result.events_read += report.events_checked
             if not report.intact:
                 self._broken(report, now, result)
@@ -120,6 +142,11 @@ class Auditor:
         # Counted on every pass while it stays broken: the alarm stays in ALARM until it is repaired.
         self._count(Metric.CHAIN_BREAKS)
 
-    def _count(self, metric: Metric) -> None:
+    def _count(self, metric: Metric, value: int = 1) -> None:
         if self.metrics is not None:
-            self.metrics.add_metric(name=metric.value, unit="Count", value=1)
+            self.metrics.add_metric(name=metric.value, unit="Count", value=value)
+
+
+def _age_order(tenant: str, anchor: Anchor | None) -> tuple[bool, str, str]:
+    # Never anchored first, then by the anchor's time (ISO, UTC, to the second), ties by name.
+    return (anchor is not None, anchor.anchored_at if anchor else "", tenant)

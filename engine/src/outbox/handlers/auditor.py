@@ -45,7 +45,10 @@ def record_findings(event: dict[str, Any], context: LambdaContext) -> dict[str, 
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def anchor(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Any invocation runs one pass (the schedule's event carries nothing the pass needs)."""
-    result = auditor().anchor_all(clock.now()).as_dict()
+    """Any invocation runs one pass (the schedule's event carries nothing the pass needs); it stops in time
+    and leaves what it did not reach to the next."""
+    result = (
+        auditor().anchor_all(clock.now(), time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
+    )
     logger.info("anchoring pass", extra=result)
     return result

@@ -35,7 +35,10 @@ def reset_anchor(context: OperatorContext, tenant: str, *, who: str, reason: str
             f"tenant {tenant}'s chain is broken at seq {report.first_broken_seq} ({report.detail}): repair the log "
             "first; an anchor is only ever set on an intact chain"
         )
-    return _audit(context).reset(report, context.now(), who=who, reason=reason)
+    try:
+        return _audit(context).reset(report, context.now(), who=who, reason=reason)
+    except ValueError as exc:
+        raise OperationRefusedError(str(exc)) from exc
 
 
 def _audit(context: OperatorContext) -> AuditLog:

@@ -48,6 +48,9 @@ from simulation.schedule import (
 )
 from simulation.world import EmitRecord, World
 
+# What EventBridge's hourly rule sends the anchoring function (the pass reads nothing of it).
+SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
 DEDUPLICATION_WINDOW = timedelta(minutes=5)
 SHARD_REFRESH = timedelta(minutes=1)
 # Before the operator reconciles while settling: long enough that a lease left by a lost message is stale.
@@ -582,6 +585,35 @@ class Driver:
             )
             self.world.tampered[tenant] = victim
             self.trace.add("log", f"{tenant} seq {victim.seq} is rewritten with a recomputed hash")
+            return
+
+    def rewrite(self) -> None:
+        """The hourly anchoring pass runs; then a role that may emit rewrites a tenant's log from some seq to its
+        end with ``PutItem``, every hash recomputed and the head row moved to the new last hash: verification
+        from genesis finds nothing. The anchored row (the head when the pass ran) is among the rewritten."""
+        with self.world.chaos.paused():
+            self.runtime.function("AnchoringFunctionName").invoke(SCHEDULED_EVENT)
+        for tenant in self.world.schedule.tenants:
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            if tenant in self.world.tampered or not log:
+                continue
+            start = self._random.randrange(len(log))
+            table = self.runtime.output("EventsTableName")
+            prev_hash = log[start].prev_hash
+            for index, victim in enumerate(log[start:]):
+                changes: dict[str, Any] = {"prev_hash": prev_hash}
+                if index == 0:
+                    changes["payload"] = {**victim.payload, "amount": int(victim.payload["amount"]) + 7}
+                unsealed = victim.model_copy(update=changes)
+                forged = unsealed.model_copy(update={"hash": unsealed.computed_hash()})
+                self.operations.dynamodb.put_item(TableName=table, Item=forged.to_item())
+                prev_hash = forged.hash
+            head = self.operations.dynamodb.get_item(TableName=table, Key=keys.head_key(tenant), ConsistentRead=True)
+            self.operations.dynamodb.put_item(TableName=table, Item={**head["Item"], "last_hash": {"S": prev_hash}})
+            self.world.rewritten[tenant] = log[start:]
+            self.trace.add(
+                "log", f"{tenant} seqs {log[start].seq}..{log[-1].seq} rewritten, hashes recomputed, head moved"
+            )
             return
 
     def forge(self) -> None:

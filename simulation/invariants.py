@@ -20,6 +20,9 @@
 11. The local runtime is as strict as AWS: a pipe sends only records younger than its maximum age (from
     their creation), discards for age only older ones, and never dead-letters a batch of several records
     that SQS refused for its content (AUTOMATIC_BISECT halves it first).
+12. Tamper evidence: every event row rewritten in the log is a ``modified`` finding in the audit table (with
+    the hash it had), and a tenant whose log nobody touched has no finding; a log rewritten with every hash
+    recomputed after an anchoring pass shows broken in the status (invariant 7 checks that).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
+from outbox.audit import FindingKind
 from outbox.chain import ChainReport
 from outbox.ops import Topology
 from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_CREATED, ITEM_NOTED, audit_key, counter_key, item_key
@@ -53,6 +57,7 @@ NAMES = {
     9: "poison pills",
     10: "dead stays dead",
     11: "the local runtime as strict as AWS",
+    12: "tamper evidence",
 }
 DEDUPLICATION_SECONDS = 300
 MAX_HEAD_RETRIES = 5  # EventStore's default, which the simulated emitters use
@@ -76,12 +81,20 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *check_fencing(world, observations, state),
         *check_failed_emits(world, observations, state),
         *check_fifo_order(world, observations),
-        *check_status(state, topology, world.tampered),
+        *check_status(state, topology, {*world.tampered, *world.rewritten}),
         *check_best_effort_lane(world, state),
         *check_poison(world, state),
         *check_dead_stays_dead(world, observations),
         *check_runtime_as_strict_as_aws(observations),
+        *check_tamper_evidence(world, state),
     ]
+
+
+def rewritten_ids(world: World) -> set[str]:
+    """The events whose rows were rewritten in the log at the end: their committed hash is gone from it."""
+    return {victim.id for victim in world.tampered.values()} | {
+        victim.id for victims in world.rewritten.values() for victim in victims
+    }
 
 
 # -- 1 ---------------------------------------------------------------------------------------------------
@@ -98,7 +111,7 @@ def check_log(world: World, state: State) -> list[Violation]:
                 Violation(1, f"tenant {tenant}: verify_chain broke at seq {report.first_broken_seq}: {report.detail}")
             )
     events = state.events
-    rewritten = {victim.id for victim in world.tampered.values()}
+    rewritten = rewritten_ids(world)
     for record in (r for r in world.emits if r.envelope is not None and r.envelope.id not in rewritten):
         envelope = record.envelope
         assert envelope is not None
@@ -245,7 +258,7 @@ def _attempts_were_claimed(world: World, observations: Observations, state: Stat
 def _effects_match_the_log(world: World, state: State) -> list[Violation]:
     """Every effect was computed from the event as the log holds it, never from other content under its id."""
     events, found = state.events, []
-    rewritten = {victim.id for victim in world.tampered.values()}
+    rewritten = rewritten_ids(world)
     for key, amount in sorted(state.effect_amounts().items()):
         event = None if key.partition(":")[0] in rewritten else events.get(key.partition(":")[0])
         logged = None if event is None else event.payload.get("amount")
@@ -283,10 +296,9 @@ def _conflicts_are_recorded(world: World, state: State) -> list[Violation]:
         Violation(2, f"forged event {event_id}: the log never held it, and no conflict was recorded")
         for event_id in sorted(set(world.forged) - conflicts)
     )
-    for victim in world.tampered.values():
-        other_copies = {*world.conflicting_copies, *world.altered_in_transit}
-        if victim.id in conflicts and victim.id not in other_copies:
-            found.append(Violation(2, f"{world.trace.event(victim.id)} was rewritten in the log and relayed again"))
+    other_copies = {*world.conflicting_copies, *world.altered_in_transit}
+    for event_id in sorted(rewritten_ids(world) & conflicts - other_copies):
+        found.append(Violation(2, f"{world.trace.event(event_id)} was rewritten in the log and relayed again"))
     return found
 
 
@@ -686,5 +698,29 @@ def check_runtime_as_strict_as_aws(observations: Observations) -> list[Violation
                     f"{letter.pipe} dead-lettered a batch of {len(letter.created)} that SQS refused for its content: "
                     "AUTOMATIC_BISECT would have halved it",
                 )
+            )
+    return found
+
+
+# -- 12 --------------------------------------------------------------------------------------------------
+
+
+def check_tamper_evidence(world: World, state: State) -> list[Violation]:
+    """Every rewritten event row is a ``modified`` finding naming its seq and the hash it had; no finding for
+    a log nobody touched (emit() only ever inserts event rows). Anchor resets are operators' records."""
+    changed = {victim.tenant: [victim] for victim in world.tampered.values()}
+    for tenant, victims in world.rewritten.items():
+        changed.setdefault(tenant, []).extend(victims)
+    found: list[Violation] = []
+    for tenant, findings in sorted(state.findings.items()):
+        modified = {(f.seq, f.old_hash) for f in findings if f.kind is FindingKind.MODIFIED}
+        for victim in changed.get(tenant, []):
+            if (victim.seq, victim.hash) not in modified:
+                found.append(Violation(12, f"{tenant} seq {victim.seq} was rewritten and no finding records it"))
+        if tenant not in changed:
+            found.extend(
+                Violation(12, f"{tenant}: a {f.kind} finding at seq {f.seq}, but nobody changed its log ({f.detail})")
+                for f in findings
+                if f.kind is not FindingKind.ANCHOR_RESET
             )
     return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 from simulation.mutation import Mutant
 
 INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
-STORE, CHAIN = "outbox.store", "outbox.chain"
+STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -486,5 +486,25 @@ MUTANTS: tuple[Mutant, ...] = (
         description="reconcile re-sends events older than the inbox's retention",
         what_should_catch_it="a reconcile over more days than the retention: forgotten completions rerun (2)",
         seeds=(32, 38),
+    ),
+    Mutant(
+        id="anchor-hash-unchecked",
+        module=CHAIN,
+        original="        if envelope.hash != self.anchor.hash or envelope.computed_hash() != envelope.hash:",
+        replacement="        if envelope.computed_hash() != envelope.hash:",
+        description="an incremental verification takes the anchored row as verified if it matches its own hash, "
+        "not the anchored one: a log rewritten with recomputed hashes passes",
+        what_should_catch_it="a rewrite with every hash recomputed after an anchoring pass: status says intact (7)",
+        seeds=(6, 12, 15),
+    ),
+    Mutant(
+        id="finding-old-hash-from-new-image",
+        module=AUDIT,
+        original='        old_hash=old.get("hash", {}).get("S"),',
+        replacement='        old_hash=new.get("hash", {}).get("S"),',
+        description="a tamper finding records the row's new hash as the one it had: the evidence of what the "
+        "log held is lost",
+        what_should_catch_it="a rewritten event row: no finding names the hash it had (12)",
+        seeds=(1, 3, 4),
     ),
 )

@@ -100,6 +100,9 @@ def _run(
         if world.schedule.forge:
             driver.forge()
             runtime.run_until_idle()
+        if world.schedule.rewrite:
+            driver.rewrite()
+            runtime.run_until_idle()  # the tamper pipe and recorder see the MODIFYs; the relay must not
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

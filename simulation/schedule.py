@@ -84,6 +84,8 @@ _BACKLOG_FAILURES = FaultRate(0.35, 8)
 _TAMPER_CHANCE = 0.25
 # Drawn from a stream of its own, like the tampering, so that adding it changed no other part of a schedule.
 _FORGE_CHANCE = 0.3
+# The same again: the tail of a tenant's log rewritten with every hash recomputed, after an anchoring pass.
+_REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
@@ -188,6 +190,10 @@ class Schedule:
     # Then someone who may send to the durable queue sends it the next event of a tenant's chain, hash and link
     # valid, that the log never held; the consumer must refuse it and record it, never run it.
     forge: bool = False
+    # Or a role that may emit rewrites a tenant's log from some seq on, every hash recomputed and the head moved
+    # along (plain verification then finds nothing), after the hourly anchoring pass: the stream's findings and
+    # the anchor must both see it.
+    rewrite: bool = False
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -211,6 +217,8 @@ class Schedule:
             lines.append("  at the end: an event in the middle of a tenant's log is rewritten, its hash recomputed")
         if self.forge:
             lines.append("  at the end: the durable queue is sent a tenant's next event, which the log never held")
+        if self.rewrite:
+            lines.append("  at the end: after an anchoring pass, a tenant's log is rewritten, every hash recomputed")
         return lines
 
 
@@ -261,6 +269,7 @@ def generate(seed: int) -> Schedule:
         aged=aged,
         tamper=random.Random(f"schedule:{seed}:tamper").random() < _TAMPER_CHANCE,
         forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
+        rewrite=random.Random(f"schedule:{seed}:rewrite").random() < _REWRITE_CHANCE,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox import Envelope
+from outbox.audit import AuditLog, Finding
 from outbox.chain import ChainReport, read_events, verify_chain
 from outbox.local.clients import REGION
 from outbox.local.runtime import ACCOUNT, LocalRuntime
@@ -36,7 +37,8 @@ class DeadLetterRow:
 @dataclass
 class State:
     logs: dict[str, list[Envelope]] = field(default_factory=dict)  # tenant -> events in seq order
-    chains: dict[str, ChainReport] = field(default_factory=dict)
+    chains: dict[str, ChainReport] = field(default_factory=dict)  # verified from genesis, no anchor
+    findings: dict[str, list[Finding]] = field(default_factory=dict)  # tenant -> its audit table's findings
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # idempotency key -> claim row
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     data: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pk, sk) -> row
@@ -72,10 +74,12 @@ class State:
 
 def read_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status: Status | None) -> State:
     events_table = runtime.output("EventsTableName")
+    audit = AuditLog(runtime.output("AuditTableName"), dynamodb)
     state = State(status=status, max_attempts=max_attempts(runtime))
     for tenant in tenants:
         state.logs[tenant] = list(read_events(dynamodb, events_table, tenant))
         state.chains[tenant] = verify_chain(dynamodb, events_table, tenant)
+        state.findings[tenant] = list(audit.findings(tenant))
     _read_inbox(state, dynamodb, runtime.output("InboxTableName"))
     for item in _scan(dynamodb, runtime.output("DataTableName")):
         state.data[(item["pk"]["S"], item["sk"]["S"])] = item

@@ -100,6 +100,8 @@ class World:
     operator_calls: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)
     rolled_back: set[str] = field(default_factory=set)  # tenants whose chain head is set back right now
     tampered: dict[str, Envelope] = field(default_factory=dict)  # tenant -> the event rewritten in its log
+    # tenant -> the events of its log rewritten with recomputed hashes (the head moved along), after an anchor
+    rewritten: dict[str, list[Envelope]] = field(default_factory=dict)
     retention_passed: bool = False  # a time jump went past the inbox's retention
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies

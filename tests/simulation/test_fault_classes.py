@@ -46,6 +46,8 @@ FAULT_CLASSES: dict[str, str] = {
     "repairs that name their pairs": "repair-targets-ignored",
     "a chain head set back": "event-put-unconditional",
     "a log rewritten at the end": "verify-ignores-links",
+    "a log's tail rewritten with every hash recomputed, after an anchoring pass": "anchor-hash-unchecked",
+    "every rewritten event row's finding (the stream's MODIFY)": "finding-old-hash-from-new-image",
     "INLINE handlers under head races": "inline-writes-not-resealed",
     "events near and past the relay's bound": "relay-bound-unchecked",
     "events the log never held (at the end)": "log-check-skipped",

@@ -32,6 +32,7 @@ GUARANTEE_MODULES = {
     "outbox.messages",
     "outbox.store",
     "outbox.chain",
+    "outbox.audit",
     "outbox.ops.replay",
     "outbox.ops.redrive",
     "outbox.ops.reconcile",

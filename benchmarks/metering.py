@@ -30,6 +30,8 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from outbox.transaction import item_size
+
 KB = 1024
 SQS_CHUNK = 64 * KB
 REGION = "us-east-1"
@@ -51,32 +53,7 @@ def current_actor() -> str:
     return _actor.get()
 
 
-# -- sizes and units by DynamoDB's published rules ---------------------------------------------------
-
-
-def attribute_size(value: Mapping[str, Any]) -> int:
-    """Bytes of one typed attribute value (numbers: about one byte per two significant digits, plus one)."""
-    (tag, inner), *_ = value.items()
-    if tag == "S":
-        return len(str(inner).encode("utf-8"))
-    if tag == "N":
-        digits = str(inner).lstrip("-").split("e")[0].split("E")[0].replace(".", "").strip("0") or "0"
-        return min(21, (len(digits) + 1) // 2 + 1)
-    if tag == "B":
-        return len(inner)
-    if tag in ("BOOL", "NULL"):
-        return 1
-    if tag in ("SS", "NS", "BS"):
-        return sum(attribute_size({tag[0]: member}) for member in inner)
-    if tag == "L":
-        return 3 + sum(1 + attribute_size(member) for member in inner)
-    if tag == "M":
-        return 3 + sum(1 + len(name.encode("utf-8")) + attribute_size(member) for name, member in inner.items())
-    raise ValueError(f"unknown DynamoDB type tag {tag!r}")
-
-
-def item_size(item: Mapping[str, Any]) -> int:
-    return sum(len(name.encode("utf-8")) + attribute_size(value) for name, value in item.items())
+# -- units by DynamoDB's published rules (item sizes are the engine's, which checks them before a write) --
 
 
 def write_units(size: int) -> int:

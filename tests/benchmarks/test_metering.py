@@ -13,11 +13,11 @@ from benchmarks.metering import (
     MotoMeter,
     ResponseRecorder,
     ResponseReplayer,
-    item_size,
     read_units,
     sqs_chunks,
     write_units,
 )
+from outbox.transaction import item_size
 
 
 @pytest.fixture
@@ -47,6 +47,13 @@ def test_item_size_counts_names_and_values() -> None:
     # Given an item of a string, a number, a boolean and a map / Then its size is DynamoDB's
     item = {"pk": {"S": "abc"}, "n": {"N": "12345"}, "ok": {"BOOL": True}, "m": {"M": {"k": {"S": "v"}}}}
     assert item_size(item) == (2 + 3) + (1 + 4) + (2 + 1) + (1 + 3 + 1 + 1 + 1)
+
+
+def test_item_size_counts_sets_lists_binary_and_rounded_numbers() -> None:
+    # Given the types the meter meets in moto's images besides strings (the meter sizes them by the engine's rules)
+    item = {"ss": {"SS": ["ab", "c"]}, "l": {"L": [{"N": "-1.50"}, {"NULL": True}]}, "b": {"B": b"xyz"}}
+    # Then a set is its members, a list 3 bytes plus 1 per element, and -1.50 is two significant digits: 2 bytes
+    assert item_size(item) == (2 + 3) + (1 + 3 + (1 + 2) + (1 + 1)) + (1 + 3)
 
 
 def test_a_write_is_charged_by_the_larger_of_the_old_and_new_image(metered: tuple[Any, AwsMeter]) -> None:

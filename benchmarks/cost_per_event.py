@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
-from benchmarks.metering import AwsMeter, MotoMeter, Usage, acting_as
+from benchmarks.metering import AwsMeter, MotoMeter, Usage, WriteClassifier, acting_as
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.services import Services
@@ -70,20 +70,40 @@ def short_name(logical_id: str) -> str:
     return re.sub(r"[0-9A-F]{8}$", "", logical_id)
 
 
-def classify_write(table: str, key: Mapping[str, Any]) -> str:
-    """What an item written by the run is, by its table and key."""
-    partition = str(next(iter(key.get("pk", {}).values()), ""))
-    if table.startswith("EventsTable"):
-        if partition.endswith("#HEAD"):
-            return "chain head"
-        if partition.endswith("#EVENT"):
-            return "event row"
-        if partition.startswith("TENANTS#"):
-            return "tenant index"
-        return "events table, other"
-    if table.startswith("InboxTable"):
-        return "inbox claim row" if partition.startswith("CLAIM#") else "inbox, other"
-    return "application data"
+def write_classifier(runtime: LocalRuntime) -> WriteClassifier:
+    """What an item written by the run is, by the table it is in (as the runtime named it) and its key."""
+    events, inbox = runtime.output("EventsTableName"), runtime.output("InboxTableName")
+
+    def classify(table: str, key: Mapping[str, Any]) -> str:
+        partition = str(next(iter(key.get("pk", {}).values()), ""))
+        if table == events:
+            if partition.endswith("#HEAD"):
+                return "chain head"
+            if partition.endswith("#EVENT"):
+                return "event row"
+            if partition.startswith("TENANTS#"):
+                return "tenant index"
+            return "events table, other"
+        if table == inbox:
+            return "inbox claim row" if partition.startswith("CLAIM#") else "inbox, other"
+        return "application data"
+
+    return classify
+
+
+def actors(runtime: LocalRuntime) -> dict[str, Any]:
+    """The meter's actor names of the durable consumer and of the record-change lane's three parts."""
+    record_function = runtime.output("RecordChangeConsumerFunctionName")
+    (record_mapping,) = [name for name, mapping in runtime.mappings.items() if mapping.function_name == record_function]
+    record_pipe = runtime.stack.output_reference("RecordChangePipeName").logical_id
+    return {
+        "durable_consumer": f"λ:{short_name(runtime.output('DurableConsumerFunctionName'))}",
+        "record_change_lane": {
+            "pipe": f"pipe:{short_name(record_pipe)}",
+            "mapping": f"esm:{short_name(record_mapping)}",
+            "function": f"λ:{short_name(record_function)}",
+        },
+    }
 
 
 @dataclass
@@ -149,7 +169,6 @@ def _timed(
 def metered() -> Iterator[AwsMeter]:
     """Every client made inside the block (the runtime's, the application's, the functions') is metered."""
     meter = AwsMeter.on_moto()
-    meter.classifier = classify_write
     with meter.everywhere():
         yield meter
 
@@ -194,7 +213,7 @@ def verify(runtime: LocalRuntime) -> dict[str, int]:
     return {"events": sum(events.values()), "pairs": pairs, "completed": completed, **events}
 
 
-def summarise(instruments: Instruments, events: int, pairs: int) -> dict[str, Any]:
+def summarise(instruments: Instruments, events: int, pairs: int, named: Mapping[str, Any]) -> dict[str, Any]:
     meter = instruments.meter
 
     def total(predicate: Callable[[str, str, str], bool]) -> Usage:
@@ -255,8 +274,9 @@ def summarise(instruments: Instruments, events: int, pairs: int) -> dict[str, An
         "pairs": pairs,
         "per_event": per_event,
         "per_pair": {name: value * events / pairs for name, value in per_event.items()},
+        "actors": named,
         "durable_consumer_dynamodb_requests_per_pair": total(
-            lambda actor, service, _o: actor.startswith("λ:DurableConsumer") and service == "dynamodb"
+            lambda actor, service, _o: actor == named["durable_consumer"] and service == "dynamodb"
         ).requests
         / pairs,
         "empty_polls": {"GetRecords": streams.empty, "ReceiveMessage": sqs_empty_receives},
@@ -289,15 +309,17 @@ def run_cadence(assembly: Path, orders: int, cadence: str) -> dict[str, Any]:
         runtime = LocalRuntime.from_assembly(assembly, STACK_NAME, function_log_level="CRITICAL")
         with runtime:
             instrument(runtime, instruments)
+            meter.classifier = write_classifier(runtime)
             meter.reset()  # creating the tables and queues is not per event
             started = time.perf_counter()
             run_workload(runtime, orders, cadence)
             elapsed = time.perf_counter() - started
             with acting_as(VERIFY):
                 produced = verify(runtime)
+            named = actors(runtime)
         if produced["completed"] != produced["pairs"]:
             raise RuntimeError(f"the run did not complete every (event, subscription): {produced}")
-        figures = summarise(instruments, produced["events"], produced["pairs"])
+        figures = summarise(instruments, produced["events"], produced["pairs"], named)
     return {"cadence": cadence, "orders": orders, "seconds": elapsed, "produced": produced, **figures}
 
 

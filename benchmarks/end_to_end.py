@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks import aws
 from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
-from benchmarks.cost_per_event import Instruments, instrument, order_and_payment
+from benchmarks.cost_per_event import Instruments, instrument, order_and_payment, short_name
 from benchmarks.metering import AwsMeter, MotoMeter, current_actor
 from benchmarks.stats import ratios, summary
 from modules import build_catalog
@@ -30,17 +30,16 @@ from modules.commerce import Commerce
 from modules.services import Services
 from outbox.local.runtime import LocalRuntime
 
-RELAY = "pipe:RelayPipe"
-
 
 class RelayCapture:
     """Keeps every message the relay pipe sends (a botocore hook on every session, like the meter's)."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, str]] = []
+        self.relay = ""  # the relay pipe's actor name, known once the runtime has booted
 
     def _before(self, model: Any, params: Mapping[str, Any], **_: Any) -> None:
-        if model.name == "SendMessageBatch" and current_actor() == RELAY:
+        if model.name == "SendMessageBatch" and current_actor() == self.relay:
             for entry in params.get("Entries", []):
                 self.messages.append(
                     {
@@ -67,6 +66,7 @@ def runtime_run(assembly: Path, orders: int, block: int) -> dict[str, Any]:
         instruments = Instruments(AwsMeter(), moto)
         with LocalRuntime.from_assembly(assembly, STACK_NAME, function_log_level="CRITICAL") as runtime:
             instrument(runtime, instruments)
+            capture.relay = f"pipe:{short_name(runtime.stack.output_reference('RelayPipeName').logical_id)}"
             data_table = runtime.output("DataTableName")
             store = runtime.event_store(catalog=build_catalog(data_table=data_table, services=Services.fakes()))
             commerce = Commerce(data_table, Services.fakes())
@@ -85,6 +85,8 @@ def runtime_run(assembly: Path, orders: int, block: int) -> dict[str, Any]:
         functions_moto = sum(f.moto_wall_seconds for f in instruments.functions.values())
         total_moto = moto.total.wall_seconds
     events = len(capture.messages)
+    if not events:
+        raise RuntimeError(f"no message of the relay pipe ({capture.relay}) was captured")
     return {
         "events": events,
         "seconds": elapsed,

@@ -3,10 +3,13 @@
     python -m benchmarks [--quick] [--no-write] [--render-only] [--results PATH]
 
 Each benchmark module runs in its own interpreter (no warm caches, no moto state or patches shared between
-comparisons) and writes its figures as JSON under ``.local/bench/``; this runner reads them, prints the
-tables and writes ``benchmarks/RESULTS.md``. ``--quick`` shrinks every benchmark to a smoke run (its
-figures are too small to mean anything, and it never writes RESULTS.md); ``--render-only`` rebuilds the
-report from the figures the last full run left.
+comparisons) and writes its figures as JSON under ``.local/bench/full/`` (``quick/`` with ``--quick``); this
+runner loads them into the results model (``benchmarks.results``), judges the targets
+(``benchmarks/targets.toml``), renders the report (``benchmarks.report``: the templates and
+``benchmarks/explanations.md``), prints it and writes ``benchmarks/RESULTS.md``. ``--quick`` shrinks every
+benchmark to a smoke run (its figures are too small to mean anything, and it never writes RESULTS.md);
+``--render-only`` rebuilds the report from the figures the last run left (the last quick run's with
+``--quick``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import machine, report
+from benchmarks import machine, report, results, targets
 from benchmarks.assembly import BENCH_DIR
 
 RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS.md"
@@ -64,38 +67,43 @@ def run_step(name: str, module: str, arguments: list[str], out_dir: Path) -> tup
     return figures, elapsed
 
 
-def run_all(out_dir: Path, quick: bool) -> dict[str, Any]:
+def run_all(out_dir: Path, quick: bool) -> None:
     started = time.perf_counter()
-    results: dict[str, Any] = {"timings": {}}
+    timings: dict[str, float] = {}
+    prepared: dict[str, Any] = {}
     for name, (module, full, smoke) in STEPS.items():
         arguments = list(smoke if quick else full)
         if name in ("cost", "end_to_end"):
-            arguments += ["--assembly", results["prepare"]["assembly"]]
+            arguments += ["--assembly", prepared["assembly"]]
         if name == "cold_start":
-            arguments += ["--assembly", results["prepare"]["assembly"], "--layer", results["prepare"]["layer"]]
-        results[name], results["timings"][name] = run_step(name, module, arguments, out_dir)
-    run = {"timings": results["timings"], "total_seconds": time.perf_counter() - started, "machine": machine.describe()}
+            arguments += ["--assembly", prepared["assembly"], "--layer", prepared["layer"]]
+        figures, timings[name] = run_step(name, module, arguments, out_dir)
+        if name == "prepare":
+            prepared = figures
+    run = {"timings": timings, "total_seconds": time.perf_counter() - started, "machine": machine.describe()}
     (out_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n")
-    return {**results, **run}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, RESULTS.md untouched")
     parser.add_argument("--no-write", action="store_true", help="print the tables, leave RESULTS.md alone")
-    parser.add_argument("--render-only", action="store_true", help="report the last run's figures again")
+    parser.add_argument(
+        "--render-only", action="store_true", help="report the last run's figures again (the quick run's with --quick)"
+    )
     parser.add_argument("--results", type=Path, default=RESULTS_FILE)
     args = parser.parse_args(argv)
     out_dir = BENCH_DIR / ("quick" if args.quick else "full")
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.render_only:
-        results = {name: json.loads((out_dir / f"{name}.json").read_text()) for name in STEPS}
-        results.update(json.loads((out_dir / "run.json").read_text()))
-    else:
-        results = run_all(out_dir, args.quick)
-    results["prices"] = report.load_prices()
-    results["prices"] = report.load_prices()
-    text = report.render(results)
+    if not args.render_only:
+        run_all(out_dir, args.quick)
+    try:
+        text = report.render(
+            results.load(out_dir), report.load_prices(), targets.load_targets(), report.load_explanations()
+        )
+    except (results.MissingFigureError, targets.TargetsError, report.ExplanationsError) as exc:
+        print(f"cannot render the report: {exc}", file=sys.stderr)
+        return 1
     print()
     print(text)
     if not (args.quick or args.no_write):

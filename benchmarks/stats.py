@@ -27,10 +27,3 @@ def ratios(numerators: Sequence[float], denominators: Sequence[float]) -> Summar
     if len(numerators) != len(denominators):
         raise ValueError("ratios need one denominator per numerator")
     return summary([n / d for n, d in zip(numerators, denominators, strict=True) if d])
-
-
-def fmt(value: Summary, digits: int = 2, scale: float = 1.0) -> str:
-    """``1.23 (1.10-1.40)``: the median and the range over repetitions."""
-    return (
-        f"{value['median'] * scale:.{digits}f} ({value['low'] * scale:.{digits}f}-{value['high'] * scale:.{digits}f})"
-    )

@@ -1,0 +1,524 @@
+"""The figures the benchmarks wrote, as typed objects: what the report may use, and nothing it may assume.
+
+Each step of ``python -m benchmarks`` writes one JSON file under ``.local/bench/full/`` (or ``quick/``), and
+the runner writes ``run.json`` (the machine and the timings). ``load(directory)`` reads them into
+``Results``. A file, or a figure the report needs, that is missing or malformed is a ``MissingFigureError``
+naming the benchmark and the figure: never a default. Properties compute what follows from the figures
+alone (ratios of medians, the worst case); nothing here formats or words anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class MissingFigureError(Exception):
+    """A benchmark's figures lack one the report needs, or its file is missing or unreadable."""
+
+
+class Figures(BaseModel):
+    # A benchmark may write more than the report reads; what the report reads is declared here.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Summary(Figures):
+    """A figure over repetitions: the median, the smallest and the largest, and how many."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+def _require(found: Any, names: Any, where: str) -> None:
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise ValueError(f"{where} has no {', '.join(map(str, missing))}")
+
+
+# -- consumer (benchmarks.consumer_overhead) -------------------------------------------------------------
+
+
+class ConsumerRun(Figures):
+    """One consumer over one scenario's batches."""
+
+    cpu_ms_per_message: Summary
+    replayed_cpu_ms_per_message: Summary
+    dynamodb_requests_per_delivery: float
+    write_units_per_delivery: float
+    requests_by_operation_per_delivery: dict[str, float]
+
+    @property
+    def inbox_requests_per_delivery(self) -> float:
+        """Claims and completions: every request but the GetItem that checks each event against the log."""
+        return sum(n for operation, n in self.requests_by_operation_per_delivery.items() if operation != "GetItem")
+
+
+class ConsumerScenario(Figures):
+    label: str
+    subscriptions: int
+    effect_write: bool
+    ours: ConsumerRun
+    baseline: ConsumerRun
+    cpu_ratio: Summary
+    replayed_cpu_ratio: Summary
+
+    @property
+    def shape(self) -> str:
+        """The handler shape's name in target paths: ``1-sub-no-writes``, ``4-subs-one-write``."""
+        subscriptions = f"{self.subscriptions}-sub{'s' if self.subscriptions > 1 else ''}"
+        return f"{subscriptions}-{'one-write' if self.effect_write else 'no-writes'}"
+
+
+class CatalogScale(Figures):
+    sizes: tuple[int, int]
+    replayed_cpu_ms_per_message: dict[str, Summary]
+    dynamodb_requests_per_message: dict[str, float]
+    replayed_cpu_ratio: Summary
+
+    @model_validator(mode="after")
+    def _every_size_measured(self) -> Self:
+        sizes = [str(size) for size in self.sizes]
+        _require(self.replayed_cpu_ms_per_message, sizes, "replayed_cpu_ms_per_message")
+        _require(self.dynamodb_requests_per_message, sizes, "dynamodb_requests_per_message")
+        return self
+
+
+class CpuBreakdown(Figures):
+    """Client CPU in microseconds of each step, replayed, best of five."""
+
+    ours_parse_body_us_per_message: float
+    ours_of_which_hash_check_us: float
+    baseline_parse_us_per_message: float
+    ours_claim_us: float
+    ours_of_which_envelope_digest_us: float
+    ours_mark_completed_us: float
+    baseline_save_inprogress_us: float
+    baseline_save_success_us: float
+
+
+class MotoOperation(Figures):
+    requests: int
+    cpu_ms_per_request: float
+
+
+class ConsumerFigures(Figures):
+    repetitions: int
+    batch_size: int
+    batches: int
+    messages: int
+    scenarios: tuple[ConsumerScenario, ...] = Field(min_length=1)
+    catalog_scale: CatalogScale
+    cpu_breakdown_us: CpuBreakdown
+    moto_cpu_ms_by_operation: dict[str, MotoOperation]
+
+    @property
+    def shapes(self) -> dict[str, ConsumerScenario]:
+        return {scenario.shape: scenario for scenario in self.scenarios}
+
+    @property
+    def worst(self) -> ConsumerScenario:
+        return max(self.scenarios, key=lambda s: s.replayed_cpu_ratio.median)
+
+    @property
+    def best(self) -> ConsumerScenario:
+        return min(self.scenarios, key=lambda s: s.replayed_cpu_ratio.median)
+
+    @property
+    def max_inbox_requests_per_delivery(self) -> float:
+        return max(s.ours.inbox_requests_per_delivery for s in self.scenarios)
+
+
+# -- cost (benchmarks.cost_per_event) -------------------------------------------------------------------
+
+
+class PerEvent(Figures):
+    """Billed units per event (or per (event, subscription)), empty polls apart."""
+
+    dynamodb_requests: float
+    write_units: float
+    write_units_of_failed_calls: float
+    read_units: float
+    stream_read_units: float
+    stream_read_units_incl_empty_polls: float
+    pipe_requests: float
+    sqs_requests_fifo: float
+    sqs_requests_standard: float
+    sqs_requests_incl_empty_receives: float
+    lambda_invocations: float
+    gb_seconds: float
+
+
+class ActorUsage(Figures):
+    requests: int
+    errors: int
+    message_chunks: int
+    sqs_requests_fifo: int
+    sqs_requests_standard: int
+    empty: int
+    by_operation: dict[str, int]
+
+
+class FunctionUse(Figures):
+    invocations: int
+    memory_mb: int
+    wall_ms_per_invocation: float
+    moto_share_of_wall: float
+    gb_seconds: float
+    gb_seconds_without_moto: float
+
+
+class RecordChangeLane(Figures):
+    """The meter's actor names of the record-change lane's pipe, event source mapping and function."""
+
+    pipe: str
+    mapping: str
+    function: str
+
+
+class Actors(Figures):
+    durable_consumer: str
+    record_change_lane: RecordChangeLane
+
+
+class EmptyPolls(Figures):
+    """Calls that returned nothing, keyed by the API operation in the benchmark's figures."""
+
+    get_records: int = Field(alias="GetRecords")
+    receive_message: int = Field(alias="ReceiveMessage")
+
+
+# The item classes the write-unit comparison cannot do without (a classifier that no longer recognises the
+# tables would otherwise turn them into zeros).
+REQUIRED_WRITE_CLASSES = (("app", "event row"), ("app", "chain head"), ("durable_consumer", "inbox claim row"))
+
+
+class CostRun(Figures):
+    cadence: str
+    events: int
+    pairs: int
+    seconds: float
+    per_event: PerEvent
+    per_pair: PerEvent
+    actors: Actors
+    durable_consumer_dynamodb_requests_per_pair: float
+    empty_polls: EmptyPolls
+    write_units_by_item_per_event: dict[str, float]
+    by_actor: dict[str, ActorUsage]
+    functions: dict[str, FunctionUse]
+
+    @model_validator(mode="after")
+    def _named_actors_measured(self) -> Self:
+        lane = self.actors.record_change_lane
+        _require(self.by_actor, ["app", self.actors.durable_consumer, lane.pipe, lane.mapping], "by_actor")
+        _require(self.functions, [self.actors.durable_consumer, lane.function], "functions")
+        for actor, kind in REQUIRED_WRITE_CLASSES:
+            if not self._classes(self._actor(actor), kind):
+                raise ValueError(f"write_units_by_item_per_event has no {kind!r} written by {actor}")
+        return self
+
+    def _actor(self, role: str) -> str:
+        return self.actors.durable_consumer if role == "durable_consumer" else role
+
+    def _classes(self, actor: str, kind: str) -> list[float]:
+        # Class names are "<actor> | <item kind>[ (transaction)]"
+        return [
+            units
+            for name, units in self.write_units_by_item_per_event.items()
+            if name.split(" | ")[0] == actor and kind in name.split(" | ")[1]
+        ]
+
+    def write_units(self, role: str, kind: str) -> float:
+        """Write units per event that ``role`` ("app", "durable_consumer") spent on items of ``kind``."""
+        return sum(self._classes(self._actor(role), kind))
+
+    @property
+    def durable_function(self) -> FunctionUse:
+        return self.functions[self.actors.durable_consumer]
+
+    @property
+    def record_change_actors(self) -> tuple[str, str, str]:
+        lane = self.actors.record_change_lane
+        return lane.pipe, lane.mapping, lane.function
+
+    @property
+    def record_change_write_units(self) -> float:
+        return sum(
+            units
+            for name, units in self.write_units_by_item_per_event.items()
+            if name.split(" | ")[0] in self.record_change_actors
+        )
+
+
+class CostFigures(Figures):
+    runs: tuple[CostRun, ...]
+
+    @model_validator(mode="after")
+    def _both_cadences(self) -> Self:
+        _require([run.cadence for run in self.runs], ["trickle", "burst"], "runs")
+        return self
+
+    def _run(self, cadence: str) -> CostRun:
+        return next(run for run in self.runs if run.cadence == cadence)
+
+    @property
+    def trickle(self) -> CostRun:
+        return self._run("trickle")
+
+    @property
+    def burst(self) -> CostRun:
+        return self._run("burst")
+
+
+# -- cold start (benchmarks.cold_start) -------------------------------------------------------------------
+
+
+class ImportShare(Figures):
+    package: str
+    ms: float
+
+
+class HandlerImport(Figures):
+    key: str
+    label: str
+    module: str
+    reference: bool
+    variant: bool
+    import_ms: Summary
+    import_and_first_invocation_setup_ms: Summary
+    import_ratio_to_reference: Summary
+    import_profile: tuple[ImportShare, ...]
+
+
+class PackageSize(Figures):
+    package: str
+    bytes: int
+
+
+class LayerSize(Figures):
+    files: int
+    bytes: int
+    zipped_bytes: int
+    largest: tuple[PackageSize, ...]
+
+
+class FunctionPackage(Figures):
+    files: int
+    bytes: int
+    zipped_bytes: int
+    handler_modules: tuple[str, ...]
+
+
+class Sizes(Figures):
+    layer: LayerSize
+    function_packages: dict[str, FunctionPackage]
+
+
+# The handlers the cold-start comparison is made of.
+COMPARED_HANDLERS = (
+    "durable_consumer",
+    "durable_consumer_batch_first",
+    "durable_consumer_byte_code",
+    "bare_batch_handler",
+    "boto3_batch_handler",
+    "idempotent_batch_handler",
+)
+
+
+class ColdStartFigures(Figures):
+    rounds: int
+    handlers: tuple[HandlerImport, ...]
+    sizes: Sizes
+
+    @model_validator(mode="after")
+    def _compared_handlers_measured(self) -> Self:
+        _require(self.by_key, COMPARED_HANDLERS, "handlers")
+        return self
+
+    @property
+    def by_key(self) -> dict[str, HandlerImport]:
+        return {handler.key: handler for handler in self.handlers}
+
+    def _import(self, key: str) -> float:
+        return self.by_key[key].import_ms.median
+
+    def _setup(self, key: str) -> float:
+        return self.by_key[key].import_and_first_invocation_setup_ms.median
+
+    @property
+    def import_ratio_to_boto3(self) -> float:
+        return self._import("durable_consumer") / self._import("boto3_batch_handler")
+
+    @property
+    def import_ratio_to_idempotent(self) -> float:
+        return self._import("durable_consumer") / self._import("idempotent_batch_handler")
+
+    @property
+    def setup_ratio_to_idempotent(self) -> float:
+        """Import plus the first invocation's setup, durable consumer over the Powertools Idempotency handler."""
+        return self._setup("durable_consumer") / self._setup("idempotent_batch_handler")
+
+    @property
+    def boto3_extra_ms(self) -> float:
+        return self._import("boto3_batch_handler") - self._import("bare_batch_handler")
+
+    @property
+    def engine_extra_ms(self) -> float:
+        return self._import("durable_consumer") - self._import("boto3_batch_handler")
+
+    @property
+    def batch_first_change_ms(self) -> float:
+        return self._import("durable_consumer_batch_first") - self._import("durable_consumer")
+
+    @property
+    def byte_code_change_ms(self) -> float:
+        return self._import("durable_consumer_byte_code") - self._import("durable_consumer_batch_first")
+
+    @property
+    def proposed_ratio_to_bare(self) -> float:
+        return self._import("durable_consumer_byte_code") / self._import("bare_batch_handler")
+
+
+# -- emit (benchmarks.emit_contention) ------------------------------------------------------------------
+
+
+class Contention(Figures):
+    threads: int
+    tenants: int
+    emits_per_second: Summary
+    cpu_ms_per_emit: Summary
+    transactions_per_emit: Summary
+    retries_per_emit: Summary
+    head_reads_per_emit: Summary
+    committed: int
+    gave_up: int
+
+    @property
+    def attempted(self) -> int:
+        return self.committed + self.gave_up
+
+
+class TenantScale(Figures):
+    tenants_present: tuple[int, int]
+    emits: int
+    cpu_ms_per_emit: dict[str, Summary]
+    cpu_ratio: Summary
+
+    @model_validator(mode="after")
+    def _every_count_measured(self) -> Self:
+        _require(self.cpu_ms_per_emit, [str(count) for count in self.tenants_present], "cpu_ms_per_emit")
+        return self
+
+
+class HeadCacheUse(Figures):
+    requests_per_emit: float
+    head_reads_per_emit: float
+
+
+class HeadCache(Figures):
+    head_cache_size: int
+    active_tenants: dict[str, HeadCacheUse]
+
+
+class EmitFigures(Figures):
+    emits_per_round: int
+    repetitions: int
+    contention: tuple[Contention, ...] = Field(min_length=1)
+    tenant_scale: TenantScale
+    head_cache: HeadCache
+
+    @property
+    def worst(self) -> Contention:
+        return max(self.contention, key=lambda c: c.retries_per_emit.median)
+
+
+# -- end to end (benchmarks.end_to_end), the assembly (benchmarks.assembly) and the run -------------------
+
+
+class EndToEndFigures(Figures):
+    events_per_run: int
+    orders_per_run: int
+    block: int
+    repetitions: int
+    runtime_events_per_second: Summary
+    plain_loop_events_per_second: Summary
+    runtime_to_plain_ratio: Summary
+    share_of_runtime_time: dict[str, Summary]
+
+
+class PrepareFigures(Figures):
+    assembly: str
+    layer: str
+    layer_origin: str
+
+
+class Machine(Figures):
+    date: str
+    nproc: int
+    cpu_model: str
+    platform: str
+    python: str
+    packages: dict[str, str]
+    commit: str  # git rev-parse at the run, "(with uncommitted changes)" when the tree was dirty
+
+
+class RunFigures(Figures):
+    timings: dict[str, float]
+    total_seconds: float
+    machine: Machine
+
+
+class Results(Figures):
+    prepare: PrepareFigures
+    consumer: ConsumerFigures
+    cost: CostFigures
+    cold_start: ColdStartFigures
+    emit: EmitFigures
+    end_to_end: EndToEndFigures
+    run: RunFigures
+
+
+# file stem -> what it holds, and the module that wrote it
+FILES: dict[str, tuple[type[Figures], str]] = {
+    "prepare": (PrepareFigures, "benchmarks.assembly"),
+    "consumer": (ConsumerFigures, "benchmarks.consumer_overhead"),
+    "cost": (CostFigures, "benchmarks.cost_per_event"),
+    "cold_start": (ColdStartFigures, "benchmarks.cold_start"),
+    "emit": (EmitFigures, "benchmarks.emit_contention"),
+    "end_to_end": (EndToEndFigures, "benchmarks.end_to_end"),
+    "run": (RunFigures, "the runner, benchmarks.__main__"),
+}
+
+
+def load(directory: Path) -> Results:
+    """Every benchmark's figures in ``directory``, checked against the model."""
+    return Results.model_validate({name: _load_one(directory, name) for name in FILES})
+
+
+def _load_one(directory: Path, name: str) -> Figures:
+    model, module = FILES[name]
+    path = directory / f"{name}.json"
+    who = f"benchmark {name} ({module}, {path})"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise MissingFigureError(f"{who}: cannot read the figures: {exc}") from exc
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise MissingFigureError(f"{who}: {_describe(exc)}") from exc
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"])
+        if problem["type"] == "missing":
+            problems.append(f"missing figure {where}")
+        else:
+            problems.append(f"figure {where or '(top level)'}: {problem['msg']}")
+    return "; ".join(problems)

@@ -26,7 +26,7 @@ from outbox.exceptions import (
 )
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
 from outbox.store import EventStore
-from outbox.subscriptions import Delivery, FollowUp, HandlerResult, Lane, Subscription, SubscriptionRegistry
+from outbox.subscriptions import Delivery, Effects, FollowUp, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 __all__ = [
     "GENESIS_HASH",
@@ -41,6 +41,7 @@ __all__ = [
     "CompletionTooLargeError",
     "DeadReason",
     "Delivery",
+    "Effects",
     "EmitOutcomeUnknownError",
     "Envelope",
     "EnvelopeParseError",

@@ -232,6 +232,7 @@ class Catalog:
                     "name": s.name,
                     "glob": s.pattern,
                     "lane": s.lane.value,
+                    "effects": s.effects.value,
                     "dispatcher": DISPATCHERS[s.lane],
                     "matches": sorted(t for t in self.domain_types | self.row_change_types if s.matches(t)),
                 }

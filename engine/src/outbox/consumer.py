@@ -28,11 +28,11 @@ from outbox.exceptions import (
     OutboxError,
     TerminalError,
 )
-from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
+from outbox.inbox import COMPLETED, DEAD, Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
 from outbox.messages import parse_body, read_message
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
-from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
+from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -155,10 +155,13 @@ class DurableConsumer:
         # Absence of a claim row proves "never completed" only while the inbox still remembers completions
         # (a repair message is vouched for by the REPLAYING row its repair wrote, at any age).
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
+        repair = message.targets is not None  # a replay or reconcile: its pairs have rows already
         retry = [
             s.name
             for s in subscriptions
-            if self.deliver(envelope, s, message.receive_count, remaining_ms, digest, may_create=may_create)
+            if self.deliver(
+                envelope, s, message.receive_count, remaining_ms, digest, may_create=may_create, repair=repair
+            )
             is DeliveryOutcome.RETRY
         ]
         if retry:
@@ -173,33 +176,33 @@ class DurableConsumer:
         digest: str | None = None,
         *,
         may_create: bool = True,
+        repair: bool = False,
+    ) -> DeliveryOutcome:
+        """Run one (event, subscription) to its outcome: directly for a DynamoDB-only subscription on a first
+        delivery (``_deliver_directly``), else under a lease (claim, run, complete)."""
+        digest = digest or envelope_digest(envelope)
+        # Directly only where no history can exist yet: a first receive, not a repair (which left a row), and
+        # young enough that a missing row proves the pair never completed. Anything else takes the lease path.
+        if subscription.effects is Effects.DYNAMODB and receive_count == 1 and may_create and not repair:
+            outcome = self._deliver_directly(envelope, subscription, remaining_ms, digest)
+            if outcome is not None:
+                return outcome
+        return self._deliver_with_lease(envelope, subscription, receive_count, remaining_ms, digest, may_create)
+
+    def _deliver_with_lease(
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        digest: str,
+        may_create: bool,
     ) -> DeliveryOutcome:
         """Claim, run, complete: the outcome of one (event, subscription)."""
-        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
-        digest = digest or envelope_digest(envelope)
-        lease = self.lease_policy.lease_for(remaining_ms())
-        result = self.inbox.claim(envelope, subscription.name, lease, digest, may_create=may_create)
-        if result.outcome is ClaimOutcome.CONFLICT:
-            logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
-            self.inbox.record_conflict(envelope, subscription.name, result.existing or {}, receive_count)
-            self._count(Metric.CONFLICTS)
-            return DeliveryOutcome.DEAD
-        if result.outcome is ClaimOutcome.UNVERIFIABLE:
-            return self._unverifiable(envelope, subscription, digest, receive_count)
-        if result.outcome is ClaimOutcome.IN_PROGRESS:
-            # Another worker holds a live lease. The handler is skipped, but the message is NOT
-            # acknowledged: if that worker has crashed, this message may be the only copy left, and
-            # deleting it would lose the effect. It comes back after the visibility timeout, by when
-            # the claim is completed (skip) or its lease has expired (take-over).
-            logger.info("skipped %s for now: in progress elsewhere", subscription.name, extra=log)
-            self._count(Metric.SKIPS)
-            return DeliveryOutcome.RETRY
-        if result.claim is None:
-            logger.info("skipped %s: %s", subscription.name, result.outcome.value, extra=log)
-            self._count(Metric.SKIPS)
-            return DeliveryOutcome.SKIPPED
-        claim = result.claim
-        self._count(Metric.CLAIMS)
+        claimed = self._claim(envelope, subscription, receive_count, remaining_ms, digest, may_create)
+        if not isinstance(claimed, Claim):
+            return claimed
+        claim = claimed
         if claim.attempts > self.inbox.max_attempts:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
@@ -227,24 +230,137 @@ class DurableConsumer:
         self._count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED
 
+    def _claim(
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        digest: str,
+        may_create: bool,
+    ) -> Claim | DeliveryOutcome:
+        """The claim this worker now holds, or the outcome when it may not run the pair (recorded here)."""
+        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        lease = self.lease_policy.lease_for(remaining_ms())
+        result = self.inbox.claim(envelope, subscription.name, lease, digest, may_create=may_create)
+        if result.outcome is ClaimOutcome.CONFLICT:
+            return self._conflict(envelope, subscription, result.existing or {}, receive_count)
+        if result.outcome is ClaimOutcome.UNVERIFIABLE:
+            return self._unverifiable(envelope, subscription, digest, receive_count)
+        if result.outcome is ClaimOutcome.IN_PROGRESS:
+            # Another worker holds a live lease. The handler is skipped, but the message is NOT
+            # acknowledged: if that worker has crashed, this message may be the only copy left, and
+            # deleting it would lose the effect. It comes back after the visibility timeout, by when
+            # the claim is completed (skip) or its lease has expired (take-over).
+            logger.info("skipped %s for now: in progress elsewhere", subscription.name, extra=log)
+            self._count(Metric.SKIPS)
+            return DeliveryOutcome.RETRY
+        if result.claim is None:
+            logger.info("skipped %s: %s", subscription.name, result.outcome.value, extra=log)
+            self._count(Metric.SKIPS)
+            return DeliveryOutcome.SKIPPED
+        self._count(Metric.CLAIMS)
+        return result.claim
+
+    def _conflict(
+        self, envelope: Envelope, subscription: Subscription, existing: Mapping[str, Any], receive_count: int
+    ) -> DeliveryOutcome:
+        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
+        self.inbox.record_conflict(envelope, subscription.name, existing, receive_count)
+        self._count(Metric.CONFLICTS)
+        return DeliveryOutcome.DEAD
+
+    # -- DynamoDB-only subscriptions ------------------------------------------------------------------
+
+    def _deliver_directly(
+        self, envelope: Envelope, subscription: Subscription, remaining_ms: Callable[[], int], digest: str
+    ) -> DeliveryOutcome | None:
+        """Run the handler with no claim, then commit its writes with a completion marker that requires the
+        pair to have no row: one request on the happy path. A crash before the commit leaves nothing (the
+        handler's only effects are the writes it returned), so the redelivery runs it again, under a lease.
+        A failure is claimed after the fact, so attempts are counted and dead letters earned as on the lease
+        path. None: the pair has history (a failed attempt, a replay, a lease): take the lease path."""
+        key = keys.idempotency_key(envelope.id, subscription.name)
+        delivery = Delivery(envelope.handler_copy(), subscription.name, key, 1, remaining_ms)
+        try:
+            handler_result = _checked_result(subscription, subscription.handler(delivery))
+            existing = self._commit_directly(envelope, subscription, handler_result, digest)
+        except Exception as exc:  # a handler or a commit may fail with anything: classify it, never lose it
+            terminal = None if not isinstance(exc, CommitError) else _is_terminal_completion(exc.__cause__ or exc)
+            return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal)
+        if existing is None:
+            self._count(Metric.COMPLETIONS)
+            return DeliveryOutcome.COMPLETED
+        if existing.get("digest", {}).get("S", digest) != digest:
+            return self._conflict(envelope, subscription, existing, 1)
+        if existing.get("status", {}).get("S") in (COMPLETED, DEAD):
+            logger.info("skipped %s: a duplicate delivery", subscription.name, extra={"event_id": envelope.id})
+            self._count(Metric.SKIPS)
+            return DeliveryOutcome.SKIPPED
+        return None
+
+    def _commit_directly(
+        self, envelope: Envelope, subscription: Subscription, result: HandlerResult, digest: str
+    ) -> dict[str, Any] | None:
+        """The marker and the writes (and the follow-up, through emit) in one transaction; None once
+        committed, else the row that stopped the marker. A commit failure is raised as a CommitError."""
+        marker = self.inbox.completion_marker(envelope, subscription.name, digest)
+        try:
+            if result.follow_up is None:
+                return self.inbox.complete_directly(marker, result.writes)
+            try:
+                self._emit_follow_up(envelope, subscription, result, [marker, *result.writes])
+            except CallerWriteConditionFailedError as exc:
+                if exc.index == 0:  # the marker: the pair has a row; the lease path reads and decides
+                    return {}
+                raise
+            return None
+        except Exception as exc:
+            raise CommitError(f"{subscription.name}: the completion of {envelope.id} failed: {exc}") from exc
+
+    def _failed_directly(
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        exc: BaseException,
+        remaining_ms: Callable[[], int],
+        digest: str,
+        terminal: bool | None,
+    ) -> DeliveryOutcome:
+        """A direct run failed: claim the pair now (counting the attempt), then release it or mark it dead,
+        exactly as a failure under a lease. The one write of the failure path."""
+        claimed = self._claim(envelope, subscription, 1, remaining_ms, digest, may_create=True)
+        if not isinstance(claimed, Claim):
+            return claimed  # another worker completed it, holds it, or it conflicts: as the claim says
+        cause = exc.__cause__ if isinstance(exc, CommitError) and exc.__cause__ is not None else exc
+        return self._failed(claimed, envelope, subscription, cause, 1, terminal=terminal)
+
     def _complete(self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult) -> None:
         if result.follow_up is None:
             self.inbox.mark_completed(claim, result.writes)
             return
         try:
-            self.store.emit(
-                result.follow_up.event_type,
-                result.follow_up.payload,
-                tenant=envelope.tenant,
-                actor=f"subscription:{subscription.name}",
-                correlation_id=envelope.correlation_id,
-                causation_id=envelope.id,
-                extra_writes=[*self.inbox.completion_writes(claim), *result.writes],
-            )
+            self._emit_follow_up(envelope, subscription, result, [*self.inbox.completion_writes(claim), *result.writes])
         except CallerWriteConditionFailedError as exc:
             if exc.index == 0:  # the completion mark: our fencing token no longer holds
                 raise LeaseLostError(claim.event_id, claim.subscription, "complete") from exc
             raise
+
+    def _emit_follow_up(
+        self, envelope: Envelope, subscription: Subscription, result: HandlerResult, completion: list[Any]
+    ) -> None:
+        """The follow-up event, committed with ``completion`` (the completion first, then the handler's writes)."""
+        assert result.follow_up is not None
+        self.store.emit(
+            result.follow_up.event_type,
+            result.follow_up.payload,
+            tenant=envelope.tenant,
+            actor=f"subscription:{subscription.name}",
+            correlation_id=envelope.correlation_id,
+            causation_id=envelope.id,
+            extra_writes=completion,
+        )
 
     def _failed(
         self,
@@ -355,6 +471,10 @@ class DurableConsumer:
     def _count(self, metric: Metric) -> None:
         if self.metrics is not None:
             self.metrics.add_metric(name=metric.value, unit="Count", value=1)
+
+
+class CommitError(OutboxError):
+    """A direct completion failed; its cause is the error to classify (retryable or terminal)."""
 
 
 class UnfinishedAttemptsError(OutboxError):

@@ -481,6 +481,60 @@ class Inbox(InboxReader):
             return
         self._fenced_transaction(claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED)
 
+    # -- DynamoDB-only subscriptions: no lease, one request ------------------------------------------
+
+    def completion_marker(self, envelope: Envelope, subscription: str, digest: str) -> dict[str, Any]:
+        """A COMPLETED row for a pair that has none, as a transaction item: it commits with the handler's
+        writes, and only where no row exists. A duplicate delivery fails its condition (the row it finds says
+        whether the content was the same), and a pair with any history (a failed attempt, a replay, a live
+        lease) is left to the lease path."""
+        now = self._clock()
+        row = unclaimed_row(
+            envelope,
+            subscription,
+            COMPLETED,
+            now,
+            completed_at=format_timestamp(now),
+        )
+        row["digest"] = {"S": digest}
+        row["attempts"] = {"N": "1"}
+        row["expires_at"] = {"N": str(int((now + self.retention).timestamp()))}
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": row,
+                "ConditionExpression": "attribute_not_exists(pk)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def complete_directly(
+        self, marker: Mapping[str, Any], writes: Sequence[Mapping[str, Any]] = ()
+    ) -> dict[str, Any] | None:
+        """Commit ``marker`` (``completion_marker``) with the handler's ``writes``: one PutItem without writes,
+        one TransactWriteItems with them. Returns None once committed, or the row that was there instead
+        (the marker's condition failed, nothing was written). A failed condition of one of the writes
+        raises the transaction's ClientError, as a completion on the lease path does."""
+        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
+            raise CompletionTooLargeError(
+                f"{marker['Put']['Item']['subscription']['S']} returned {len(writes)} writes; at most "
+                f"{MAX_TRANSACT_ITEMS - 1} fit in one transaction with the completion"
+            )
+        put = marker["Put"]
+        try:
+            if not writes:
+                self.client.put_item(**put)
+            else:
+                self.client.transact_write_items(TransactItems=[dict(marker), *map(dict, writes)])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return dict(exc.response.get("Item") or {})
+            reasons = exc.response.get("CancellationReasons") or []
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                return dict(reasons[0].get("Item") or {})
+            raise
+        return None
+
     def release(self, claim: Claim, error: str) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries."""
         self._fenced_update(

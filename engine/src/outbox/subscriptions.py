@@ -26,6 +26,21 @@ class Lane(StrEnum):
     BEST_EFFORT = "BEST_EFFORT"  # the record-change consumer, row changes only
 
 
+class Effects(StrEnum):
+    """What a DURABLE subscription's handler does besides computing its result.
+
+    ``EXTERNAL`` (the default): it may call other systems, so it runs under a lease, keyed by
+    ``Delivery.idempotency_key``, and its completion is a second write. ``DYNAMODB``: its only effects are
+    the writes (and follow-up) it returns, so it needs no lease: the consumer runs it, then commits the writes
+    with a completion marker conditioned on absence in one transaction, one request per (event,
+    subscription). Running such a handler twice is harmless; a handler that calls anything else must not
+    say ``DYNAMODB``, or a duplicate delivery calls it twice.
+    """
+
+    EXTERNAL = "external"
+    DYNAMODB = "dynamodb"
+
+
 @dataclass(frozen=True)
 class FollowUp:
     """An event a handler emits as part of its completion (same transaction as the COMPLETED mark)."""
@@ -68,6 +83,17 @@ class Subscription:
     handler: Handler
     terminal_on_validation_error: bool = True
     description: str = ""
+    effects: Effects = Effects.EXTERNAL
+
+    def __post_init__(self) -> None:
+        # effects="dynamodb" reads well in a catalog; stored as the enum, so a typo fails here, at import.
+        try:
+            object.__setattr__(self, "effects", Effects(self.effects))
+        except ValueError:
+            choices = ", ".join(repr(e.value) for e in Effects)
+            raise OutboxValidationError(
+                f"subscription {self.name!r}: effects={self.effects!r} is not one of {choices}"
+            ) from None
 
     def matches(self, event_type: str) -> bool:
         return fnmatch.fnmatchcase(event_type, self.pattern)
@@ -98,6 +124,12 @@ class SubscriptionRegistry:
             raise OutboxValidationError(f"two subscriptions are named {name!r}; names key the inbox and must be unique")
         if not subscription.pattern:
             raise OutboxValidationError(f"subscription {name!r} has an empty event-type glob")
+        if subscription.effects is Effects.DYNAMODB and subscription.lane is not Lane.DURABLE:
+            raise OutboxValidationError(
+                f"subscription {name!r} declares effects='dynamodb' on the {subscription.lane.value} lane: only "
+                "DURABLE subscriptions have a completion to commit their writes with; put it on DURABLE, or drop "
+                "effects (INLINE writes already commit with the emit)"
+            )
         self.subscriptions.append(subscription)
         self._matches.clear()
 

@@ -13,6 +13,9 @@ The crash points of the claim protocol, in order::
 
     crash_before_claim ─► claim ─► crash_after_claim ─► handler ─► crash_after_external_effect (inside a
     FakeService call) ─► crash_before_completion ─► completion ─► crash_after_completion ─► ack
+
+A DynamoDB-only subscription's first delivery has no claim (handler ─► crash_before_completion ─► commit of
+the writes and the marker ─► crash_after_completion ─► ack); its redeliveries take the lease path.
 """
 
 from __future__ import annotations
@@ -157,15 +160,15 @@ def crash_after_external_effect(
 def crash_before_completion(
     times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
-    """The worker dies after the handler's effect and before the COMPLETED mark: the worst moment."""
-    count, original = count or FaultCount(times), DurableConsumer._complete
+    """The worker dies after the handler's effect and before the COMPLETED mark: the worst moment. On the
+    direct path of a DynamoDB-only subscription, before the commit of its writes and marker."""
+    count = count or FaultCount(times)
 
-    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
-        if _selected(sub, subscription) and count.take(claim.idempotency_key):
-            raise WorkerCrash(f"crashed before completing {claim.idempotency_key}")
-        original(consumer, claim, envelope, sub, result)
+    def before(sub: Subscription, key: str) -> None:
+        if _selected(sub, subscription) and count.take(key):
+            raise WorkerCrash(f"crashed before completing {key}")
 
-    with mock.patch.object(DurableConsumer, "_complete", complete):
+    with _around_completion(before=before):
         yield count
 
 
@@ -174,16 +177,44 @@ def crash_after_completion(
     times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
     """The completion committed, and the worker dies before it can acknowledge the message: the message
-    comes back, and the claim must answer "already completed"."""
-    count, original = count or FaultCount(times), DurableConsumer._complete
+    comes back, and the claim (or the marker's condition) must answer "already completed"."""
+    count = count or FaultCount(times)
 
-    def complete(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
-        original(consumer, claim, envelope, sub, result)
-        if _selected(sub, subscription) and count.take(claim.idempotency_key):
-            raise WorkerCrash(f"crashed after completing {claim.idempotency_key}")
+    def after(sub: Subscription, key: str) -> None:
+        if _selected(sub, subscription) and count.take(key):
+            raise WorkerCrash(f"crashed after completing {key}")
 
-    with mock.patch.object(DurableConsumer, "_complete", complete):
+    with _around_completion(after=after):
         yield count
+
+
+@contextmanager
+def _around_completion(
+    before: Callable[[Subscription, str], None] = lambda _sub, _key: None,
+    after: Callable[[Subscription, str], None] = lambda _sub, _key: None,
+) -> Iterator[None]:
+    """Run ``before`` and ``after`` around both completions: the lease path's ``_complete`` and the direct
+    path's ``_commit_directly`` (after it only when it committed), told the pair's idempotency key."""
+    complete, commit = DurableConsumer._complete, DurableConsumer._commit_directly
+
+    def lease_path(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+        before(sub, claim.idempotency_key)
+        complete(consumer, claim, envelope, sub, result)
+        after(sub, claim.idempotency_key)
+
+    def direct(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
+        key = keys.idempotency_key(envelope.id, sub.name)
+        before(sub, key)
+        existing = commit(consumer, envelope, sub, result, digest)
+        if existing is None:
+            after(sub, key)
+        return existing
+
+    with (
+        mock.patch.object(DurableConsumer, "_complete", lease_path),
+        mock.patch.object(DurableConsumer, "_commit_directly", direct),
+    ):
+        yield
 
 
 @contextmanager

@@ -9,7 +9,8 @@
 - ``sim.charge`` (DURABLE): an external effect through an idempotency-keyed ``FakeService``, plus a
   DynamoDB effect committed with the completion (``HandlerResult.writes``);
 - ``sim.announce`` (DURABLE): a follow-up event ``sim.item_noted`` plus the DynamoDB effect, both
-  committed with the completion; ``sim.archive`` (DURABLE) handles the follow-up with a DynamoDB effect;
+  committed with the completion; ``sim.archive`` (DURABLE, ``effects="dynamodb"``: no lease on a first
+  delivery) handles the follow-up with a DynamoDB effect committed with its completion marker;
 - ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
 
 Every DynamoDB effect is an ``ADD applied :one`` on a ledger row per (event, subscription): applied twice
@@ -28,7 +29,18 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from modules.services import ServiceUnavailableError
-from outbox import Delivery, Envelope, EventStore, FollowUp, HandlerResult, Lane, Subscription, TerminalError, writes
+from outbox import (
+    Delivery,
+    Effects,
+    Envelope,
+    EventStore,
+    FollowUp,
+    HandlerResult,
+    Lane,
+    Subscription,
+    TerminalError,
+    writes,
+)
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
 from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES
 from outbox.record_changes import RecordChange
@@ -271,7 +283,8 @@ class SimulatedApp:
                 Subscription(NOTE_LOCALLY, ITEM_CREATED, Lane.LOCAL, self.note_locally),
                 Subscription(CHARGE, ITEM_CREATED, Lane.DURABLE, self.charge),
                 Subscription(ANNOUNCE, ITEM_CREATED, Lane.DURABLE, self.announce),
-                Subscription(ARCHIVE, ITEM_NOTED, Lane.DURABLE, self.archive),
+                # DynamoDB-only: no lease on a first delivery, its writes commit with a marker (Effects).
+                Subscription(ARCHIVE, ITEM_NOTED, Lane.DURABLE, self.archive, effects=Effects.DYNAMODB),
                 Subscription(WATCH, "record.SIMITEM.*", Lane.BEST_EFFORT, self.watch_items),
             ),
         )

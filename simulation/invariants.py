@@ -31,6 +31,7 @@ dead letter is then expected beside its one effect, and a swept claim beside it.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -39,9 +40,10 @@ from datetime import datetime, timedelta
 from outbox import ChainHeadContentionError, Envelope, OutboxError
 from outbox.audit import FindingKind
 from outbox.chain import ChainReport
+from outbox.messages import MAX_MESSAGE_BYTES
 from outbox.ops import Topology
 from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_CREATED, ITEM_NOTED, audit_key, counter_key, item_key
-from simulation.recorder import Observations, Send
+from simulation.recorder import DIRECT, Observations, Send
 from simulation.state import State
 from simulation.world import EmitRecord, World
 
@@ -343,13 +345,16 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason
 
 def _terminal_errors_are_terminal(world: World, observations: Observations) -> list[Violation]:
     """Every injected terminal error (a TerminalError, a broken contract) is marked dead as terminal by the
-    attempt it struck (the mark may lose to a new owner's fencing, but it must be tried)."""
+    attempt it struck (the mark may lose to a new owner's fencing, but it must be tried). A direct run's first
+    attempt holds no claim: when the pair cannot be claimed after its failure (held or done elsewhere), the
+    holder decides."""
     tried = {(key, attempt) for key, attempt, reason in observations.dead_calls if reason == "terminal"}
+    left = {(key, 1) for key in observations.unclaimed_direct_failures}
     return [
         Violation(2, f"{_name(world, key)}: attempt {error.attempt} hit a terminal error but was not marked dead")
         for key, errors in sorted(world.injected.items())
         for error in errors
-        if error.kind == "terminal" and (key, error.attempt) not in tried
+        if error.kind == "terminal" and (key, error.attempt) not in tried | left
     ]
 
 
@@ -481,7 +486,7 @@ def check_fencing(world: World, observations: Observations, state: State) -> lis
                 )
     completer = {write.key: write.owner for write in observations.completions}
     for key, claim in sorted(state.claims.items()):
-        owner = claim["owner"]["S"] if "owner" in claim else None
+        owner = claim["owner"]["S"] if "owner" in claim else DIRECT  # a direct completion's marker has none
         maybe = observations.uncertain_completers.get(key, set())
         if claim["status"]["S"] == "COMPLETED" and completer.get(key) != owner and owner not in maybe:
             found.append(Violation(4, f"{trace.key(key)} is COMPLETED under an owner whose completion was never seen"))
@@ -715,8 +720,9 @@ def check_tamper_evidence(world: World, state: State) -> list[Violation]:
     for tenant, findings in sorted(state.findings.items()):
         modified = {(f.seq, f.old_hash) for f in findings if f.kind is FindingKind.MODIFIED}
         for victim in changed.get(tenant, []):
-            if (victim.seq, victim.hash) not in modified:
-                found.append(Violation(12, f"{tenant} seq {victim.seq} was rewritten and no finding records it"))
+            if (victim.seq, victim.hash) in modified or _too_large_for_a_finding(victim, state):
+                continue
+            found.append(Violation(12, f"{tenant} seq {victim.seq} was rewritten and no finding records it"))
         if tenant not in changed:
             found.extend(
                 Violation(12, f"{tenant}: a {f.kind} finding at seq {f.seq}, but nobody changed its log ({f.detail})")
@@ -724,3 +730,10 @@ def check_tamper_evidence(world: World, state: State) -> list[Violation]:
                 if f.kind is not FindingKind.ANCHOR_RESET
             )
     return found
+
+
+def _too_large_for_a_finding(victim: Envelope, state: State) -> bool:
+    """A MODIFY record carries the old and the new image: for an event near the relay's bound the two pass
+    what a queue message holds, so the tamper pipe dead-letters it (alarmed) instead of delivering it. That
+    is the documented gap; the anchoring pass still sees the rewrite. It must be in that DLQ, though."""
+    return len(json.dumps(victim.to_item())) > MAX_MESSAGE_BYTES // 2 and state.tamper_pipe_dead_letters > 0

@@ -146,8 +146,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="follow-up-before-completion",
         module=CONSUMER,
-        original="extra_writes=[*self.inbox.completion_writes(claim), *result.writes],\n            )",
-        replacement="extra_writes=[*result.writes],\n            )\n            self.inbox.mark_completed(claim)",
+        original="self._emit_follow_up(envelope, subscription, result, [*self.inbox.completion_writes(claim), *result.writes])",
+        replacement="self._emit_follow_up(envelope, subscription, result, [*result.writes])\n"
+        "            self.inbox.mark_completed(claim)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
         seeds=(10, 11, 37),
@@ -506,5 +507,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "log held is lost",
         what_should_catch_it="a rewritten event row: no finding names the hash it had (12)",
         seeds=(1, 3, 4),
+    ),
+    Mutant(
+        id="direct-marker-unconditional",
+        module=INBOX,
+        original='                "Item": row,\n                "ConditionExpression": "attribute_not_exists(pk)",\n',
+        replacement='                "Item": row,\n',
+        description="a DynamoDB-only subscription's completion marker is written whatever row is there: a "
+        "duplicate delivery commits the handler's writes again",
+        what_should_catch_it="a copy of an event delivered after the deduplication window, or a conflicting copy: "
+        "its DynamoDB effect applied twice (2)",
+        seeds=(3, 7, 12),
     ),
 )

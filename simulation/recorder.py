@@ -3,6 +3,8 @@
 - Claims and fenced writes: ``Inbox.claim`` (who holds each key now), ``DurableConsumer._complete`` (the
   completion committed: ``Inbox.mark_completed``, or ``emit()`` carrying ``Inbox.completion_write``) and
   ``Inbox.mark_dead``. Each committed fenced write notes whether its owner token was the current one.
+- Direct completions of DynamoDB-only subscriptions: ``DurableConsumer._commit_directly`` (the marker and the
+  writes committed with no claim; the marker counts the one attempt it ran, under no owner).
 - Deliveries: every record the durable event source mapping hands to the consumer, with its receive count.
 - Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
 
@@ -29,6 +31,9 @@ from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.subscriptions import Subscription
 from simulation.world import World
+
+# The owner of a direct completion: it has no claim, and its marker row no owner attribute.
+DIRECT = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class Observations:
     dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
     dead_positions: list[tuple[str, int]] = field(default_factory=list)  # (key, handler runs before the mark)
     release_calls: set[tuple[str, int]] = field(default_factory=set)  # (key, attempt), fenced or not
+    # Keys whose direct run (no claim) failed while the pair could not be claimed (another worker held it, or
+    # it was done): the failure was left to whoever held it, as it must be.
+    unclaimed_direct_failures: set[str] = field(default_factory=set)
     completions: list[FencedWrite] = field(default_factory=list)
     dead_marks: list[FencedWrite] = field(default_factory=list)
     releases: list[FencedWrite] = field(default_factory=list)
@@ -132,6 +140,8 @@ class Recorder:
         # The originals, captured when recording starts (a mutation test may have replaced one).
         self._claim, self._complete, self._mark_dead = Inbox.claim, DurableConsumer._complete, Inbox.mark_dead
         self._release, self._deliver = Inbox.release, DurableConsumer.deliver
+        self._commit_directly = DurableConsumer._commit_directly
+        self._failed_directly = DurableConsumer._failed_directly
         self._process_record = DurableConsumer.process_record
         self._handler, self._poll = durable.handler, durable.poll
 
@@ -163,6 +173,14 @@ class Recorder:
         def process_record(consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
             recorder.process_record(consumer, record, *args, **kwargs)
 
+        def commit_directly(
+            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
+        ) -> Any:
+            return recorder.commit_directly(consumer, envelope, sub, result, digest)
+
+        def failed_directly(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> Any:
+            return recorder.failed_directly(consumer, envelope, sub, *args)
+
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
             stack.enter_context(mock.patch.object(DurableConsumer, "_complete", complete))
@@ -170,6 +188,8 @@ class Recorder:
             stack.enter_context(mock.patch.object(Inbox, "release", release))
             stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
+            stack.enter_context(mock.patch.object(DurableConsumer, "_commit_directly", commit_directly))
+            stack.enter_context(mock.patch.object(DurableConsumer, "_failed_directly", failed_directly))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
@@ -265,6 +285,35 @@ class Recorder:
         self.trace.add(
             "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
         )
+
+    def commit_directly(
+        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
+    ) -> Any:
+        key = f"{envelope.id}:{sub.name}"
+        try:
+            existing = self._commit_directly(consumer, envelope, sub, result, digest)
+        except BaseException:
+            # Its answer may have been lost after it committed: the marker (one attempt, no owner) may be there.
+            self.observations.uncertain_claims[key] += 1
+            self.observations.uncertain_completers.setdefault(key, set()).add(DIRECT)
+            raise
+        if existing is not None:
+            self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the pair has a row")
+            return existing
+        self.observations.claims[key] += 1  # the marker counts the attempt that ran
+        self.observations.completions.append(FencedWrite(key, DIRECT, True, self.durable.clock()))
+        follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
+        self.trace.add("complete", f"{self.trace.key(key)} directly (no lease){follow_up}")
+        return existing
+
+    def failed_directly(self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> Any:
+        key = f"{envelope.id}:{sub.name}"
+        claims = self.observations.claims[key]
+        outcome = self._failed_directly(consumer, envelope, sub, *args)
+        if self.observations.claims[key] == claims:
+            self.observations.unclaimed_direct_failures.add(key)
+            self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")
+        return outcome
 
     def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
         error, _error_type, reason, receive_count = details

@@ -39,6 +39,7 @@ class State:
     logs: dict[str, list[Envelope]] = field(default_factory=dict)  # tenant -> events in seq order
     chains: dict[str, ChainReport] = field(default_factory=dict)  # verified from genesis, no anchor
     findings: dict[str, list[Finding]] = field(default_factory=dict)  # tenant -> its audit table's findings
+    tamper_pipe_dead_letters: int = 0  # stream batches the tamper pipe could not deliver (alarmed)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # idempotency key -> claim row
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     data: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (pk, sk) -> row
@@ -85,6 +86,7 @@ def read_state(runtime: LocalRuntime, dynamodb: Any, tenants: list[str], status:
         state.data[(item["pk"]["S"], item["sk"]["S"])] = item
     for url in runtime.resources.queue_urls.values():
         state.queue_depths[url] = stored_messages(url)
+    state.tamper_pipe_dead_letters = stored_messages(runtime.output("TamperPipeDeadLetterQueueUrl"))
     return state
 
 

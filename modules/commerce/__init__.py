@@ -13,6 +13,7 @@ from modules.services import Services
 from outbox import (
     CallerWriteConditionFailedError,
     Delivery,
+    Effects,
     EventStore,
     FollowUp,
     HandlerResult,
@@ -270,7 +271,16 @@ class Commerce:
                 Subscription("shipping.book_shipment", "payment.completed", Lane.DURABLE, self.book_shipment),
                 Subscription("notify.buyer", "payment.completed", Lane.DURABLE, self.notify_buyer),
                 Subscription("notify.shipment_booked", "shipment.booked", Lane.DURABLE, self.notify_shipment),
-                Subscription("pet_tag.mark_ordered", "payment.completed", Lane.DURABLE, self.mark_pet_tag_ordered),
-                Subscription("sales.project_order", "order.created", Lane.DURABLE, self.project_sales),
+                # Their only effects are the writes they return: no lease, one request each (Effects).
+                Subscription(
+                    "pet_tag.mark_ordered",
+                    "payment.completed",
+                    Lane.DURABLE,
+                    self.mark_pet_tag_ordered,
+                    effects=Effects.DYNAMODB,
+                ),
+                Subscription(
+                    "sales.project_order", "order.created", Lane.DURABLE, self.project_sales, effects=Effects.DYNAMODB
+                ),
             ),
         )

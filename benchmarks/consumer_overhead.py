@@ -11,6 +11,10 @@ CPU it spends answering is measured apart (``MotoMeter``) and subtracted: "clien
 function itself would spend in Lambda. Both figures are reported. Repetitions alternate which consumer
 goes first, and every ratio is taken within one repetition.
 
+The engine runs twice: its subscriptions as they are by default (external effects: a lease per pair, claim
+and completion) and declared DynamoDB-only (``effects="dynamodb"``: no lease, the writes and a completion
+marker in one transaction), "direct" in the figures.
+
 Also here: the consumer's cost per message with a catalog of 10 and of 1,000 subscriptions of which one
 matches (hot-path work must not scale with the catalog), and where the engine's client CPU goes.
 """
@@ -37,13 +41,15 @@ from outbox.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
-from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
+from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 EVENT_TYPE = "bench.order_paid"
 TENANTS = ("acme", "globex", "initech", "umbrella")
 MAX_ATTEMPTS = 5
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 Batch = dict[str, Any]
+# The engine with a lease per pair (its default), Powertools Idempotency, the engine DynamoDB-only.
+IMPLEMENTATIONS = ("ours", "baseline", "direct")
 Handle = Callable[[Batch, Any], Any]
 _tables = 0
 
@@ -155,7 +161,7 @@ class Consumers:
         aws.create_table(self.admin, name, key=key)
         return name
 
-    def ours(self, scenario: Scenario, catalog_size: int | None = None) -> Handle:
+    def ours(self, scenario: Scenario, catalog_size: int | None = None, effects: Effects = Effects.EXTERNAL) -> Handle:
         inbox_table, effects_table = self._fresh("inbox"), self._fresh("effects")
 
         def handler(delivery: Delivery) -> HandlerResult | None:
@@ -164,7 +170,8 @@ class Consumers:
             return HandlerResult(writes=[writes.put(effects_table, effect_item(delivery.idempotency_key))])
 
         subscriptions = [
-            Subscription(f"bench.sub_{i}", EVENT_TYPE, Lane.DURABLE, handler) for i in range(scenario.subscriptions)
+            Subscription(f"bench.sub_{i}", EVENT_TYPE, Lane.DURABLE, handler, effects=effects)
+            for i in range(scenario.subscriptions)
         ]
         for i in range((catalog_size or scenario.subscriptions) - scenario.subscriptions):
             # The rest of a large catalog: other types, exact names and globs, none matching.
@@ -384,12 +391,15 @@ def run(
         all_batches = make_batches(admin, sqs, (batches + 1) * batch_size, batch_size)
         warmup, measured = all_batches[0], all_batches[1:]
         on_moto, on_replay, counting = Consumers(timed, admin), Consumers(replayed, admin), Consumers(metered, admin)
-        results: dict[Scenario, dict[str, list[Measurement]]] = {s: {"ours": [], "baseline": []} for s in SCENARIOS}
+        results: dict[Scenario, dict[str, list[Measurement]]] = {
+            s: {name: [] for name in IMPLEMENTATIONS} for s in SCENARIOS
+        }
         catalog: dict[int, list[Measurement]] = {size: [] for size in catalog_sizes}
         for repetition in range(repetitions):
             for scenario in SCENARIOS:
-                order = ("ours", "baseline") if repetition % 2 == 0 else ("baseline", "ours")
-                for implementation in order:
+                # Each implementation goes first in turn: no one is always measured on a warmer process.
+                shift = repetition % len(IMPLEMENTATIONS)
+                for implementation in IMPLEMENTATIONS[shift:] + IMPLEMENTATIONS[:shift]:
                     build = _builder(scenario, implementation)
                     results[scenario][implementation].append(
                         measure(build, on_moto, on_replay, tools, warmup, measured, scenario.subscriptions)
@@ -404,7 +414,7 @@ def run(
                 _builder(scenario, implementation)(counting), warmup, measured, scenario.subscriptions, meter, clock
             )
             for scenario in SCENARIOS
-            for implementation in ("ours", "baseline")
+            for implementation in IMPLEMENTATIONS
         }
         catalog_counts = {
             size: count(_builder(Scenario(1, False), "ours", size)(counting), warmup, measured, 1, meter, clock)
@@ -413,8 +423,8 @@ def run(
         breakdown = cpu_breakdown(measured, admin, tools)
     small, large = catalog_sizes
 
-    def ratio(runs: dict[str, list[Measurement]], attribute: str) -> Summary:
-        return ratios([getattr(m, attribute) for m in runs["ours"]], [getattr(m, attribute) for m in runs["baseline"]])
+    def ratio(runs: dict[str, list[Measurement]], attribute: str, ours: str = "ours") -> Summary:
+        return ratios([getattr(m, attribute) for m in runs[ours]], [getattr(m, attribute) for m in runs["baseline"]])
 
     return {
         "aws_fixes": True,
@@ -429,9 +439,11 @@ def run(
                 "effect_write": scenario.effect_write,
                 "ours": describe(runs["ours"], counts[(scenario, "ours")]),
                 "baseline": describe(runs["baseline"], counts[(scenario, "baseline")]),
+                "direct": describe(runs["direct"], counts[(scenario, "direct")]),
                 "cpu_ratio": ratio(runs, "cpu_seconds"),
                 "client_cpu_ratio": ratio(runs, "client_cpu_seconds"),
                 "replayed_cpu_ratio": ratio(runs, "replayed_cpu_seconds"),
+                "direct_replayed_cpu_ratio": ratio(runs, "replayed_cpu_seconds", ours="direct"),
             }
             for scenario, runs in results.items()
         ],
@@ -460,6 +472,8 @@ def run(
 def _builder(scenario: Scenario, implementation: str, catalog_size: int | None = None) -> Callable[[Consumers], Handle]:
     if implementation == "ours":
         return lambda consumers: consumers.ours(scenario, catalog_size)
+    if implementation == "direct":
+        return lambda consumers: consumers.ours(scenario, catalog_size, effects=Effects.DYNAMODB)
     return lambda consumers: consumers.baseline(scenario)
 
 

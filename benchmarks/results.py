@@ -64,8 +64,10 @@ class ConsumerScenario(Figures):
     effect_write: bool
     ours: ConsumerRun
     baseline: ConsumerRun
+    direct: ConsumerRun  # the engine's subscriptions declared DynamoDB-only (no lease)
     cpu_ratio: Summary
     replayed_cpu_ratio: Summary
+    direct_replayed_cpu_ratio: Summary
 
     @property
     def shape(self) -> str:

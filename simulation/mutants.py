@@ -146,7 +146,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="follow-up-before-completion",
         module=CONSUMER,
-        original="self._emit_follow_up(envelope, subscription, result, [*self.inbox.completion_writes(claim), *result.writes])",
+        original="self._emit_follow_up(envelope, subscription, result, "
+        "[*self.inbox.completion_writes(claim), *result.writes])",
         replacement="self._emit_follow_up(envelope, subscription, result, [*result.writes])\n"
         "            self.inbox.mark_completed(claim)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",

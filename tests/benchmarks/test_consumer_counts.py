@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from benchmarks import aws
-from benchmarks.consumer_overhead import Consumers, Scenario, count, make_batches
+from benchmarks.consumer_overhead import Consumers, Counted, Handle, Scenario, count, make_batches
 from benchmarks.metering import AwsMeter
 from outbox import Effects
+
+
+def counted(scenario: Scenario, *builds: Callable[[Consumers], Handle]) -> list[Counted]:
+    """Each consumer ``build`` makes, over the same two batches of events as the relay pipe sends them."""
+    with aws.moto(fixes=True) as clock:
+        admin, metered = aws.client("dynamodb"), aws.client("dynamodb")
+        meter = AwsMeter.on_moto()
+        meter.attach(metered.meta.events)
+        warmup, *batches = make_batches(admin, aws.client("sqs"), 20, 10)
+        consumers = Consumers(metered, admin)
+        return [count(build(consumers), warmup, batches, scenario.subscriptions, meter, clock) for build in builds]
 
 
 @pytest.mark.parametrize(
@@ -25,17 +36,10 @@ from outbox import Effects
 def test_a_dynamodb_only_subscription_costs_one_request_per_event_and_subscription(
     aws_credentials: None, scenario: Scenario, direct: dict[str, float]
 ) -> None:
-    with aws.moto(fixes=True) as clock:
-        admin, metered = aws.client("dynamodb"), aws.client("dynamodb")
-        meter = AwsMeter.on_moto()
-        meter.attach(metered.meta.events)
-        warmup, *batches = make_batches(admin, aws.client("sqs"), 20, 10)
-        consumers = Consumers(metered, admin)
-        counted = count(
-            consumers.ours(scenario, effects=Effects.DYNAMODB), warmup, batches, scenario.subscriptions, meter, clock
-        )
-    assert {name: n / counted.deliveries for name, n in counted.by_operation.items()} == direct
-    assert counted.dynamodb.write_units / counted.deliveries == (4.0 if scenario.effect_write else 1.0)
+    [run] = counted(scenario, lambda consumers: consumers.ours(scenario, effects=Effects.DYNAMODB))
+
+    assert {name: n / run.deliveries for name, n in run.by_operation.items()} == direct
+    assert run.dynamodb.write_units / run.deliveries == (4.0 if scenario.effect_write else 1.0)
 
 
 @pytest.mark.parametrize(
@@ -50,21 +54,7 @@ def test_a_dynamodb_only_subscription_costs_one_request_per_event_and_subscripti
 def test_one_claim_and_one_completion_per_event_and_subscription(
     aws_credentials: None, scenario: Scenario, ours: tuple[float, float], baseline: tuple[float, float]
 ) -> None:
-    with aws.moto(fixes=True) as clock:
-        admin, metered = aws.client("dynamodb"), aws.client("dynamodb")
-        meter = AwsMeter.on_moto()
-        meter.attach(metered.meta.events)
-        # Given the same two batches of events, as the relay pipe sends them
-        warmup, *batches = make_batches(admin, aws.client("sqs"), 20, 10)
-        consumers = Consumers(metered, admin)
-        # When each consumer processes them
-        measured: dict[str, Any] = {
-            "ours": count(consumers.ours(scenario), warmup, batches, scenario.subscriptions, meter, clock),
-            "baseline": count(consumers.baseline(scenario), warmup, batches, scenario.subscriptions, meter, clock),
-        }
-    # Then each (event, subscription) costs what the comparison reports
-    for name, expected in (("ours", ours), ("baseline", baseline)):
-        counted = measured[name]
-        assert (counted.dynamodb.requests / counted.deliveries, counted.dynamodb.write_units / counted.deliveries) == (
-            expected
-        ), name
+    measured = counted(scenario, lambda c: c.ours(scenario), lambda c: c.baseline(scenario))
+
+    for name, run, expected in zip(("ours", "baseline"), measured, (ours, baseline), strict=True):
+        assert (run.dynamodb.requests / run.deliveries, run.dynamodb.write_units / run.deliveries) == expected, name

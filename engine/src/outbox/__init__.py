@@ -25,7 +25,7 @@ from outbox.exceptions import (
     TerminalError,
 )
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
-from outbox.store import EventStore
+from outbox.store import EventStore, NewEvent
 from outbox.subscriptions import Delivery, Effects, FollowUp, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "InvalidWriteError",
     "Lane",
     "LeaseLostError",
+    "NewEvent",
     "OutboxError",
     "OutboxValidationError",
     "Subscription",

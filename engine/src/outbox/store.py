@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HEAD_INDEX, EVENT_INDEX, FIRST_EXTRA_INDEX = 0, 1, 2
+# A transaction's actions: the head, the event rows, then the caller's and the INLINE writes.
+HEAD_INDEX, FIRST_EVENT_INDEX = 0, 1
 TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 THROTTLING_ERRORS = frozenset({"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"})
 # Answers that do not say whether a transaction applied (as do any 5xx and botocore's own errors, such as a
@@ -58,6 +59,17 @@ _WIDEST_SEQ = MAX_SAFE_INTEGER
 # The transaction's own actions are the head and the event row, plus the tenant index row on a tenant's
 # first emit: its place is reserved in every limit check.
 _RESERVED_ITEMS = keys.OWN_TRANSACTION_ITEMS - 2
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """One event of an ``EventStore.emit_many``: ``emit``'s arguments that differ from event to event."""
+
+    event_type: str
+    payload: Mapping[str, Any]
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    schema_version: int = 1
 
 
 def default_client() -> Any:
@@ -158,19 +170,53 @@ class EventStore:
         ``EventStoreUnavailableError`` with ``committed`` None, naming the event id to look for in the
         tenant's log or head.
         """
-        event_id = self._new_event_id()
-        if self.catalog is not None:
-            self.catalog.validate_payload(event_type, payload)
-        draft = self._validated_draft(
-            event_id, event_type, payload, tenant, actor, correlation_id or event_id, causation_id, schema_version
-        )
+        event = NewEvent(event_type, payload, correlation_id, causation_id, schema_version)
+        return self.emit_many([event], tenant=tenant, actor=actor, extra_writes=extra_writes)[0]
+
+    def emit_many(
+        self,
+        events: Sequence[NewEvent],
+        *,
+        tenant: str,
+        actor: str,
+        extra_writes: Sequence[Mapping[str, Any]] = (),
+    ) -> list[Envelope]:
+        """Append ``events`` to ``tenant``'s chain in order, under one head update, with ``extra_writes``, in
+        one TransactWriteItems: all of them or none. Returns the committed envelopes, seq and hash chained.
+
+        For a hot tenant: its head serializes every emit, so k events in one emit take one turn at the head
+        instead of k. The transaction's limits bound k: 100 actions (the head, k event rows, the tenant's
+        index row on its first emit, and every extra and INLINE write) and 4 MB. Everything else is
+        ``emit``'s: the same validation before any AWS call, errors, retries and at-most-once commit; INLINE
+        subscribers run for every event of every seal, LOCAL ones after the commit, in order.
+        """
+        if not events:
+            raise InvalidEventError("emit_many needs at least one event")
+        drafts = []
+        for event in events:
+            if self.catalog is not None:
+                self.catalog.validate_payload(event.event_type, event.payload)
+            event_id = self._new_event_id()
+            drafts.append(
+                self._validated_draft(
+                    event_id,
+                    event.event_type,
+                    event.payload,
+                    tenant,
+                    actor,
+                    event.correlation_id or event_id,
+                    event.causation_id,
+                    event.schema_version,
+                )
+            )
         caller_writes = list(extra_writes)
-        own = self._checked_event(draft)
-        check_transaction([*own, *self._describe(caller_writes)], reserved=_RESERVED_ITEMS)
-        inline = self._subscribers(event_type, Lane.INLINE)
-        envelope = self._commit(draft, own, caller_writes, self._cached_head(tenant), inline)
-        self._run_local(envelope, self._subscribers(event_type, Lane.LOCAL))
-        return envelope
+        own = self._checked_events(drafts)
+        check_transaction([*own, *self._describe(caller_writes)], reserved=_RESERVED_ITEMS, own=len(own) + 1)
+        inline = [self._subscribers(draft["type"], Lane.INLINE) for draft in drafts]
+        envelopes = self._commit(drafts, own, caller_writes, self._cached_head(tenant), inline)
+        for envelope in envelopes:
+            self._run_local(envelope, self._subscribers(envelope.type, Lane.LOCAL))
+        return envelopes
 
     def _describe(self, writes: Sequence[Mapping[str, Any]]) -> list[WriteTarget]:
         return [describe_write(index, write, self.table_keys, self.table_name) for index, write in enumerate(writes)]
@@ -183,9 +229,9 @@ class EventStore:
     def _sealed_writes(
         self,
         own: list[WriteTarget],
-        envelope: Envelope,
+        envelopes: Sequence[Envelope],
         caller_writes: list[Mapping[str, Any]],
-        inline: Sequence[Subscription],
+        inline: Sequence[Sequence[Subscription]],
     ) -> _Writes:
         """The caller's writes and the INLINE handlers' writes for exactly this seal, checked against the limits.
 
@@ -193,9 +239,10 @@ class EventStore:
         hash, and whatever the handler read), so writes computed for a seal that lost the head race are stale.
         """
         writes = _Writes(list(caller_writes), len(caller_writes))
-        if inline:
-            writes.append_inline(self._run_inline(envelope, inline))
-            check_transaction([*own, *self._describe(writes.items)], reserved=_RESERVED_ITEMS)
+        if any(inline):
+            for envelope, subscriptions in zip(envelopes, inline, strict=True):
+                writes.append_inline(self._run_inline(envelope, subscriptions))
+            check_transaction([*own, *self._describe(writes.items)], reserved=_RESERVED_ITEMS, own=len(own) + 1)
         return writes
 
     def _run_inline(
@@ -291,34 +338,39 @@ class EventStore:
         self._seal(draft, ChainHead(tenant=tenant, last_seq=_WIDEST_SEQ - 1), validate=True)
         return draft
 
-    def _checked_event(self, draft: dict[str, Any]) -> list[WriteTarget]:
-        """The head and event-row actions of the transaction, after checking the event against the item
+    def _checked_events(self, drafts: Sequence[dict[str, Any]]) -> list[WriteTarget]:
+        """The head and event-row actions of the transaction, after checking each event against the item
         limit and the relay's; measured once per emit, at the widest seq (an upper bound for any seal)."""
-        widest = self._seal(draft, ChainHead(tenant=draft["tenant"], last_seq=_WIDEST_SEQ - 1))
-        event_item = widest.to_item()
-        size = item_size(event_item)
-        if size > 400 * 1024:
-            raise InvalidEventError(f"the event row would be {size} bytes; DynamoDB items are at most 409600")
-        body = relay_body_size(event_item)
-        if body > MAX_RELAY_BODY_BYTES:
-            raise InvalidEventError(
-                f"the relay would carry this event as a {body}-byte message (its row in DynamoDB JSON, with a "
-                f"type tag on every value), and the durable queue takes at most {MAX_RELAY_BODY_BYTES} "
-                "(MaximumMessageSize, less what a repair's attributes need): such an event could never reach a "
-                "DURABLE subscriber. Keep large content elsewhere (S3, the data table) and put its key in the "
-                "payload"
-            )
-        head_key = keys.head_key(widest.tenant)
-        return [
-            WriteTarget("the chain head", "Update", self.table_name, head_key, 300),
-            WriteTarget(
-                "the event row",
-                "Put",
-                self.table_name,
-                {"pk": event_item["pk"], "sk": event_item["sk"]},
-                size,
-            ),
-        ]
+        rows: list[WriteTarget] = []
+        for draft in drafts:
+            widest = self._seal(draft, ChainHead(tenant=draft["tenant"], last_seq=_WIDEST_SEQ - 1))
+            event_item = widest.to_item()
+            size = item_size(event_item)
+            if size > 400 * 1024:
+                raise InvalidEventError(f"the event row would be {size} bytes; DynamoDB items are at most 409600")
+            body = relay_body_size(event_item)
+            if body > MAX_RELAY_BODY_BYTES:
+                raise InvalidEventError(
+                    f"the relay would carry this event as a {body}-byte message (its row in DynamoDB JSON, with a "
+                    f"type tag on every value), and the durable queue takes at most {MAX_RELAY_BODY_BYTES} "
+                    "(MaximumMessageSize, less what a repair's attributes need): such an event could never reach "
+                    "a DURABLE subscriber. Keep large content elsewhere (S3, the data table) and put its key in "
+                    "the payload"
+                )
+            # Each event of a batch gets its own seq, so its key is its own too: draft order stands in for it.
+            key = {"pk": event_item["pk"], "sk": {"S": f"{event_item['sk']['S']}#{len(rows)}"}}
+            rows.append(WriteTarget(f"event row {len(rows) + 1}", "Put", self.table_name, key, size))
+        head_key = keys.head_key(drafts[0]["tenant"])
+        return [WriteTarget("the chain head", "Update", self.table_name, head_key, 300), *rows]
+
+    def _seal_all(self, drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
+        """The drafts sealed in order after ``head``: consecutive seqs, each linked to the one before."""
+        envelopes = []
+        for draft in drafts:
+            envelope = self._seal(draft, head)
+            envelopes.append(envelope)
+            head = ChainHead(head.tenant, envelope.seq, envelope.hash, envelope.id)
+        return envelopes
 
     @staticmethod
     def _seal(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
@@ -336,46 +388,47 @@ class EventStore:
 
     def _commit(
         self,
-        draft: dict[str, Any],
+        drafts: Sequence[dict[str, Any]],
         own: list[WriteTarget],
         caller_writes: list[Mapping[str, Any]],
         head: ChainHead,
-        inline: Sequence[Subscription] = (),
-    ) -> Envelope:
-        tenant = draft["tenant"]
-        envelope = self._seal(draft, head)
-        writes = self._sealed_writes(own, envelope, caller_writes, inline)
-        attempted = {envelope.seq: envelope}
+        inline: Sequence[Sequence[Subscription]] = (),
+    ) -> list[Envelope]:
+        tenant = drafts[0]["tenant"]
+        envelopes = self._seal_all(drafts, head)
+        writes = self._sealed_writes(own, envelopes, caller_writes, inline)
+        attempted = {envelopes[-1].seq: envelopes}  # by the seq the head moves to
         head_retries = transient_retries = token_serial = 0
         first_sent = self._clock()  # when the current token was first sent (or a backoff earlier)
         in_doubt = False  # whether a send of the current token may have committed
         while True:
+            last = envelopes[-1]
             try:
-                outcome = self._transact(envelope, head, writes, token=f"{envelope.id}-{token_serial}")
+                outcome = self._transact(envelopes, head, writes, token=f"{last.id}-{token_serial}")
             except EventStoreUnavailableError as exc:
                 # An error answer to a re-send does not say what an earlier send did.
                 if in_doubt and exc.committed is False:
-                    raise EmitOutcomeUnknownError(envelope.id, tenant, f"the last retry failed with {exc}") from exc
+                    raise EmitOutcomeUnknownError(last.id, tenant, f"the last retry failed with {exc}") from exc
                 raise
             if outcome is None:
-                self._remember(tenant, ChainHead(tenant, envelope.seq, envelope.hash, envelope.id))
-                logger.debug("emitted %s seq %s for tenant %s", envelope.type, envelope.seq, tenant)
-                return envelope
+                self._remember(tenant, ChainHead(tenant, last.seq, last.hash, last.id))
+                logger.debug("emitted %d event(s) up to seq %s for tenant %s", len(envelopes), last.seq, tenant)
+                return envelopes
             kind, current = outcome
-            if kind == "head" and current is not None and current.last_event_id == envelope.id:
+            if kind == "head" and current is not None and current.last_event_id == last.id:
                 # An earlier attempt of this emit committed although its response was lost.
                 self._remember(tenant, current)
                 return attempted[current.last_seq]
             if kind == "head":
                 # Definite even for a re-sent token: had an earlier send committed, DynamoDB would have
-                # answered this one with success. So the event is re-sealed, with a new token.
+                # answered this one with success. So the events are re-sealed, with a new token.
                 head_retries += 1
                 if head_retries > self.max_head_retries:
                     self._forget(tenant)
                     raise ChainHeadContentionError(tenant, head_retries)
                 head = current if current is not None else self._read_head(tenant)
-                envelope = attempted[head.last_seq + 1] = self._seal(draft, head)
-                writes = self._sealed_writes(own, envelope, caller_writes, inline)
+                envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)
+                writes = self._sealed_writes(own, envelopes, caller_writes, inline)
                 token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:
                 # Once a send's outcome is unknown, every retry repeats it exactly, whatever comes next:
@@ -385,7 +438,7 @@ class EventStore:
                 if transient_retries > self.max_transient_retries:
                     if in_doubt:
                         raise EmitOutcomeUnknownError(
-                            envelope.id, tenant, f"DynamoDB's answer stayed ambiguous for {transient_retries} tries"
+                            last.id, tenant, f"DynamoDB's answer stayed ambiguous for {transient_retries} tries"
                         )
                     raise EventStoreUnavailableError(
                         f"DynamoDB kept throttling or conflicting emit for tenant {tenant!r}; nothing was committed"
@@ -395,23 +448,25 @@ class EventStore:
             self._pause(head_retries + transient_retries)
             if in_doubt and self._clock() - first_sent >= TOKEN_RESEND_WINDOW:
                 raise EmitOutcomeUnknownError(
-                    envelope.id,
+                    last.id,
                     tenant,
                     f"DynamoDB's answer stayed ambiguous for {TOKEN_RESEND_WINDOW.total_seconds() / 60:.0f} "
                     "minutes, and a re-send after its token's 10-minute idempotency window could commit it twice",
                 )
 
     def _transact(
-        self, envelope: Envelope, head: ChainHead, writes: _Writes, token: str
+        self, envelopes: Sequence[Envelope], head: ChainHead, writes: _Writes, token: str
     ) -> tuple[str, ChainHead | None] | None:
         """Run one attempt: None on commit, else why to retry.
 
         ``("head", current_head)`` lost the race for the head; ``("transient", None)`` was refused
         without effect (throttling, conflicts); ``("unknown", None)`` may or may not have committed.
+        The head (index 0) moves to the last event; the event rows follow it, then the writes.
         """
-        items = [self._head_write(envelope, head), self._event_write(envelope), *writes.items]
+        envelope = envelopes[-1]
+        items = [self._head_write(envelope, head), *map(self._event_write, envelopes), *writes.items]
         if head.last_seq == 0:
-            items.append(self._tenant_index_write(envelope))
+            items.append(self._tenant_index_write(envelopes[0]))
         try:
             self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
             return None
@@ -419,7 +474,7 @@ class EventStore:
             code = exc.response.get("Error", {}).get("Code", "")
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code == "TransactionCanceledException":
-                return self._cancelled(exc, envelope, writes)
+                return self._cancelled(exc, envelopes, writes)
             if code in UNKNOWN_OUTCOME_ERRORS or status >= 500:
                 return _unknown_outcome(envelope, exc)
             if code in THROTTLING_ERRORS:
@@ -437,10 +492,13 @@ class EventStore:
         except BotoCoreError as exc:
             return _unknown_outcome(envelope, exc)
 
-    def _cancelled(self, exc: ClientError, envelope: Envelope, writes: _Writes) -> tuple[str, ChainHead | None]:
+    def _cancelled(
+        self, exc: ClientError, envelopes: Sequence[Envelope], writes: _Writes
+    ) -> tuple[str, ChainHead | None]:
         reasons = exc.response.get("CancellationReasons") or []
         codes = [reason.get("Code", "None") for reason in reasons]
-        for index, code in enumerate(codes[FIRST_EXTRA_INDEX : FIRST_EXTRA_INDEX + len(writes.items)]):
+        first_write = FIRST_EVENT_INDEX + len(envelopes)
+        for index, code in enumerate(codes[first_write : first_write + len(writes.items)]):
             if code == "ConditionalCheckFailed":
                 action, body = next(iter(writes.items[index].items()))
                 key = body.get("Key") or {
@@ -452,14 +510,16 @@ class EventStore:
                 if owner is not None:
                     raise InlineWriteConditionFailedError(owner, body["TableName"], key, f"{action} condition") from exc
                 raise CallerWriteConditionFailedError(index, body["TableName"], key, f"{action} condition") from exc
+        tenant = envelopes[0].tenant
         if codes and codes[HEAD_INDEX] == "ConditionalCheckFailed":
             current = reasons[HEAD_INDEX].get("Item")
-            return "head", ChainHead.from_item(envelope.tenant, current) if current else None
-        if len(codes) > EVENT_INDEX and codes[EVENT_INDEX] == "ConditionalCheckFailed":
-            raise ChainIntegrityError(
-                f"tenant {envelope.tenant!r}: the head is at seq {envelope.seq - 1} but an event row already "
-                f"exists at seq {envelope.seq}; run verify_chain"
-            ) from exc
+            return "head", ChainHead.from_item(tenant, current) if current else None
+        for envelope, code in zip(envelopes, codes[FIRST_EVENT_INDEX:first_write], strict=False):
+            if code == "ConditionalCheckFailed":
+                raise ChainIntegrityError(
+                    f"tenant {tenant!r}: the head is at seq {envelopes[0].seq - 1} but an event row already "
+                    f"exists at seq {envelope.seq}; run verify_chain"
+                ) from exc
         if set(codes) - {"None"} <= TRANSIENT_REASONS:
             return "transient", None
         raise EventStoreUnavailableError(f"emit cancelled for reasons {codes}: {exc}", committed=False) from exc

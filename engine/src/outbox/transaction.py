@@ -115,14 +115,15 @@ def describe_write(
     return WriteTarget(label=where, action=action, table_name=table_name, key=key, size=size)
 
 
-def check_transaction(targets: Sequence[WriteTarget], reserved: int = 0) -> None:
+def check_transaction(targets: Sequence[WriteTarget], reserved: int = 0, own: int = OWN_TRANSACTION_ITEMS) -> None:
     """The limits DynamoDB enforces on the whole transaction, with a message that says which one.
-    ``reserved`` counts actions the caller will add that are not in ``targets``."""
+    ``reserved`` counts actions the caller will add that are not in ``targets``; ``own`` is how many of all
+    of them emit() needs itself (the head, the event rows, the tenant's index row)."""
     if len(targets) + reserved > MAX_TRANSACT_ITEMS:
         raise InvalidWriteError(
             f"the transaction would hold {len(targets) + reserved} actions; DynamoDB allows {MAX_TRANSACT_ITEMS} "
-            f"and emit() needs {OWN_TRANSACTION_ITEMS} of them, so pass at most "
-            f"{MAX_TRANSACT_ITEMS - OWN_TRANSACTION_ITEMS} extra_writes"
+            f"and emit() needs {own} of them, so pass at most {MAX_TRANSACT_ITEMS - own} extra_writes "
+            "(INLINE subscribers' writes included)"
         )
     seen: dict[tuple[str, str], WriteTarget] = {}
     for target in targets:

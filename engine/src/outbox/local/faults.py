@@ -353,17 +353,18 @@ def rival_emit_before_commit(
     count, original = count or FaultCount(times), EventStore._transact
     rivalling = False
 
-    def transact(store: EventStore, envelope: Envelope, head: Any, extra_writes: Any, token: str) -> Any:
+    def transact(store: EventStore, envelopes: Sequence[Envelope], head: Any, extra_writes: Any, token: str) -> Any:
         nonlocal rivalling
-        if not rivalling and count.take(envelope.tenant):
+        tenant = envelopes[0].tenant
+        if not rivalling and count.take(tenant):
             rivalling = True
             try:
-                rival(envelope.tenant)
+                rival(tenant)
             except Exception:  # another process's failure; ours goes on
-                logger.exception("the rival emit for tenant %s failed", envelope.tenant)
+                logger.exception("the rival emit for tenant %s failed", tenant)
             finally:
                 rivalling = False
-        return original(store, envelope, head, extra_writes, token)
+        return original(store, envelopes, head, extra_writes, token)
 
     with mock.patch.object(EventStore, "_transact", transact):
         yield count

@@ -8,7 +8,11 @@ real time. Reported: throughput, CPU per emit, and how many transaction attempts
 each committed emit took. moto serialises every request behind that lock, so the absolute throughput is
 moto's, not DynamoDB's: the contention figures (retries) are what carries over.
 
-Also: emit time with 1 and with 1,000 tenants already present (nothing on the hot path may scale with
+Also: ``emit_many`` of k events (1, 5, 25) under one head update, its DynamoDB requests and write units per
+event, and the ceiling of one tenant with N concurrent writers of batches of k, as events per second relative to
+one writer emitting one event at a time.
+
+And: emit time with 1 and with 1,000 tenants already present (nothing on the hot path may scale with
 them), and what a head cache (``cache_heads=True``) smaller than the number of active tenants costs (one
 extra read per emit).
 """
@@ -30,9 +34,10 @@ from benchmarks import aws
 from benchmarks.consumer_overhead import sample_payload
 from benchmarks.metering import AwsMeter
 from benchmarks.stats import ratios, summary
-from outbox import ChainHeadContentionError, EventStore
+from outbox import ChainHeadContentionError, EventStore, NewEvent
 
 EVENT_TYPE = "bench.order_paid"
+BATCH_SIZES = (1, 5, 25)  # events per emit_many
 _tables = 0
 
 
@@ -102,6 +107,99 @@ def contend(admin: Any, threads: int, tenants: int, emits: int, seed: int) -> Ro
         cancelled=transactions.errors,
         head_reads=reads.requests,
     )
+
+
+def batch(k: int, first: int = 0) -> list[NewEvent]:
+    return [NewEvent(EVENT_TYPE, sample_payload(first + n)) for n in range(k)]
+
+
+def batch_cost(admin: Any, sizes: Sequence[int], events: int) -> dict[str, Any]:
+    """Requests, write units and CPU per event of ``emit_many`` with k events, on one tenant."""
+    found = {}
+    for k in sizes:
+        table = _fresh_table(admin)
+        client = aws.client("dynamodb")
+        meter = AwsMeter.on_moto()
+        meter.attach(client.meta.events)
+        store = EventStore(table, client=client)
+        store.emit(EVENT_TYPE, sample_payload(0), tenant="acme", actor="warm-up")  # the tenant's first emit apart
+        meter.reset()
+        gc.collect()
+        cpu = time.process_time()
+        for first in range(0, events, k):
+            store.emit_many(batch(k, first), tenant="acme", actor="bench")
+        cpu = time.process_time() - cpu
+        usage = meter.total(lambda _a, service, _o: service == "dynamodb")
+        committed = events // k * k
+        found[str(k)] = {
+            "events": committed,
+            "requests_per_event": usage.requests / committed,
+            "write_units_per_event": usage.write_units / committed,
+            "cpu_ms_per_event": cpu / committed * 1000,
+        }
+    return {"sizes": list(sizes), "by_size": found}
+
+
+def batch_ceiling(admin: Any, sizes: Sequence[int], writers: Sequence[int], events: int, repetitions: int) -> Any:
+    """One tenant, N writers each emitting batches of k: committed events per second, and that as a ratio to one
+    writer emitting one event at a time, measured in the same repetition."""
+    rates: dict[tuple[int, int], list[float]] = {(n, k): [] for n in writers for k in sizes}
+    retries: dict[tuple[int, int], list[float]] = {key: [] for key in rates}
+    for repetition in range(repetitions):
+        for key in rates if repetition % 2 == 0 else list(reversed(list(rates))):
+            threads, k = key
+            committed, wall, cancelled, batches = _batched_round(admin, threads, k, events)
+            rates[key].append(committed / wall)
+            retries[key].append(cancelled / max(batches, 1))
+    one = rates[(min(writers), min(sizes))]
+    return {
+        "writers": list(writers),
+        "sizes": list(sizes),
+        "events_per_round": events,
+        "rounds": [
+            {
+                "writers": threads,
+                "k": k,
+                "events_per_second": summary(rates[(threads, k)]),
+                "retries_per_batch": summary(retries[(threads, k)]),
+                "ratio_to_one_writer": ratios(rates[(threads, k)], one),
+            }
+            for threads, k in sorted(rates)
+        ],
+    }
+
+
+def _batched_round(admin: Any, threads: int, k: int, events: int) -> tuple[int, float, int, int]:
+    table = _fresh_table(admin)
+    meter = AwsMeter()
+    stores = []
+    for _ in range(threads):
+        client = aws.client("dynamodb")
+        meter.attach(client.meta.events)
+        stores.append(EventStore(table, client=client))
+    per_thread = max(events // threads // k, 1)
+    committed = [0] * threads
+    start = threading.Barrier(threads + 1)
+
+    def worker(index: int) -> None:
+        start.wait()
+        for n in range(per_thread):
+            try:
+                stores[index].emit_many(batch(k, n * k), tenant="acme", actor=f"thread-{index}")
+                committed[index] += k
+            except ChainHeadContentionError:
+                pass
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for worker_thread in workers:
+        worker_thread.start()
+    wall = time.perf_counter()
+    start.wait()
+    for worker_thread in workers:
+        worker_thread.join()
+    wall = time.perf_counter() - wall
+    transactions = meter.total(lambda _a, _s, operation: operation == "TransactWriteItems")
+    return sum(committed), wall, transactions.errors, transactions.requests
 
 
 def describe(rounds: Sequence[Round]) -> dict[str, Any]:
@@ -196,6 +294,8 @@ def run(
                 rounds[key].append(contend(admin, threads, tenants, emits, seed=repetition))
         scale = tenant_scale(admin, (1, 1000), emits=100, repetitions=repetitions)
         cliff = head_cache_cliff(admin, cache_size=32, active=(16, 64), emits=128)
+        cost = batch_cost(admin, BATCH_SIZES, events=100)
+        ceiling = batch_ceiling(admin, BATCH_SIZES, (1, 4), events=max(emits, 100), repetitions=repetitions)
     return {
         "aws_fixes": True,
         "emits_per_round": emits,
@@ -206,6 +306,7 @@ def run(
         ],
         "tenant_scale": scale,
         "head_cache": cliff,
+        "batches": {**cost, "ceiling": ceiling},
     }
 
 

@@ -426,12 +426,56 @@ class HeadCache(Figures):
     active_tenants: dict[str, HeadCacheUse]
 
 
+class BatchCost(Figures):
+    events: int
+    requests_per_event: float
+    write_units_per_event: float
+    cpu_ms_per_event: float
+
+
+class BatchRound(Figures):
+    writers: int
+    k: int
+    events_per_second: Summary
+    retries_per_batch: Summary
+    ratio_to_one_writer: Summary
+
+
+class BatchCeiling(Figures):
+    writers: tuple[int, ...]
+    sizes: tuple[int, ...]
+    events_per_round: int
+    rounds: tuple[BatchRound, ...] = Field(min_length=1)
+
+
+class Batches(Figures):
+    """``emit_many``: per-event cost by k, and one tenant's ceiling by writers and k."""
+
+    sizes: tuple[int, ...] = Field(min_length=1)
+    by_size: dict[str, BatchCost]
+    ceiling: BatchCeiling
+
+    @model_validator(mode="after")
+    def _every_size_measured(self) -> Self:
+        _require(self.by_size, [str(size) for size in self.sizes], "by_size")
+        return self
+
+    @property
+    def largest(self) -> BatchCost:
+        return self.by_size[str(max(self.sizes))]
+
+    @property
+    def best_ceiling(self) -> BatchRound:
+        return max(self.ceiling.rounds, key=lambda r: r.ratio_to_one_writer.median)
+
+
 class EmitFigures(Figures):
     emits_per_round: int
     repetitions: int
     contention: tuple[Contention, ...] = Field(min_length=1)
     tenant_scale: TenantScale
     head_cache: HeadCache
+    batches: Batches
 
     @property
     def worst(self) -> Contention:

@@ -238,7 +238,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="log-check-skipped",
         module=CONSUMER,
-        original="        doubt = self._not_in_log(envelope)\n",
+        original="        doubt = self._not_in_log(envelope, ahead)\n",
         replacement="        doubt = None\n",
         description="the consumer does not check an event against the events table: a forged event with a valid "
         "hash runs",

@@ -311,6 +311,17 @@ def _dynamodb(operation: str, params: Mapping[str, Any], arns: LocalArns) -> lis
         table = params["TableName"]
         resource = arns.table(table) + (f"/index/{params['IndexName']}" if "IndexName" in params else "")
         return [Request("dynamodb:Query", resource, operation, (_queried_partition(params, table, arns),))]
+    if operation == "BatchGetItem":
+        # Authorised as itself, once per table, on every key it reads (the leading keys of each).
+        return [
+            Request(
+                "dynamodb:BatchGetItem",
+                arns.table(table),
+                operation,
+                tuple(sorted({leading for key in request["Keys"] for leading in _leading(key, table, arns)})),
+            )
+            for table, request in params["RequestItems"].items()
+        ]
     if operation in ("TransactWriteItems", "TransactGetItems"):
         requests = []
         for entry in params["TransactItems"]:

@@ -27,10 +27,10 @@ def counted(scenario: Scenario, *builds: Callable[[Consumers], Handle]) -> list[
     ("scenario", "direct"),
     [
         # DynamoDB-only subscriptions: one request per pair (a Put of the marker, or a Txn of the marker and
-        # the write) and 2 x (1 + writes) write units; the log check is one GetItem per event beside it
-        (Scenario(1, False), {"GetItem": 1.0, "PutItem": 1.0}),
-        (Scenario(1, True), {"GetItem": 1.0, "TransactWriteItems": 1.0}),
-        (Scenario(4, True), {"GetItem": 0.25, "TransactWriteItems": 1.0}),
+        # the write) and 2 x (1 + writes) write units; the log check is one BatchGetItem per batch of 10 beside it
+        (Scenario(1, False), {"BatchGetItem": 0.1, "PutItem": 1.0}),
+        (Scenario(1, True), {"BatchGetItem": 0.1, "TransactWriteItems": 1.0}),
+        (Scenario(4, True), {"BatchGetItem": 0.025, "TransactWriteItems": 1.0}),
     ],
 )
 def test_a_dynamodb_only_subscription_costs_one_request_per_event_and_subscription(
@@ -46,9 +46,9 @@ def test_a_dynamodb_only_subscription_costs_one_request_per_event_and_subscripti
     ("scenario", "ours", "baseline"),
     [
         # (requests, write units) per (event, subscription): ours, a claim and a completion per pair and one
-        # consistent GetItem per event, its check against the log (half a request per pair with two of them)
-        (Scenario(2, False), (2.5, 2.0), (2.0, 2.0)),
-        (Scenario(1, True), (3.0, 5.0), (3.0, 3.0)),
+        # consistent BatchGetItem per batch of 10 events, their check against the log (0.05 per pair with two)
+        (Scenario(2, False), (2.05, 2.0), (2.0, 2.0)),
+        (Scenario(1, True), (2.1, 5.0), (3.0, 3.0)),
     ],
 )
 def test_one_claim_and_one_completion_per_event_and_subscription(

@@ -92,8 +92,8 @@ def test_the_happy_path_is_one_transaction_per_pair_besides_the_log_check(h: Har
     with counted_requests(h) as requests:
         h.esm.drain()
 
-    # one GetItem per message (the check against the log), one TransactWriteItems for the pair: no claim
-    assert requests == Counter({"GetItem": 1, "TransactWriteItems": 1})
+    # one BatchGetItem per batch (the check against the log), one TransactWriteItems for the pair: no claim
+    assert requests == Counter({"BatchGetItem": 1, "TransactWriteItems": 1})
     assert (projection.runs[event.id], projection.applied(h, event.id)) == (1, 1)
     record = h.inbox.read_claim(event.id, NAME)
     assert record is not None
@@ -108,7 +108,7 @@ def test_a_handler_that_returns_no_writes_costs_one_put_of_the_marker(h: Harness
     with counted_requests(h) as requests:
         h.esm.drain()
 
-    assert requests == Counter({"GetItem": 1, "PutItem": 1})
+    assert requests == Counter({"BatchGetItem": 1, "PutItem": 1})
     assert h.claim_status(NAME, event) == "COMPLETED"
 
 
@@ -124,7 +124,7 @@ def test_the_same_event_delivered_twice_applies_once_and_the_second_is_skipped_b
 
     assert projection.runs[event.id] == 2  # a DynamoDB-only handler may run twice: that is harmless
     assert projection.applied(h, event.id) == 1
-    assert requests == Counter({"GetItem": 1, "TransactWriteItems": 1})  # refused by the condition, no more
+    assert requests == Counter({"BatchGetItem": 1, "TransactWriteItems": 1})  # refused by the condition, no more
     assert h.dead_letters() == []
 
 

@@ -5,6 +5,7 @@ events table holds it, with that hash, at its (tenant, seq). A forged message is
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
@@ -49,40 +50,46 @@ def test_a_forged_event_with_a_valid_hash_is_refused_recorded_and_never_run(make
     assert h.dlq_bodies() == []
 
 
-def test_each_message_costs_one_consistent_read_of_its_row_and_only_when_something_would_run(
+def test_each_batch_reads_the_rows_of_its_messages_at_once_and_only_those_that_would_run(
     make_harness: HarnessFactory,
 ) -> None:
     def two_on_orders(recorder: Recorder) -> list[Subscription]:
         return [recorder.subscription("shipping.book", "order.*"), recorder.subscription("notify.buyer", "order.*")]
 
     h = make_harness(two_on_orders)
-    reads: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []
+    single: list[dict[str, Any]] = []
 
-    def record(params: dict[str, Any], **_: Any) -> None:
+    def record_batch(params: dict[str, Any], **_: Any) -> None:
+        batches.append(params)
+
+    def record_single(params: dict[str, Any], **_: Any) -> None:
         if params["TableName"] == EVENTS_TABLE and params["Key"]["pk"]["S"].endswith("#EVENT"):
-            reads.append(params)
+            single.append(params)
 
     h.emit("order.created", n=1)
     h.emit("order.created", n=2)
     h.emit("payment.completed")  # matches nothing: nothing to confirm
-    h.dynamodb.meta.events.register("provide-client-params.dynamodb.GetItem", record)
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.BatchGetItem", record_batch)
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.GetItem", record_single)
 
     h.esm.drain()
 
-    assert len(reads) == 2, "one read per message with a match, however many subscriptions it runs"
-    assert all(read["ConsistentRead"] is True for read in reads)
-    assert [read["Key"]["sk"]["S"] for read in reads] == sorted(read["Key"]["sk"]["S"] for read in reads)
+    [read] = batches  # one request for the batch, however many messages and subscriptions it holds
+    request = read["RequestItems"][EVENTS_TABLE]
+    assert request["ConsistentRead"] is True
+    assert sorted(key["sk"]["S"] for key in request["Keys"]) == ["00000000000000000001", "00000000000000000002"]
+    assert single == []
 
 
-def test_a_read_that_fails_is_retried_never_taken_for_a_forgery(make_harness: HarnessFactory) -> None:
-    h = make_harness(one_subscription)
-    event = h.emit()
-    throttled = {"left": 1}
+def throttled_reads(times: int) -> Callable[..., tuple[AWSResponse, dict[str, Any]] | None]:
+    """A before-call hook that answers the next ``times`` reads of an event row with a throttle."""
+    left = {"n": times}
 
-    def throttle_once(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+    def throttle(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
         request = json.loads(params["body"] or b"{}")  # before-call sees the serialized request
-        if request["Key"]["pk"]["S"].endswith("#EVENT") and throttled["left"]:
-            throttled["left"] -= 1
+        if "#EVENT" in json.dumps(request.get("Key") or request.get("RequestItems")) and left["n"]:
+            left["n"] -= 1
             error = {"Code": "ThrottlingException", "Message": "Rate of requests exceeds the allowed throughput"}
             return AWSResponse("https://dynamodb", 400, {}, None), {
                 "Error": error,
@@ -90,10 +97,48 @@ def test_a_read_that_fails_is_retried_never_taken_for_a_forgery(make_harness: Ha
             }
         return None
 
-    h.dynamodb.meta.events.register("before-call.dynamodb.GetItem", throttle_once)
+    throttle.left = left  # type: ignore[attr-defined]
+    return throttle
+
+
+def test_a_read_that_fails_is_retried_never_taken_for_a_forgery(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    event = h.emit()
+    # Every read of the row fails for a while: the batch's read, then the message's own read and the SDK's
+    # retries of it; the message comes back, and its next receive reads the row.
+    throttle = throttled_reads(10)
+    h.dynamodb.meta.events.register("before-call.dynamodb.BatchGetItem", throttle)
+    h.dynamodb.meta.events.register("before-call.dynamodb.GetItem", throttle)
 
     h.esm.drain()
 
-    assert throttled["left"] == 0
+    assert throttle.left["n"] == 0  # type: ignore[attr-defined]
     assert (h.runs("shipping.book", event), h.effects("shipping.book", event)) == (1, 1)
+    assert h.dead_letters() == []
+
+
+def test_keys_the_batch_read_left_unprocessed_are_read_one_by_one(make_harness: HarnessFactory) -> None:
+    h = make_harness(one_subscription)
+    first, second = h.emit(), h.emit()
+    single: list[str] = []
+
+    def nothing_processed(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        request = json.loads(params["body"] or b"{}")
+        return AWSResponse("https://dynamodb", 200, {}, None), {
+            "Responses": {},
+            "UnprocessedKeys": request["RequestItems"],
+            "ResponseMetadata": {"HTTPStatusCode": 200},
+        }
+
+    def record_single(params: dict[str, Any], **_: Any) -> None:
+        if params["TableName"] == EVENTS_TABLE:
+            single.append(params["Key"]["sk"]["S"])
+
+    h.dynamodb.meta.events.register("before-call.dynamodb.BatchGetItem", nothing_processed)
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.GetItem", record_single)
+
+    h.esm.drain()
+
+    assert sorted(single) == ["00000000000000000001", "00000000000000000002"]
+    assert [h.runs("shipping.book", e) for e in (first, second)] == [1, 1]
     assert h.dead_letters() == []

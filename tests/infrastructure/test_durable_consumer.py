@@ -18,7 +18,7 @@ from aws_cdk.assertions import Template
 from outbox_cdk import durable_consumer, timing
 from outbox_cdk.durable_consumer import INBOX_ACTIONS, DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
-from outbox_cdk.events_table import EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
+from outbox_cdk.events_table import CONFIRM_ACTIONS, EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from stacks import outbox_stack
@@ -106,7 +106,7 @@ def test_on_the_events_table_the_role_may_only_emit_and_never_mutate_event_rows(
 ) -> None:
     events_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
     table_arn = {"Fn::GetAtt": [events_id, "Arn"]}
-    assert actions_on(statements, "Allow", table_arn) == set(EMIT_ACTIONS)
+    assert actions_on(statements, "Allow", table_arn) == {*EMIT_ACTIONS, *CONFIRM_ACTIONS}
     assert actions_on(statements, "Deny", table_arn) == set(EVENT_ROW_MUTATIONS)
     # Nothing else anywhere on the events table: no stream, no index, no wildcard.
     mentions = [s for s in statements if events_id in json.dumps(s["Resource"])]

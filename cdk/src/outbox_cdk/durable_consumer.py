@@ -117,6 +117,7 @@ class DurableConsumer(QueueConsumer):
         # Handlers may emit follow-up events; the grant carries the deny on mutating event rows (and the
         # events table's key, if it has one).
         events.grant_emit(self.function)
+        events.grant_confirm(self.function)  # each batch's events, read back at once from the log
         # Handlers commit their writes to the application's tables in the same transaction as the completion.
         self.grant_data_tables(data_tables)
 

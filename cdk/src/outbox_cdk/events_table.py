@@ -51,6 +51,8 @@ EMIT_ACTIONS = [
 # What reading the log calls: the head (GetItem), a tenant's rows in order and the tenant index (Query, page by
 # page): verify_chain, status, replay and reconcile.
 LOG_READ_ACTIONS = ["dynamodb:GetItem", "dynamodb:Query"]
+# What the durable consumer adds to emit's: each batch's event rows, read at once to confirm its messages.
+CONFIRM_ACTIONS = ["dynamodb:BatchGetItem"]
 # What emit() is granted on the table's customer-managed key, when it has one: the key actions CDK's own
 # table grants use for reads and writes (aws_dynamodb KEY_READ_ACTIONS, KEY_WRITE_ACTIONS) without the two
 # wildcards (kms:ReEncrypt*, and kms:GenerateDataKey* narrowed to kms:GenerateDataKey), so the policy of a
@@ -110,6 +112,11 @@ class EventsTable(Construct):
         if self.table.encryption_key is not None:
             self.table.encryption_key.grant(grantee, *EMIT_KEY_ACTIONS)
         self._deny_event_row_mutation(grantee)
+
+    def grant_confirm(self, grantee: iam.IGrantable) -> None:
+        """Read a batch's event rows at once (BatchGetItem), as the durable consumer confirms each message
+        against the log; its key's read actions come with the emit grant it also holds."""
+        iam.Grant.add_to_principal(grantee=grantee, actions=CONFIRM_ACTIONS, resource_arns=[self.table.table_arn])
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
         """Read the log (verify_chain, replay, reconcile); never change it."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -29,7 +29,7 @@ from outbox.exceptions import (
     TerminalError,
 )
 from outbox.inbox import COMPLETED, DEAD, Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
-from outbox.messages import parse_body, read_message
+from outbox.messages import Message, parse_body, read_message
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
@@ -112,9 +112,10 @@ class DurableConsumer:
         """Process one SQS FIFO batch; failures stop only their own message group."""
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
         remaining: Callable[[], int] = context.get_remaining_time_in_millis
+        ahead = self._read_ahead(event.get("Records") or [])
 
         def record_handler(record: SQSRecord) -> None:
-            self.process_record(record, remaining)
+            self.process_record(record, remaining, ahead)
 
         try:
             response = process_partial_response(
@@ -128,26 +129,24 @@ class DurableConsumer:
 
     # -- one message ----------------------------------------------------------------------------------
 
-    def process_record(self, record: SQSRecord, remaining_ms: Callable[[], int]) -> None:
+    def process_record(
+        self, record: SQSRecord, remaining_ms: Callable[[], int], ahead: ReadAhead | None = None
+    ) -> None:
         try:
-            message = read_message(
-                record.body,
-                record.raw_event.get("messageAttributes") or {},
-                int(record.raw_event.get("attributes", {}).get("ApproximateReceiveCount", "1")),
-            )
+            message = ahead.message(record) if ahead is not None else None
+            if message is None:
+                message = _read(record.raw_event)
         except Exception as exc:  # whatever reading raised, the record is a poison pill
             self._poison(record, str(exc) if isinstance(exc, EnvelopeParseError) else f"{type(exc).__name__}")
             return
         envelope = message.envelope
         log = {"event_id": envelope.id, "correlation_id": envelope.correlation_id, "tenant": envelope.tenant}
-        subscriptions = self.registry.matching(envelope.type, Lane.DURABLE)
-        if message.targets is not None:
-            subscriptions = tuple(s for s in subscriptions if s.name in message.targets)
+        subscriptions = self._subscriptions(message)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self._count(Metric.UNMATCHED)
             return
-        doubt = self._not_in_log(envelope)
+        doubt = self._not_in_log(envelope, ahead)
         if doubt is not None:
             self._refuse(envelope, subscriptions, doubt, message.receive_count)
             return
@@ -166,6 +165,60 @@ class DurableConsumer:
         ]
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
+
+    def _subscriptions(self, message: Message) -> tuple[Subscription, ...]:
+        """The durable subscriptions a message runs: its type's, narrowed to those a repair message names."""
+        subscriptions = self.registry.matching(message.envelope.type, Lane.DURABLE)
+        if message.targets is not None:
+            subscriptions = tuple(s for s in subscriptions if s.name in message.targets)
+        return subscriptions
+
+    def _read_ahead(self, records: Sequence[Mapping[str, Any]]) -> ReadAhead:
+        """Every record of the batch read once, and the hashes the events table holds for the events that
+        will run, in one consistent BatchGetItem instead of a GetItem per message. A read that fails or
+        leaves keys unprocessed costs nothing but the fallback: those messages read their row one by one."""
+        ahead = ReadAhead()
+        keys_wanted: dict[tuple[str, int], dict[str, Any]] = {}
+        for record in records:
+            try:
+                message = _read(record)
+            except Exception:  # read again, and recorded as a poison pill, in its turn
+                continue
+            ahead.messages[str(record.get("messageId"))] = message
+            envelope = message.envelope
+            if self._subscriptions(message):
+                keys_wanted.setdefault((envelope.tenant, envelope.seq), keys.event_key(envelope.tenant, envelope.seq))
+        if keys_wanted:
+            ahead.logged = self._logged_hashes(keys_wanted)
+        return ahead
+
+    def _logged_hashes(self, wanted: Mapping[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], str]:
+        """(tenant, seq) -> the hash the events table holds there ("" for no row), for every key DynamoDB
+        processed; one consistent BatchGetItem (a batch holds at most 10 messages: far below its 100 keys)."""
+        table = self.store.table_name
+        by_key = {(key["pk"]["S"], key["sk"]["S"]): place for place, key in wanted.items()}
+        try:
+            response = self.store.client.batch_get_item(
+                RequestItems={
+                    table: {
+                        "Keys": list(wanted.values()),
+                        "ConsistentRead": True,
+                        "ProjectionExpression": "pk, sk, #hash",
+                        "ExpressionAttributeNames": {"#hash": "hash"},
+                    }
+                }
+            )
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("reading the batch's events at once failed, reading them one by one: %s", exc)
+            return {}
+        found = dict.fromkeys(wanted, "")
+        for item in response.get("Responses", {}).get(table, []):
+            place = by_key.get((item["pk"]["S"], item["sk"]["S"]))
+            if place is not None:
+                found[place] = str(item.get("hash", {}).get("S", ""))
+        for key in response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []):
+            found.pop(by_key[(key["pk"]["S"], key["sk"]["S"])], None)  # unknown: read one by one
+        return found
 
     def deliver(
         self,
@@ -398,28 +451,32 @@ class DurableConsumer:
         self._count(Metric.RETRIES)
         return DeliveryOutcome.RETRY
 
-    def _not_in_log(self, envelope: Envelope) -> tuple[str, str] | None:
+    def _not_in_log(self, envelope: Envelope, ahead: ReadAhead | None = None) -> tuple[str, str] | None:
         """Why the events table does not vouch for this event, and the hash it holds at the event's place
         ("" for none); None when the row at (tenant, seq) has the event's hash.
 
         A message's own hash proves nothing about its origin: whoever forges one computes it too. The log does:
-        the one strongly consistent GetItem per message that would run something (a read request unit per
-        started 4 KB of the row; docs/security.md). Strongly consistent, since an eventually consistent read
-        may miss a row the pipe has already relayed (the stream carries a transaction only after it commits,
-        R7.4); a repair sends the row as the table holds it. Equal hashes mean equal content: the hash covers
-        every field, and the message was checked against its own hash when it was read."""
-        item = self.store.client.get_item(
-            TableName=self.store.table_name,
-            Key=keys.event_key(envelope.tenant, envelope.seq),
-            ConsistentRead=True,
-            ProjectionExpression="#hash",
-            ExpressionAttributeNames={"#hash": "hash"},
-        ).get("Item")
-        logged = str(((item or {}).get("hash") or {}).get("S", ""))
+        one strongly consistent read of the row per message that would run something (a read request unit per
+        started 4 KB of the row; docs/security.md), read ahead for the whole batch (``_read_ahead``) or here.
+        Strongly consistent, since an eventually consistent read may miss a row the pipe has already relayed
+        (the stream carries a transaction only after it commits, R7.4); a repair sends the row as the table
+        holds it. Equal hashes mean equal content: the hash covers every field, and the message was checked
+        against its own hash when it was read."""
+        place = (envelope.tenant, envelope.seq)
+        logged = ahead.logged.get(place) if ahead is not None else None
+        if logged is None:
+            item = self.store.client.get_item(
+                TableName=self.store.table_name,
+                Key=keys.event_key(envelope.tenant, envelope.seq),
+                ConsistentRead=True,
+                ProjectionExpression="#hash",
+                ExpressionAttributeNames={"#hash": "hash"},
+            ).get("Item")
+            logged = str(((item or {}).get("hash") or {}).get("S", ""))
         if logged == envelope.hash:
             return None
         where = f"seq {envelope.seq} of tenant {envelope.tenant}"
-        if item is None:
+        if not logged:
             return f"the events table has no event at {where}: the message was not relayed from the log", ""
         return f"the events table holds another event at {where} (hash {logged}): the message is not the log's", logged
 
@@ -475,6 +532,26 @@ class DurableConsumer:
 
 class CommitError(OutboxError):
     """A direct completion failed; its cause is the error to classify (retryable or terminal)."""
+
+
+@dataclass
+class ReadAhead:
+    """What one invocation read before processing its records: each readable record's message (by message
+    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row)."""
+
+    messages: dict[str, Message] = field(default_factory=dict)
+    logged: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def message(self, record: SQSRecord) -> Message | None:
+        return self.messages.get(str(record.message_id))
+
+
+def _read(raw: Mapping[str, Any]) -> Message:
+    return read_message(
+        raw.get("body"),
+        raw.get("messageAttributes") or {},
+        int((raw.get("attributes") or {}).get("ApproximateReceiveCount", "1")),
+    )
 
 
 class UnfinishedAttemptsError(OutboxError):

@@ -66,6 +66,7 @@ logger = logging.getLogger(__name__)
 # the engine, the handlers and the operator tools use.
 DYNAMODB_OPERATIONS: tuple[str, ...] = (
     "GetItem",
+    "BatchGetItem",
     "PutItem",
     "UpdateItem",
     "DeleteItem",

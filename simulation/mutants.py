@@ -69,8 +69,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="own-claim-not-recognised",
         module=INBOX,
-        original='if _string(existing, "owner") == owner and _string(existing, "status") == PENDING:',
-        replacement='if _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED:',
+        original='return _string(existing, "owner") == owner and _string(existing, "status") == PENDING',
+        replacement='return _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED',
         description="a claim whose answer was lost (applied, re-sent) is not recognised as ours: IN_PROGRESS",
         what_should_catch_it="a lost answer on the claim: the pair waits a lease out and burns an attempt",
         seeds=(4, 10),

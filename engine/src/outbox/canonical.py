@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from decimal import Decimal
 from typing import Any
@@ -21,9 +22,38 @@ DYNAMODB_SMALLEST_MAGNITUDE = Decimal("1E-130")
 DYNAMODB_LARGEST_MAGNITUDE = Decimal("9.9999999999999999999999999999999999999E+125")
 
 
+# For values without floats whose keys are ASCII, RFC 8785 writes what the standard library's C encoder writes
+# with sorted keys, no whitespace and no ASCII escaping: the same escapes (\b \t \n \f \r, \" \\, \u00xx in
+# lowercase for other control characters, everything else as itself), the same integers, and for ASCII keys
+# the same key order (RFC 8785 sorts by UTF-16 code units, Python by code points: they differ only beyond
+# ASCII). Anything else (a float, a non-ASCII key, an integer past I-JSON's range, a lone surrogate, a value
+# that is not JSON) goes to the rfc8785 package, which also raises what it must.
+_PLAIN_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 bytes of ``value``; raises ``rfc8785.CanonicalizationError`` for anything not JSON."""
+    if _plain(value, MAX_PAYLOAD_DEPTH + 8):
+        try:
+            return _PLAIN_ENCODER.encode(value).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the package says what is wrong with it
+            pass
     return bytes(rfc8785.dumps(value))
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether the C encoder writes ``value`` exactly as RFC 8785 does (see ``_PLAIN_ENCODER``)."""
+    if isinstance(value, str) or value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if depth <= 0:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and key.isascii() and _plain(item, depth - 1) for key, item in value.items())
+    if isinstance(value, list):
+        return all(_plain(item, depth - 1) for item in value)
+    return False
 
 
 def chain_hash(prev_hash: str, body: dict[str, Any]) -> str:

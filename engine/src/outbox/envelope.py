@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -80,7 +79,7 @@ class Envelope(BaseModel):
     def handler_copy(self) -> Envelope:
         """The envelope with a payload of its own: a model frozen at the top can still have its nested lists
         and maps changed, and a handler that does so must change neither the event nor another handler's view."""
-        return self.model_copy(update={"payload": copy.deepcopy(self.payload)})
+        return self.model_copy(update={"payload": _json_copy(self.payload)})
 
     def hashed_body(self) -> dict[str, Any]:
         """Every field except ``hash`` and ``prev_hash`` (the latter is prepended instead)."""
@@ -139,3 +138,13 @@ def _non_finite(value: Any, path: str = "payload") -> str | None:
 
 def format_timestamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime(TIMESTAMP_FORMAT)[:-3] + "Z"
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON data (maps, lists and immutable scalars), several times faster than
+    ``copy.deepcopy``, which the payload of every handler's delivery would otherwise pay for."""
+    if isinstance(value, dict):
+        return {key: _json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(item) for item in value]
+    return value

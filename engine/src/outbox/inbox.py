@@ -202,14 +202,16 @@ def envelope_digest(envelope: Envelope) -> str:
     return hashlib.sha256(canonical_json(envelope.model_dump(mode="json"))).hexdigest()
 
 
-def unclaimed_row(envelope: Envelope, subscription: str, status: str, now: datetime, **extra: Any) -> dict[str, Any]:
+def unclaimed_row(
+    envelope: Envelope, subscription: str, status: str, now: datetime, digest: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """A claim row that no worker holds (no owner, no lease), in ``status``, for a pair that had none."""
     now_iso = format_timestamp(now)
     return {
         **keys.claim_key(envelope.id, subscription),
         "status": {"S": status},
         "attempts": {"N": "0"},
-        "digest": {"S": envelope_digest(envelope)},
+        "digest": {"S": digest or envelope_digest(envelope)},
         "event_id": {"S": envelope.id},
         "subscription": {"S": subscription},
         "tenant": {"S": envelope.tenant},
@@ -348,6 +350,10 @@ class Inbox(InboxReader):
         owner = self._new_owner()
         digest = digest or envelope_digest(envelope)
         lease_expires_at = now + lease
+        if may_create:
+            created = self._create(envelope, subscription, owner, digest, now, lease_expires_at)
+            if created is not None:
+                return created
         claimable = "(#status = :pending AND lease_expires_at < :now) OR #status = :replaying"
         if may_create:
             claimable = f"attribute_not_exists(pk) OR {claimable}"
@@ -387,11 +393,42 @@ class Inbox(InboxReader):
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             existing = exc.response.get("Item") or {}
-            if _string(existing, "owner") == owner and _string(existing, "status") == PENDING:
-                # Our own claim, applied by an earlier send whose answer was lost (the SDK re-sent it).
+            if _is_own_claim(existing, owner):
                 return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
             return ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
         row = response["Attributes"]
+        return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
+
+    def _create(
+        self,
+        envelope: Envelope,
+        subscription: str,
+        owner: str,
+        digest: str,
+        now: datetime,
+        lease_expires_at: datetime,
+    ) -> ClaimResult | None:
+        """The first claim of a pair that has no row: a PutItem conditioned on absence, lighter than the update
+        (no expression, no row to send back: this worker wrote all of it). None when a row exists: the update
+        decides then (a take-over, a replay, done, dead, a conflict)."""
+        row = unclaimed_row(envelope, subscription, PENDING, now, digest)
+        row["owner"] = {"S": owner}
+        row["attempts"] = {"N": "1"}
+        row["lease_expires_at"] = {"N": _epoch_ms(lease_expires_at)}
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=row,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            existing = exc.response.get("Item") or {}
+            if _is_own_claim(existing, owner):
+                return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
+            return None
         return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
 
     def _claim_of(self, envelope: Envelope, subscription: str, row: Mapping[str, Any]) -> Claim:
@@ -489,14 +526,7 @@ class Inbox(InboxReader):
         whether the content was the same), and a pair with any history (a failed attempt, a replay, a live
         lease) is left to the lease path."""
         now = self._clock()
-        row = unclaimed_row(
-            envelope,
-            subscription,
-            COMPLETED,
-            now,
-            completed_at=format_timestamp(now),
-        )
-        row["digest"] = {"S": digest}
+        row = unclaimed_row(envelope, subscription, COMPLETED, now, digest, completed_at=format_timestamp(now))
         row["attempts"] = {"N": "1"}
         row["expires_at"] = {"N": str(int((now + self.retention).timestamp()))}
         return {
@@ -754,6 +784,11 @@ def _moment(item: Mapping[str, Any], name: str, per_second: int) -> datetime | N
 
 def _from_epoch(value: str, per_second: int) -> datetime:
     return datetime.fromtimestamp(int(value) / per_second, tz=UTC)
+
+
+def _is_own_claim(existing: Mapping[str, Any], owner: str) -> bool:
+    # Our own claim, applied by an earlier send whose answer was lost (the SDK re-sent it).
+    return _string(existing, "owner") == owner and _string(existing, "status") == PENDING
 
 
 def _is_own(existing: Mapping[str, Any] | None, claim: Claim, landed: str | None) -> bool:

@@ -390,12 +390,8 @@ class Inbox(InboxReader):
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            existing = exc.response.get("Item") or {}
-            if _is_own_claim(existing, owner):
-                return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
-            return ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
+            existing, own = self._refused(exc, envelope, subscription, owner)
+            return own or ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
         row = response["Attributes"]
         return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
 
@@ -423,13 +419,20 @@ class Inbox(InboxReader):
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise
-            existing = exc.response.get("Item") or {}
-            if _is_own_claim(existing, owner):
-                return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
-            return None
+            return self._refused(exc, envelope, subscription, owner)[1]
         return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
+
+    def _refused(
+        self, exc: ClientError, envelope: Envelope, subscription: str, owner: str
+    ) -> tuple[dict[str, Any], ClaimResult | None]:
+        """The row that failed a claim's condition, and the claim if that row is this worker's own: an earlier
+        send applied and its answer was lost (the SDK re-sent it). Any other error is raised."""
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise exc
+        existing = dict(exc.response.get("Item") or {})
+        if _is_own_claim(existing, owner):
+            return existing, ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
+        return existing, None
 
     def _claim_of(self, envelope: Envelope, subscription: str, row: Mapping[str, Any]) -> Claim:
         return Claim(

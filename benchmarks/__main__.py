@@ -57,7 +57,7 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
 
 def run_step(name: str, module: str, arguments: list[str], out_dir: Path) -> tuple[dict[str, Any], float]:
     out = out_dir / f"{name}.json"
-    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "PYTHONWARNINGS": "ignore"}
     started = time.perf_counter()
     print(f"-- {name}: python -m {module} {' '.join(arguments)}", flush=True)
     subprocess.run([sys.executable, "-m", module, "--out", str(out), *arguments], check=True, env=env)

@@ -32,7 +32,6 @@ from benchmarks.stats import ratios, summary
 from outbox.local.template import Reference, load_stack
 from outbox_cdk import engine_layer
 
-BATCH_UTILITY = "aws_lambda_powertools.utilities.batch"
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 WORK_DIR = PROJECT_ROOT / ".local" / "bench" / "cold-start"
 MEASURE = """
@@ -142,24 +141,14 @@ def targets(assembly: Path) -> list[Target]:
             )
         )
     durable = next(t for t in found if t.module == "outbox.handlers.durable_consumer")
-    found.append(
-        replace(
-            durable,
-            key="durable_consumer_batch_first",
-            label="durable consumer, proposed: Powertools batch imported before pydantic",
-            first=BATCH_UTILITY,
-            variant=True,
-        )
-    )
     compiled_engine = _compiled(ENGINE_SOURCE, WORK_DIR / "opt-compiled" / "python" / "outbox").parent
     compiled_code = _compiled(durable.code_root, WORK_DIR / "task-compiled" / durable.code_root.name)
     found.append(
         replace(
             durable,
             key="durable_consumer_byte_code",
-            label="durable consumer, proposed: the above + byte code shipped in the layer and package",
+            label="durable consumer, proposed: byte code shipped in the layer and package",
             code_root=compiled_code,
-            first=BATCH_UTILITY,
             variant=True,
             environment={
                 **durable.environment,

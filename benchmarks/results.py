@@ -325,7 +325,6 @@ class Sizes(Figures):
 # The handlers the cold-start comparison is made of.
 COMPARED_HANDLERS = (
     "durable_consumer",
-    "durable_consumer_batch_first",
     "durable_consumer_byte_code",
     "bare_batch_handler",
     "boto3_batch_handler",
@@ -375,12 +374,8 @@ class ColdStartFigures(Figures):
         return self._import("durable_consumer") - self._import("boto3_batch_handler")
 
     @property
-    def batch_first_change_ms(self) -> float:
-        return self._import("durable_consumer_batch_first") - self._import("durable_consumer")
-
-    @property
     def byte_code_change_ms(self) -> float:
-        return self._import("durable_consumer_byte_code") - self._import("durable_consumer_batch_first")
+        return self._import("durable_consumer_byte_code") - self._import("durable_consumer")
 
     @property
     def proposed_ratio_to_bare(self) -> float:

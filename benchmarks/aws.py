@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from botocore.config import Config
+
 from outbox.local import aws_fixes
 from outbox.local.clients import REGION, STANDARD_RETRIES, local_client
 from outbox.local.clock import VirtualClock
@@ -47,8 +49,8 @@ def moto(*, fixes: bool = True, clock: VirtualClock | None = None) -> Iterator[V
                 os.environ[name] = value
 
 
-def client(service: str) -> Any:
-    return local_client(service, retries=STANDARD_RETRIES)
+def client(service: str, config: Config | None = None) -> Any:
+    return local_client(service, retries=STANDARD_RETRIES, config=config)
 
 
 def create_table(dynamodb: Any, name: str, *, key: tuple[str, str | None] = ("pk", "sk"), stream: bool = False) -> None:

@@ -37,6 +37,7 @@ from benchmarks.baseline import PERSISTENCE_KEY, BaselineSubscription, Powertool
 from benchmarks.metering import AwsMeter, MotoMeter, ResponseRecorder, ResponseReplayer, Usage
 from benchmarks.stats import Summary, ratios, summary
 from outbox import Envelope, EventStore, writes
+from outbox.clients import ENGINE_CLIENT_CONFIG
 from outbox.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
 from outbox.local.clock import VirtualClock
@@ -149,10 +150,11 @@ class Consumers:
     """Builds each consumer on fresh tables (so every run starts from an empty inbox), its requests
     going through ``dynamodb``; ``admin`` creates the tables."""
 
-    def __init__(self, dynamodb: Any, admin: Any) -> None:
-        self.dynamodb = dynamodb
+    def __init__(self, dynamodb: Any, admin: Any, engine: Any | None = None) -> None:
+        self.dynamodb = dynamodb  # Powertools' client
+        self.engine = engine if engine is not None else dynamodb  # the engine's
         self.admin = admin
-        self.store = EventStore("events", client=dynamodb, sleep=lambda _s: None)
+        self.store = EventStore("events", client=self.engine, sleep=lambda _s: None)
 
     def _fresh(self, prefix: str, key: tuple[str, str | None] = ("pk", "sk")) -> str:
         global _tables
@@ -177,7 +179,7 @@ class Consumers:
             # The rest of a large catalog: other types, exact names and globs, none matching.
             pattern = f"other_{i}.*" if i % 2 else f"other.type_{i}"
             subscriptions.append(Subscription(f"other.sub_{i}", pattern, Lane.DURABLE, handler))
-        inbox = Inbox(inbox_table, client=self.dynamodb, max_attempts=MAX_ATTEMPTS)
+        inbox = Inbox(inbox_table, client=self.engine, max_attempts=MAX_ATTEMPTS)
         consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions), inbox, self.store)
         return consumer.handle
 
@@ -308,13 +310,21 @@ def cpu_breakdown(batches: Sequence[Batch], admin: Any, tools: Tools, repeat: in
     deliveries = [{"event_id": e.id, "subscription": "bench.sub_0", "envelope": e.model_dump()} for e in envelopes]
     deserializer = TypeDeserializer()
     lease = timedelta(seconds=60)
-    recording, replaying = aws.client("dynamodb"), aws.client("dynamodb")
-    tools.recorder.attach(recording.meta.events)
-    tools.replayer.attach(replaying.meta.events)
+    # Each on the client it runs on: the engine's handler makes its own (outbox.clients), Powertools boto3's default.
+    clients = {
+        engine: (aws.client("dynamodb", config), aws.client("dynamodb", config))
+        for engine, config in ((True, ENGINE_CLIENT_CONFIG), (False, None))
+    }
+    for recording, replaying in clients.values():
+        tools.recorder.attach(recording.meta.events)
+        tools.replayer.attach(replaying.meta.events)
     config = IdempotencyConfig(event_key_jmespath="[event_id, subscription]")
 
-    def replayed(work: Callable[[Any, str], Callable[[], object]], prefix: str, key: tuple[str, str | None]) -> float:
+    def replayed(
+        work: Callable[[Any, str], Callable[[], object]], prefix: str, key: tuple[str, str | None], engine: bool
+    ) -> float:
         """Microseconds per item of ``work`` on the replaying client, after one recorded run on moto."""
+        recording, replaying = clients[engine]
         best = float("inf")
         for attempt in range(repeat):
             table = f"{prefix}-breakdown-{attempt}"
@@ -359,10 +369,10 @@ def cpu_breakdown(batches: Sequence[Batch], admin: Any, tools: Tools, repeat: in
     def per_item(work: Callable[[], object], count: int) -> float:
         return min(timeit.repeat(work, number=1, repeat=repeat)) / count * 1e6
 
-    claim = replayed(claim_only, "claims", ("pk", "sk"))
-    claim_complete = replayed(claim_and_complete, "completions", ("pk", "sk"))
-    inprogress = replayed(lambda c, t: persistence(c, t, complete=False), "inprogress", PERSISTENCE_KEY)
-    both = replayed(lambda c, t: persistence(c, t, complete=True), "success", PERSISTENCE_KEY)
+    claim = replayed(claim_only, "claims", ("pk", "sk"), engine=True)
+    claim_complete = replayed(claim_and_complete, "completions", ("pk", "sk"), engine=True)
+    inprogress = replayed(lambda c, t: persistence(c, t, complete=False), "inprogress", PERSISTENCE_KEY, engine=False)
+    both = replayed(lambda c, t: persistence(c, t, complete=True), "success", PERSISTENCE_KEY, engine=False)
     return {
         "ours_parse_body_us_per_message": per_item(lambda: [parse_body(b) for b in bodies], len(bodies)),
         "ours_of_which_hash_check_us": per_item(lambda: [e.computed_hash() for e in envelopes], len(envelopes)),
@@ -383,14 +393,20 @@ def run(
     with aws.moto(fixes=True) as clock, MotoMeter() as moto:
         admin, sqs = aws.client("dynamodb"), aws.client("sqs")
         timed, replayed, metered = aws.client("dynamodb"), aws.client("dynamodb"), aws.client("dynamodb")
+        # The engine's consumer runs on the client its handler makes (outbox.clients), Powertools on boto3's default.
+        engine_timed, engine_replayed = (aws.client("dynamodb", config=ENGINE_CLIENT_CONFIG) for _ in range(2))
         tools = Tools(clock, moto, ResponseRecorder(), ResponseReplayer())
-        tools.recorder.attach(timed.meta.events)
-        tools.replayer.attach(replayed.meta.events)
+        for client in (timed, engine_timed):
+            tools.recorder.attach(client.meta.events)
+        for client in (replayed, engine_replayed):
+            tools.replayer.attach(client.meta.events)
         meter = AwsMeter.on_moto()
         meter.attach(metered.meta.events)
         all_batches = make_batches(admin, sqs, (batches + 1) * batch_size, batch_size)
         warmup, measured = all_batches[0], all_batches[1:]
-        on_moto, on_replay, counting = Consumers(timed, admin), Consumers(replayed, admin), Consumers(metered, admin)
+        on_moto = Consumers(timed, admin, engine=engine_timed)
+        on_replay = Consumers(replayed, admin, engine=engine_replayed)
+        counting = Consumers(metered, admin)
         results: dict[Scenario, dict[str, list[Measurement]]] = {
             s: {name: [] for name in IMPLEMENTATIONS} for s in SCENARIOS
         }

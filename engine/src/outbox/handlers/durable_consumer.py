@@ -13,11 +13,11 @@ from typing import Any
 # DynamoDB, Kinesis, Kafka records) only when pydantic is already loaded. The engine uses none of them, and
 # importing it first saves them at every cold start (make bench, section 3).
 import aws_lambda_powertools.utilities.batch  # noqa: F401
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from outbox.clients import engine_dynamodb_client
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
 from outbox.settings import ConsumerSettings, load_catalog
@@ -34,7 +34,7 @@ def consumer() -> DurableConsumer:
     """Built on the first invocation (not at import), then reused while the container is warm."""
     settings = ConsumerSettings.from_env(os.environ)
     catalog = load_catalog(settings.subscriptions)
-    dynamodb = boto3.client("dynamodb")
+    dynamodb = engine_dynamodb_client()  # no client-side validation of the engine's own requests
     return DurableConsumer(
         catalog.registry,
         Inbox(

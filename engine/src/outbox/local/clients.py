@@ -18,18 +18,26 @@ CREDENTIALS = "local"  # moto accepts any
 STANDARD_RETRIES: Mapping[str, Any] = {"mode": "standard", "max_attempts": 3}
 
 
-def local_client(service: str, endpoint_url: str | None = None, *, retries: Mapping[str, Any] | None = None) -> Any:
+def local_client(
+    service: str,
+    endpoint_url: str | None = None,
+    *,
+    retries: Mapping[str, Any] | None = None,
+    config: Config | None = None,
+) -> Any:
     """A client of ``service`` at ``endpoint_url`` (None: moto in process, or whatever the environment
     names), in us-east-1 with fake credentials. Account-based endpoints are off: moto and current botocore
-    disagree on them (DynamoDB Streams). ``retries`` is botocore's retry config (None: botocore's default)."""
+    disagree on them (DynamoDB Streams). ``retries`` is botocore's retry config (None: botocore's default);
+    ``config`` is merged over both (a function's own client configuration, say)."""
     options: dict[str, Any] = {"account_id_endpoint_mode": "disabled"}
     if retries is not None:
         options["retries"] = dict(retries)
+    merged = Config(**options) if config is None else Config(**options).merge(config)
     return boto3.client(
         service,
         region_name=REGION,
         endpoint_url=endpoint_url,
         aws_access_key_id=CREDENTIALS,
         aws_secret_access_key=CREDENTIALS,
-        config=Config(**options),
+        config=merged,
     )

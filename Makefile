@@ -84,7 +84,7 @@ typecheck: setup ## Type-check the engine, handlers and stacks
 	$(VENV)/bin/mypy
 
 .PHONY: bench
-bench: setup ## Benchmarks against Powertools Idempotency, cost per event; writes benchmarks/RESULTS.md (~6 min)
+bench: setup ## Benchmarks against Powertools Idempotency, cost per event; writes benchmarks/RESULTS.md (~5 min)
 	$(PY) -m benchmarks $(ARGS)
 
 lock: ## Regenerate constraints.txt from a fresh resolve of requirements-dev.txt

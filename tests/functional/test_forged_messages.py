@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
 from outbox import Envelope, EventStore
+from outbox.local.lambda_context import LocalLambdaContext
 from outbox.subscriptions import Subscription
 from tests.functional.conftest import EVENTS_TABLE, create_pk_sk_table
 from tests.functional.inbox_harness import Harness, HarnessFactory, Recorder, one_subscription
@@ -142,3 +144,35 @@ def test_keys_the_batch_read_left_unprocessed_are_read_one_by_one(make_harness: 
     assert sorted(single) == ["00000000000000000001", "00000000000000000002"]
     assert [h.runs("shipping.book", e) for e in (first, second)] == [1, 1]
     assert h.dead_letters() == []
+
+
+def test_more_messages_than_one_batch_read_holds_are_read_a_hundred_keys_at_a_time(
+    make_harness: HarnessFactory,
+) -> None:
+    # SQS hands a FIFO consumer at most 10 messages; the handler is also callable with any event (a test, a
+    # replay tool of yours), and DynamoDB takes at most 100 keys per BatchGetItem.
+    h = make_harness(one_subscription)
+    events = [h.store.emit("order.created", {"n": n}, tenant="acme", actor="test") for n in range(120)]
+    records = [
+        {
+            "messageId": f"m-{envelope.seq}",
+            "receiptHandle": f"r-{envelope.seq}",
+            "body": json.dumps(envelope.to_item()),
+            "attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": f"g-{envelope.seq}"},
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+        }
+        for envelope in events
+    ]
+    sizes: list[int] = []
+
+    def record_batch(params: dict[str, Any], **_: Any) -> None:
+        sizes.append(len(params["RequestItems"][EVENTS_TABLE]["Keys"]))
+
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.BatchGetItem", record_batch)
+
+    response = h.consumer.handle({"Records": records}, LocalLambdaContext("durable", timedelta(seconds=60), h.clock))
+
+    assert response == {"batchItemFailures": []}
+    assert sizes == [100, 20]
+    assert all(h.runs("shipping.book", envelope) == 1 for envelope in events)

@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["ContractViolationError", "DeliveryOutcome", "DurableConsumer", "LeasePolicy", "Metric", "parse_body"]
 
 
+# DynamoDB's limit of keys per BatchGetItem.
+BATCH_GET_KEYS = 100
+
+
 class RetryableDeliveryError(OutboxError):
     """At least one subscription must run again: the message goes back to the queue (a batch item failure)."""
 
@@ -194,7 +198,15 @@ class DurableConsumer:
 
     def _logged_hashes(self, wanted: Mapping[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], str]:
         """(tenant, seq) -> the hash the events table holds there ("" for no row), for every key DynamoDB
-        processed; one consistent BatchGetItem (a batch holds at most 10 messages: far below its 100 keys)."""
+        processed: consistent BatchGetItems of at most 100 keys (a FIFO batch holds at most 10 messages)."""
+        places = list(wanted)
+        found: dict[tuple[str, int], str] = {}
+        for start in range(0, len(places), BATCH_GET_KEYS):
+            chunk = {place: wanted[place] for place in places[start : start + BATCH_GET_KEYS]}
+            found.update(self._logged_chunk(chunk))
+        return found
+
+    def _logged_chunk(self, wanted: Mapping[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], str]:
         table = self.store.table_name
         by_key = {(key["pk"]["S"], key["sk"]["S"]): place for place, key in wanted.items()}
         try:

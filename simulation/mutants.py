@@ -60,8 +60,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="claim-never-counts-attempts",
         module=INBOX,
-        original='"attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, "',
-        replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, "',
+        original='"attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, tenant = :tenant, "',
+        replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, tenant = :tenant, "',
         description="the claim's attempts stay at 1 (placeholders swapped): a failing pair is retried forever",
         what_should_catch_it="a dependency down or repeated crashes: never dead-lettered (invariant 2)",
         seeds=(2, 3, 11),

@@ -73,7 +73,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='return _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED',
         description="a claim whose answer was lost (applied, re-sent) is not recognised as ours: IN_PROGRESS",
         what_should_catch_it="a lost answer on the claim: the pair waits a lease out and burns an attempt",
-        seeds=(4, 10),
+        seeds=(4, 45, 56),
     ),
     Mutant(
         id="vouch-margin-wrong-way",
@@ -100,7 +100,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the COMPLETED mark holds for any PENDING claim: a worker whose lease was taken completes",
         what_should_catch_it="a lease expiry while the handler runs (invariant 4: completed by a non-owner)",
-        seeds=(10, 40),
+        seeds=(10, 14, 40),
     ),
     Mutant(
         id="release-unfenced",
@@ -112,7 +112,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",
         what_should_catch_it="a lease expiry, then a retryable error of the old owner (invariant 4: releases)",
-        seeds=(17, 22),
+        seeds=(2, 3, 22),
     ),
     Mutant(
         id="mark-dead-unfenced",
@@ -128,7 +128,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the DEAD mark holds for any PENDING claim: a worker whose lease was taken kills the claim",
         what_should_catch_it="a lease expiry, then a terminal error of the old owner (invariant 4)",
-        seeds=(2, 3, 26),
+        seeds=(2, 3),
     ),
     Mutant(
         id="completion-writes-separate",
@@ -140,7 +140,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the handler's writes commit in their own call before the COMPLETED mark",
         what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
-        seeds=(11, 24, 37),
+        seeds=(11, 24, 40),
     ),
     # -- the consumer: completion and classification --------------------------------------------------------
     Mutant(
@@ -152,7 +152,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.inbox.mark_completed(claim)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
-        seeds=(10, 11, 37),
+        seeds=(10, 11, 14),
     ),
     Mutant(
         id="every-error-terminal",
@@ -197,7 +197,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="exhausted = claim.attempts > self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair gets one attempt more than allowed",
         what_should_catch_it="a dependency down: the last failure is released, then dead unrun as a crash",
-        seeds=(2, 3, 21),
+        seeds=(2, 21, 22),
     ),
     Mutant(
         id="attempts-check-one-early",
@@ -206,7 +206,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair is dead one attempt early",
         what_should_catch_it="retryable errors on max_attempts - 1 attempts: dead, not earned (invariant 2)",
-        seeds=(2, 11, 21),
+        seeds=(2, 3, 11),
     ),
     Mutant(
         id="crash-check-off-by-one",
@@ -215,7 +215,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if claim.attempts >= self.inbox.max_attempts:",
         description="the last allowed attempt is taken for a crash and dead-lettered without running",
         what_should_catch_it="a crash or a retry before the last attempt: dead, not earned (invariant 2)",
-        seeds=(2, 3, 11),
+        seeds=(2, 11, 21),
     ),
     Mutant(
         id="in-progress-acknowledged",
@@ -224,7 +224,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="self._count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
-        seeds=(9, 22, 31),
+        seeds=(22, 31),
     ),
     Mutant(
         id="log-refusal-unrecorded",

@@ -3,30 +3,102 @@
 
 The durable consumer lives in ``outbox.consumer`` (it imports Powertools' batch utility, which code that
 only emits does not need to pay for at cold start).
+
+The names below are imported on first use (PEP 562): ``from outbox import EventStore`` loads the store and
+what it needs, not the whole engine, and importing ``outbox.handlers.<name>`` runs the handler's own imports
+in its own order (its batch utility before pydantic, say) instead of this package's.
 """
 
-from outbox import writes
-from outbox.canonical import GENESIS_HASH, canonical_json, chain_hash
-from outbox.chain import ChainBreak, ChainHead, ChainReport, verify_chain
-from outbox.envelope import Envelope
-from outbox.exceptions import (
-    CallerWriteConditionFailedError,
-    ChainHeadContentionError,
-    ChainIntegrityError,
-    CompletionTooLargeError,
-    EmitOutcomeUnknownError,
-    EnvelopeParseError,
-    EventStoreUnavailableError,
-    InvalidEventError,
-    InvalidWriteError,
-    LeaseLostError,
-    OutboxError,
-    OutboxValidationError,
-    TerminalError,
-)
-from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
-from outbox.store import EventStore, NewEvent
-from outbox.subscriptions import Delivery, Effects, FollowUp, HandlerResult, Lane, Subscription, SubscriptionRegistry
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from outbox import writes
+    from outbox.canonical import GENESIS_HASH, canonical_json, chain_hash
+    from outbox.chain import ChainBreak, ChainHead, ChainReport, verify_chain
+    from outbox.envelope import Envelope
+    from outbox.exceptions import (
+        CallerWriteConditionFailedError,
+        ChainHeadContentionError,
+        ChainIntegrityError,
+        CompletionTooLargeError,
+        EmitOutcomeUnknownError,
+        EnvelopeParseError,
+        EventStoreUnavailableError,
+        InvalidEventError,
+        InvalidWriteError,
+        LeaseLostError,
+        OutboxError,
+        OutboxValidationError,
+        TerminalError,
+    )
+    from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
+    from outbox.store import EventStore, NewEvent
+    from outbox.subscriptions import (
+        Delivery,
+        Effects,
+        FollowUp,
+        HandlerResult,
+        Lane,
+        Subscription,
+        SubscriptionRegistry,
+    )
+
+# Each public name and the module that defines it.
+_LAZY: dict[str, str] = {
+    "writes": "outbox.writes",
+    "GENESIS_HASH": "outbox.canonical",
+    "canonical_json": "outbox.canonical",
+    "chain_hash": "outbox.canonical",
+    "ChainBreak": "outbox.chain",
+    "ChainHead": "outbox.chain",
+    "ChainReport": "outbox.chain",
+    "verify_chain": "outbox.chain",
+    "Envelope": "outbox.envelope",
+    "CallerWriteConditionFailedError": "outbox.exceptions",
+    "ChainHeadContentionError": "outbox.exceptions",
+    "ChainIntegrityError": "outbox.exceptions",
+    "CompletionTooLargeError": "outbox.exceptions",
+    "EmitOutcomeUnknownError": "outbox.exceptions",
+    "EnvelopeParseError": "outbox.exceptions",
+    "EventStoreUnavailableError": "outbox.exceptions",
+    "InvalidEventError": "outbox.exceptions",
+    "InvalidWriteError": "outbox.exceptions",
+    "LeaseLostError": "outbox.exceptions",
+    "OutboxError": "outbox.exceptions",
+    "OutboxValidationError": "outbox.exceptions",
+    "TerminalError": "outbox.exceptions",
+    "Claim": "outbox.inbox",
+    "ClaimOutcome": "outbox.inbox",
+    "DeadReason": "outbox.inbox",
+    "Inbox": "outbox.inbox",
+    "EventStore": "outbox.store",
+    "NewEvent": "outbox.store",
+    "Delivery": "outbox.subscriptions",
+    "Effects": "outbox.subscriptions",
+    "FollowUp": "outbox.subscriptions",
+    "HandlerResult": "outbox.subscriptions",
+    "Lane": "outbox.subscriptions",
+    "Subscription": "outbox.subscriptions",
+    "SubscriptionRegistry": "outbox.subscriptions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'outbox' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"outbox.{name}" else getattr(loaded, name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "GENESIS_HASH",

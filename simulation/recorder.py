@@ -178,8 +178,10 @@ class Recorder:
         ) -> Any:
             return recorder.commit_directly(consumer, envelope, sub, result, digest)
 
-        def failed_directly(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> Any:
-            return recorder.failed_directly(consumer, envelope, sub, *args)
+        def failed_directly(
+            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+        ) -> Any:
+            return recorder.failed_directly(consumer, envelope, sub, *args, **kwargs)
 
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
@@ -306,10 +308,12 @@ class Recorder:
         self.trace.add("complete", f"{self.trace.key(key)} directly (no lease){follow_up}")
         return existing
 
-    def failed_directly(self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any) -> Any:
+    def failed_directly(
+        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+    ) -> Any:
         key = f"{envelope.id}:{sub.name}"
         claims = self.observations.claims[key]
-        outcome = self._failed_directly(consumer, envelope, sub, *args)
+        outcome = self._failed_directly(consumer, envelope, sub, *args, **kwargs)
         if self.observations.claims[key] == claims:
             self.observations.unclaimed_direct_failures.add(key)
             self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")

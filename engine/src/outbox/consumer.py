@@ -229,7 +229,8 @@ class DurableConsumer:
             if place is not None:
                 found[place] = str(item.get("hash", {}).get("S", ""))
         for key in response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []):
-            found.pop(by_key[(key["pk"]["S"], key["sk"]["S"])], None)  # unknown: read one by one
+            # Unknown: read one by one when its message comes up.
+            found.pop(by_key.get((key["pk"]["S"], key["sk"]["S"]), ("", -1)), None)
         return found
 
     def deliver(
@@ -350,10 +351,13 @@ class DurableConsumer:
         delivery = Delivery(envelope.handler_copy(), subscription.name, key, 1, remaining_ms)
         try:
             handler_result = _checked_result(subscription, subscription.handler(delivery))
+        except Exception as exc:  # a handler may raise anything: classify it, never lose it
+            return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal=None)
+        try:
             existing = self._commit_directly(envelope, subscription, handler_result, digest)
-        except Exception as exc:  # a handler or a commit may fail with anything: classify it, never lose it
-            terminal = None if not isinstance(exc, CommitError) else _is_terminal_completion(exc.__cause__ or exc)
-            return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal)
+        except Exception as exc:  # every completion failure is classified, as on the lease path
+            terminal = _is_terminal_completion(exc)
+            return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal=terminal)
         if existing is None:
             self._count(Metric.COMPLETIONS)
             return DeliveryOutcome.COMPLETED
@@ -369,20 +373,17 @@ class DurableConsumer:
         self, envelope: Envelope, subscription: Subscription, result: HandlerResult, digest: str
     ) -> dict[str, Any] | None:
         """The marker and the writes (and the follow-up, through emit) in one transaction; None once
-        committed, else the row that stopped the marker. A commit failure is raised as a CommitError."""
+        committed, else the row that stopped the marker."""
         marker = self.inbox.completion_marker(envelope, subscription.name, digest)
+        if result.follow_up is None:
+            return self.inbox.complete_directly(marker, result.writes)
         try:
-            if result.follow_up is None:
-                return self.inbox.complete_directly(marker, result.writes)
-            try:
-                self._emit_follow_up(envelope, subscription, result, [marker, *result.writes])
-            except CallerWriteConditionFailedError as exc:
-                if exc.index == 0:  # the marker: the pair has a row; the lease path reads and decides
-                    return {}
-                raise
-            return None
-        except Exception as exc:
-            raise CommitError(f"{subscription.name}: the completion of {envelope.id} failed: {exc}") from exc
+            self._emit_follow_up(envelope, subscription, result, [marker, *result.writes])
+        except CallerWriteConditionFailedError as exc:
+            if exc.index == 0:  # the marker: the pair has a row; the lease path reads and decides
+                return {}
+            raise
+        return None
 
     def _failed_directly(
         self,
@@ -398,8 +399,7 @@ class DurableConsumer:
         claimed = self._claim(envelope, subscription, 1, remaining_ms, digest, may_create=True)
         if not isinstance(claimed, Claim):
             return claimed  # another worker completed it, holds it, or it conflicts: as the claim says
-        cause = exc.__cause__ if isinstance(exc, CommitError) and exc.__cause__ is not None else exc
-        return self._failed(claimed, envelope, subscription, cause, 1, terminal=terminal)
+        return self._failed(claimed, envelope, subscription, exc, 1, terminal=terminal)
 
     def _complete(self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult) -> None:
         if result.follow_up is None:
@@ -540,10 +540,6 @@ class DurableConsumer:
     def _count(self, metric: Metric) -> None:
         if self.metrics is not None:
             self.metrics.add_metric(name=metric.value, unit="Count", value=1)
-
-
-class CommitError(OutboxError):
-    """A direct completion failed; its cause is the error to classify (retryable or terminal)."""
 
 
 @dataclass

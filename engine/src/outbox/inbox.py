@@ -427,9 +427,9 @@ class Inbox(InboxReader):
     ) -> tuple[dict[str, Any], ClaimResult | None]:
         """The row that failed a claim's condition, and the claim if that row is this worker's own: an earlier
         send applied and its answer was lost (the SDK re-sent it). Any other error is raised."""
-        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+        existing = _refusing_row(exc)
+        if existing is None:
             raise exc
-        existing = dict(exc.response.get("Item") or {})
         if _is_own_claim(existing, owner):
             return existing, ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
         return existing, None
@@ -560,12 +560,10 @@ class Inbox(InboxReader):
             else:
                 self.client.transact_write_items(TransactItems=[dict(marker), *map(dict, writes)])
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return dict(exc.response.get("Item") or {})
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                return dict(reasons[0].get("Item") or {})
-            raise
+            existing = _refusing_row(exc)
+            if existing is None:
+                raise
+            return existing
         return None
 
     def release(self, claim: Claim, error: str) -> None:
@@ -787,6 +785,17 @@ def _moment(item: Mapping[str, Any], name: str, per_second: int) -> datetime | N
 
 def _from_epoch(value: str, per_second: int) -> datetime:
     return datetime.fromtimestamp(int(value) / per_second, tz=UTC)
+
+
+def _refusing_row(exc: ClientError) -> dict[str, Any] | None:
+    """The row whose condition refused a write (a single write's, or a transaction's first item's), as the
+    request asked DynamoDB to return it; None when the write failed for another reason."""
+    if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        return dict(exc.response.get("Item") or {})
+    reasons = exc.response.get("CancellationReasons") or []
+    if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+        return dict(reasons[0].get("Item") or {})
+    return None
 
 
 def _is_own_claim(existing: Mapping[str, Any], owner: str) -> bool:

@@ -177,7 +177,8 @@ class AuditLog:
                 ]
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
+            if reasons[1:2] != ["ConditionalCheckFailed"]:  # the record's condition, not a throttle or conflict
                 raise
             raise ValueError(
                 f"tenant {report.tenant} was re-anchored at {anchor.anchored_at} already: wait a second and "

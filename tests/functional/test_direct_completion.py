@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -330,3 +331,32 @@ def test_effects_is_checked_when_the_subscription_is_declared() -> None:
         Subscription("sales.project", "order.created", Lane.DURABLE, lambda _d: None, effects="dynamo")  # type: ignore[arg-type]
     declared = Subscription("sales.project", "order.created", Lane.DURABLE, lambda _d: None, effects="dynamodb")  # type: ignore[arg-type]
     assert declared.effects is Effects.DYNAMODB
+
+
+def test_a_copy_of_a_dead_pair_runs_nothing_into_the_log_and_stays_dead(h: Harness, projection: Projection) -> None:
+    def refuse(_delivery: Delivery) -> None:
+        raise TerminalError("not projectable")
+
+    projection.fail = refuse
+    event = h.emit()
+    h.esm.drain()
+    projection.fail = lambda _delivery: None  # the handler would succeed now: only a replay may run it
+    h.publish(event, dedup_id=f"{event.id}-again")  # a copy on its first receive: the direct path
+
+    h.esm.drain()
+
+    assert projection.applied(h, event.id) == 0  # it may run (harmless by declaration), it commits nothing
+    assert h.claim_status(NAME, event) == "DEAD"
+    assert len(h.dead_letters()) == 1
+
+
+def test_a_message_older_than_the_inbox_remembers_is_never_run_directly(h: Harness, projection: Projection) -> None:
+    event = h.store.emit("order.created", {"n": 1}, tenant="acme", actor="test")
+    h.clock.advance(h.inbox.retention + timedelta(days=1))  # the pair may have completed and been forgotten
+    h.publish(event)
+
+    h.esm.drain()
+
+    assert projection.runs[event.id] == 0
+    [letter] = h.dead_letters()
+    assert letter["reason"]["S"] == "unverifiable"

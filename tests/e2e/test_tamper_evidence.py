@@ -233,3 +233,16 @@ def test_a_second_reset_in_the_same_second_is_refused_and_writes_nothing(local: 
     (record,) = list(log.findings(tenant))
     assert "by ana: ticket 42" in record.detail
     assert log.finding_count(tenant) == 0  # a reset is an operator's record, not an alarm
+
+
+def test_a_tenant_whose_anchor_cannot_be_read_is_left_to_the_next_pass_untouched(
+    local: LocalBackend, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = audit(local)
+    monkeypatch.setattr(log, "anchors", lambda names: {})  # DynamoDB left every key unprocessed
+    auditor = Auditor(local.output("EventsTableName"), log, local.client("dynamodb"))
+
+    result = auditor.anchor_all(datetime(2026, 12, 2, 12, tzinfo=UTC), [tenant])
+
+    assert (result.deferred, result.advanced, result.broken) == ([tenant], {}, {})
+    assert audit(local).anchor(tenant) is None  # not verified without its anchor, and nothing anchored

@@ -63,7 +63,7 @@ TAMPER_FILTER_PATTERN: Final = {"dynamodb": {"OldImage": {KIND_ATTRIBUTE: {"S": 
 # What each may do on the audit table: the recorder writes findings (conditioned on absence), the anchoring
 # reads an anchor and writes anchors and findings, the status readers read anchors and list findings.
 AUDIT_RECORD_ACTIONS: Final = ["dynamodb:PutItem"]
-AUDIT_ANCHOR_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:PutItem"]
+AUDIT_ANCHOR_ACTIONS: Final = ["dynamodb:BatchGetItem", "dynamodb:PutItem"]  # anchors read 100 at a time
 AUDIT_READ_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:Query"]
 
 

@@ -54,7 +54,8 @@ class AnchorPass:
     advanced: dict[str, int] = field(default_factory=dict)  # tenant -> the seq now anchored
     unchanged: list[str] = field(default_factory=list)
     broken: dict[str, ChainReport] = field(default_factory=dict)
-    deferred: list[str] = field(default_factory=list)  # not reached in time: the next pass starts with them
+    # Not reached in time, or whose anchors could not be read: the next pass starts with them.
+    deferred: list[str] = field(default_factory=list)
     events_read: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,13 +105,14 @@ class Auditor:
         below ``PASS_MARGIN_SECONDS``) leaves the most recently anchored, and the next pass starts with those.
         """
         result = AnchorPass()
-        anchors = {tenant: self.audit.anchor(tenant) for tenant in (self.tenants() if tenants is None else tenants)}
+        names = self.tenants() if tenants is None else list(tenants)
+        anchors = self.audit.anchors(names)
+        unread = [name for name in names if name not in anchors]  # their anchors unknown: not verified now
         order = sorted(anchors, key=lambda name: _age_order(name, anchors[name]))
         for index, tenant in enumerate(order):
             if time_left is not None and time_left() < PASS_MARGIN_SECONDS:
                 result.deferred = order[index:]
                 logger.warning("anchoring pass out of time: %d tenant(s) left to the next", len(result.deferred))
-                self._count(Metric.ANCHORS_DEFERRED, len(result.deferred))
                 break
             report = verify_chain(self.client, self.events_table, tenant, anchor=anchors[tenant], full=False)
             result.events_read += report.events_checked
@@ -121,6 +123,11 @@ class Auditor:
                 self._count(Metric.ANCHORS_ADVANCED)
             else:
                 result.unchanged.append(tenant)
+        if unread:
+            logger.warning("anchors of %d tenant(s) could not be read: left to the next pass", len(unread))
+            result.deferred += unread
+        if result.deferred:
+            self._count(Metric.ANCHORS_DEFERRED, len(result.deferred))
         return result
 
     def tenants(self) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import jsii
-from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import Annotations, AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
@@ -38,6 +38,9 @@ ENGINE_EXCLUDE: Final = ("__pycache__", "*.pyc", "cli.py", "local")
 # Wheels for the Lambda platform, downloaded once per lock: later synths need no network. The cache lives
 # in the directory synth runs from (the app's), or where OUTBOX_WHEELHOUSE points.
 WHEELHOUSE_ENV: Final = "OUTBOX_WHEELHOUSE"
+# The interpreter that compiles the layer's byte code; by default ``python3.13`` from PATH, when there is one.
+LAYER_PYTHON_ENV: Final = "OUTBOX_LAYER_PYTHON"
+RUNTIME_VERSION: Final = RUNTIME.name.removeprefix("python")
 
 
 def wheelhouse_root() -> Path:
@@ -55,7 +58,7 @@ def _platform_options() -> list[str]:
         "--implementation",
         "cp",
         "--python-version",
-        RUNTIME.name.removeprefix("python"),
+        RUNTIME_VERSION,
         "--only-binary=:all:",
         "--no-deps",  # the lock is the complete closure (tests/unit/test_layer_requirements.py)
     ]
@@ -92,9 +95,68 @@ def engine_files() -> list[Path]:
     return found
 
 
-def layer_digest() -> str:
-    """The layer's content as a hash of its inputs: the lock, and the engine's files with their paths."""
+class ByteCodeCompilerError(ValueError):
+    """The interpreter named to compile the layer's byte code cannot: it is missing or of another version."""
+
+
+def _python_version(python: str) -> str | None:
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    except OSError:
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def byte_code_compiler(environ: dict[str, str] | None = None) -> str | None:
+    """An interpreter of Lambda's Python version to compile the layer with, or None when there is none.
+
+    ``OUTBOX_LAYER_PYTHON`` names one explicitly (an error if it is not of the runtime's version); otherwise
+    ``python3.13`` on PATH is used when it runs. Byte code is specific to a Python minor version: this
+    machine's interpreter would write files Lambda ignores.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    named = environ.get(LAYER_PYTHON_ENV)
+    if named:
+        version = _python_version(named)
+        if version != RUNTIME_VERSION:
+            found = f"Python {version}" if version else "nothing that runs"
+            raise ByteCodeCompilerError(
+                f"{LAYER_PYTHON_ENV}={named} is {found}; the layer's byte code must be compiled by Python "
+                f"{RUNTIME_VERSION} (Lambda's runtime): point it at a python{RUNTIME_VERSION}, or unset it to "
+                "ship the layer without byte code"
+            )
+        return named
+    candidate = shutil.which(f"python{RUNTIME_VERSION}", path=environ.get("PATH"))
+    if candidate and _python_version(candidate) == RUNTIME_VERSION:
+        return candidate
+    return None
+
+
+def compile_byte_code(root: Path, python: str) -> None:
+    """Compile every module under ``root`` ahead, as hash-checked-never ("unchecked-hash") .pyc files.
+
+    Lambda cannot write byte code into /opt, so a layer without it compiles the engine and its
+    dependencies from source at every cold start. The layer never changes under its .pyc files, so they
+    are used without reading the sources' timestamps (which zipping the asset does not keep anyway).
+    """
+    subprocess.run(
+        [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(root)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def layer_digest(compiler: str | None = None) -> str:
+    """The layer's content as a hash of its inputs: the lock, the engine's files with their paths, and whether
+    byte code is compiled in."""
     digest = hashlib.sha256(LAYER_REQUIREMENTS.read_bytes())
+    digest.update(f"byte code: {RUNTIME_VERSION if compiler else 'none'}".encode())
     for path in engine_files():
         digest.update(str(path.relative_to(ENGINE_PACKAGE)).encode())
         digest.update(path.read_bytes())
@@ -108,7 +170,11 @@ def copy_engine(target: Path) -> None:
 @jsii.implements(ILocalBundling)
 class PipForLambdaBundling:
     """Builds the layer without Docker: pip installs wheels for the Lambda platform, not this one, from a
-    local wheelhouse (filled from PyPI on the first synth only), then the engine is copied beside them."""
+    local wheelhouse (filled from PyPI on the first synth only), then the engine is copied beside them, and
+    everything is compiled to byte code for the runtime's Python when ``compiler`` is one."""
+
+    def __init__(self, compiler: str | None = None) -> None:
+        self.compiler = compiler
 
     def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
         house = fill_wheelhouse()
@@ -126,6 +192,8 @@ class PipForLambdaBundling:
             *_platform_options(),
         )
         copy_engine(target)
+        if self.compiler:
+            compile_byte_code(target, self.compiler)
         return True
 
 
@@ -134,6 +202,14 @@ class EngineLayer(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
+        compiler = byte_code_compiler()
+        if compiler is None:
+            Annotations.of(self).add_warning_v2(
+                "@outbox/engine-layer:noByteCode",
+                f"the engine layer ships without byte code: no python{RUNTIME_VERSION} was found to compile it, so "
+                "every cold start compiles the engine and its dependencies from source. Install Python "
+                f"{RUNTIME_VERSION} on the machine that synthesizes, or set {LAYER_PYTHON_ENV} to one.",
+            )
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
@@ -141,11 +217,11 @@ class EngineLayer(Construct):
                 str(LAYER_SOURCE),
                 # The source folder holds only the lock; the engine's files are an input too.
                 asset_hash_type=AssetHashType.CUSTOM,
-                asset_hash=layer_digest(),
+                asset_hash=layer_digest(compiler),
                 bundling=BundlingOptions(
                     # Only used if local bundling declines, which it never does; CDK requires an image.
                     image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.13"),
-                    local=cast(ILocalBundling, PipForLambdaBundling()),  # jsii.implements is invisible to mypy
+                    local=cast(ILocalBundling, PipForLambdaBundling(compiler)),  # jsii.implements is invisible to mypy
                 ),
             ),
             compatible_runtimes=[RUNTIME],

@@ -30,7 +30,7 @@ def entity_of(partition_key: str) -> str:
 class RecordChange(BaseModel):
     """One INSERT, MODIFY or REMOVE of a data-table row, with plain (deserialized) images."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # only the record-change lane validates one
 
     event_id: str
     table: str

@@ -28,7 +28,8 @@ class ConsumerSettings(BaseModel):
     """Environment of the durable consumer; the construct sets every variable (outbox_cdk.durable_consumer).
     The application's own variables (its table names, say) are its catalog builder's to read."""
 
-    model_config = ConfigDict(frozen=True)
+    # Each function reads one of these models: deferred, the others' schemas are never built (cold start).
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
@@ -50,7 +51,7 @@ class ConsumerSettings(BaseModel):
 class RecordChangeSettings(BaseModel):
     """Environment of the record-change consumer."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
 
@@ -72,7 +73,7 @@ def load_catalog(reference: str) -> Catalog:
 class OperatorSettings(BaseModel):
     """Environment of the operator endpoint: where everything it reports on lives."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
@@ -101,7 +102,7 @@ class OperatorSettings(BaseModel):
 class AuditorSettings(BaseModel):
     """Environment of the auditor: the log it watches and the table it alone (with the operator role) writes."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     audit_table_name: str = Field(alias="AUDIT_TABLE_NAME", min_length=3)

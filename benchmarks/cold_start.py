@@ -1,4 +1,5 @@
-"""3. Cold start: import time of each handler against reference Powertools handlers, and package sizes.
+"""3. Cold start: import time of each handler against reference Powertools handlers, the import plus the
+first batch against the Powertools Idempotency handler, and package sizes.
 
 Every measurement is a fresh interpreter that imports one handler module the way Lambda does (its code
 folder first on ``sys.path``, the engine after it, as the layer would be), in the function's environment
@@ -14,19 +15,22 @@ layer, whose wheels are built for Lambda's arm64 Python 3.13 and cannot load her
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.assembly import ASSEMBLY_DIR, ENGINE_SOURCE, STACK_NAME
+from benchmarks.assembly import ASSEMBLY_DIR, STACK_NAME
 from benchmarks.machine import PROJECT_ROOT
 from benchmarks.stats import ratios, summary
 from outbox.local.template import Reference, load_stack
@@ -49,6 +53,45 @@ if init:
 ready = time.perf_counter()
 print(json.dumps({"import": imported - start, "init": ready - imported}))
 """
+
+
+FIRST_BATCH = """
+import importlib, json, sys, time
+name, event_file = sys.argv[1:3]
+with open(event_file) as file:
+    event = json.load(file)
+
+
+class Context:  # what Lambda passes; the Powertools decorators read these
+    function_name = "cold-start"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:cold-start"
+    aws_request_id = "00000000-0000-0000-0000-000000000000"
+    log_group_name = "/aws/lambda/cold-start"
+    log_stream_name = "cold-start"
+
+    def get_remaining_time_in_millis(self):
+        return 60_000
+
+
+wall, cpu = time.perf_counter(), time.process_time()
+module = importlib.import_module(name)
+imported_wall, imported_cpu = time.perf_counter(), time.process_time()
+response = module.handler(event, Context())
+done_wall, done_cpu = time.perf_counter(), time.process_time()
+print(json.dumps({
+    "import": imported_wall - wall, "import_cpu": imported_cpu - cpu,
+    "batch": done_wall - imported_wall, "batch_cpu": done_cpu - imported_cpu,
+    "failures": len(response.get("batchItemFailures", [])),
+}))
+"""
+FIRST_BATCH_SIZE = 10
+EVENTS_TABLE = "events"
+INBOX_TABLE = "inbox"
+IDEMPOTENCY_TABLE = "idempotency"
+# The first batch's two consumers: the engine's durable consumer, and the Powertools Idempotency handler.
+FIRST_BATCH_KEYS = ("durable_consumer", "idempotent_app_handler")
 
 
 @dataclass(frozen=True)
@@ -98,20 +141,24 @@ def _without_bytecode(source: Path, target: Path) -> Path:
     return target
 
 
-def _compiled(source: Path, target: Path) -> Path:
-    """A copy with byte code compiled ahead (what shipping it in the layer or package would give)."""
-    _without_bytecode(source, target)
-    compileall.compile_dir(str(target), quiet=1)
-    return target
+def engine_copy(*, compiled: bool) -> Path:
+    """The engine's files as the layer holds them (``/opt/python``), with or without the layer's byte code."""
+    root = WORK_DIR / ("opt-compiled" if compiled else "opt") / "python"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    engine_layer.copy_engine(root)
+    if compiled:
+        # The bundler compiles with Lambda's Python; this interpreter stands in for it, in the same mode.
+        engine_layer.compile_byte_code(root, sys.executable)
+    return root
 
 
 def targets(assembly: Path) -> list[Target]:
     """Each handler's code and the engine copied without byte code, as Lambda finds them."""
     stack = load_stack(assembly, STACK_NAME)
-    engine_root = WORK_DIR / "opt" / "python"
-    if not (engine_root / "outbox").exists():
-        engine_root.mkdir(parents=True, exist_ok=True)
-        engine_layer.copy_engine(engine_root)
+    source_engine = engine_copy(compiled=False)
+    engine_root = engine_copy(compiled=True)
     found = []
     measured: set[str] = set()
     inits = {
@@ -141,19 +188,15 @@ def targets(assembly: Path) -> list[Target]:
             )
         )
     durable = next(t for t in found if t.module == "outbox.handlers.durable_consumer")
-    compiled_engine = _compiled(ENGINE_SOURCE, WORK_DIR / "opt-compiled" / "python" / "outbox").parent
-    compiled_code = _compiled(durable.code_root, WORK_DIR / "task-compiled" / durable.code_root.name)
     found.append(
         replace(
             durable,
-            key="durable_consumer_byte_code",
-            label="durable consumer, proposed: byte code shipped in the layer and package",
-            code_root=compiled_code,
+            key="durable_consumer_no_byte_code",
+            label="durable consumer, layer without byte code (synthesized without Python 3.13)",
             variant=True,
             environment={
                 **durable.environment,
-                "PYTHONPATH": os.pathsep.join([str(compiled_code), str(compiled_engine)]),
-                "LAMBDA_TASK_ROOT": str(compiled_code),
+                "PYTHONPATH": os.pathsep.join([str(durable.code_root), str(source_engine)]),
             },
         )
     )
@@ -163,7 +206,7 @@ def targets(assembly: Path) -> list[Target]:
         ("bare_batch_handler", "reference: Powertools batch handler (Logger, Tracer, Metrics)"),
         ("minimal_batch_handler", "reference: Powertools batch processor alone"),
         ("boto3_batch_handler", "reference: Powertools batch handler + boto3"),
-        ("idempotent_batch_handler", "reference: Powertools batch + Idempotency on DynamoDB"),
+        ("idempotent_app_handler", "reference: Powertools batch + Idempotency on DynamoDB"),
     ):
         found.append(
             Target(
@@ -189,9 +232,10 @@ def _placeholder(raw: Any) -> str:
     return str(raw)
 
 
-def measure_once(target: Target) -> dict[str, float]:
+def _run_script(target: Target, script: str, *arguments: str) -> dict[str, float]:
+    """Run ``script`` in a fresh interpreter as the target's function would start; its last line is JSON."""
     result = subprocess.run(
-        [sys.executable, "-c", MEASURE, target.module, target.init, target.first, target.last],
+        [sys.executable, "-c", script, target.module, *arguments],
         cwd=target.code_root,
         env=target.environment,
         capture_output=True,
@@ -199,9 +243,175 @@ def measure_once(target: Target) -> dict[str, float]:
         check=False,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"importing {target.module} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"starting {target.module} failed:\n{result.stderr[-3000:]}")
     figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
     return figures
+
+
+def measure_once(target: Target) -> dict[str, float]:
+    return _run_script(target, MEASURE, target.init, target.first, target.last)
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto server in this process, with the local runtime's AWS fixes; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    from outbox.local import aws_fixes
+    from outbox.local.clock import VirtualClock
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    uninstall = aws_fixes.install(VirtualClock(datetime.now(UTC).replace(microsecond=0)))
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        uninstall()
+        server.stop()
+
+
+def first_batch_targets(found: list[Target], endpoint: str) -> dict[str, Target]:
+    """The durable consumer as shipped and the Powertools Idempotency handler, both on ``order_app`` and on
+    the moto server: the same user code and the same DynamoDB under each."""
+    durable = next(t for t in found if t.key == "durable_consumer")
+    reference_root = next(t for t in found if t.reference).code_root
+    engine_root = durable.environment["PYTHONPATH"].split(os.pathsep)[-1]
+    served = {"AWS_ENDPOINT_URL": endpoint}
+    engine = replace(
+        durable,
+        code_root=reference_root,
+        environment={
+            **durable.environment,
+            **served,
+            "PYTHONPATH": os.pathsep.join([str(reference_root), engine_root]),
+            "LAMBDA_TASK_ROOT": str(reference_root),
+            "EVENTS_TABLE_NAME": EVENTS_TABLE,
+            "INBOX_TABLE_NAME": INBOX_TABLE,
+            "SUBSCRIPTIONS": "engine_app:build_catalog",
+        },
+    )
+    idempotent = next(t for t in found if t.key == "idempotent_app_handler")
+    reference = replace(
+        idempotent, environment={**idempotent.environment, **served, "INBOX_TABLE_NAME": IDEMPOTENCY_TABLE}
+    )
+    return {"durable_consumer": engine, "idempotent_app_handler": reference}
+
+
+def first_batches(endpoint: str, count: int) -> list[dict[str, Any]]:
+    """``count`` Lambda events of new events, each one receive of 10 from a FIFO queue of the relay pipe's
+    bodies (the raw stream image), on fresh tables."""
+    from benchmarks import aws
+    from benchmarks.reference.order_app import EVENT_TYPE, sample_payload
+    from outbox import EventStore
+
+    dynamodb = boto3_client("dynamodb", endpoint)
+    sqs = boto3_client("sqs", endpoint)
+    for table in (EVENTS_TABLE, INBOX_TABLE):
+        aws.create_table(dynamodb, table)
+    aws.create_table(dynamodb, IDEMPOTENCY_TABLE, key=("id", None))
+    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None)
+    queue_url = aws.create_fifo_queue(sqs, "cold-start")
+    arn = aws.queue_arn(sqs, queue_url)
+    events = []
+    for n in range(count):
+        for m in range(FIRST_BATCH_SIZE):
+            envelope = store.emit(EVENT_TYPE, sample_payload(n * 100 + m), tenant=f"tenant-{m % 4}", actor="bench")
+            sqs.send_message(
+                QueueUrl=queue_url,
+                MessageBody=aws.dumps(envelope.to_item()),
+                MessageGroupId=envelope.tenant,
+                MessageDeduplicationId=envelope.id,
+            )
+        records = aws.lambda_records(sqs, queue_url, arn, max_messages=FIRST_BATCH_SIZE)
+        if len(records) != FIRST_BATCH_SIZE:
+            raise RuntimeError(f"received {len(records)} of the batch's {FIRST_BATCH_SIZE} messages")
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(records)],
+        )
+        events.append({"Records": records})
+    return events
+
+
+def boto3_client(service: str, endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="cold-start",
+        aws_secret_access_key="cold-start",
+    )
+
+
+def measure_first_batch(target: Target, event: dict[str, Any]) -> dict[str, float]:
+    event_file = WORK_DIR / "first-batch-event.json"
+    event_file.write_text(json.dumps(event))
+    figures = _run_script(target, FIRST_BATCH, str(event_file))
+    if figures["failures"]:
+        raise RuntimeError(f"{target.module} failed {figures['failures']} messages of its first batch")
+    return figures
+
+
+def completed_deliveries(endpoint: str) -> dict[str, int]:
+    """What each consumer's table says it completed: a figure of the run, checked against the batches."""
+    dynamodb = boto3_client("dynamodb", endpoint)
+
+    def count(table: str, status_attribute: str, completed: str) -> int:
+        items = dynamodb.get_paginator("scan").paginate(TableName=table).build_full_result()["Items"]
+        return sum(1 for item in items if item.get(status_attribute, {}).get("S") == completed)
+
+    return {
+        "durable_consumer": count(INBOX_TABLE, "status", "COMPLETED"),
+        "idempotent_app_handler": count(IDEMPOTENCY_TABLE, "status", "COMPLETED"),
+    }
+
+
+def run_first_batch(found: list[Target], rounds: int) -> dict[str, Any]:
+    """Each round: each consumer, in alternating order, starts cold and processes one new batch."""
+    with moto_server() as endpoint:
+        compared = first_batch_targets(found, endpoint)
+        events = iter(first_batches(endpoint, rounds * len(compared)))
+        samples: dict[str, list[dict[str, float]]] = {key: [] for key in compared}
+        for round_number in range(rounds):
+            order = list(FIRST_BATCH_KEYS) if round_number % 2 == 0 else list(reversed(FIRST_BATCH_KEYS))
+            for key in order:
+                samples[key].append(measure_first_batch(compared[key], next(events)))
+        completed = completed_deliveries(endpoint)
+    expected = rounds * FIRST_BATCH_SIZE
+    if any(count != expected for count in completed.values()):
+        raise RuntimeError(f"expected {expected} completed deliveries per consumer, the tables hold {completed}")
+
+    def cold_cpu(key: str) -> list[float]:
+        return [s["import_cpu"] + s["batch_cpu"] for s in samples[key]]
+
+    def cold_wall(key: str) -> list[float]:
+        return [s["import"] + s["batch"] for s in samples[key]]
+
+    engine, reference = FIRST_BATCH_KEYS
+    return {
+        "batch_size": FIRST_BATCH_SIZE,
+        "rounds": rounds,
+        "completed": completed,
+        "consumers": [
+            {
+                "key": key,
+                "label": compared[key].label,
+                "import_ms": summary([s["import"] * 1000 for s in samples[key]]),
+                "batch_ms": summary([s["batch"] * 1000 for s in samples[key]]),
+                "import_cpu_ms": summary([s["import_cpu"] * 1000 for s in samples[key]]),
+                "batch_cpu_ms": summary([s["batch_cpu"] * 1000 for s in samples[key]]),
+                "cold_start_cpu_ms": summary([c * 1000 for c in cold_cpu(key)]),
+                "cold_start_wall_ms": summary([w * 1000 for w in cold_wall(key)]),
+            }
+            for key in FIRST_BATCH_KEYS
+        ],
+        "cpu_ratio": ratios(cold_cpu(engine), cold_cpu(reference)),
+        "wall_ratio": ratios(cold_wall(engine), cold_wall(reference)),
+    }
 
 
 def import_profile(target: Target, top: int = 8) -> list[dict[str, Any]]:
@@ -309,7 +519,12 @@ def run(assembly: Path = ASSEMBLY_DIR, layer: Path | None = None, rounds: int = 
                 "import_profile": import_profile(target),
             }
         )
-    figures: dict[str, Any] = {"rounds": rounds, "reference": reference.label, "handlers": results}
+    figures: dict[str, Any] = {
+        "rounds": rounds,
+        "reference": reference.label,
+        "handlers": results,
+        "first_batch": run_first_batch(found, rounds),
+    }
     if layer is not None:
         figures["sizes"] = sizes(assembly, layer)
     return figures

@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks import aws
 from benchmarks.baseline import PERSISTENCE_KEY, BaselineSubscription, PowertoolsIdempotentConsumer
 from benchmarks.metering import AwsMeter, MotoMeter, ResponseRecorder, ResponseReplayer, Usage
+from benchmarks.reference.order_app import sample_payload
 from benchmarks.stats import Summary, ratios, summary
 from outbox import Envelope, EventStore, writes
 from outbox.clients import ENGINE_CLIENT_CONFIG
@@ -101,19 +102,6 @@ class Counted:
     deliveries: int
     dynamodb: Usage
     by_operation: dict[str, int]
-
-
-def sample_payload(n: int) -> dict[str, Any]:
-    """About the size of the example application's ``payment.completed`` payload."""
-    return {
-        "order_id": f"order-{n:06d}",
-        "payment_id": f"pay-{n:06d}",
-        "amount_cents": 1500 + n,
-        "currency": "EUR",
-        "buyer_email": f"buyer-{n}@example.com",
-        "items": [{"sku": "pet-tag", "quantity": 2, "unit_price_cents": 750}],
-        "shipping_address": f"{n} Main Street, Springfield",
-    }
 
 
 def make_batches(dynamodb: Any, sqs: Any, count: int, batch_size: int) -> list[Batch]:

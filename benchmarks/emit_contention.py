@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import aws
-from benchmarks.consumer_overhead import sample_payload
 from benchmarks.metering import AwsMeter
+from benchmarks.reference.order_app import sample_payload
 from benchmarks.stats import ratios, summary
 from outbox import ChainHeadContentionError, EventStore, NewEvent
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from aws_lambda_powertools import Logger
@@ -33,6 +33,7 @@ class PlaceOrderRequest(BaseModel):
     buyer_email: str = Field(min_length=3, max_length=254)
     items: list[dict[str, Any]] = Field(min_length=1)
     currency: str = "EUR"
+    channel: Literal["web", "phone", "marketplace"] = "web"
 
 
 @cache

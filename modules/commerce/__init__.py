@@ -8,7 +8,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from modules.commerce.events import LineItem, OrderCreated, PaymentCompleted, ShipmentBooked
+from modules.commerce.events import (
+    Channel,
+    LineItem,
+    OrderCreated,
+    OrderCreatedV1,
+    PaymentCompleted,
+    ShipmentBooked,
+    order_created_v1_to_v2,
+)
 from modules.services import Services
 from outbox import (
     CallerWriteConditionFailedError,
@@ -21,6 +29,7 @@ from outbox import (
     OutboxError,
     Subscription,
     TerminalError,
+    Upcaster,
     canonical_json,
     writes,
 )
@@ -57,6 +66,15 @@ def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
+def _order_digests(payload: dict[str, Any]) -> set[str]:
+    """The digests the same order may be stored under: a web order placed before ``order.created`` version 2
+    was digested without its channel, and placing it again must still find it the same."""
+    digests = {_digest(payload)}
+    if payload["channel"] == "web":
+        digests.add(_digest({name: value for name, value in payload.items() if name != "channel"}))
+    return digests
+
+
 @dataclass
 class Commerce:
     data_table: str
@@ -80,6 +98,7 @@ class Commerce:
         buyer_email: str,
         items: list[dict[str, Any]],
         currency: str = "EUR",
+        channel: Channel = "web",
     ) -> CommandResult:
         """Create the order and its ``order.created`` event in one transaction. Placing the same order
         again returns the existing result; placing different content under the same id fails."""
@@ -90,6 +109,7 @@ class Commerce:
             items=lines,
             total_cents=sum(line.quantity * line.unit_price_cents for line in lines),
             currency=currency,
+            channel=channel,
         ).model_dump()
         order = {
             **self.order_key(tenant, order_id),
@@ -110,7 +130,7 @@ class Commerce:
             )
         except CallerWriteConditionFailedError:
             existing = self._order(store, tenant, order_id)
-            if existing is not None and existing["command_digest"]["S"] == order["command_digest"]:
+            if existing is not None and existing["command_digest"]["S"] in _order_digests(payload):
                 return CommandResult(order_id, created=False)
             raise OrderConflictError(f"order {order_id!r} already exists with different content") from None
         return CommandResult(order_id, created=True, event_id=envelope.id)
@@ -236,13 +256,14 @@ class Commerce:
     def project_sales(self, delivery: Delivery) -> HandlerResult:
         """Atomic completion: the counter moves in the same transaction as the COMPLETED mark, so a
         redelivery can never count an order twice."""
-        order = OrderCreated.model_validate(delivery.envelope.payload)
+        order = OrderCreated.model_validate(delivery.envelope.payload)  # version 2, whatever was stored
         return HandlerResult(
             writes=[
                 writes.update(
                     self.data_table,
                     {"pk": f"SALES#{delivery.envelope.tenant}", "sk": "TOTALS"},
-                    "ADD orders :one, revenue_cents :total",
+                    "ADD orders :one, revenue_cents :total, #channel :one",
+                    names={"#channel": f"orders_{order.channel}"},
                     values={":one": 1, ":total": order.total_cents},
                 )
             ]
@@ -253,7 +274,13 @@ class Commerce:
             name="commerce",
             code=("modules.commerce",),
             event_types=(
-                EventTypeSpec("order.created", OrderCreated, "An order was placed (entity and event together)"),
+                EventTypeSpec(
+                    "order.created",
+                    OrderCreated,
+                    "An order was placed (entity and event together)",
+                    version=2,
+                    upcasters=(Upcaster(1, OrderCreatedV1, order_created_v1_to_v2),),
+                ),
                 EventTypeSpec("payment.completed", PaymentCompleted, "A payment settled an order"),
                 EventTypeSpec("shipment.booked", ShipmentBooked, "The carrier accepted the shipment"),
             ),

@@ -3,6 +3,8 @@ to read the order back (it may not be visible yet: stream order is per item only
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -14,7 +16,10 @@ class LineItem(BaseModel):
     unit_price_cents: int = Field(ge=0)
 
 
-class OrderCreated(BaseModel):
+class OrderCreatedV1(BaseModel):
+    """``order.created`` as version 1 stored it, before orders came from more than the web shop. Kept as it
+    was: events of it stay in the log, and catalog.json holds this schema to its record."""
+
     model_config = ConfigDict(extra="forbid")
 
     order_id: str = Field(min_length=1, max_length=64)
@@ -22,6 +27,21 @@ class OrderCreated(BaseModel):
     items: list[LineItem] = Field(min_length=1)
     total_cents: int = Field(ge=0)
     currency: str = Field(pattern=r"^[A-Z]{3}$")
+
+
+Channel = Literal["web", "phone", "marketplace"]
+
+
+class OrderCreated(OrderCreatedV1):
+    """``order.created`` version 2: version 1 and where the order was taken (a new required field, hence
+    the version). Version 1 may change only as the compatibility check allows: its events stay in the log."""
+
+    channel: Channel
+
+
+def order_created_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    """Every order of version 1 was taken by the web shop, the only channel there was."""
+    return {**payload, "channel": "web"}
 
 
 class PaymentCompleted(BaseModel):

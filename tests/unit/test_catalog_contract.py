@@ -183,3 +183,24 @@ def _ship_widget() -> Any:
     from tests.unit.catalog_fixtures import widgets as fixture
 
     return fixture.ship_widget
+
+
+def test_make_catalog_refuses_to_rewrite_a_version_the_code_changed_incompatibly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tools import catalog as catalog_tool
+
+    # Given a recorded catalog whose order.created version 2 had a field today's model no longer has
+    recorded = json.loads(CATALOG_FILE.read_text())
+    (entry,) = [e for e in recorded["event_types"] if e["type"] == "order.created"]
+    (v2,) = [s["schema"] for s in entry["schemas"] if s["version"] == 2]
+    v2["properties"]["gift_note"] = {"type": "string"}
+    written = tmp_path / "catalog.json"
+    written.write_text(json.dumps(recorded))
+    monkeypatch.setattr(catalog_tool, "CATALOG_FILE", written)
+    # When make catalog runs, then it refuses, says what changed and what to do, and keeps the record
+    assert catalog_tool.main() == 1
+    error = capsys.readouterr().err
+    assert "order.created version 2: payload.gift_note: the field was removed" in error
+    assert "declare version 3 instead" in error
+    assert json.loads(written.read_text()) == recorded

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         TerminalError,
     )
     from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
+    from outbox.schemas import SchemaVersionUnknownError, Upcaster
     from outbox.store import EventStore, NewEvent
     from outbox.subscriptions import (
         Delivery,
@@ -74,6 +75,8 @@ _LAZY: dict[str, str] = {
     "ClaimOutcome": "outbox.inbox",
     "DeadReason": "outbox.inbox",
     "Inbox": "outbox.inbox",
+    "SchemaVersionUnknownError": "outbox.schemas",
+    "Upcaster": "outbox.schemas",
     "EventStore": "outbox.store",
     "NewEvent": "outbox.store",
     "Delivery": "outbox.subscriptions",
@@ -129,9 +132,11 @@ __all__ = [
     "NewEvent",
     "OutboxError",
     "OutboxValidationError",
+    "SchemaVersionUnknownError",
     "Subscription",
     "SubscriptionRegistry",
     "TerminalError",
+    "Upcaster",
     "canonical_json",
     "chain_hash",
     "verify_chain",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from outbox.exceptions import InvalidEventError
 from outbox.record_changes import OPERATIONS, ROW_CHANGE_PREFIX, row_change_type
+from outbox.schemas import Upcaster, check_versions, upcast_payload
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 
 DISPATCHERS = {
@@ -32,11 +33,38 @@ DISPATCHERS = {
 
 @dataclass(frozen=True)
 class EventTypeSpec:
-    """A domain event type: its name, the module that owns it and the schema of its payload."""
+    """A domain event type: its name, the module that owns it and the schema of its payload.
+
+    ``payload`` is the model of the current ``version``; each older version still in the log has an
+    ``Upcaster`` (its model as it was, and a pure function to the next version). emit() stores current
+    payloads only; the durable consumer brings an older one up to date before a handler sees it.
+    """
 
     name: str
     payload: type[BaseModel]
     description: str = ""
+    version: int = 1
+    upcasters: tuple[Upcaster, ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            ordered = check_versions(self.name, self.version, self.upcasters)
+        except ValueError as exc:
+            raise InvalidEventError(str(exc)) from None
+        object.__setattr__(self, "upcasters", ordered)
+
+    def models(self) -> dict[int, type[BaseModel]]:
+        """Each version's payload model, oldest first."""
+        return {**{u.from_version: u.model for u in self.upcasters}, self.version: self.payload}
+
+    def current_payload(self, stored_version: int, payload: Any) -> Any:
+        """A stored payload as the current version: itself when it is current, else upcast and checked
+        against the current model (a handler never sees a payload its model would refuse)."""
+        if stored_version == self.version:
+            return payload
+        upcast = upcast_payload(self.name, stored_version, self.version, self.upcasters, payload)
+        self.payload.model_validate(upcast)
+        return upcast
 
 
 @dataclass(frozen=True)
@@ -105,18 +133,37 @@ class Catalog:
     def row_change_types(self) -> set[str]:
         return {t for module in self.modules for entity in module.entities for t in entity.row_change_types}
 
-    def validate_payload(self, event_type: str, payload: Mapping[str, Any]) -> None:
-        """emit() refuses an undeclared type, or a payload its schema rejects, before any AWS call."""
+    def spec(self, event_type: str) -> EventTypeSpec | None:
+        declared = self._types.get(event_type)
+        return declared[1] if declared is not None else None
+
+    def validate_payload(self, event_type: str, payload: Mapping[str, Any], schema_version: int | None = None) -> int:
+        """emit() refuses an undeclared type, a version other than the type's current one, or a payload its
+        schema rejects, before any AWS call; the version to store (the current one) otherwise."""
         declared = self._types.get(event_type)
         if declared is None:
             raise InvalidEventError(
                 f"event type {event_type!r} is not declared by any module; declare it in the owning module's "
                 "event_types (see README, Adding an event type)"
             )
+        spec = declared[1]
+        if schema_version is not None and schema_version != spec.version:
+            raise InvalidEventError(
+                f"{event_type} is at schema version {spec.version}, so emit() stores version {spec.version} "
+                f"payloads only, not version {schema_version}: build the payload with {spec.payload.__name__} "
+                "and leave schema_version out (older versions reach handlers through their upcasters)"
+            )
         try:
-            declared[1].payload.model_validate(dict(payload))
+            spec.payload.model_validate(dict(payload))
         except ValidationError as exc:
             raise InvalidEventError(f"payload of {event_type!r} does not match its schema: {exc}") from exc
+        return spec.version
+
+    def delivered_payload(self, event_type: str, stored_version: int, payload: Any) -> Any:
+        """The payload a handler receives: the stored one brought to the type's current version. A type the
+        catalog does not declare is delivered as stored."""
+        spec = self.spec(event_type)
+        return payload if spec is None else spec.current_payload(stored_version, payload)
 
     # -- the contract -------------------------------------------------------------------------------
 
@@ -218,7 +265,11 @@ class Catalog:
                     "owner": module.name,
                     "description": spec.description,
                     "producers": sorted(set(producers.get(name, []))),
-                    "payload_schema": spec.payload.model_json_schema(),
+                    "version": spec.version,
+                    "schemas": [
+                        {"version": version, "schema": model.model_json_schema()}
+                        for version, model in sorted(spec.models().items())
+                    ],
                 }
                 for name, (module, spec) in sorted(self._types.items())
             ],

@@ -273,11 +273,10 @@ class DurableConsumer:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
             return self._failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
-        # A copy per handler: what one handler does to the payload, the next one never sees.
-        delivery = Delivery(
-            envelope.handler_copy(), subscription.name, claim.idempotency_key, claim.attempts, remaining_ms
-        )
         try:
+            delivery = Delivery(
+                self._delivered(envelope), subscription.name, claim.idempotency_key, claim.attempts, remaining_ms
+            )
             handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
@@ -295,6 +294,18 @@ class DurableConsumer:
             return self._failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
         self._count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED
+
+    def _delivered(self, envelope: Envelope) -> Envelope:
+        """What a handler receives: a copy per handler (what one does to the payload, the next never sees),
+        its payload brought to the type's current version by the catalog's upcasters. The envelope keeps the
+        version it was stored as, and its hash covers the stored payload. Raised here, an upcaster's error
+        (or a version newer than the catalog knows, ``SchemaVersionUnknownError``) is the handler's failure."""
+        copy = envelope.handler_copy()
+        catalog = self.store.catalog
+        if catalog is None:
+            return copy
+        payload = catalog.delivered_payload(envelope.type, envelope.schema_version, copy.payload)
+        return copy if payload is copy.payload else copy.model_copy(update={"payload": payload})
 
     def _claim(
         self,
@@ -348,8 +359,8 @@ class DurableConsumer:
         A failure is claimed after the fact, so attempts are counted and dead letters earned as on the lease
         path. None: the pair has history (a failed attempt, a replay, a lease): take the lease path."""
         key = keys.idempotency_key(envelope.id, subscription.name)
-        delivery = Delivery(envelope.handler_copy(), subscription.name, key, 1, remaining_ms)
         try:
+            delivery = Delivery(self._delivered(envelope), subscription.name, key, 1, remaining_ms)
             handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal=None)

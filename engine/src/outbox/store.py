@@ -69,7 +69,8 @@ class NewEvent:
     payload: Mapping[str, Any]
     correlation_id: str | None = None
     causation_id: str | None = None
-    schema_version: int = 1
+    # None: the type's current version in the catalog (1 without a catalog); another is refused.
+    schema_version: int | None = None
 
 
 def default_client() -> Any:
@@ -152,7 +153,7 @@ class EventStore:
         extra_writes: Sequence[Mapping[str, Any]] = (),
         correlation_id: str | None = None,
         causation_id: str | None = None,
-        schema_version: int = 1,
+        schema_version: int | None = None,
     ) -> Envelope:
         """Append one event and commit ``extra_writes`` with it in one TransactWriteItems.
 
@@ -169,6 +170,9 @@ class EventStore:
         idempotency window nears its end), emit raises ``EmitOutcomeUnknownError``, an
         ``EventStoreUnavailableError`` with ``committed`` None, naming the event id to look for in the
         tenant's log or head.
+
+        ``schema_version`` may be left out: the event is stored with its type's current version, the only
+        one emit() accepts (older versions reach handlers through their upcasters, ``outbox.schemas``).
         """
         event = NewEvent(event_type, payload, correlation_id, causation_id, schema_version)
         return self.emit_many([event], tenant=tenant, actor=actor, extra_writes=extra_writes)[0]
@@ -194,8 +198,9 @@ class EventStore:
             raise InvalidEventError("emit_many needs at least one event")
         drafts = []
         for event in events:
+            version = 1 if event.schema_version is None else event.schema_version
             if self.catalog is not None:
-                self.catalog.validate_payload(event.event_type, event.payload)
+                version = self.catalog.validate_payload(event.event_type, event.payload, event.schema_version)
             event_id = self._new_event_id()
             drafts.append(
                 self._validated_draft(
@@ -206,7 +211,7 @@ class EventStore:
                     actor,
                     event.correlation_id or event_id,
                     event.causation_id,
-                    event.schema_version,
+                    version,
                 )
             )
         caller_writes = list(extra_writes)

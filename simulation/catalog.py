@@ -13,6 +13,10 @@
   delivery) handles the follow-up with a DynamoDB effect committed with its completion marker;
 - ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
 
+``sim.item_created`` is at schema version 2: version 1 named the audit's refusal ``flagged``. A schedule may
+have one emitter run last year's code (``legacy_catalog_for``), which stores version 1; the durable handlers
+read only version 2, so each of its events must reach them through the upcaster.
+
 Every DynamoDB effect is an ``ADD applied :one`` on a ledger row per (event, subscription): applied twice
 reads 2, so a doubled effect cannot hide behind an idempotent write. The row also keeps the amount it was
 computed from, so an effect of other content than the logged event's shows.
@@ -39,6 +43,7 @@ from outbox import (
     Lane,
     Subscription,
     TerminalError,
+    Upcaster,
     writes,
 )
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
@@ -87,6 +92,34 @@ class ItemCreated(BaseModel):
     note: str = ""  # padding: some events carry a relay body near the bound, or past it
 
 
+class ItemCreatedV1(BaseModel):
+    """``sim.item_created`` as version 1 stored it: the refusal flag was ``flagged``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation: str = Field(min_length=1)
+    item_id: str = Field(min_length=1)
+    amount: int = Field(ge=0)
+    flagged: bool = False
+    note: str = ""
+
+
+def item_created_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    upcast = {name: value for name, value in payload.items() if name != "flagged"}
+    return {**upcast, "reject": bool(payload.get("flagged", False))}
+
+
+ITEM_CREATED_V2 = EventTypeSpec(
+    ITEM_CREATED,
+    ItemCreated,
+    "An item was created (the row and the event together)",
+    version=2,
+    upcasters=(Upcaster(1, ItemCreatedV1, item_created_v1_to_v2),),
+)
+# What last year's code declared: version 1 was current then.
+ITEM_CREATED_V1 = EventTypeSpec(ITEM_CREATED, ItemCreatedV1, "An item was created (the row and the event together)")
+
+
 class ItemNoted(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,7 +158,15 @@ def create_item(
     """The application's one command: the item row and its event commit together, or neither does. The row
     carries a binary fingerprint, which the BEST_EFFORT lane must deliver as bytes."""
     note = "n" * PADDING.get(size, 0)
-    payload = ItemCreated(operation=operation, item_id=item_id, amount=amount, reject=reject, note=note).model_dump()
+    spec = store.catalog.spec(ITEM_CREATED) if store.catalog is not None else None
+    if spec is not None and spec.version == 1:  # an emitter running last year's code
+        payload = ItemCreatedV1(
+            operation=operation, item_id=item_id, amount=amount, flagged=reject, note=note
+        ).model_dump()
+    else:
+        payload = ItemCreated(
+            operation=operation, item_id=item_id, amount=amount, reject=reject, note=note
+        ).model_dump()
     row = {
         **item_key(tenant, item_id),
         "tenant": tenant,
@@ -145,13 +186,19 @@ def create_item(
 class SimulatedApp:
     """The handlers, bound to one run's world (its fault decisions, fake service and records)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, legacy: bool = False) -> None:
         self.world = world
+        self.legacy = legacy  # last year's code: sim.item_created was at version 1
 
     # -- in the emitter's process ---------------------------------------------------------------------
 
     def audit(self, delivery: Delivery) -> HandlerResult:
-        item = ItemCreated.model_validate(delivery.envelope.payload)
+        # INLINE runs in the producer's own code, on the version it emits.
+        if self.legacy:
+            old = ItemCreatedV1.model_validate(delivery.envelope.payload)
+            item = ItemCreated.model_validate(item_created_v1_to_v2(old.model_dump()))
+        else:
+            item = ItemCreated.model_validate(delivery.envelope.payload)
         if item.reject:
             raise TerminalError(f"{item.item_id} refused by the audit")
         envelope = delivery.envelope
@@ -190,7 +237,7 @@ class SimulatedApp:
     def charge(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
-        item = ItemCreated.model_validate(delivery.envelope.payload)
+        item = self._current_item(delivery)
         self.world.service.call("charges", delivery.idempotency_key, {"amount": item.amount})
         self._maybe_fail(delivery)  # failing after the remote effect: the retry must not charge twice
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
@@ -198,7 +245,7 @@ class SimulatedApp:
     def announce(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
-        item = ItemCreated.model_validate(delivery.envelope.payload)
+        item = self._current_item(delivery)
         noted = ItemNoted(item_id=item.item_id, amount=item.amount).model_dump()
         result = HandlerResult(writes=[self._effect(delivery)], follow_up=FollowUp("sim.item_noted", noted))
         return self._result(delivery, result)
@@ -225,6 +272,14 @@ class SimulatedApp:
         self.world.row_changes[str(change.keys["pk"])] += 1
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def _current_item(self, delivery: Delivery) -> ItemCreated:
+        """The payload as today's handler reads it: version 2 only. Anything else is recorded (invariant 13),
+        then refused by the model, as a handler of today's code would."""
+        payload = delivery.envelope.payload
+        if set(payload) - set(ItemCreated.model_fields):
+            self.world.stale_deliveries.append((delivery.idempotency_key, delivery.envelope.schema_version))
+        return ItemCreated.model_validate(payload)
 
     def _effect(self, delivery: Delivery) -> Mapping[str, Any]:
         """The ledger row: how often the effect was applied, and from what content (the event's amount)."""
@@ -269,7 +324,7 @@ class SimulatedApp:
             name="simulation",
             code=("simulation.catalog",),
             event_types=(
-                EventTypeSpec(ITEM_CREATED, ItemCreated, "An item was created (the row and the event together)"),
+                ITEM_CREATED_V1 if self.legacy else ITEM_CREATED_V2,
                 EventTypeSpec(ITEM_NOTED, ItemNoted, "sim.announce noted an item (a follow-up event)"),
             ),
             entities=(
@@ -292,6 +347,11 @@ class SimulatedApp:
 
 def catalog_for(world: World) -> Catalog:
     return Catalog([SimulatedApp(world).module()])
+
+
+def legacy_catalog_for(world: World) -> Catalog:
+    """The catalog of last year's code: ``sim.item_created`` at version 1, the same subscriptions."""
+    return Catalog([SimulatedApp(world, legacy=True).module()])
 
 
 def build_catalog() -> Catalog:

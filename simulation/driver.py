@@ -30,7 +30,7 @@ from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import OperationRefusedError, Operations
 from outbox.subscriptions import Lane
-from simulation.catalog import ITEM_CREATED, MALFORMED_BODIES, create_item
+from simulation.catalog import ITEM_CREATED, MALFORMED_BODIES, create_item, legacy_catalog_for
 from simulation.recorder import Observations, Send, brief
 from simulation.schedule import (
     Action,
@@ -179,8 +179,16 @@ class Driver:
         self.catalog = world.catalog
         events_table = runtime.output("EventsTableName")
         dynamodb = client(runtime, "dynamodb")
+        legacy = legacy_catalog_for(world) if world.schedule.legacy else None
+
+        def emitter_catalog(tenant: str, n: int) -> Catalog:
+            return legacy if legacy is not None and (tenant, n) == (world.schedule.legacy, 0) else self.catalog
+
         self.emitters = {
-            tenant: [Emitter(f"{tenant}/emitter{n}", world, events_table, dynamodb, self.catalog) for n in range(count)]
+            tenant: [
+                Emitter(f"{tenant}/emitter{n}", world, events_table, dynamodb, emitter_catalog(tenant, n))
+                for n in range(count)
+            ]
             for tenant, count in world.schedule.emitters.items()
         }
         self.rivals = {
@@ -649,6 +657,8 @@ class Driver:
             return
 
     def _create(self, emitter: Emitter, action: Emit, record: EmitRecord) -> None:
+        spec = emitter.store.catalog.spec(ITEM_CREATED) if emitter.store.catalog is not None else None
+        record.version = spec.version if spec is not None else record.version
         try:
             record.envelope = create_item(
                 emitter.store,

@@ -23,6 +23,9 @@
 12. Tamper evidence: every event row rewritten in the log is a ``modified`` finding in the audit table (with
     the hash it had), and a tenant whose log nobody touched has no finding; a log rewritten with every hash
     recomputed after an anchoring pass shows broken in the status (invariant 7 checks that).
+13. Schema versions: every durable handler gets its event type's current payload version, whatever version
+    the event was stored with, and the log keeps each event as its emitter stored it (version 1 from an
+    emitter running last year's code).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -60,6 +63,7 @@ NAMES = {
     10: "dead stays dead",
     11: "the local runtime as strict as AWS",
     12: "tamper evidence",
+    13: "schema versions",
 }
 DEDUPLICATION_SECONDS = 300
 MAX_HEAD_RETRIES = 5  # EventStore's default, which the simulated emitters use
@@ -89,6 +93,7 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *check_dead_stays_dead(world, observations),
         *check_runtime_as_strict_as_aws(observations),
         *check_tamper_evidence(world, state),
+        *check_schema_versions(world, state),
     ]
 
 
@@ -728,6 +733,28 @@ def check_tamper_evidence(world: World, state: State) -> list[Violation]:
                 Violation(12, f"{tenant}: a {f.kind} finding at seq {f.seq}, but nobody changed its log ({f.detail})")
                 for f in findings
                 if f.kind is not FindingKind.ANCHOR_RESET
+            )
+    return found
+
+
+def check_schema_versions(world: World, state: State) -> list[Violation]:
+    found = [
+        Violation(13, f"{_name(world, key)}: its handler got the payload of version {version} as stored, not upcast")
+        for key, version in world.stale_deliveries
+    ]
+    rewritten = rewritten_ids(world)
+    for record in world.emits:
+        if record.envelope is None or record.envelope.id in rewritten:
+            continue
+        event = state.events.get(record.envelope.id)
+        stored = (event.schema_version, "flagged" in event.payload) if event is not None else None
+        if stored is not None and stored != (record.version, record.version == 1):
+            found.append(
+                Violation(
+                    13,
+                    f"{world.trace.event(record.envelope.id)} was emitted as version {record.version}; the log holds "
+                    f"version {stored[0]} with {'a' if stored[1] else 'no'} version-1 field",
+                )
             )
     return found
 

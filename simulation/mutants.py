@@ -12,6 +12,7 @@ from simulation.mutation import Mutant
 
 INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
+SCHEMAS = "outbox.schemas"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -519,5 +520,26 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="a copy of an event delivered after the deduplication window, or a conflicting copy: "
         "its DynamoDB effect applied twice (2)",
         seeds=(3, 7, 12),
+    ),
+    # -- schema versions -------------------------------------------------------------------------------
+    Mutant(
+        id="upcast-skipped",
+        module=CONSUMER,
+        original="        payload = catalog.delivered_payload(envelope.type, envelope.schema_version, copy.payload)\n",
+        replacement="        payload = copy.payload\n",
+        description="the consumer hands handlers the payload as stored: an old event reaches today's handler in "
+        "last year's shape",
+        what_should_catch_it="an emitter running last year's code (the schedule's legacy producer): today's handler "
+        "gets a version-1 payload (13), refuses it, and the pair is dead without a cause (2)",
+        seeds=(5, 12, 14),
+    ),
+    Mutant(
+        id="upcast-one-version-late",
+        module=SCHEMAS,
+        original="    for upcaster in upcasters[stored_version - 1 : current_version - 1]:",
+        replacement="    for upcaster in upcasters[stored_version : current_version - 1]:",
+        description="upcasting starts one version too late: a version-1 payload skips its first upcaster",
+        what_should_catch_it="the legacy producer's version-1 events: delivered un-upcast, then refused (13, 2)",
+        seeds=(5, 12, 14),
     ),
 )

@@ -84,6 +84,7 @@ _BACKLOG_FAILURES = FaultRate(0.35, 8)
 _TAMPER_CHANCE = 0.25
 # Drawn from a stream of its own, like the tampering, so that adding it changed no other part of a schedule.
 _FORGE_CHANCE = 0.3
+_LEGACY_CHANCE = 0.3
 # The same again: the tail of a tenant's log rewritten with every hash recomputed, after an anchoring pass.
 _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
@@ -194,6 +195,9 @@ class Schedule:
     # along (plain verification then finds nothing), after the hourly anchoring pass: the stream's findings and
     # the anchor must both see it.
     rewrite: bool = False
+    # This tenant's first emitter runs last year's code: it stores sim.item_created at version 1, which
+    # today's durable handlers read only through the upcaster.
+    legacy: str | None = None
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -219,6 +223,8 @@ class Schedule:
             lines.append("  at the end: the durable queue is sent a tenant's next event, which the log never held")
         if self.rewrite:
             lines.append("  at the end: after an anchoring pass, a tenant's log is rewritten, every hash recomputed")
+        if self.legacy:
+            lines.append(f"  {self.legacy}/emitter0 runs last year's code: it stores sim.item_created version 1")
         return lines
 
 
@@ -270,7 +276,13 @@ def generate(seed: int) -> Schedule:
         tamper=random.Random(f"schedule:{seed}:tamper").random() < _TAMPER_CHANCE,
         forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
         rewrite=random.Random(f"schedule:{seed}:rewrite").random() < _REWRITE_CHANCE,
+        legacy=_legacy(random.Random(f"schedule:{seed}:legacy"), tenants),
     )
+
+
+def _legacy(rng: random.Random, tenants: tuple[str, ...]) -> str | None:
+    """Drawn from a stream of its own: adding it changed no other part of a schedule."""
+    return rng.choice(tenants) if rng.random() < _LEGACY_CHANCE else None
 
 
 def _faults(rng: random.Random) -> dict[Fault, FaultRate]:

@@ -55,6 +55,7 @@ class EmitRecord:
     error: BaseException | None = None  # set when it failed
     rivals: int = 0  # other writers of the tenant that committed while this emit ran
     size: str = "small"  # the schedule's Emit.size: "over_bound" must be refused
+    version: int = 2  # the payload version the emitter's code stores (1: last year's code)
 
     @property
     def committed(self) -> bool:
@@ -106,6 +107,8 @@ class World:
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
     forged: list[str] = field(default_factory=list)  # ids of events the log never held, sent to the durable queue
+    # (idempotency key, stored version) of each durable run that got a payload of another version than today's
+    stale_deliveries: list[tuple[str, int]] = field(default_factory=list)
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
 

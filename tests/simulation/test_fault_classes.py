@@ -51,6 +51,7 @@ FAULT_CLASSES: dict[str, str] = {
     "INLINE handlers under head races": "inline-writes-not-resealed",
     "events near and past the relay's bound": "relay-bound-unchecked",
     "events the log never held (at the end)": "log-check-skipped",
+    "an emitter running last year's code (schema version 1)": "upcast-skipped",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

@@ -33,6 +33,7 @@ GUARANTEE_MODULES = {
     "outbox.store",
     "outbox.chain",
     "outbox.audit",
+    "outbox.schemas",
     "outbox.ops.replay",
     "outbox.ops.redrive",
     "outbox.ops.reconcile",

@@ -79,7 +79,7 @@ def test_a_version_newer_than_the_consumer_is_a_terminal_dead_letter_that_says_t
     assert h.claim_status("shop.project", envelope) == "DEAD"
     (dead,) = h.dead_letters()
     assert dead["reason"]["S"] == "terminal"
-    assert "knows versions up to 2: deploy the consumer that declares version 3" in dead["error"]["S"]
+    assert "knows versions up to 2: deploy the consumer that declares version 3, then replay" in dead["error"]["S"]
     assert h.poison_pills() == [], "a readable message of a newer version is not a poison pill"
     assert h.queue_depth(h.dlq_url) == 0
 

@@ -140,13 +140,12 @@ class Catalog:
     def validate_payload(self, event_type: str, payload: Mapping[str, Any], schema_version: int | None = None) -> int:
         """emit() refuses an undeclared type, a version other than the type's current one, or a payload its
         schema rejects, before any AWS call; the version to store (the current one) otherwise."""
-        declared = self._types.get(event_type)
-        if declared is None:
+        spec = self.spec(event_type)
+        if spec is None:
             raise InvalidEventError(
                 f"event type {event_type!r} is not declared by any module; declare it in the owning module's "
                 "event_types (see README, Adding an event type)"
             )
-        spec = declared[1]
         if schema_version is not None and schema_version != spec.version:
             raise InvalidEventError(
                 f"{event_type} is at schema version {spec.version}, so emit() stores version {spec.version} "

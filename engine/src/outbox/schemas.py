@@ -38,7 +38,8 @@ OPAQUE = ("pattern", "format", "multipleOf", "uniqueItems")
 
 class SchemaVersionUnknownError(TerminalError):
     """An event stored with a version newer than this code declares: the consumer is older than the
-    producer. Terminal: no retry of this code can read it; deploy the consumer, then redrive."""
+    producer. Terminal: no retry of this code can read it; deploy the consumer, then replay the dead letter
+    (a redrive moves DLQ messages, and this one is acknowledged, not in the DLQ)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ def upcast_payload(
     if stored_version > current_version:
         raise SchemaVersionUnknownError(
             f"the event is {event_type} version {stored_version}, and this consumer knows versions up to "
-            f"{current_version}: deploy the consumer that declares version {stored_version}, then redrive its "
-            "dead letters"
+            f"{current_version}: deploy the consumer that declares version {stored_version}, then replay its "
+            "dead letters (outbox replay)"
         )
     if stored_version < 1:
         raise SchemaVersionUnknownError(f"the event is {event_type} version {stored_version}: versions start at 1")

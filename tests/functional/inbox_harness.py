@@ -23,6 +23,7 @@ from outbox.inbox import Inbox
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.faults import WorkerCrash
+from outbox.ordering import WakeUps
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 from outbox_cdk.timing import durable_max_receive_count
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE, create_pk_sk_table
@@ -159,7 +160,8 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
     store = EventStore(EVENTS_TABLE, client=dynamodb, clock=clock.now_ms, sleep=clock.sleep)
     inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_ATTEMPTS, clock=clock)
     recorder = Recorder()
-    consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions(recorder)), inbox, store)
+    wake_ups = WakeUps(queue_url, sqs=sqs, dynamodb=dynamodb, events_table=EVENTS_TABLE)
+    consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions(recorder)), inbox, store, wake_ups=wake_ups)
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     esm = SqsEventSourceMapping(
         sqs=sqs,

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import ValidationError
 
 from outbox import keys
-from outbox.envelope import Envelope
+from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
@@ -26,10 +26,13 @@ from outbox.exceptions import (
     InlineWriteConditionFailedError,
     LeaseLostError,
     OutboxError,
+    OutboxValidationError,
     TerminalError,
+    WatermarkMovedError,
 )
 from outbox.inbox import COMPLETED, DEAD, Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body, read_message
+from outbox.ordering import OrderBook, WakeUps, Watermark
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
@@ -41,6 +44,8 @@ __all__ = ["ContractViolationError", "DeliveryOutcome", "DurableConsumer", "Leas
 
 # DynamoDB's limit of keys per BatchGetItem.
 BATCH_GET_KEYS = 100
+# How often an ordered delivery reads the watermark again when another writer moved it under its write.
+ORDER_RACE_LOOKS = 3
 
 
 class RetryableDeliveryError(OutboxError):
@@ -52,6 +57,7 @@ class DeliveryOutcome(StrEnum):
     SKIPPED = "skipped"
     RETRY = "retry"
     DEAD = "dead"
+    DEFERRED = "deferred"  # an ordered subscription's event behind its predecessor: acknowledged, woken later
 
 
 class Metric(StrEnum):
@@ -64,6 +70,8 @@ class Metric(StrEnum):
     POISON_PILLS = "PoisonPills"
     UNMATCHED = "UnmatchedEvents"
     LEASES_LOST = "LeasesLost"
+    DEFERRALS = "Deferrals"
+    WAKE_UPS = "WakeUps"
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,9 @@ class DurableConsumer:
         Optional Powertools ``Metrics``; the handler flushes it.
     error_detail:
         What a failure says in logs and dead letters (``outbox.redaction``): its type and place by default.
+    wake_ups:
+        How a deferred event goes back to the durable queue (``outbox.ordering.WakeUps``); required when a
+        subscription is ordered.
     """
 
     def __init__(
@@ -102,6 +113,7 @@ class DurableConsumer:
         lease_policy: LeasePolicy | None = None,
         metrics: Any | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
+        wake_ups: WakeUps | None = None,
     ) -> None:
         self.registry = registry
         self.inbox = inbox
@@ -109,6 +121,14 @@ class DurableConsumer:
         self.lease_policy = lease_policy or LeasePolicy()
         self.metrics = metrics
         self.error_detail = error_detail
+        ordered = sorted(s.name for s in registry.subscriptions if s.ordered)
+        if ordered and wake_ups is None:
+            raise OutboxValidationError(
+                f"ordered subscriptions ({', '.join(ordered)}) need wake_ups=outbox.ordering.WakeUps(...): a "
+                "deferred event goes back to the durable queue when its predecessor is applied"
+            )
+        self.wake_ups = wake_ups
+        self.order = OrderBook(inbox.table_name, store.table_name, client=inbox.client, clock=inbox.clock)
 
     # -- the Lambda entry -----------------------------------------------------------------------------
 
@@ -247,6 +267,8 @@ class DurableConsumer:
         """Run one (event, subscription) to its outcome: directly for a DynamoDB-only subscription on a first
         delivery (``_deliver_directly``), else under a lease (claim, run, complete)."""
         digest = digest or envelope_digest(envelope)
+        if subscription.ordered:
+            return self._deliver_ordered(envelope, subscription, receive_count, remaining_ms, digest, may_create)
         # Directly only where no history can exist yet: a first receive, not a repair (which left a row), and
         # young enough that a missing row proves the pair never completed. Anything else takes the lease path.
         if subscription.effects is Effects.DYNAMODB and receive_count == 1 and may_create and not repair:
@@ -268,7 +290,18 @@ class DurableConsumer:
         claimed = self._claim(envelope, subscription, receive_count, remaining_ms, digest, may_create)
         if not isinstance(claimed, Claim):
             return claimed
-        claim = claimed
+        return self._run_claimed(claimed, envelope, subscription, receive_count, remaining_ms)
+
+    def _run_claimed(
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        watermark: Watermark | None = None,
+    ) -> DeliveryOutcome:
+        """Run a claimed pair and complete it (advancing ``watermark`` with it, for an ordered subscription)."""
         if claim.attempts > self.inbox.max_attempts:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
@@ -281,7 +314,10 @@ class DurableConsumer:
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
         try:
-            self._complete(claim, envelope, subscription, handler_result)
+            if watermark is None:
+                self._complete(claim, envelope, subscription, handler_result)
+            else:
+                watermark = self._complete_in_order(claim, envelope, subscription, handler_result, watermark)
         except LeaseLostError:
             # The new owner may have died since: the message comes back, and the inbox decides then (done,
             # or a take-over). Acknowledging it here would rely on SQS keeping a message deleted with a
@@ -293,7 +329,112 @@ class DurableConsumer:
             terminal = _is_terminal_completion(exc)
             return self._failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
         self._count(Metric.COMPLETIONS)
+        if watermark is not None:
+            return self._wake(watermark, DeliveryOutcome.COMPLETED)
         return DeliveryOutcome.COMPLETED
+
+    # -- ordered subscriptions (outbox.ordering) ------------------------------------------------------
+
+    def _deliver_ordered(
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        digest: str,
+        may_create: bool,
+    ) -> DeliveryOutcome:
+        """Run the pair only in its tenant's order: skip it once applied, defer it while its predecessor is
+        not, else run it under a lease and advance the watermark with its completion."""
+        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        if not subscription.in_order(format_timestamp(envelope.occurred_at)):
+            logger.info("skipped %s: the event occurred before its order starts (ordered_since)", subscription.name)
+            self._count(Metric.SKIPS)
+            return DeliveryOutcome.SKIPPED
+        watermark = self.order.watermark(envelope.tenant, subscription.name)
+        if envelope.seq <= watermark.applied_seq:
+            # Applied or skipped already, at any age (the watermark is never forgotten). Its successor's
+            # wake-up may have been lost with the answer to this message: send it again.
+            logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=log)
+            self._count(Metric.SKIPS)
+            return self._wake(watermark, DeliveryOutcome.SKIPPED)
+        claimed = self._claim(envelope, subscription, receive_count, remaining_ms, digest, may_create)
+        if not isinstance(claimed, Claim):
+            return claimed
+        placed = self._place(claimed, envelope, subscription, watermark)
+        if isinstance(placed, DeliveryOutcome):
+            return placed
+        return self._run_claimed(claimed, envelope, subscription, receive_count, remaining_ms, watermark=placed)
+
+    def _place(
+        self, claim: Claim, envelope: Envelope, subscription: Subscription, watermark: Watermark
+    ) -> Watermark | DeliveryOutcome:
+        """The watermark to advance when the pair is next in order; DEFERRED once it is put aside behind its
+        predecessor (the deferral is conditioned on the watermark read: if it moved, look again)."""
+        for _ in range(ORDER_RACE_LOOKS):
+            waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
+            if waits_for is None:
+                return watermark
+            items = self.order.defer_items(watermark, envelope, waits_for, was_deferred=claim.waits_for is not None)
+            try:
+                self.inbox.defer(claim, waits_for, items)
+            except WatermarkMovedError:
+                watermark = self.order.watermark(envelope.tenant, subscription.name)
+                continue
+            except LeaseLostError:
+                self._count(Metric.LEASES_LOST)
+                return DeliveryOutcome.RETRY
+            logger.info(
+                "deferred %s: seq %d waits for seq %d",
+                claim.idempotency_key,
+                envelope.seq,
+                waits_for,
+                extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
+            )
+            self._count(Metric.DEFERRALS)
+            return DeliveryOutcome.DEFERRED
+        self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
+        return DeliveryOutcome.RETRY
+
+    def _complete_in_order(
+        self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult, watermark: Watermark
+    ) -> Watermark:
+        """Complete with the watermark moved to this event; the watermark after it. A deferral of a later event
+        may have changed the row's version (not its seq) meanwhile: then complete against the fresh row."""
+        was_deferred = claim.waits_for is not None
+        for _ in range(ORDER_RACE_LOOKS):
+            order = self.order.advance_items(watermark, envelope, was_deferred=was_deferred)
+            try:
+                self._complete(claim, envelope, subscription, result, order)
+            except WatermarkMovedError:
+                fresh = self.order.watermark(envelope.tenant, subscription.name)
+                if fresh.applied_seq != watermark.applied_seq:
+                    raise
+                watermark = fresh
+                continue
+            return Watermark(
+                envelope.tenant,
+                subscription.name,
+                applied_seq=envelope.seq,
+                version=watermark.version + 1,
+                deferred=max(watermark.deferred - (1 if was_deferred else 0), 0),
+                applied_event_id=envelope.id,
+            )
+        raise WatermarkMovedError(f"the watermark of {subscription.name} for {envelope.tenant} kept moving")
+
+    def _wake(self, watermark: Watermark, outcome: DeliveryOutcome) -> DeliveryOutcome:
+        """Send the deferred event the watermark now lets run, if any, before this message is acknowledged
+        (so that a crash before the send sends it on the redelivery); RETRY when the send fails."""
+        assert self.wake_ups is not None  # checked at construction for every ordered subscription
+        try:
+            ready = self.order.ready_deferred(watermark)
+            if ready is not None:
+                self.wake_ups.send(ready, watermark.applied_seq)
+                self._count(Metric.WAKE_UPS)
+        except (ClientError, BotoCoreError, OutboxError) as exc:
+            logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
+            return DeliveryOutcome.RETRY
+        return outcome
 
     def _delivered(self, envelope: Envelope) -> Envelope:
         """What a handler receives: a copy per handler (what one does to the payload, the next never sees),
@@ -412,15 +553,25 @@ class DurableConsumer:
             return claimed  # another worker completed it, holds it, or it conflicts: as the claim says
         return self._failed(claimed, envelope, subscription, exc, 1, terminal=terminal)
 
-    def _complete(self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult) -> None:
+    def _complete(
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        result: HandlerResult,
+        order: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         if result.follow_up is None:
-            self.inbox.mark_completed(claim, result.writes)
+            self.inbox.mark_completed(claim, result.writes, order)
             return
+        completion = [*self.inbox.completion_writes(claim), *map(dict, order)]
         try:
-            self._emit_follow_up(envelope, subscription, result, [*self.inbox.completion_writes(claim), *result.writes])
+            self._emit_follow_up(envelope, subscription, result, [*completion, *result.writes])
         except CallerWriteConditionFailedError as exc:
             if exc.index == 0:  # the completion mark: our fencing token no longer holds
                 raise LeaseLostError(claim.event_id, claim.subscription, "complete") from exc
+            if order and exc.index == len(completion) - len(order):  # the watermark
+                raise WatermarkMovedError(f"the watermark of {subscription.name} moved") from exc
             raise
 
     def _emit_follow_up(
@@ -590,6 +741,7 @@ def _checked_result(subscription: Subscription, result: object) -> HandlerResult
 # Completion failures that a later attempt can get past; anything else (invalid writes, a follow-up that
 # fails validation, a completion too large, a number DynamoDB cannot store, ...) fails again every time.
 _RETRYABLE_COMPLETION_ERRORS = (
+    WatermarkMovedError,  # placed again on the next receive
     CallerWriteConditionFailedError,  # the handler's own condition may hold later
     InlineWriteConditionFailedError,  # so may an INLINE subscriber's of the follow-up
     ChainHeadContentionError,

@@ -128,3 +128,8 @@ class LeaseLostError(OutboxError):
 
 class CompletionTooLargeError(OutboxValidationError):
     """A handler returned more writes than fit in one transaction with its completion mark."""
+
+
+class WatermarkMovedError(OutboxError):
+    """An ordered subscription's watermark changed between a worker's read and its write (another event was
+    applied, deferred or skipped meanwhile): read it again (``outbox.ordering``)."""

@@ -8,6 +8,9 @@ States of a claim row::
                         ▼   │ (lease expired: take-over)     (final for the consumer; only an operator's
                       PENDING(lease expired)                     replay reruns it)
 
+    ordered subscriptions only:  PENDING ──defer──► DEFERRED ──claim──► PENDING   (its predecessor is not applied)
+                                 DEAD, DEFERRED or absent ──outbox skip──► SKIPPED (final, like COMPLETED)
+
 Every write after the claim is conditioned on the ``owner`` token (fencing), so a worker whose lease
 was taken over can neither complete, release nor kill the new owner's claim. The same token recognises
 a worker's own write whose answer was lost (an HTTP 500 after the write applied, retried by the SDK).
@@ -35,7 +38,7 @@ from outbox import clock as engine_clock
 from outbox import keys
 from outbox.canonical import canonical_json
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import CompletionTooLargeError, LeaseLostError
+from outbox.exceptions import CompletionTooLargeError, LeaseLostError, WatermarkMovedError
 from outbox.query import read_partition
 from outbox.transaction import MAX_TRANSACT_ITEMS
 
@@ -45,6 +48,10 @@ PENDING, COMPLETED, DEAD = "PENDING", "COMPLETED", "DEAD"
 # Set by an operator's replay in place of DEAD: claimable like an absent row (the row itself proves the
 # pair has not completed since), and it names the dead letter that the completion resolves.
 REPLAYING = "REPLAYING"
+# An ordered subscription's pair whose predecessor is not applied yet (outbox.ordering): claimable like
+# REPLAYING, at any age, by the wake-up message its predecessor's completion sends; the attempt it was
+# deferred on is given back. SKIPPED: an operator skipped it (``outbox skip``); final, like COMPLETED.
+DEFERRED, SKIPPED = "DEFERRED", "SKIPPED"
 POISON_BODY_LIMIT = 64 * 1024  # enough to diagnose; far below the 400 KB item limit
 # Clock skew between whoever issued a message and the consumer judging its age against the retention.
 VOUCH_MARGIN = timedelta(hours=1)
@@ -79,6 +86,8 @@ class Claim:
     lease_expires_at: datetime
     # The dead letter a replay left open on the row: completing the claim resolves it in the same write.
     open_dead_letter: str | None = None
+    # The seq of the event an ordered subscription deferred this pair behind (None: never deferred).
+    waits_for: int | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -109,6 +118,8 @@ class ClaimRecord:
     open_dead_letter: str | None = None  # the dead letter a replay left open (its sort key)
     completed_at: str | None = None
     expires_at: datetime | None = None  # when a COMPLETED row is forgotten (TTL)
+    waits_for: int | None = None  # while DEFERRED: the seq of the predecessor it waits for
+    skipped: str | None = None  # once SKIPPED: by whom, when and why
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> ClaimRecord:
@@ -134,6 +145,8 @@ class ClaimRecord:
             open_dead_letter=_string(item, "open_dead_letter"),
             completed_at=_string(item, "completed_at"),
             expires_at=_moment(item, "expires_at", per_second=1),
+            waits_for=_number(item, "waits_for"),
+            skipped=_string(item, "skipped"),
         )
 
 
@@ -326,6 +339,11 @@ class Inbox(InboxReader):
         self._clock = clock
         self._new_owner = new_owner
 
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        """The clock the inbox judges leases and retention by (the ordered subscriptions' rows use it too)."""
+        return self._clock
+
     # -- claim --------------------------------------------------------------------------------------
 
     def can_vouch_for(self, issued_at: datetime) -> bool:
@@ -356,7 +374,7 @@ class Inbox(InboxReader):
             created = self._create(envelope, subscription, owner, digest, now, lease_expires_at)
             if created is not None:
                 return created
-        claimable = "(#status = :pending AND lease_expires_at < :now) OR #status = :replaying"
+        claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"
         if may_create:
             claimable = f"attribute_not_exists(pk) OR {claimable}"
         try:
@@ -374,6 +392,7 @@ class Inbox(InboxReader):
                 ExpressionAttributeValues={
                     ":pending": {"S": PENDING},
                     ":replaying": {"S": REPLAYING},
+                    ":deferred": {"S": DEFERRED},
                     ":owner": {"S": owner},
                     ":lease": {"N": _epoch_ms(lease_expires_at)},
                     ":now": {"N": _epoch_ms(now)},
@@ -444,6 +463,7 @@ class Inbox(InboxReader):
             digest=row["digest"]["S"],
             lease_expires_at=_from_epoch(row["lease_expires_at"]["N"], per_second=1000),
             open_dead_letter=_string(row, "open_dead_letter"),
+            waits_for=_number(row, "waits_for"),
         )
 
     @staticmethod
@@ -453,7 +473,7 @@ class Inbox(InboxReader):
         if existing.get("digest", {}).get("S", digest) != digest:
             return ClaimOutcome.CONFLICT
         status = existing.get("status", {}).get("S")
-        if status == COMPLETED:
+        if status in (COMPLETED, SKIPPED):
             return ClaimOutcome.ALREADY_COMPLETED
         if status == DEAD:
             return ClaimOutcome.DEAD
@@ -471,6 +491,7 @@ class Inbox(InboxReader):
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
                     "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
+                    + (", waits_for, deferred_at" if claim.waits_for is not None else "")
                 ),
                 "ConditionExpression": "#owner = :owner AND #status = :pending",
                 "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},
@@ -508,9 +529,16 @@ class Inbox(InboxReader):
             )
         return writes
 
-    def mark_completed(self, claim: Claim, writes: Sequence[Mapping[str, Any]] = ()) -> None:
-        """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither."""
-        completion = self.completion_writes(claim)
+    def mark_completed(
+        self,
+        claim: Claim,
+        writes: Sequence[Mapping[str, Any]] = (),
+        order: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither; for an ordered
+        subscription, with ``order`` (``OrderBook.advance_items``): the watermark moves in the same
+        transaction, or ``WatermarkMovedError`` says it changed since it was read."""
+        completion = [*self.completion_writes(claim), *map(dict, order)]
         if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
                 f"{claim.subscription} returned {len(writes)} writes; at most "
@@ -519,7 +547,33 @@ class Inbox(InboxReader):
         if not writes and len(completion) == 1:
             self._fenced_update(claim, "complete", completion[0]["Update"], landed=COMPLETED)
             return
-        self._fenced_transaction(claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED)
+        watermark_at = len(completion) - len(order) if order else None
+        self._fenced_transaction(
+            claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED, watermark_at=watermark_at
+        )
+
+    def defer(self, claim: Claim, waits_for: int, order: Sequence[Mapping[str, Any]]) -> None:
+        """Put an ordered subscription's pair aside until ``waits_for`` is applied: DEFERRED (claimable at any
+        age, by its wake-up), the attempt it was claimed with given back, and ``order``
+        (``OrderBook.defer_items``) in the same transaction. Raises ``WatermarkMovedError`` when the
+        watermark changed since it was read (the predecessor may have been applied: look again)."""
+        update = self._fenced_item(
+            claim,
+            {
+                "UpdateExpression": (
+                    "SET #status = :deferred, waits_for = :waits_for, deferred_at = :now_iso, "
+                    "attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"
+                ),
+                "ExpressionAttributeValues": {
+                    ":deferred": {"S": DEFERRED},
+                    ":waits_for": {"N": str(waits_for)},
+                    ":one": {"N": "1"},
+                },
+            },
+        )
+        self._fenced_transaction(
+            claim, "defer", [{"Update": update}, *map(dict, order)], landed=DEFERRED, watermark_at=2
+        )
 
     # -- DynamoDB-only subscriptions: no lease, one request ------------------------------------------
 
@@ -749,18 +803,29 @@ class Inbox(InboxReader):
             if not _is_own(exc.response.get("Item"), claim, landed):
                 raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
 
-    def _fenced_transaction(self, claim: Claim, action: str, items: list[dict[str, Any]], landed: str) -> None:
-        """A transaction whose first item is the fenced claim update (see ``_fenced_update``)."""
+    def _fenced_transaction(
+        self, claim: Claim, action: str, items: list[dict[str, Any]], landed: str, watermark_at: int | None = None
+    ) -> None:
+        """A transaction whose first item is the fenced claim update (see ``_fenced_update``); the item at
+        ``watermark_at``, if any, is an ordered subscription's watermark, conditioned on the version read."""
         first = next(iter(items[0].values()))
         first.setdefault("ReturnValuesOnConditionCheckFailure", "ALL_OLD")
         try:
             self.client.transact_write_items(TransactItems=items)
         except ClientError as exc:
             reasons = exc.response.get("CancellationReasons") or []
-            if not reasons or reasons[0].get("Code") != "ConditionalCheckFailed":
+            if not reasons:
                 raise
-            if not _is_own(reasons[0].get("Item"), claim, landed):
-                raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
+            if reasons[0].get("Code") == "ConditionalCheckFailed":
+                if not _is_own(reasons[0].get("Item"), claim, landed):
+                    raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
+                return
+            moved = watermark_at is not None and watermark_at < len(reasons)
+            if moved and reasons[watermark_at].get("Code") == "ConditionalCheckFailed":  # type: ignore[index]
+                raise WatermarkMovedError(
+                    f"the watermark of {claim.subscription} for tenant {claim.tenant} moved while {action}"
+                ) from exc
+            raise
 
 
 def storable_text(text: str) -> str:

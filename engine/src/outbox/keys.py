@@ -8,6 +8,9 @@ Every key the engine writes or reads is spelled here, once::
     inbox table    CLAIM#<event id>      / <subscription>          a claim row
                    TENANT#<tenant>#DEAD  / <event id>#<subscription>[#CONFLICT#<digest>]   dead letters
                    POISON#<YYYY-MM-DD>   / <recorded at>#<message id>                      poison pills
+                   TENANT#<tenant>#ORDER#<subscription> / WATERMARK        an ordered subscription's place
+                   TENANT#<tenant>#ORDER#<subscription> / DEFERRED#<seq>   an event waiting for its predecessor
+                   TENANT#<tenant>#ORDER#<subscription> / SKIPPED#<seq>    an event an operator skipped
     audit table    TENANT#<tenant>#ANCHOR / ANCHOR                 the last (seq, hash) verified
                    TENANT#<tenant>#FINDING / <finding id>          tamper findings
 
@@ -109,6 +112,28 @@ def poison_partition(moment: datetime) -> str:
 
 def poison_sort_key(recorded_at: str, message_id: str) -> str:
     return f"{recorded_at}#{message_id}"
+
+
+def order_partition(tenant: str, subscription: str) -> str:
+    """Everything of one ordered subscription for one tenant: its watermark, deferred and skipped events."""
+    return f"TENANT#{tenant}#ORDER#{subscription}"
+
+
+WATERMARK_SORT_KEY = "WATERMARK"
+DEFERRED_PREFIX = "DEFERRED#"
+SKIPPED_PREFIX = "SKIPPED#"
+
+
+def watermark_key(tenant: str, subscription: str) -> dict[str, Any]:
+    return {"pk": {"S": order_partition(tenant, subscription)}, "sk": {"S": WATERMARK_SORT_KEY}}
+
+
+def deferred_key(tenant: str, subscription: str, seq: int) -> dict[str, Any]:
+    return {"pk": {"S": order_partition(tenant, subscription)}, "sk": {"S": DEFERRED_PREFIX + seq_sort_key(seq)}}
+
+
+def skipped_key(tenant: str, subscription: str, seq: int) -> dict[str, Any]:
+    return {"pk": {"S": order_partition(tenant, subscription)}, "sk": {"S": SKIPPED_PREFIX + seq_sort_key(seq)}}
 
 
 # -- the audit table ----------------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ import fnmatch
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from outbox.envelope import Envelope
+from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OutboxValidationError
 
 # Names are stored in inbox keys and dead-letter rows: keep them stable, short and key-safe.
@@ -84,6 +85,11 @@ class Subscription:
     terminal_on_validation_error: bool = True
     description: str = ""
     effects: Effects = Effects.EXTERNAL
+    # Apply each tenant's events in seq order, each once (outbox.ordering); DURABLE only, always under a lease.
+    ordered: bool = False
+    # Where the order starts: events that occurred before this moment are not part of it (and not run). None:
+    # at each tenant's first event; events emitted before the subscription existed come by a reconcile.
+    ordered_since: datetime | None = None
 
     def __post_init__(self) -> None:
         # effects="dynamodb" reads well in a catalog; stored as the enum, so a typo fails here, at import.
@@ -94,9 +100,33 @@ class Subscription:
             raise OutboxValidationError(
                 f"subscription {self.name!r}: effects={self.effects!r} is not one of {choices}"
             ) from None
+        self._check_order()
+
+    def _check_order(self) -> None:
+        if self.ordered and self.lane is not Lane.DURABLE:
+            raise OutboxValidationError(
+                f"subscription {self.name!r}: ordered=True needs the DURABLE lane (it is {self.lane.value}); the "
+                "other lanes run in the emitter's process and are in order already, or are best effort"
+            )
+        if self.ordered_since is not None:
+            if not self.ordered:
+                raise OutboxValidationError(f"subscription {self.name!r}: ordered_since is given, but not ordered=True")
+            if self.ordered_since.tzinfo is None:
+                raise OutboxValidationError(
+                    f"subscription {self.name!r}: ordered_since must be timezone-aware, "
+                    "for example datetime(2026, 12, 1, tzinfo=UTC)"
+                )
+            # Compared as text with the events' occurred_at, which has this format.
+            object.__setattr__(self, "_since_text", format_timestamp(self.ordered_since))
 
     def matches(self, event_type: str) -> bool:
         return fnmatch.fnmatchcase(event_type, self.pattern)
+
+    def in_order(self, occurred_at: str) -> bool:
+        """Whether an event that occurred at ``occurred_at`` (the log's text form) is part of this ordered
+        subscription's order: always, unless it occurred before ``ordered_since``."""
+        since: str | None = getattr(self, "_since_text", None)
+        return since is None or occurred_at >= since
 
 
 @dataclass

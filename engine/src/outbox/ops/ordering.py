@@ -1,0 +1,225 @@
+"""The operator's side of ordered subscriptions: which (tenant, subscription) waits and for what, and skipping
+the event it waits for (``outbox status``, ``outbox skip``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.envelope import Envelope, format_timestamp
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
+from outbox.ops.context import OperatorContext
+from outbox.ordering import OrderBook, WakeUps, Watermark
+from outbox.subscriptions import Subscription
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """An ordered subscription that has events waiting for one tenant, and what holds them up."""
+
+    tenant: str
+    subscription: str
+    applied_seq: int  # the watermark
+    waiting: int  # events deferred behind it
+    waits_for_seq: int  # the event the lowest deferred one waits for
+    waits_for_state: str  # its claim row's status, "absent", or "applied" (a wake-up is on its way)
+    hint: str  # what the operator can do
+
+    @property
+    def line(self) -> str:
+        return (
+            f"tenant {self.tenant}: ordered subscription {self.subscription} waits for seq {self.waits_for_seq} "
+            f"({self.waits_for_state}); {self.waiting} events deferred behind it. {self.hint}"
+        )
+
+
+@dataclass(frozen=True)
+class SkipResult:
+    tenant: str
+    subscription: str
+    seq: int
+    event_id: str
+    already: bool  # the seq had been skipped before (a rerun: only the wake-up was sent again)
+    woke_seq: int | None  # the deferred event sent back to the queue, if one was waiting
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "subscription": self.subscription,
+            "seq": self.seq,
+            "event_id": self.event_id,
+            "already_skipped": self.already,
+            "woke_seq": self.woke_seq,
+        }
+
+
+def order_book(context: OperatorContext) -> OrderBook:
+    topology = context.topology
+    return OrderBook(topology.inbox_table, topology.events_table, client=context.dynamodb, clock=context.now)
+
+
+def ordered_subscriptions(context: OperatorContext) -> list[Subscription]:
+    return sorted((s for s in context.catalog.registry.subscriptions if s.ordered), key=lambda s: s.name)
+
+
+def blocked(context: OperatorContext, tenants: list[str] | None = None) -> list[Blocked]:
+    """Every (tenant, ordered subscription) with deferred events: a read of the watermark per pair, and of
+    the lowest deferred event and the claim it waits for where some wait."""
+    subscriptions = ordered_subscriptions(context)
+    if not subscriptions:
+        return []
+    book = order_book(context)
+    found: list[Blocked] = []
+    for tenant in tenants if tenants is not None else context.tenants():
+        for subscription in subscriptions:
+            watermark = book.watermark(tenant, subscription.name)
+            if watermark.deferred <= 0:
+                continue
+            lowest = book.deferred(tenant, subscription.name, limit=1)
+            if lowest:
+                found.append(_blocked(context, watermark, lowest[0].waits_for))
+    return found
+
+
+def _blocked(context: OperatorContext, watermark: Watermark, waits_for: int) -> Blocked:
+    tenant, name = watermark.tenant, watermark.subscription
+    base = f"--tenant {tenant} --subscription {name} --seq {waits_for}"
+    if waits_for <= watermark.applied_seq:
+        state, hint = "applied", f"Its wake-up is on its way; if it stays, run: outbox skip {base} (sends it again)."
+        return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, waits_for, state, hint)
+    event_id = Envelope.from_item(context.event_image(tenant, waits_for)).id
+    claim = context.inbox.read_claim(event_id, name)
+    state = "absent" if claim is None else claim.status
+    skip = f'outbox skip {base} --reason "..."'
+    hints = {
+        DEAD: f"It is dead: fix the cause and run outbox replay --tenant {tenant} --event {event_id}, or {skip}.",
+        "absent": f"It never reached {name}: run outbox reconcile --tenant {tenant}, or {skip}.",
+        REPLAYING: "A replay of it is on its way.",
+        PENDING: "It is running or being retried.",
+        COMPLETED: f"It completed before {name} was ordered: {skip}.",
+    }
+    hint = hints.get(state, f"Look at its claim: outbox inspect --event {event_id}.")
+    return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, waits_for, state, hint)
+
+
+def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, by: str, reason: str) -> SkipResult:
+    """Let ``subscription`` go on for ``tenant`` without the event at ``seq``: the next in its order, not
+    applied, and not running. The watermark moves past it, its claim becomes SKIPPED (final: a replay does
+    not run it), its dead letter is resolved, who and why are recorded, and the deferred event that waited
+    for it is sent back to the queue. Running it again for a seq already skipped only sends that wake-up."""
+    if not by.strip() or not reason.strip():
+        raise OperationRefusedError("a skip records who decided it and why: give --by and --reason")
+    definition = _ordered(context, subscription)
+    context.require_tenant(tenant)
+    envelope = Envelope.from_item(context.event_image(tenant, seq))
+    if not (definition.matches(envelope.type) and definition.in_order(format_timestamp(envelope.occurred_at))):
+        raise OperationRefusedError(f"seq {seq} of {tenant} ({envelope.type}) is not an event {subscription} runs")
+    book = order_book(context)
+    watermark = book.watermark(tenant, subscription)
+    if seq <= watermark.applied_seq:
+        if not any(s.seq == seq for s in book.skips(tenant, subscription)):
+            raise OperationRefusedError(
+                f"seq {seq} is already applied by {subscription} (watermark {watermark.applied_seq})"
+            )
+        return SkipResult(tenant, subscription, seq, envelope.id, True, _wake(context, book, watermark))
+    first = book.predecessor(envelope, definition, watermark.applied_seq)
+    if first is not None:
+        raise OperationRefusedError(
+            f"seq {seq} is not next for {subscription}: seq {first} comes first (watermark {watermark.applied_seq}); "
+            "skip that one first"
+        )
+    claim = context.inbox.read_claim(envelope.id, subscription)
+    now = context.now()
+    if claim is not None and claim.status == PENDING and claim.lease_expires_at and claim.lease_expires_at > now:
+        raise OperationRefusedError(f"seq {seq} is running for {subscription} now: wait for it to finish or fail")
+    decision = f"skipped by {by} at {format_timestamp(now)}: {reason}"
+    items = [
+        {"Update": _skipped_claim(context, envelope, subscription, decision)},
+        *book.advance_items(watermark, envelope, was_deferred=_was_deferred(claim), skipped=True),
+        book.skip_record(envelope, subscription, by, reason),
+    ]
+    letter = context.inbox.dead_letter(tenant, envelope.id, subscription)
+    if letter is not None and letter.resolved is None:
+        items.append({"Update": _resolved_letter(context, tenant, envelope.id, subscription, decision)})
+    try:
+        context.dynamodb.transact_write_items(TransactItems=items)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            raise
+        raise OperationRefusedError(
+            f"seq {seq} changed while skipping it (it started running, or the watermark moved): run outbox "
+            "status and try again"
+        ) from exc
+    after = book.watermark(tenant, subscription)
+    return SkipResult(tenant, subscription, seq, envelope.id, False, _wake(context, book, after))
+
+
+def _ordered(context: OperatorContext, name: str) -> Subscription:
+    for subscription in context.catalog.registry.subscriptions:
+        if subscription.name == name:
+            if not subscription.ordered:
+                raise OperationRefusedError(f"{name} is not an ordered subscription: there is no order to skip in")
+            return subscription
+    raise OperationRefusedError(f"no subscription named {name!r} in the catalog")
+
+
+def _was_deferred(claim: ClaimRecord | None) -> bool:
+    return claim is not None and claim.waits_for is not None
+
+
+def _skipped_claim(context: OperatorContext, envelope: Envelope, subscription: str, decision: str) -> dict[str, Any]:
+    """The pair's claim row as SKIPPED, keeping what it recorded; created where there was none. Refused by
+    DynamoDB if a worker holds a live lease on it by the time the transaction runs."""
+    now = context.now()
+    return {
+        "TableName": context.topology.inbox_table,
+        "Key": keys.claim_key(envelope.id, subscription),
+        "UpdateExpression": (
+            "SET #status = :skipped, skipped = :decision, tenant = :tenant, event_type = :type, event_seq = :seq, "
+            "digest = if_not_exists(digest, :digest), attempts = if_not_exists(attempts, :zero), "
+            "created_at = if_not_exists(created_at, :now_iso), updated_at = :now_iso "
+            "REMOVE lease_expires_at, waits_for, deferred_at"
+        ),
+        "ConditionExpression": "attribute_not_exists(pk) OR NOT (#status = :pending AND lease_expires_at > :now)",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {
+            ":skipped": {"S": SKIPPED},
+            ":pending": {"S": PENDING},
+            ":decision": {"S": decision[:2000]},
+            ":tenant": {"S": envelope.tenant},
+            ":type": {"S": envelope.type},
+            ":seq": {"N": str(envelope.seq)},
+            ":digest": {"S": envelope_digest(envelope)},
+            ":zero": {"N": "0"},
+            ":now_iso": {"S": format_timestamp(now)},
+            ":now": {"N": str(int(now.timestamp() * 1000))},
+        },
+    }
+
+
+def _resolved_letter(
+    context: OperatorContext, tenant: str, event_id: str, subscription: str, decision: str
+) -> dict[str, Any]:
+    return {
+        "TableName": context.topology.inbox_table,
+        "Key": keys.dead_letter_key(tenant, event_id, subscription),
+        "UpdateExpression": "SET resolved = :how",
+        "ConditionExpression": "attribute_exists(pk)",
+        "ExpressionAttributeValues": {":how": {"S": decision[:2000]}},
+    }
+
+
+def _wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> int | None:
+    ready = book.ready_deferred(watermark)
+    if ready is None:
+        return None
+    topology = context.topology
+    wake_ups = WakeUps(
+        topology.durable_queue_url, sqs=context.sqs, dynamodb=context.dynamodb, events_table=topology.events_table
+    )
+    wake_ups.send(ready, watermark.applied_seq)
+    return ready.seq

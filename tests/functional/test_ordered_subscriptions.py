@@ -1,0 +1,379 @@
+"""Ordered subscriptions (outbox.ordering): a tenant's events applied strictly in seq order, each once, whatever
+order the queue delivers them in; waiting spends no attempt; a dead predecessor blocks only its own
+(tenant, subscription) until an operator replays or skips it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from outbox import Envelope, TerminalError
+from outbox.catalog import Catalog, Module
+from outbox.exceptions import OperationRefusedError, OutboxValidationError
+from outbox.inbox import DEFERRED, REPLAYING
+from outbox.messages import relay_body, repair_attributes
+from outbox.ops.context import OperatorContext
+from outbox.ops.ordering import blocked, skip
+from outbox.ops.topology import Topology
+from outbox.ordering import OrderBook
+from outbox.subscriptions import Delivery, Lane, Subscription
+from tests.functional.conftest import EVENTS_TABLE
+from tests.functional.inbox_harness import INBOX_TABLE, MAX_ATTEMPTS, Harness, HarnessFactory, Recorder, WorkerCrash
+
+LEDGER = "ledger.fold"  # ordered: folds a tenant's account events into a balance
+AUDIT = "audit.copy"  # unordered, on the same events: must never wait for the ledger
+
+
+class Applied:
+    """What the ordered handler applied, in the order it applied it, per tenant."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[str, list[int]] = {}
+        self.attempts: dict[int, int] = {}
+        # By seq, for tenant acme: what to raise on this attempt (None: succeed).
+        self.fail: dict[int, Callable[[], BaseException | None]] = {}
+
+    def __call__(self, delivery: Delivery) -> None:
+        envelope = delivery.envelope
+        self.attempts[envelope.seq] = delivery.attempt
+        failure = self.fail.get(envelope.seq) if envelope.tenant == "acme" else None
+        error = failure() if failure is not None else None
+        if error is not None:
+            raise error
+        self.seqs.setdefault(envelope.tenant, []).append(envelope.seq)
+
+
+def ordered_harness(
+    make_harness: HarnessFactory, pattern: str = "account.*", since: datetime | None = None
+) -> tuple[Harness, Applied]:
+    applied = Applied()
+
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours[LEDGER] = applied
+        return [
+            Subscription(LEDGER, pattern, Lane.DURABLE, recorder.handler, ordered=True, ordered_since=since),
+            recorder.subscription(AUDIT, "account.*"),
+        ]
+
+    return make_harness(subscriptions), applied
+
+
+def emit(h: Harness, event_type: str = "account.credited", tenant: str = "acme", **payload: Any) -> Envelope:
+    """An event in the log, not yet on the queue: the test publishes it when (and as often as) it likes."""
+    return h.store.emit(event_type, payload or {"amount": 1}, tenant=tenant, actor="test")
+
+
+def watermark(h: Harness, tenant: str = "acme") -> Any:
+    return OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb, clock=h.clock).watermark(tenant, LEDGER)
+
+
+def operator(h: Harness) -> OperatorContext:
+    topology = Topology(
+        events_table=EVENTS_TABLE,
+        inbox_table=INBOX_TABLE,
+        durable_queue_url=h.queue_url,
+        durable_dlq_url=h.dlq_url,
+        relay_dlq_url=h.dlq_url,
+    )
+    catalog = Catalog([Module(name="ledger", code=(), subscriptions=tuple(h.consumer.registry.subscriptions))])
+    return OperatorContext(topology, dynamodb=h.dynamodb, sqs=h.sqs, catalog=catalog, clock=h.clock)
+
+
+def replay(h: Harness, envelope: Envelope, subscription: str = LEDGER) -> None:
+    """What ``outbox replay`` does for one dead pair: REPLAYING, then a repair message naming the pair."""
+    h.dynamodb.update_item(
+        TableName=INBOX_TABLE,
+        Key={"pk": {"S": f"CLAIM#{envelope.id}"}, "sk": {"S": subscription}},
+        UpdateExpression="SET #s = :replaying, attempts = :zero",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":replaying": {"S": REPLAYING}, ":zero": {"N": "0"}},
+    )
+    h.sqs.send_message(
+        QueueUrl=h.queue_url,
+        MessageBody=relay_body(envelope.to_item()),
+        MessageGroupId=envelope.tenant,
+        MessageDeduplicationId=f"replay-{envelope.id}",
+        MessageAttributes=repair_attributes([subscription]),
+    )
+
+
+def test_events_in_order_are_applied_in_order_and_the_watermark_follows(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    for _ in range(3):
+        h.publish(emit(h))
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2, 3]}
+    assert (watermark(h).applied_seq, watermark(h).deferred) == (3, 0)
+
+
+def test_events_delivered_backwards_are_deferred_then_applied_in_seq_order(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second, third = emit(h), emit(h), emit(h)
+    for envelope in (third, second):
+        h.publish(envelope)
+    h.esm.drain()
+    assert applied.seqs == {}, "nothing runs before seq 1"
+    assert (h.claim_status(LEDGER, third), h.claim_status(LEDGER, second)) == (DEFERRED, DEFERRED)
+    assert watermark(h).deferred == 2
+    assert h.queue_depth(h.queue_url) == 0, "a deferred event is acknowledged, not retried"
+    assert h.runs(AUDIT, third) == 1, "the unordered subscription of the same events did not wait"
+
+    h.publish(first)
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": [1, 2, 3]}
+    assert [h.claim_status(LEDGER, e) for e in (first, second, third)] == ["COMPLETED"] * 3
+    assert (watermark(h).applied_seq, watermark(h).deferred) == (3, 0)
+    assert applied.attempts == {1: 1, 2: 1, 3: 1}, "waiting spent no attempt"
+    assert h.dead_letters() == []
+    assert h.dlq_bodies() == []
+
+
+def test_the_predecessor_is_the_previous_event_the_subscription_runs_not_the_previous_seq(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness, pattern="account.credited")
+    credited, _debited, credited_again = emit(h), emit(h, "account.debited"), emit(h)
+    h.publish(credited_again)
+    h.esm.drain()
+    (waiting,) = OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb).deferred("acme", LEDGER)
+    assert waiting.waits_for == credited.seq, "seq 2 is not the ledger's: it waits for seq 1"
+    h.publish(credited)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 3]}
+
+
+def test_a_duplicated_out_of_order_message_is_deferred_once_and_applied_once(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.publish(second, dedup_id=f"{second.id}-again")
+    h.esm.drain()
+    assert watermark(h).deferred == 1
+    h.publish(first)
+    h.publish(second, dedup_id=f"{second.id}-third")
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert h.effects(LEDGER, second) == 1
+    assert watermark(h).deferred == 0
+
+
+def test_a_failing_predecessor_is_retried_and_its_successors_wait_without_spending_attempts(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    failures = iter([ConnectionError("ledger db 503"), ConnectionError("ledger db 503")])
+    applied.fail[1] = lambda: next(failures, None)
+    h.publish(second)
+    h.publish(first)
+
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": [1, 2]}
+    assert applied.attempts[1] == 3
+    assert applied.attempts[2] == 1
+
+
+def test_a_dead_predecessor_blocks_only_its_tenant_and_subscription_until_it_is_replayed(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    other_tenant = emit(h, tenant="globex")
+    applied.fail[1] = lambda: TerminalError("unknown account")
+    for envelope in (first, second, other_tenant):
+        h.publish(envelope)
+    h.esm.drain()
+
+    assert h.claim_status(LEDGER, first) == "DEAD"
+    assert h.claim_status(LEDGER, second) == DEFERRED
+    assert applied.seqs == {"globex": [1]}, "another tenant never waits"
+    assert h.runs(AUDIT, second) == 1, "another subscription never waits"
+    (stuck,) = blocked(operator(h))
+    assert (stuck.tenant, stuck.subscription, stuck.waits_for_seq, stuck.waits_for_state) == ("acme", LEDGER, 1, "DEAD")
+    assert "outbox replay" in stuck.hint
+    assert "outbox skip" in stuck.hint
+
+    del applied.fail[1]  # the fix is deployed
+    replay(h, first)
+    h.esm.drain()
+
+    assert applied.seqs == {"globex": [1], "acme": [1, 2]}
+    assert blocked(operator(h)) == []
+
+
+def test_an_operator_skips_a_dead_predecessor_and_the_next_event_runs(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    applied.fail[1] = lambda: TerminalError("corrupt entry")
+    h.publish(first)
+    h.publish(second)
+    h.esm.drain()
+
+    result = skip(operator(h), "acme", LEDGER, 1, by="oncall@example.com", reason="entry voided by finance")
+    h.esm.drain()
+
+    assert (result.woke_seq, result.already) == (2, False)
+    assert applied.seqs == {"acme": [2]}
+    assert h.claim_status(LEDGER, first) == "SKIPPED"
+    (record,) = OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb).skips("acme", LEDGER)
+    assert (record.seq, record.by, record.reason) == (1, "oncall@example.com", "entry voided by finance")
+    (letter,) = h.dead_letters()
+    assert "skipped by oncall@example.com" in letter["resolved"]["S"]
+    # A skip is final: a replay of the skipped event does not run it, and skipping again only re-wakes.
+    replay(h, first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [2]}
+    assert skip(operator(h), "acme", LEDGER, 1, by="oncall", reason="again").already
+
+
+def test_skip_refuses_what_is_not_next_running_or_not_ordered(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    context = operator(h)
+    with pytest.raises(OperationRefusedError, match="seq 1 comes first"):
+        skip(context, "acme", LEDGER, second.seq, by="me", reason="r")
+    with pytest.raises(OperationRefusedError, match="not an ordered subscription"):
+        skip(context, "acme", AUDIT, first.seq, by="me", reason="r")
+    with pytest.raises(OperationRefusedError, match="--by and --reason"):
+        skip(context, "acme", LEDGER, first.seq, by="me", reason=" ")
+    assert applied.seqs == {}
+
+
+def test_a_duplicate_of_an_applied_event_long_after_the_inbox_forgot_it_is_skipped_not_dead(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first = emit(h)
+    h.publish(first)
+    h.esm.drain()
+    h.clock.advance(timedelta(days=90).total_seconds())
+    h.publish(first, dedup_id=f"{first.id}-months-later")
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1]}
+    assert h.dead_letters() == [], "the watermark remembers what the COMPLETED row forgot"
+
+
+def test_a_wake_up_lost_with_the_completion_is_sent_again_by_the_redelivery(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    wake_ups = h.consumer.wake_ups
+    assert wake_ups is not None
+    real_send, calls = wake_ups.send, {"n": 0}
+
+    def lost_once(*args: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("sqs unreachable")
+        real_send(*args)
+
+    wake_ups.send = lost_once  # type: ignore[method-assign]
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert calls["n"] == 2
+
+
+def test_events_before_ordered_since_are_not_part_of_the_order(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    before = emit(h)
+    since = h.clock() + timedelta(seconds=1)
+    h.clock.advance(2)
+    h2, applied2 = ordered_harness_on(h, since)
+    after = emit(h2)
+    h2.publish(after)
+    h2.publish(before)
+    h2.esm.drain()
+    assert applied2.seqs == {"acme": [after.seq]}, "the first event after the start waits for nothing"
+    assert applied.seqs == {}
+
+
+def ordered_harness_on(h: Harness, since: datetime) -> tuple[Harness, Applied]:
+    """The same tables and queue with a consumer whose ledger starts at ``since``."""
+    from outbox.consumer import DurableConsumer
+    from outbox.subscriptions import SubscriptionRegistry
+
+    applied = Applied()
+    h.recorder.behaviours[LEDGER] = applied
+    registry = SubscriptionRegistry.of(
+        [Subscription(LEDGER, "account.*", Lane.DURABLE, h.recorder.handler, ordered=True, ordered_since=since)]
+    )
+    consumer = DurableConsumer(registry, h.inbox, h.store, wake_ups=h.consumer.wake_ups)
+    h.esm.handler = consumer.handle
+    h.consumer = consumer
+    return h, applied
+
+
+def test_an_ordered_subscription_is_durable_needs_wake_ups_and_an_aware_start() -> None:
+    handler = lambda _d: None  # noqa: E731
+    with pytest.raises(OutboxValidationError, match="DURABLE lane"):
+        Subscription("a.b", "x", Lane.LOCAL, handler, ordered=True)
+    with pytest.raises(OutboxValidationError, match="timezone-aware"):
+        Subscription("a.b", "x", Lane.DURABLE, handler, ordered=True, ordered_since=datetime(2026, 1, 1))
+    with pytest.raises(OutboxValidationError, match="not ordered=True"):
+        Subscription("a.b", "x", Lane.DURABLE, handler, ordered_since=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_max_attempts_still_bound_an_ordered_event_that_keeps_failing(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first = emit(h)
+    applied.fail[1] = lambda: ConnectionError("down")
+    h.publish(first)
+    h.esm.drain()
+    assert applied.attempts[1] == MAX_ATTEMPTS
+    assert h.claim_status(LEDGER, first) == "DEAD"
+
+
+def test_a_worker_killed_before_its_completion_commits_leaves_the_watermark_where_it_was(
+    make_harness: HarnessFactory,
+) -> None:
+    # The watermark moves in the completion's transaction: had it moved before it, the takeover would find
+    # seq 1 "applied" and skip it, and its effect would be lost.
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    real, crashed = h.inbox.mark_completed, {"n": 0}
+
+    def killed_once(*args: Any, **kwargs: Any) -> None:
+        if crashed["n"] == 0:
+            crashed["n"] += 1
+            raise WorkerCrash("killed before the completion committed")
+        real(*args, **kwargs)
+
+    h.inbox.mark_completed = killed_once  # type: ignore[method-assign]
+    h.publish(first)
+    h.publish(second)
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": [1, 1, 2]}, "seq 1 ran, was killed, and ran again after the lease expired"
+    assert (h.effects(LEDGER, first), h.effects(LEDGER, second)) == (1, 1)
+    assert watermark(h).applied_seq == 2
+
+
+def test_an_ordered_completion_whose_answer_was_lost_is_recognised_as_its_own(make_harness: HarnessFactory) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    real, lost = h.inbox.client.transact_write_items, {"n": 0}
+
+    def answer_lost(**request: Any) -> Any:
+        real(**request)
+        if lost["n"] == 0:  # it applied; the SDK did not hear so and sends it again
+            lost["n"] += 1
+            return real(**request)
+        return None
+
+    h.publish(second)
+    h.esm.drain()
+    h.inbox.client.transact_write_items = answer_lost
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert watermark(h).applied_seq == 2
+    assert h.dead_letters() == []

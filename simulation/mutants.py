@@ -20,8 +20,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="claim-no-takeover",
         module=INBOX,
-        original='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status = :replaying"',
-        replacement='claimable = "(attribute_not_exists(pk) AND lease_expires_at < :now) OR #status = :replaying"',
+        original='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"',
+        replacement=(
+            'claimable = "(attribute_not_exists(pk) AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"'
+        ),
         description="the claim is a plain create (attribute_not_exists): an expired lease is never taken over",
         what_should_catch_it="a crash after the claim: the stale PENDING row blocks every redelivery (invariant 2)",
         seeds=(2, 3, 4),
@@ -90,12 +92,12 @@ MUTANTS: tuple[Mutant, ...] = (
         id="completion-unfenced",
         module=INBOX,
         original=(
-            'REMOVE lease_expires_at, open_dead_letter"\n'
+            '+ (", waits_for, deferred_at" if claim.waits_for is not None else "")\n'
             "                ),\n"
             '                "ConditionExpression": "#owner = :owner AND #status = :pending",'
         ),
         replacement=(
-            'REMOVE lease_expires_at, open_dead_letter"\n'
+            '+ (", waits_for, deferred_at" if claim.waits_for is not None else "")\n'
             "                ),\n"
             '                "ConditionExpression": "#owner = :owner OR #status = :pending",'
         ),
@@ -134,10 +136,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="completion-writes-separate",
         module=INBOX,
-        original='self._fenced_transaction(claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED)',
+        original=(
+            "        self._fenced_transaction(\n"
+            '            claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED, '
+            "watermark_at=watermark_at\n"
+        ),
         replacement=(
-            "self.client.transact_write_items(TransactItems=[*map(dict, writes)])\n"
-            '        self._fenced_transaction(claim, "complete", completion, landed=COMPLETED)'
+            "        self.client.transact_write_items(TransactItems=[*map(dict, writes)])\n"
+            "        self._fenced_transaction(\n"
+            '            claim, "complete", completion, landed=COMPLETED, watermark_at=watermark_at\n'
         ),
         description="the handler's writes commit in their own call before the COMPLETED mark",
         what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
@@ -147,10 +154,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="follow-up-before-completion",
         module=CONSUMER,
-        original="self._emit_follow_up(envelope, subscription, result, "
-        "[*self.inbox.completion_writes(claim), *result.writes])",
+        original="self._emit_follow_up(envelope, subscription, result, [*completion, *result.writes])",
         replacement="self._emit_follow_up(envelope, subscription, result, [*result.writes])\n"
-        "            self.inbox.mark_completed(claim)",
+        "            self.inbox.mark_completed(claim, (), order)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
         seeds=(10, 11, 14),

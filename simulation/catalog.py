@@ -11,6 +11,10 @@
 - ``sim.announce`` (DURABLE): a follow-up event ``sim.item_noted`` plus the DynamoDB effect, both
   committed with the completion; ``sim.archive`` (DURABLE, ``effects="dynamodb"``: no lease on a first
   delivery) handles the follow-up with a DynamoDB effect committed with its completion marker;
+- ``sim.ledger`` (DURABLE, ``ordered=True``, in a schedule that has it: ``Schedule.ordered``): applies each
+  tenant's items strictly in seq order, each once; its completion appends the seq to the tenant's ledger
+  row, so the order it applied in is read from what committed (invariant 14). It declares
+  ``effects="dynamodb"``, which an ordered subscription never uses: it always runs on the lease path;
 - ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
 
 ``sim.item_created`` is at schema version 2: version 1 named the audit's refusal ``flagged``. A schedule may
@@ -57,8 +61,10 @@ ITEM_CREATED = "sim.item_created"
 ITEM_NOTED = "sim.item_noted"
 AUDIT, NOTE_LOCALLY, WATCH = "sim.audit", "sim.note_locally", "sim.watch_items"
 CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
+LEDGER = "sim.ledger"  # ordered: a tenant's items applied in seq order (only in a schedule that has it)
 # The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
 DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
+ORDERED_DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE, LEDGER), ITEM_NOTED: (ARCHIVE,)}
 RUN_VARIABLE = "SIMULATION_RUN"
 ALTERED_EVENT = "an altered event"
 # Bodies a broken or hostile sender may put in a tenant's group: each must become a poison pill, recorded
@@ -143,6 +149,16 @@ def effect_key(event_id: str, subscription: str) -> dict[str, str]:
     return {"pk": f"SIMEFFECT#{event_id}", "sk": subscription}
 
 
+def applied_order_key(tenant: str) -> dict[str, str]:
+    """The ordered subscription's row of a tenant: the seqs it applied, in the order their completions committed."""
+    return {"pk": f"SIMORDER#{tenant}", "sk": LEDGER}
+
+
+def durable_subscriptions(world: World) -> dict[str, tuple[str, ...]]:
+    """The durable subscriptions of each event type in this run's catalog."""
+    return ORDERED_DURABLE if world.schedule.ordered else DURABLE
+
+
 def create_item(
     store: EventStore,
     data_table: str,
@@ -189,6 +205,7 @@ class SimulatedApp:
     def __init__(self, world: World, *, legacy: bool = False) -> None:
         self.world = world
         self.legacy = legacy  # last year's code: sim.item_created was at version 1
+        self.ordered = world.schedule.ordered  # the schedule has the ordered ledger
 
     # -- in the emitter's process ---------------------------------------------------------------------
 
@@ -254,6 +271,26 @@ class SimulatedApp:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
+
+    def ledger(self, delivery: Delivery) -> Any:
+        """Ordered: the effect, and the item's seq appended to its tenant's ledger row, both committed with the
+        completion (and the watermark's advance): the row lists what was applied, in the order it committed."""
+        self._trace_run(delivery)
+        self._maybe_fail(delivery)
+        item = self._current_item(delivery)
+        key = delivery.idempotency_key
+        if item.operation == self.world.schedule.ledger_refuses and key not in self.world.ledger_refused:
+            self.world.ledger_refused.add(key)  # once: a replay of it succeeds
+            raise self._injected(delivery, "terminal", TerminalError, "the ledger refuses it (once)")
+        envelope = delivery.envelope
+        values = {":none": [], ":seq": [envelope.seq]}
+        applied = writes.update(
+            self.world.data_table,
+            applied_order_key(envelope.tenant),
+            "SET seqs = list_append(if_not_exists(seqs, :none), :seq)",
+            values=values,
+        )
+        return self._result(delivery, HandlerResult(writes=[self._effect(delivery), applied]))
 
     def _result(self, delivery: Delivery, result: HandlerResult) -> Any:
         """The handler's result, or (the ``contract_breach`` fault) a dict where a HandlerResult belongs."""
@@ -332,6 +369,7 @@ class SimulatedApp:
                 EntitySpec("SIMAUDIT", "Audit rows the INLINE subscriber adds to the transaction"),
                 EntitySpec("SIMCOUNT", "Per tenant, the items the INLINE subscriber counted"),
                 EntitySpec("SIMEFFECT", "One ledger row per (event, durable subscription): the DynamoDB effect"),
+                EntitySpec("SIMORDER", "Per tenant, the seqs the ordered subscription applied, in commit order"),
             ),
             subscriptions=(
                 Subscription(AUDIT, ITEM_CREATED, Lane.INLINE, self.audit),
@@ -341,8 +379,15 @@ class SimulatedApp:
                 # DynamoDB-only: no lease on a first delivery, its writes commit with a marker (Effects).
                 Subscription(ARCHIVE, ITEM_NOTED, Lane.DURABLE, self.archive, effects=Effects.DYNAMODB),
                 Subscription(WATCH, "record.SIMITEM.*", Lane.BEST_EFFORT, self.watch_items),
+                *self._ordered(),
             ),
         )
+
+    def _ordered(self) -> tuple[Subscription, ...]:
+        if not self.ordered:
+            return ()
+        # effects="dynamodb" would allow the direct path; an ordered subscription never takes it.
+        return (Subscription(LEDGER, ITEM_CREATED, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, ordered=True),)
 
 
 def catalog_for(world: World) -> Catalog:

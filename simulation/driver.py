@@ -22,6 +22,7 @@ from outbox import Envelope, EventStore, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
+from outbox.inbox import PENDING, Claim
 from outbox.local import faults
 from outbox.local.clients import local_client
 from outbox.local.esm import SqsEventSourceMapping
@@ -29,8 +30,10 @@ from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import OperationRefusedError, Operations
-from outbox.subscriptions import Lane
-from simulation.catalog import ITEM_CREATED, MALFORMED_BODIES, create_item, legacy_catalog_for
+from outbox.ops import ordering as ordering_ops
+from outbox.ordering import Watermark
+from outbox.subscriptions import Lane, Subscription
+from simulation.catalog import ITEM_CREATED, LEDGER, MALFORMED_BODIES, create_item, legacy_catalog_for
 from simulation.recorder import Observations, Send, brief
 from simulation.schedule import (
     Action,
@@ -59,6 +62,7 @@ RECONCILE_WAIT = timedelta(hours=2)
 MAX_DEATH_CALL = 3
 # How often the operator replays new dead letters at once (the cause may not be fixed yet).
 REPLAY_ON_ALARM = 0.6
+OPERATOR = "the simulator's operator"  # who an operator's skip says decided it
 # Longer than any lease (the function's timeout and a margin), shorter than the queue's visibility timeout.
 CRASHED_LEASES_RUN_OUT = timedelta(minutes=2)
 
@@ -258,6 +262,7 @@ class Driver:
             Fault.EARLY_REDELIVERY: self._redelivering_early,
             Fault.BROKEN_DEPLOY: self._broken_deploy,
             Fault.CONFLICTING_COPY: self._conflicting_copies,
+            Fault.WATERMARK_RACE: self._racing_skips,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -267,6 +272,42 @@ class Driver:
                 if kind in armed:
                     stack.enter_context(seam())
             yield
+
+    @contextmanager
+    def _racing_skips(self) -> Iterator[FaultCount]:
+        """An ordered delivery has read the watermark and found the event it must wait for; before it writes
+        (the deferral, or the completion), the operator skips that event (``outbox skip``, acting on a status
+        read a moment ago): the delivery's write must see that the watermark moved (``watermark_race``)."""
+        place = DurableConsumer._place
+
+        def racing(
+            consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark
+        ) -> Any:
+            if self.chaos.can_fire(Fault.WATERMARK_RACE):
+                with self.chaos.paused():
+                    waits_for = self._skippable(consumer, envelope, sub, watermark)
+                if waits_for is not None and self.chaos.fires(Fault.WATERMARK_RACE, claim.idempotency_key):
+                    self.skip(envelope.tenant, waits_for, "it blocks the ledger (a race with a delivery)")
+            return place(consumer, claim, envelope, sub, watermark)
+
+        with mock.patch.object(DurableConsumer, "_place", racing):
+            yield self.chaos.count(Fault.WATERMARK_RACE)
+
+    def _skippable(
+        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, watermark: Watermark
+    ) -> int | None:
+        """The seq ``envelope`` waits for, if the operator may skip it now: the next in order after the
+        watermark, and not running (dead, deferred, or its message not arrived yet)."""
+        book = consumer.order
+        waits_for = book.predecessor(envelope, sub, watermark.applied_seq)
+        if waits_for is None:
+            return None
+        before = Envelope.from_item(self.operations.event_image(envelope.tenant, waits_for))
+        if book.predecessor(before, sub, watermark.applied_seq) is not None:
+            return None
+        claim = self.operations.inbox.read_claim(before.id, sub.name)
+        lease = claim.lease_expires_at if claim is not None and claim.status == PENDING else None
+        return None if lease is not None and lease > self.runtime.clock() else waits_for
 
     def _after_lost_answer(self, subject: str, _request: dict[str, Any]) -> None:
         """Between a lost answer and the caller's retry, another writer of the tenant commits first."""
@@ -803,6 +844,26 @@ class Driver:
         self.world.replays.extend((key, now) for key in keys)
         self.world.replay_positions.extend((key, position) for key in keys)
 
+    def skip(self, tenant: str, seq: int, reason: str) -> None:
+        """The operator skips the event the ordered ledger waits for (``outbox skip``), recorded before it runs:
+        an interrupted skip may have committed."""
+
+        def run() -> str:
+            self.world.skips.append((tenant, seq))
+            result = ordering_ops.skip(self.operations, tenant, LEDGER, seq, by=OPERATOR, reason=reason)
+            woke = f", woke seq {result.woke_seq}" if result.woke_seq is not None else ""
+            return f"{'already skipped' if result.already else 'skipped'}{woke}"
+
+        self.operator(f"skip {tenant} seq {seq} for {LEDGER}", run)
+
+    def skip_dead(self) -> None:
+        """The runbook for a blocked ordered subscription, the skip way: each dead event it waits for is skipped."""
+        with self.chaos.paused():
+            blocked = ordering_ops.blocked(self.operations, list(self.world.schedule.tenants))
+        for waiting in blocked:
+            if waiting.subscription == LEDGER and waiting.waits_for_state == "DEAD":
+                self.skip(waiting.tenant, waiting.waits_for_seq, "dead, and not worth replaying")
+
     def reconcile(self, since: datetime) -> None:
         publish = self.operations.publish
 
@@ -826,6 +887,8 @@ class Driver:
         for round_ in range(3):
             if self.durable_dlq_depth() > 0:
                 self.redrive("receive-send-delete")
+            if round_ == 0 and self.world.schedule.skip_dead:
+                self.skip_dead()
             if round_ == 0 and self.world.schedule.replay_at_the_end:
                 self.replay()
             if round_ == 0 and self.chaos.fired[Fault.MESSAGE_LOST]:

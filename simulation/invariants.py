@@ -26,6 +26,12 @@
 13. Schema versions: every durable handler gets its event type's current payload version, whatever version
     the event was stored with, and the log keeps each event as its emitter stored it (version 1 from an
     emitter running last year's code).
+14. Ordered subscriptions (a schedule with the ordered ledger): per tenant, the seqs it applied are the first
+    of the tenant's items in seq order, each once, in the order their completions committed, except those an
+    operator skipped; the watermark is at the last of them and counts the deferred rows; every item after
+    them waits behind the first, which is dead (or being replayed): that one has its dead letter, the others
+    are DEFERRED, with no dead letter and no attempt spent for waiting; none is left deferred behind an
+    applied event (a lost wake-up); and an ordered pair never completes on the direct path.
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -45,7 +51,18 @@ from outbox.audit import FindingKind
 from outbox.chain import ChainReport
 from outbox.messages import MAX_MESSAGE_BYTES
 from outbox.ops import Topology
-from simulation.catalog import ANNOUNCE, CHARGE, DURABLE, ITEM_CREATED, ITEM_NOTED, audit_key, counter_key, item_key
+from simulation.catalog import (
+    ANNOUNCE,
+    CHARGE,
+    ITEM_CREATED,
+    ITEM_NOTED,
+    LEDGER,
+    applied_order_key,
+    audit_key,
+    counter_key,
+    durable_subscriptions,
+    item_key,
+)
 from simulation.recorder import DIRECT, Observations, Send
 from simulation.state import State
 from simulation.world import EmitRecord, World
@@ -64,6 +81,7 @@ NAMES = {
     11: "the local runtime as strict as AWS",
     12: "tamper evidence",
     13: "schema versions",
+    14: "ordered subscriptions",
 }
 DEDUPLICATION_SECONDS = 300
 MAX_HEAD_RETRIES = 5  # EventStore's default, which the simulated emitters use
@@ -94,6 +112,7 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *check_runtime_as_strict_as_aws(observations),
         *check_tamper_evidence(world, state),
         *check_schema_versions(world, state),
+        *check_ordered_subscriptions(world, observations, state),
     ]
 
 
@@ -214,7 +233,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     follow_ups = Counter(e.causation_id for e in events.values() if e.type == ITEM_NOTED)
     expected: set[str] = set()
     for envelope in events.values():
-        for subscription in DURABLE[envelope.type]:
+        for subscription in durable_subscriptions(world)[envelope.type]:
             key = f"{envelope.id}:{subscription}"
             expected.add(key)
             letter = letters.get(key)
@@ -281,7 +300,7 @@ def _repairs_run_what_they_name(world: World, observations: Observations) -> lis
         Violation(2, f"{_name(world, key)} was delivered for a repair message that did not name it")
         for key in sorted(set(observations.unnamed_deliveries))
     ]
-    selected = {key for key, _ in world.replays}
+    selected = {key for key, _ in world.replays} | set(world.wake_ups)  # a wake-up names its deferred pair
     for receipt in observations.receipts:
         if receipt.targets is None or receipt.event_id is None:
             continue
@@ -335,6 +354,8 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason
     dead = dead_reason is not None
     if applied > 1:
         return [Violation(2, f"{name}: its DynamoDB effect was applied {applied} times")]
+    if status in ("SKIPPED", "DEFERRED") and applied == 0 and not dead:
+        return []  # an ordered pair an operator skipped, or one waiting for its predecessor: invariant 14's
     if world.retention_passed and applied == 1 and (dead_reason == "unverifiable" or claim is None):
         return []  # done once, then forgotten by the inbox: refused as unverifiable, or swept
     if applied == 1 and dead:
@@ -764,3 +785,132 @@ def _too_large_for_a_finding(victim: Envelope, state: State) -> bool:
     what a queue message holds, so the tamper pipe dead-letters it (alarmed) instead of delivering it. That
     is the documented gap; the anchoring pass still sees the rewrite. It must be in that DLQ, though."""
     return len(json.dumps(victim.to_item())) > MAX_MESSAGE_BYTES // 2 and state.tamper_pipe_dead_letters > 0
+
+
+# -- 14 --------------------------------------------------------------------------------------------------
+
+
+def check_ordered_subscriptions(world: World, observations: Observations, state: State) -> list[Violation]:
+    """Per tenant, what the ordered ledger applied (its ledger row, appended in each completion's transaction)
+    against the tenant's items in the log, the watermark, and what waits behind the first item not applied."""
+    if not world.schedule.ordered:
+        return []
+    found: list[Violation] = []
+    for tenant, log in sorted(state.logs.items()):
+        found.extend(_applied_in_order(world, state, tenant, log))
+    found.extend(_waiting_spends_nothing(world, observations, state))
+    found.extend(
+        Violation(14, f"{_name(world, write.key)} completed on the direct path: an ordered pair takes the lease path")
+        for write in observations.completions
+        if write.owner == DIRECT and write.key.endswith(f":{LEDGER}")
+    )
+    return found
+
+
+def _applied_in_order(world: World, state: State, tenant: str, log: list[Envelope]) -> list[Violation]:
+    items = [envelope for envelope in log if envelope.type == ITEM_CREATED]
+    row = state.data.get(_key(applied_order_key(tenant)))
+    applied = [int(value["N"]) for value in row["seqs"]["L"]] if row else []
+    skipped = state.skipped.get((tenant, LEDGER), {})
+    decided = {seq for who, seq in world.skips if who == tenant}
+    found = [
+        Violation(14, f"tenant {tenant}: seq {seq} is skipped for {LEDGER}, and no operator skipped it")
+        for seq in sorted(set(skipped) - decided)
+    ]
+    found.extend(
+        Violation(14, f"tenant {tenant}: {LEDGER} applied seq {seq} {count} times")
+        for seq, count in sorted(Counter(applied).items())
+        if count > 1
+    )
+    if applied != sorted(applied):
+        found.append(Violation(14, f"tenant {tenant}: {LEDGER} applied seqs {applied}, not in seq order"))
+    found.extend(
+        Violation(14, f"tenant {tenant}: seq {seq} was applied by {LEDGER} and skipped")
+        for seq in sorted(set(applied) & set(skipped))
+    )
+    done = sorted(set(applied) | set(skipped))
+    first = [envelope.seq for envelope in items[: len(done)]]
+    if done != first:
+        found.append(
+            Violation(
+                14,
+                f"tenant {tenant}: {LEDGER} applied or skipped seqs {done}, but the tenant's first items are "
+                f"{first}: a gap in the order",
+            )
+        )
+        return found
+    found.extend(_watermark_follows(world, state, tenant, done[-1] if done else 0))
+    found.extend(_waiting_behind_the_first(world, state, tenant, items[len(done) :]))
+    return found
+
+
+def _watermark_follows(world: World, state: State, tenant: str, last: int) -> list[Violation]:
+    row = state.watermarks.get((tenant, LEDGER))
+    at = int(row["applied_seq"]["N"]) if row else 0
+    counted = int(row.get("deferred_count", {}).get("N", "0")) if row else 0
+    rows = len(state.deferred.get((tenant, LEDGER), {}))
+    found = []
+    what = f"tenant {tenant}: the watermark of {LEDGER}"
+    if at != last:
+        found.append(Violation(14, f"{what} is at seq {at}; the last applied or skipped is {last}"))
+    if counted != rows:
+        found.append(Violation(14, f"{what} counts {counted} deferred events; {rows} wait"))
+    return found
+
+
+def _waiting_behind_the_first(world: World, state: State, tenant: str, waiting: list[Envelope]) -> list[Violation]:
+    """The first item not applied is dead (its dead letter open, or a replay of it on its way); every later one
+    waits for the item before it, DEFERRED (claimable by its wake-up), with no dead letter."""
+    letters = state.open_dead_letters()
+    deferred = state.deferred.get((tenant, LEDGER), {})
+    found: list[Violation] = []
+    for index, envelope in enumerate(waiting):
+        key = f"{envelope.id}:{LEDGER}"
+        claim = state.claims.get(key)
+        status = claim["status"]["S"] if claim else "no claim"
+        if index == 0:
+            if status not in ("DEAD", "REPLAYING") or key not in letters:
+                stranded = status == "DEFERRED"
+                left = " (left deferred: its predecessor is applied and no wake-up came)" if stranded else ""
+                found.append(
+                    Violation(14, f"{_name(world, key)}: seq {envelope.seq} is next for {LEDGER}, and {status}{left}")
+                )
+            continue
+        row = deferred.get(envelope.seq)
+        waits_for = int(row["waits_for"]["N"]) if row else None
+        if status != "DEFERRED" or key in letters or waits_for != waiting[index - 1].seq:
+            found.append(
+                Violation(
+                    14,
+                    f"{_name(world, key)}: seq {envelope.seq} waits behind seq {waiting[0].seq}, which is not applied; "
+                    f"it is {status}, {'with' if key in letters else 'without'} a dead letter, its deferred row "
+                    f"waits for {waits_for} (expected DEFERRED behind seq {waiting[index - 1].seq})",
+                )
+            )
+    waiting_seqs = {envelope.seq for envelope in waiting[1:]}
+    found.extend(
+        Violation(14, f"tenant {tenant}: a deferred row of {LEDGER} at seq {seq}, which does not wait")
+        for seq in sorted(set(deferred) - waiting_seqs)
+    )
+    return found
+
+
+def _waiting_spends_nothing(world: World, observations: Observations, state: State) -> list[Violation]:
+    """A deferral gives its claim's attempt back: an ordered pair's claim counts at most the claims seen less
+    the deferrals that committed (a replay resets the count, which only makes it smaller)."""
+    found: list[Violation] = []
+    for key, claim in sorted(state.claims.items()):
+        deferrals = observations.deferrals[key]
+        if not key.endswith(f":{LEDGER}") or not deferrals:
+            continue
+        counted = int(claim.get("attempts", {}).get("N", "0"))
+        seen = observations.claims[key] + observations.uncertain_claims[key]
+        if counted > seen - deferrals:
+            found.append(
+                Violation(
+                    14,
+                    f"{_name(world, key)}: its claim counts {counted} attempt(s) after {seen} claim(s) and "
+                    f"{deferrals} deferral(s): waiting spent an attempt",
+                )
+            )
+    return found

@@ -13,6 +13,7 @@ from simulation.mutation import Mutant
 INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
 SCHEMAS = "outbox.schemas"
+ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -526,6 +527,81 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="a copy of an event delivered after the deduplication window, or a conflicting copy: "
         "its DynamoDB effect applied twice (2)",
         seeds=(3, 7, 12),
+    ),
+    # -- ordered subscriptions --------------------------------------------------------------------------
+    Mutant(
+        id="watermark-outside-completion",
+        module=CONSUMER,
+        original=("            try:\n                self._complete(claim, envelope, subscription, result, order)\n"),
+        replacement=(
+            "            try:\n"
+            "                self._complete(claim, envelope, subscription, result)\n"
+            "                self.inbox.client.transact_write_items(TransactItems=order)\n"
+        ),
+        description="the watermark is advanced in a write of its own after the completion's transaction",
+        what_should_catch_it="a crash after the completion (or a throttled watermark write): the pair is applied, "
+        "the watermark stays behind it, and its followers wait for ever (14)",
+        seeds=(5, 25, 39),
+    ),
+    Mutant(
+        id="watermark-unversioned",
+        module=ORDERING,
+        original=(
+            "    if watermark.version == 0:\n"
+            '        return {"ConditionExpression": "attribute_not_exists(pk)", "ExpressionAttributeValues": values}\n'
+            "    return {\n"
+            '        "ConditionExpression": "version = :version",\n'
+            '        "ExpressionAttributeValues": {**values, ":version": {"N": str(watermark.version)}},\n'
+            "    }\n"
+        ),
+        replacement='    return {"ExpressionAttributeValues": values}\n',
+        description="the watermark's writes are not conditioned on the version read: a deferral that read it "
+        "before a skip moved it writes the old seq back",
+        what_should_catch_it="the operator skips the event a delivery waits for between its watermark read and its "
+        "write (watermark_race): the watermark goes back, the follower is deferred for ever (14)",
+        seeds=(11, 27, 79),
+    ),
+    Mutant(
+        id="defer-spends-attempt",
+        module=INBOX,
+        original='"attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"',
+        replacement='"attempts = if_not_exists(attempts, :one), updated_at = :now_iso REMOVE lease_expires_at"',
+        description="a deferral keeps the attempt it was claimed with: waiting for a predecessor spends attempts",
+        what_should_catch_it="an event deferred behind its predecessor (a reordered batch, a dead predecessor): its "
+        "claim counts an attempt no run took (14), and enough waits kill it unrun (2)",
+        seeds=(2, 7, 11),
+    ),
+    Mutant(
+        id="predecessor-ignored",
+        module=ORDERING,
+        original='and subscription.in_order(item["occurred_at"]["S"]):',
+        replacement='and not subscription.in_order(item["occurred_at"]["S"]):',
+        description="the predecessor search keeps only events before ordered_since (the test the wrong way round): "
+        "no event waits for another, and each runs as it arrives",
+        what_should_catch_it="an event delivered before its predecessor is applied (a reordered batch, a dead "
+        "predecessor, a replay): applied out of seq order (14)",
+        seeds=(2, 7, 11),
+    ),
+    Mutant(
+        id="wake-up-skipped",
+        module=CONSUMER,
+        original="        return self._wake(subscription, watermark, outcome, remaining_ms)\n",
+        replacement="        return outcome\n",
+        description="a completion advances the watermark and wakes nothing (neither runs the event deferred behind "
+        "it nor sends it back to the queue): that event stays deferred",
+        what_should_catch_it="an event deferred behind a predecessor that then completes (a replay of a dead one, a "
+        "reordered batch): left DEFERRED when the run settles (14)",
+        seeds=(2, 12, 26),
+    ),
+    Mutant(
+        id="skip-wakes-nothing",
+        module=SKIP,
+        original="False, _woken_seq(wake(context, book, after)))",
+        replacement="False, None)",
+        description="outbox skip moves the watermark past the event and sends no wake-up to the one deferred behind it",
+        what_should_catch_it="the operator skips a dead predecessor with followers deferred behind it: they stay "
+        "DEFERRED behind a skipped event (14)",
+        seeds=(24, 65, 67),
     ),
     # -- schema versions -------------------------------------------------------------------------------
     Mutant(

@@ -7,6 +7,8 @@
   writes committed with no claim; the marker counts the one attempt it ran, under no owner).
 - Deliveries: every record the durable event source mapping hands to the consumer, with its receive count.
 - Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
+- Ordered subscriptions: ``Inbox.defer`` (a pair put aside behind its predecessor, its attempt given back) and
+  ``WakeUps.send`` (a deferred pair sent back to the queue, by the consumer or an operator's skip).
 
 The patches wrap the engine's methods innermost, so a crash injected around them still sees a claim that
 committed as committed.
@@ -29,6 +31,7 @@ from outbox.inbox import Claim, ClaimResult, Inbox
 from outbox.local.esm import BatchResult, SqsEventSourceMapping
 from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
+from outbox.ordering import Deferred, WakeUps
 from outbox.subscriptions import Subscription
 from simulation.world import World
 
@@ -107,6 +110,10 @@ class Observations:
     # What the local pipes did, for invariant 11 (the local runtime is as strict as AWS, no more, no less).
     pipe_sends: list[PipeSend] = field(default_factory=list)
     pipe_dead_letters: list[PipeDeadLetter] = field(default_factory=list)
+    # Ordered subscriptions: idempotency key -> deferrals that committed (each gave its attempt back), and
+    # deferrals that raised (maybe committed).
+    deferrals: Counter[str] = field(default_factory=Counter)
+    uncertain_deferrals: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,7 @@ class Recorder:
         self._commit_directly = DurableConsumer._commit_directly
         self._failed_directly = DurableConsumer._failed_directly
         self._process_record = DurableConsumer.process_record
+        self._defer, self._wake_up = Inbox.defer, WakeUps.send
         self._handler, self._poll = durable.handler, durable.poll
 
     @contextmanager
@@ -155,9 +163,9 @@ class Recorder:
             return recorder.claim(inbox, envelope, name, lease, *args, **kwargs)
 
         def complete(
-            consumer: DurableConsumer, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any
+            consumer: DurableConsumer, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
         ) -> None:
-            recorder.complete(consumer, claim_, envelope, sub, result)
+            recorder.complete(consumer, claim_, envelope, sub, result, *order)
 
         def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
             recorder.mark_dead(inbox, claim_, envelope, *details)
@@ -172,6 +180,12 @@ class Recorder:
 
         def process_record(consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
             recorder.process_record(consumer, record, *args, **kwargs)
+
+        def defer(inbox: Inbox, claim_: Claim, waits_for: int, order: Any) -> None:
+            recorder.defer(inbox, claim_, waits_for, order)
+
+        def wake_up(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
+            recorder.wake_up(wake_ups, deferred, applied_seq)
 
         def commit_directly(
             consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
@@ -192,6 +206,8 @@ class Recorder:
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
             stack.enter_context(mock.patch.object(DurableConsumer, "_commit_directly", commit_directly))
             stack.enter_context(mock.patch.object(DurableConsumer, "_failed_directly", failed_directly))
+            stack.enter_context(mock.patch.object(Inbox, "defer", defer))
+            stack.enter_context(mock.patch.object(WakeUps, "send", wake_up))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
@@ -273,10 +289,10 @@ class Recorder:
         return result
 
     def complete(
-        self, consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any
+        self, consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
     ) -> None:
         try:
-            self._complete(consumer, claim, envelope, sub, result)
+            self._complete(consumer, claim, envelope, sub, result, *order)
         except BaseException:
             # A completion whose answer was lost may have committed: its owner may be the completer.
             self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
@@ -318,6 +334,24 @@ class Recorder:
             self.observations.unclaimed_direct_failures.add(key)
             self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")
         return outcome
+
+    def defer(self, inbox: Inbox, claim: Claim, waits_for: int, order: Any) -> None:
+        key = claim.idempotency_key
+        try:
+            self._defer(inbox, claim, waits_for, order)
+        except BaseException:
+            self.observations.uncertain_deferrals[key] += 1
+            raise
+        self.observations.deferrals[key] += 1
+        self._finished(claim)
+        self.trace.add("defer", f"{self.trace.key(key)} by {self.trace.owner(claim.owner)}: waits for seq {waits_for}")
+
+    def wake_up(self, wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
+        """Recorded before it is sent: a send whose answer was lost may still have put the message in the queue."""
+        key = f"{deferred.event_id}:{deferred.subscription}"
+        self.world.wake_ups.append(key)
+        self.trace.add("wake", f"{self.trace.key(key)}: seq {deferred.seq} (the watermark is at {applied_seq})")
+        self._wake_up(wake_ups, deferred, applied_seq)
 
     def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
         error, _error_type, reason, receive_count = details

@@ -42,6 +42,9 @@ class Fault(StrEnum):
     # After a crash left a claim waiting, a copy of its event with other content (and a hash that matches
     # it) arrives in another message group: a producer reusing an event id, or a forger.
     CONFLICTING_COPY = "conflicting_copy"
+    # The operator skips the event an ordered delivery waits for (dead, or not arrived yet) between the
+    # delivery's read of the watermark and its write: only the write's version condition can tell.
+    WATERMARK_RACE = "watermark_race"
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,12 @@ _LEGACY_CHANCE = 0.3
 # The same again: the tail of a tenant's log rewritten with every hash recomputed, after an anchoring pass.
 _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
+# The ordered ledger (sim.ledger), its operator's skips and its race: drawn from a stream of their own too.
+_ORDERED_CHANCE = 0.6
+_SKIP_DEAD_CHANCE = 0.4
+_WATERMARK_RACE_CHANCE = 0.5
+_LEDGER_REFUSES_CHANCE = 0.6
+_WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
 _HOT_TENANT_RATE = FaultRate(1.0, 6)
@@ -198,6 +207,14 @@ class Schedule:
     # This tenant's first emitter runs last year's code: it stores sim.item_created at version 1, which
     # today's durable handlers read only through the upcaster.
     legacy: str | None = None
+    # The application has the ordered ledger (sim.ledger): each tenant's items applied in seq order.
+    ordered: bool = False
+    # After healing, the operator skips (outbox skip) each dead event an ordered subscription waits for,
+    # before any replay.
+    skip_dead: bool = False
+    # The ordered ledger refuses this workload emit's item once (a TerminalError): a dead predecessor, its
+    # followers deferred behind it until the operator replays it (it succeeds then) or skips it.
+    ledger_refuses: str | None = None
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -225,6 +242,12 @@ class Schedule:
             lines.append("  at the end: after an anchoring pass, a tenant's log is rewritten, every hash recomputed")
         if self.legacy:
             lines.append(f"  {self.legacy}/emitter0 runs last year's code: it stores sim.item_created version 1")
+        if self.ordered:
+            lines.append("  the application has the ordered ledger (sim.ledger)")
+        if self.skip_dead:
+            lines.append("  after healing: the operator skips each dead event the ordered ledger waits for")
+        if self.ledger_refuses:
+            lines.append(f"  the ordered ledger refuses {self.ledger_refuses}'s item once (terminal)")
         return lines
 
 
@@ -263,6 +286,11 @@ def generate(seed: int) -> Schedule:
     if sum(isinstance(action, Emit) for action in actions) > _BATCH:
         # A backlog behind a failing head: failures for the head and for the followers alike.
         faults[Fault.RETRYABLE_ERROR] = _BACKLOG_FAILURES
+    ordering = random.Random(f"schedule:{seed}:ordered")
+    ordered, skip_dead, race = _ordered(ordering)
+    if race is not None:
+        faults[Fault.WATERMARK_RACE] = race
+    refused = _ledger_refuses(ordering, actions) if ordered else None
     return Schedule(
         seed=seed,
         tenants=tenants,
@@ -277,12 +305,37 @@ def generate(seed: int) -> Schedule:
         forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
         rewrite=random.Random(f"schedule:{seed}:rewrite").random() < _REWRITE_CHANCE,
         legacy=_legacy(random.Random(f"schedule:{seed}:legacy"), tenants),
+        ordered=ordered,
+        skip_dead=skip_dead,
+        ledger_refuses=refused,
     )
 
 
 def _legacy(rng: random.Random, tenants: tuple[str, ...]) -> str | None:
     """Drawn from a stream of its own: adding it changed no other part of a schedule."""
     return rng.choice(tenants) if rng.random() < _LEGACY_CHANCE else None
+
+
+def _ordered(rng: random.Random) -> tuple[bool, bool, FaultRate | None]:
+    """Whether the application has the ordered ledger, whether the operator skips its dead events, and the
+    rate of the watermark race. Drawn from a stream of their own: adding them changed no other part of a
+    schedule (a schedule without the ledger runs as it did before it existed)."""
+    if rng.random() >= _ORDERED_CHANCE:
+        return False, False, None
+    skip_dead = rng.random() < _SKIP_DEAD_CHANCE
+    if rng.random() >= _WATERMARK_RACE_CHANCE:
+        return True, skip_dead, None
+    (low, high), (fewest, most) = _WATERMARK_RACE_RATE
+    return True, skip_dead, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _ledger_refuses(rng: random.Random, actions: list[Action]) -> str | None:
+    """Now and then one workload item the ordered ledger refuses once: not a tenant's last (it has followers)."""
+    emits = [action for action in actions if isinstance(action, Emit)]
+    followed = [e.operation for i, e in enumerate(emits) if any(later.tenant == e.tenant for later in emits[i + 1 :])]
+    if not followed or rng.random() >= _LEDGER_REFUSES_CHANCE:
+        return None
+    return rng.choice(followed)
 
 
 def _faults(rng: random.Random) -> dict[Fault, FaultRate]:

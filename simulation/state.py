@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox import Envelope
+from outbox import Envelope, keys
 from outbox.audit import AuditLog, Finding
 from outbox.chain import ChainReport, read_events, verify_chain
 from outbox.local.clients import REGION
@@ -47,6 +47,11 @@ class State:
     status: Status | None = None
     max_attempts: int = 0
     poison_pills: int = 0  # poison-pill rows in the inbox
+    # Ordered subscriptions, per (tenant, subscription): the watermark row, and the deferred and skipped rows
+    # by seq (the order partition of the inbox table, outbox.keys).
+    watermarks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    deferred: dict[tuple[str, str], dict[int, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
+    skipped: dict[tuple[str, str], dict[int, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
 
     @property
     def events(self) -> dict[str, Envelope]:
@@ -119,6 +124,19 @@ def _read_inbox(state: State, dynamodb: Any, inbox_table: str) -> None:
             state.dead_letters.append(_dead_letter(item))
         elif item.get("kind", {}).get("S") == "POISON":
             state.poison_pills += 1
+        elif pk.startswith("TENANT#") and "#ORDER#" in pk:
+            _read_order_row(state, item)
+
+
+def _read_order_row(state: State, item: dict[str, Any]) -> None:
+    tenant, _, subscription = item["pk"]["S"].removeprefix("TENANT#").partition("#ORDER#")
+    sort_key = item["sk"]["S"]
+    if sort_key == keys.WATERMARK_SORT_KEY:
+        state.watermarks[(tenant, subscription)] = item
+    elif sort_key.startswith(keys.DEFERRED_PREFIX):
+        state.deferred[(tenant, subscription)][int(item["seq"]["N"])] = item
+    elif sort_key.startswith(keys.SKIPPED_PREFIX):
+        state.skipped[(tenant, subscription)][int(item["seq"]["N"])] = item
 
 
 def max_attempts(runtime: LocalRuntime) -> int:

@@ -109,6 +109,11 @@ class World:
     forged: list[str] = field(default_factory=list)  # ids of events the log never held, sent to the durable queue
     # (idempotency key, stored version) of each durable run that got a payload of another version than today's
     stale_deliveries: list[tuple[str, int]] = field(default_factory=list)
+    # The ordered ledger: (tenant, seq) of each event an operator set out to skip (outbox skip), and the
+    # idempotency key of each deferred pair a wake-up message was sent for (a repair no operator selected).
+    skips: list[tuple[str, int]] = field(default_factory=list)
+    wake_ups: list[str] = field(default_factory=list)
+    ledger_refused: set[str] = field(default_factory=set)  # keys the ordered ledger refused (Schedule.ledger_refuses)
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
 

@@ -39,6 +39,7 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.EARLY_REDELIVERY: "in-progress-acknowledged",
     Fault.BROKEN_DEPLOY: "redrive-deletes-before-send",
     Fault.CONFLICTING_COPY: "log-refusal-unrecorded",
+    Fault.WATERMARK_RACE: "watermark-unversioned",
     "malformed bodies": "altered-envelope-accepted",
     "backlogs behind a failing head": "dead-by-receive-count",
     "redeliveries after the deduplication window": "claim-ignores-may-create",
@@ -52,6 +53,7 @@ FAULT_CLASSES: dict[str, str] = {
     "events near and past the relay's bound": "relay-bound-unchecked",
     "events the log never held (at the end)": "log-check-skipped",
     "an emitter running last year's code (schema version 1)": "upcast-skipped",
+    "an ordered subscription's dead predecessor, replayed or skipped": "wake-up-skipped",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

@@ -34,6 +34,8 @@ GUARANTEE_MODULES = {
     "outbox.chain",
     "outbox.audit",
     "outbox.schemas",
+    "outbox.ordering",
+    "outbox.ops.ordering",
     "outbox.ops.replay",
     "outbox.ops.redrive",
     "outbox.ops.reconcile",

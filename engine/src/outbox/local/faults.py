@@ -198,9 +198,12 @@ def _around_completion(
     path's ``_commit_directly`` (after it only when it committed), told the pair's idempotency key."""
     complete, commit = DurableConsumer._complete, DurableConsumer._commit_directly
 
-    def lease_path(consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any) -> None:
+    def lease_path(
+        consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *rest: Any
+    ) -> None:
+        # ``rest``: whatever else the completion is given (an ordered subscription's watermark items), passed on.
         before(sub, claim.idempotency_key)
-        complete(consumer, claim, envelope, sub, result)
+        complete(consumer, claim, envelope, sub, result, *rest)
         after(sub, claim.idempotency_key)
 
     def direct(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:

@@ -64,6 +64,7 @@ class OutboxStack(Stack):
             record_change_max_concurrency=settings.record_change_max_concurrency,
             pipe_log_level=settings.pipe_log_level,
             pipe_log_execution_data=settings.pipe_log_execution_data,
+            ordered_subscriptions=True,  # the order journal (modules.commerce) applies each tenant's orders in order
         )
         self.place_order = self._producer()
         CfnOutput(self, "DataTableName", value=self.data.table.table_name)

@@ -269,6 +269,35 @@ class Commerce:
             ]
         )
 
+    def journal_order(self, delivery: Delivery) -> HandlerResult:
+        """The tenant's order journal: a line per order, appended in the order the orders were placed. The
+        head's condition refuses a line older than the last one, so the journal needs its events in seq
+        order: the subscription is ordered, and a redriven or replayed order waits for its predecessors."""
+        envelope = delivery.envelope
+        order = OrderCreated.model_validate(envelope.payload)
+        journal = f"JOURNAL#{envelope.tenant}"
+        return HandlerResult(
+            writes=[
+                writes.update(
+                    self.data_table,
+                    {"pk": journal, "sk": "HEAD"},
+                    "SET last_seq = :seq ADD #lines :one",
+                    condition="attribute_not_exists(last_seq) OR last_seq < :seq",
+                    names={"#lines": "lines"},
+                    values={":seq": envelope.seq, ":one": 1},
+                ),
+                writes.put(
+                    self.data_table,
+                    {
+                        "pk": journal,
+                        "sk": f"LINE#{envelope.seq:020d}",
+                        "order_id": order.order_id,
+                        "total_cents": order.total_cents,
+                    },
+                ),
+            ]
+        )
+
     def module(self) -> Module:
         return Module(
             name="commerce",
@@ -286,6 +315,7 @@ class Commerce:
             ),
             entities=(
                 EntitySpec("ORDER", "Orders"),
+                EntitySpec("JOURNAL", "Order journal per tenant, in the order orders were placed"),
                 EntitySpec("PAYMENT", "Payments"),
                 EntitySpec("PETTAG", "Pet tags"),
                 EntitySpec("SALES", "Sales projection per tenant"),
@@ -308,6 +338,15 @@ class Commerce:
                 ),
                 Subscription(
                     "sales.project_order", "order.created", Lane.DURABLE, self.project_sales, effects=Effects.DYNAMODB
+                ),
+                # Each tenant's orders in seq order, each once (outbox.ordering).
+                Subscription(
+                    "sales.journal_order",
+                    "order.created",
+                    Lane.DURABLE,
+                    self.journal_order,
+                    effects=Effects.DYNAMODB,
+                    ordered=True,
                 ),
             ),
         )

@@ -16,10 +16,12 @@ from outbox import TerminalError
 from outbox.cli import app
 from outbox.local import faults
 from tests.e2e.backends import LocalBackend
+from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import broken_consumer, outbox
 
-# Each command with the arguments that make it do real work on the scenario below ({tenant}, {event}).
+# Each command with the arguments that make it do real work on the scenario below ({tenant}, {event}, and
+# {journaled} whose journal waits for the dead line at {seq}).
 INVOCATIONS: dict[str, list[list[str]]] = {
     "status": [["status"]],
     "verify-chain": [["verify-chain", "--all"], ["verify-chain", "--tenant", "{tenant}"]],
@@ -29,7 +31,14 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "dead-letters poison": [["dead-letters", "poison"]],
     "replay": [["replay", "--tenant", "{tenant}", "--dry-run"], ["replay", "--tenant", "{tenant}", "--yes"]],
     "redrive": [["redrive", "--yes"]],
-    "reconcile": [["reconcile", "--since", "1h", "--dry-run"], ["reconcile", "--since", "1h", "--yes"]],
+    "reconcile": [
+        ["reconcile", "--since", "1h", "--dry-run"],
+        ["reconcile", "--since", "1h", "--yes"],
+        ["reconcile", "--subscription", JOURNAL, "--dry-run"],
+    ],
+    "skip": [
+        ["skip", "--tenant", "{journaled}", "--subscription", JOURNAL, "--seq", "{seq}", "--reason", "r", "--yes"],
+    ],
     "findings": [["findings"], ["findings", "--tenant", "{tenant}"]],
     "anchor": [["anchor"], ["anchor", "--tenant", "{tenant}", "--reset", "--reason", "test", "--by", "me", "--yes"]],
 }
@@ -49,15 +58,21 @@ def test_the_table_names_every_command_of_the_cli() -> None:
 
 @pytest.fixture
 def troubled(local: LocalBackend) -> dict[str, str]:
-    """A tenant with a dead pet-tag mark (a dead letter) and a payment in the durable DLQ."""
-    tenant = unique("tenant")
+    """A tenant with a dead pet-tag mark (a dead letter) and a payment in the durable DLQ; another whose order
+    journal (an ordered subscription) waits behind a dead line."""
+    tenant, journaled = unique("tenant"), unique("tenant")
     with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("tag registry said no")):
         payment = order_and_pay(local, tenant)
         local.settle()
     with broken_consumer():
         order_and_pay(local, tenant)
         local.settle()
-    return {"tenant": tenant, "event": payment}
+    with faults.fail_handler(JOURNAL, times=1, error=lambda: TerminalError("journal refused the line")):
+        dead_line = placed(local, journaled)
+        local.settle()
+    placed(local, journaled)
+    local.settle()
+    return {"tenant": tenant, "event": payment, "journaled": journaled, "seq": str(dead_line.seq)}
 
 
 def only_json(result: Result) -> Any:
@@ -74,9 +89,9 @@ def test_every_command_with_json_writes_one_document_on_stdout(
         # --json after the command's name, as people type it, and before it, as the group option; a repair
         # once only (a second one has nothing left to do, and its refusal is tested below)
         placements = [[*filled, "--json"], ["--json", *filled]]
-        for placed in placements[:1] if "--yes" in arguments else placements:
-            result = outbox(local, *placed)
-            assert result.exit_code in (0, 1), (placed, result.output)
+        for placement in placements[:1] if "--yes" in arguments else placements:
+            result = outbox(local, *placement)
+            assert result.exit_code in (0, 1), (placement, result.output)
             only_json(result)
 
 

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 import boto3
 import pytest
@@ -28,9 +29,11 @@ from typer.testing import CliRunner
 
 from outbox import Envelope, TerminalError
 from outbox.cli import app
+from outbox.consumer import WAKE_HERE_MIN_REMAINING_MS
 from outbox.local import faults
 from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
+from outbox.ordering import OrderBook
 from outbox_cdk import operator_endpoint
 from outbox_cdk.queue_consumer import DATA_TABLE_ACTIONS
 from stacks.app_factory import STACK_NAME
@@ -38,6 +41,7 @@ from stacks.outbox_stack import CATALOG
 from tests.conftest import Synthesized
 from tests.e2e.backends import LocalBackend, event_image, local_backend, send_raw
 from tests.e2e.test_lanes_and_modes import function_url_event
+from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import broken_consumer
 from tests.e2e.test_tamper_evidence import SCHEDULED_EVENT, rewrite_with_recomputed_hashes
@@ -89,6 +93,7 @@ RUNBOOK_COMMANDS = (
     "redrive",
     "reconcile",
     "findings",
+    "skip",
 )
 
 
@@ -156,6 +161,10 @@ def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
     with faults.fail_handler("pet_tag.mark_ordered", times=1, error=lambda: TerminalError("registry said no")):
         dead = order_and_pay(local, tenant)  # a terminal failure: a DEAD claim and its dead letter
         local.settle()
+    # An ordered subscription's event deferred behind a dead one, in a tenant of its own (the log rewrite below
+    # would make every later delivery of this tenant a conflict).
+    journaled = unique("tenant")
+    _block_the_journal(local, journaled)
     notifier = local.service("notifier")
     notifier.fail_next = 10**6  # a service down on every attempt: exhausted pairs, dead letters
     order_and_pay(local, tenant)
@@ -185,7 +194,27 @@ def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
     [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
     for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain"):
         assert endpoint.invoke(function_url_event(path))["statusCode"] in (200, 404)
-    return {"tenant": tenant, "dead": dead}
+    return {"tenant": tenant, "dead": dead, "journaled": journaled}
+
+
+def _block_the_journal(local: LocalBackend, tenant: str) -> int:
+    """A journal line (the example's ordered subscription) dies, and the next order's line is deferred behind
+    it: the order book's reads and writes. The seq of the dead one."""
+    with faults.fail_handler(JOURNAL, times=1, error=lambda: TerminalError("journal refused the line")):
+        dead = placed(local, tenant)
+        local.settle()
+    placed(local, tenant)
+    local.settle()
+    return dead.seq
+
+
+def _journal_waits_for(local: LocalBackend, tenant: str) -> int:
+    """The seq the tenant's journal waits for, blocking it again first if nothing waits."""
+    book = OrderBook(local.output("InboxTableName"), local.output("EventsTableName"), client=local.client("dynamodb"))
+    if not book.deferred(tenant, JOURNAL, limit=1):
+        _block_the_journal(local, tenant)
+    [lowest] = book.deferred(tenant, JOURNAL, limit=1)
+    return lowest.waits_for
 
 
 def _publish_the_outputs(local: LocalBackend) -> str:
@@ -217,6 +246,9 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
         ["replay", "--tenant", tenant, "--dry-run"],
         ["replay", "--tenant", tenant, "--yes"],
         ["replay", "--event-id", troubled["dead"], "--subscription", "pet_tag.mark_ordered", "--force", "--yes"],
+        # The dead line runs, and sends the line deferred behind it back to the queue: the invocation has too
+        # little time left to run it too (see _cli).
+        ["replay", "--tenant", troubled["journaled"], "--yes"],
         ["redrive", "--yes"],
         ["redrive", "--method", "receive-send-delete", "--yes"],
         ["redrive", "--dlq", "record-change-dlq", "--yes"],
@@ -226,7 +258,9 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
     ]
     exit_codes: dict[str, list[int]] = {}
     for arguments in commands:
-        _cli(local, recorder, arguments, exit_codes)
+        hurried = troubled["journaled"] in arguments
+        with mock.patch("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9 if hurried else WAKE_HERE_MIN_REMAINING_MS):
+            _cli(local, recorder, arguments, exit_codes)
         if arguments == ["redrive", "--yes"]:  # the second batch for the receive-send-delete redrive
             with broken_consumer():
                 order_and_pay(local, tenant)
@@ -237,8 +271,17 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
     order_and_pay(local, tenant)
     local.settle()
     relay.faults = PipeFaults()
-    for arguments in (["reconcile", "--since", "1h", "--dry-run"], ["reconcile", "--since", "1h", "--yes"]):
+    for arguments in (
+        ["reconcile", "--since", "1h", "--dry-run"],
+        ["reconcile", "--since", "1h", "--yes"],
+        ["reconcile", "--subscription", JOURNAL, "--yes"],  # an ordered subscription, from its watermark
+    ):
         _cli(local, recorder, arguments, exit_codes)
+    # The journal blocked again; this time the operator lets it go on without the dead line.
+    journaled = troubled["journaled"]
+    seq = _journal_waits_for(local, journaled)
+    skip = ["skip", "--tenant", journaled, "--subscription", JOURNAL, "--seq", str(seq), "--reason", "void", "--yes"]
+    _cli(local, recorder, skip, exit_codes)
     return exit_codes
 
 

@@ -116,7 +116,11 @@ def test_a_conflicting_payload_under_a_known_event_id_is_dead_lettered_not_run(b
     backend.settle()
 
     rows = inbox_rows(backend, dead_letter_partition(tenant))
-    assert [row["reason"]["S"] for row in rows] == ["conflict"]
+    # One conflict per durable subscription of order.created (the sales projection, the order journal).
+    assert sorted((row["subscription"]["S"], row["reason"]["S"]) for row in rows) == [
+        ("sales.journal_order", "conflict"),
+        ("sales.project_order", "conflict"),
+    ]
     sales = data_row(backend, f"SALES#{tenant}", "TOTALS")
     assert sales is not None
     assert sales["revenue_cents"]["N"] == "1500"

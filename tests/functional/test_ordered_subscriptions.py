@@ -17,6 +17,7 @@ from outbox.inbox import DEFERRED, REPLAYING
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import blocked, skip
+from outbox.ops.reconcile import reconcile
 from outbox.ops.topology import Topology
 from outbox.ordering import OrderBook
 from outbox.subscriptions import Delivery, Lane, Subscription
@@ -260,26 +261,117 @@ def test_a_duplicate_of_an_applied_event_long_after_the_inbox_forgot_it_is_skipp
     assert h.dead_letters() == [], "the watermark remembers what the COMPLETED row forgot"
 
 
-def test_a_wake_up_lost_with_the_completion_is_sent_again_by_the_redelivery(make_harness: HarnessFactory) -> None:
+def test_an_event_deferred_behind_one_that_completes_runs_right_after_it_in_the_same_invocation(
+    make_harness: HarnessFactory,
+) -> None:
+    # Sent back to the queue, it would queue behind the tenant's other messages, and each of those would be
+    # deferred behind it in turn: one queue round trip per event. It runs here instead, and so do the ones
+    # deferred behind it.
+    h, applied = ordered_harness(make_harness)
+    events = [emit(h) for _ in range(30)]
+    for envelope in reversed(events[1:]):
+        h.publish(envelope)
+    h.esm.drain()
+    assert watermark(h).deferred == 29
+    h.publish(events[0])
+    invocations = h.esm.invocations
+
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": list(range(1, 31))}
+    assert h.esm.invocations == invocations + 1, "one invocation applied all thirty, no wake-up message"
+    assert (watermark(h).applied_seq, watermark(h).deferred) == (30, 0)
+    assert applied.attempts == dict.fromkeys(range(1, 31), 1)
+
+
+def test_without_time_left_for_it_the_deferred_event_goes_back_to_the_queue(
+    make_harness: HarnessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     h, applied = ordered_harness(make_harness)
     first, second = emit(h), emit(h)
     h.publish(second)
     h.esm.drain()
-    wake_ups = h.consumer.wake_ups
-    assert wake_ups is not None
-    real_send, calls = wake_ups.send, {"n": 0}
-
-    def lost_once(*args: Any) -> None:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise ConnectionError("sqs unreachable")
-        real_send(*args)
-
-    wake_ups.send = lost_once  # type: ignore[method-assign]
+    monkeypatch.setattr("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9)  # never enough time left
     h.publish(first)
     h.esm.drain()
     assert applied.seqs == {"acme": [1, 2]}
-    assert calls["n"] == 2
+    assert h.claim_status(LEDGER, second) == "COMPLETED"
+
+
+def test_a_deferred_event_that_fails_right_after_its_predecessor_is_retried_from_its_own_message(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    failures = iter([ConnectionError("ledger db 503")])
+    applied.fail[2] = lambda: next(failures, None)
+    h.publish(second)
+    h.esm.drain()
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert applied.attempts[2] == 2, "its failure here counted, and its wake-up message ran it again"
+    assert h.dead_letters() == []
+
+
+def test_a_deferred_event_that_dies_right_after_its_predecessor_blocks_and_is_not_sent_again(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second, third = emit(h), emit(h), emit(h)
+    applied.fail[2] = lambda: TerminalError("unknown account")
+    h.publish(third)
+    h.publish(second)
+    h.esm.drain()
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1]}
+    assert applied.attempts[2] == 1, "a dead event is not re-sent (a DEAD claim with attempts left is claimable)"
+    assert (h.claim_status(LEDGER, second), h.claim_status(LEDGER, third)) == ("DEAD", DEFERRED)
+    (stuck,) = blocked(operator(h))
+    assert (stuck.waits_for_seq, stuck.waits_for_state) == (2, "DEAD")
+
+
+def test_a_worker_killed_while_running_a_deferred_event_leaves_it_to_the_redelivery(
+    make_harness: HarnessFactory,
+) -> None:
+    # The predecessor completed, the worker died inside the deferred event's handler: the predecessor's
+    # message was never acknowledged, comes back, finds its event applied, and runs the deferred one (taking
+    # over its expired lease).
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    crashes = iter([WorkerCrash("killed inside the deferred event's handler")])
+    applied.fail[2] = lambda: next(crashes, None)
+    h.publish(second)
+    h.esm.drain()
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert (h.effects(LEDGER, first), h.effects(LEDGER, second)) == (1, 1)
+    assert watermark(h).applied_seq == 2
+
+
+def test_the_deferred_events_lost_with_the_completions_answer_run_on_the_redelivery(
+    make_harness: HarnessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    book, failures = h.consumer.order, iter([ConnectionError("dynamodb unreachable")])
+    real = book.ready_deferred
+
+    def unreachable_once(watermark: Any) -> Any:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return real(watermark)
+
+    monkeypatch.setattr(book, "ready_deferred", unreachable_once)
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert applied.attempts == {1: 1, 2: 1}, "seq 1 was not run again: its redelivery found it applied"
 
 
 def test_events_before_ordered_since_are_not_part_of_the_order(make_harness: HarnessFactory) -> None:
@@ -377,3 +469,98 @@ def test_an_ordered_completion_whose_answer_was_lost_is_recognised_as_its_own(ma
     assert applied.seqs == {"acme": [1, 2]}
     assert watermark(h).applied_seq == 2
     assert h.dead_letters() == []
+
+
+def test_a_new_ordered_subscription_over_a_log_older_than_the_inbox_is_backfilled_from_its_watermark(
+    make_harness: HarnessFactory,
+) -> None:
+    # Three events from before the ledger existed, older than the inbox's memory: reconcile with a window
+    # would refuse them (a missing claim there may be a forgotten completion); the ledger's watermark says
+    # they were never applied, so an ordered reconcile sends them, at any age, to the ledger alone.
+    h, applied = ordered_harness(make_harness)
+    old = [emit(h) for _ in range(3)]
+    h.clock.advance(timedelta(days=90).total_seconds())
+    new = emit(h)
+    h.publish(new)
+    h.esm.drain()
+    (stuck,) = blocked(operator(h))
+    assert (stuck.waits_for_seq, stuck.waits_for_state) == (3, "absent")
+    assert f"outbox reconcile --tenant acme --subscription {LEDGER}" in stuck.hint
+
+    with pytest.raises(OperationRefusedError, match="remembers completions for 7 days"):
+        reconcile(operator(h), h.clock() - timedelta(days=91))
+    planned = reconcile(operator(h), None, subscription=LEDGER, dry_run=True)
+    assert planned.republished == [e.id for e in old]
+    result = reconcile(operator(h), None, subscription=LEDGER)
+    h.esm.drain()
+
+    assert result.subscriptions == {e.id: [LEDGER] for e in old}, "the unordered audit is sent nothing"
+    assert applied.seqs == {"acme": [1, 2, 3, 4]}
+    assert [h.runs(AUDIT, e) for e in old] == [0, 0, 0]
+    assert blocked(operator(h)) == []
+    again = reconcile(operator(h), None, subscription=LEDGER)
+    assert (again.scanned, again.republished) == (0, []), "nothing lies above the watermark any more"
+
+
+def test_an_ordered_backfill_starts_above_the_watermark_and_leaves_claimed_work_alone(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second, third, fourth = emit(h), emit(h), emit(h), emit(h)
+    h.publish(first)
+    applied.fail[3] = lambda: TerminalError("bad entry")
+    h.publish(third)  # deferred behind seq 2, which never reached the ledger
+    h.esm.drain()
+
+    result = reconcile(operator(h), None, subscription=LEDGER)
+    h.esm.drain()
+
+    # seq 1 is applied (below the watermark) and seq 3 has a claim (DEFERRED): only 2 and 4 are sent. Seq 3,
+    # woken by seq 2, dies; seq 4 waits for it, as a dead predecessor blocks.
+    assert result.republished == [second.id, fourth.id]
+    assert applied.seqs == {"acme": [1, 2]}
+    assert (h.claim_status(LEDGER, third), h.claim_status(LEDGER, fourth)) == ("DEAD", DEFERRED)
+
+
+def test_reconcile_of_one_subscription_refuses_what_it_cannot_do(make_harness: HarnessFactory) -> None:
+    h, _applied = ordered_harness(make_harness)
+    event = emit(h)
+    context, yesterday = operator(h), h.clock() - timedelta(days=1)
+    with pytest.raises(OperationRefusedError, match="is ordered: it is reconciled from each tenant's watermark"):
+        reconcile(context, yesterday, subscription=LEDGER)
+    with pytest.raises(OperationRefusedError, match="needs --since"):
+        reconcile(context, None, subscription=AUDIT)
+    with pytest.raises(OperationRefusedError, match="needs --since"):
+        reconcile(context, None)
+    with pytest.raises(OperationRefusedError, match=r"unknown subscription 'no\.such'"):
+        reconcile(context, None, subscription="no.such")
+    # Neither subscription has a claim of the event: naming one sends it to that one only.
+    assert reconcile(context, yesterday, subscription=AUDIT).subscriptions == {event.id: [AUDIT]}
+    assert h.claim_status(LEDGER, event) is None
+
+
+def test_an_ordered_reconcile_sends_a_deferred_event_whose_wake_up_never_came(
+    make_harness: HarnessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its wake-up went to the queue and from there (a broken deploy, say) to the DLQ, which was purged.
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    monkeypatch.setattr("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9)
+    wake_ups = h.consumer.wake_ups
+    assert wake_ups is not None
+    monkeypatch.setattr(wake_ups, "send", lambda *_args: None)
+    h.publish(first)
+    h.esm.drain()
+    (stuck,) = blocked(operator(h))
+    assert (stuck.waits_for_seq, stuck.waits_for_state) == (2, DEFERRED)
+    assert f"outbox reconcile --tenant acme --subscription {LEDGER}" in stuck.hint
+    monkeypatch.undo()
+
+    result = reconcile(operator(h), None, subscription=LEDGER)
+    h.esm.drain()
+
+    assert result.subscriptions == {second.id: [LEDGER]}
+    assert applied.seqs == {"acme": [1, 2]}
+    assert blocked(operator(h)) == []

@@ -16,7 +16,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
 from outbox_cdk import durable_consumer, timing
-from outbox_cdk.durable_consumer import INBOX_ACTIONS, DurableConsumer
+from outbox_cdk.durable_consumer import INBOX_ACTIONS, ORDERED_INBOX_ACTIONS, ORDERED_LOG_ACTIONS, DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.events_table import CONFIRM_ACTIONS, EMIT_ACTIONS, EVENT_ROW_MUTATIONS, EventsTable
 from outbox_cdk.inbox_table import InboxTable
@@ -96,9 +96,33 @@ def test_the_role_may_write_the_inbox_as_the_engines_inbox_does(
 ) -> None:
     inbox_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "InboxTable")
     allowed = actions_on(statements, "Allow", {"Fn::GetAtt": [inbox_id, "Arn"]})
-    # What the engine's Inbox calls (a transaction is authorised per item as Put/Update): no read, no delete.
-    assert allowed == {"dynamodb:PutItem", "dynamodb:UpdateItem"} == set(INBOX_ACTIONS)
+    # What the engine's Inbox calls (a transaction is authorised per item as Put/Update), and, since the example
+    # has an ordered subscription, what the order book reads and deletes (outbox.ordering).
+    assert set(INBOX_ACTIONS) == {"dynamodb:PutItem", "dynamodb:UpdateItem"}
+    assert allowed == {*INBOX_ACTIONS, *ORDERED_INBOX_ACTIONS}
     assert actions_on(statements, "Deny", {"Fn::GetAtt": [inbox_id, "Arn"]}) == set()
+
+
+def test_without_ordered_subscriptions_the_role_neither_reads_the_inbox_nor_sends_to_its_queue() -> None:
+    probe = _probe()
+    [role_id] = [i for i in resources_of_type(probe, "AWS::IAM::Role") if i.startswith("DurableConsumer")]
+    inbox_id, _ = only_resource(probe, "AWS::DynamoDB::Table", "Inbox")
+    events_id, _ = only_resource(probe, "AWS::DynamoDB::Table", "Events")
+    statements = role_statements(probe, role_id)
+    assert actions_on(statements, "Allow", {"Fn::GetAtt": [inbox_id, "Arn"]}) == set(INBOX_ACTIONS)
+    assert actions_on(statements, "Allow", {"Fn::GetAtt": [events_id, "Arn"]}) == {*EMIT_ACTIONS, *CONFIRM_ACTIONS}
+    assert not [a for s in statements for a in listed(s["Action"]) if a == "sqs:SendMessage"]
+    _, function = only_resource(probe, "AWS::Lambda::Function")
+    assert "DURABLE_QUEUE_URL" not in function["Properties"]["Environment"]["Variables"]
+
+
+def test_with_ordered_subscriptions_the_function_knows_its_queue_and_may_send_to_it_only(
+    stack_template: dict[str, Any], environment: dict[str, Any], statements: list[dict[str, Any]]
+) -> None:
+    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "OutboxDurableQueue")
+    assert environment["DURABLE_QUEUE_URL"] == {"Ref": queue_id}
+    sends = [s for s in statements if "sqs:SendMessage" in listed(s["Action"])]
+    assert [s["Resource"] for s in sends] == [{"Fn::GetAtt": [queue_id, "Arn"]}]
 
 
 def test_on_the_events_table_the_role_may_only_emit_and_never_mutate_event_rows(
@@ -106,7 +130,8 @@ def test_on_the_events_table_the_role_may_only_emit_and_never_mutate_event_rows(
 ) -> None:
     events_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
     table_arn = {"Fn::GetAtt": [events_id, "Arn"]}
-    assert actions_on(statements, "Allow", table_arn) == {*EMIT_ACTIONS, *CONFIRM_ACTIONS}
+    # Ordered subscriptions (the example has one) add the query that finds an event's predecessor.
+    assert actions_on(statements, "Allow", table_arn) == {*EMIT_ACTIONS, *CONFIRM_ACTIONS, *ORDERED_LOG_ACTIONS}
     assert actions_on(statements, "Deny", table_arn) == set(EVENT_ROW_MUTATIONS)
     # Nothing else anywhere on the events table: no stream, no index, no wildcard.
     mentions = [s for s in statements if events_id in json.dumps(s["Resource"])]

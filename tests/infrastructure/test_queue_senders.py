@@ -1,5 +1,7 @@
 """Only the pipe feeds each lane's queue: the queue policies deny sqs:SendMessage to every principal but the
-pipe's role and the repairs' roles, read from the synthesized template and evaluated on forged sends.
+pipe's role and the repairs' roles (and, in a pipeline with ordered subscriptions, the durable consumer's
+role on its own queue: it sends a deferred event back), read from the synthesized template and evaluated on
+forged sends.
 
 The local runtime (moto) does not enforce queue policies (docs/aws-behaviour.md M23): what AWS would decide
 is asked of the synthesized policies with ``policy_evaluation``, a deliberately small evaluator."""
@@ -26,6 +28,8 @@ LANES = [
 ]
 OPERATOR_ROLE = "EventsOperatorRole"
 RUNBOOK_ROLE = "OutboxRunbookRole"
+# The example has an ordered subscription: its durable consumer sends deferred events back to its own queue.
+WAKING_CONSUMER = {"DurableQueue": "OutboxDurableConsumerLambdaRole"}
 
 
 def queue_policy(stack_template: dict[str, Any], queue_id: str) -> list[dict[str, Any]]:
@@ -52,9 +56,10 @@ def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_repair_roles(
 ) -> None:
     queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", queue_prefix)
     statements = queue_policy(stack_template, queue_id)
+    waking = [WAKING_CONSUMER[queue_prefix]] if queue_prefix in WAKING_CONSUMER else []
     exempt = [
         {"Fn::GetAtt": [role_id(stack_template, prefix), "Arn"]}
-        for prefix in (pipe_role_prefix, OPERATOR_ROLE, RUNBOOK_ROLE)
+        for prefix in (pipe_role_prefix, OPERATOR_ROLE, *waking, RUNBOOK_ROLE)
     ]
     assert send_deny(statements) == {
         "Sid": SEND_DENY_SID,
@@ -120,26 +125,32 @@ def test_a_forged_send_from_any_other_principal_of_the_account_is_denied(
     assert decisions.pop(operator) is Decision.IMPLICIT_DENY
     # The runbook role sends repairs (replay, reconcile, redrive): its policy grants it, the queue admits it.
     assert decisions.pop(runbook) is Decision.ALLOWED
+    # So does the durable consumer of ordered subscriptions, to its own queue: a deferred event sent back.
+    if queue_prefix in WAKING_CONSUMER:
+        assert decisions.pop(role_id(stack_template, WAKING_CONSUMER[queue_prefix])) is Decision.ALLOWED
     # Everyone else is refused by the queue policy itself, whatever their own policy allows: the consumers,
     # the other lane's pipe, the operator endpoint, the application's producer, an admin, root, anonymous.
     assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
     assert len(decisions) >= 8, sorted(decisions)
 
 
-def test_a_consumer_granted_every_sqs_action_still_cannot_inject(stack_template: dict[str, Any]) -> None:
-    arns = template_arns(stack_template)
-    queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", "DurableQueue")
-    consumer = role_id(stack_template, "DurableConsumer")
-    granted = [
-        *resolve(role_statements(stack_template, consumer), arns),
-        {"Effect": "Allow", "Action": "sqs:*", "Resource": "*"},
-    ]
-    policy = resolve(queue_policy(stack_template, queue_id), arns)
-
-    forged = Request("sqs:SendMessage", arns[queue_id], arns[consumer])
-
-    # (SendMessageBatch is authorised as sqs:SendMessage, R10.4: the one denied action covers it.)
-    assert decide(forged, granted, policy) is Decision.EXPLICIT_DENY
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_consumer_granted_every_sqs_action_still_cannot_inject(ordered: bool) -> None:
+    # The durable consumer of a pipeline without ordered subscriptions, and the record-change consumer always.
+    template = Template.from_stack(record_change_pipeline(ordered_subscriptions=ordered).stack).to_json()
+    arns = template_arns(template)
+    queue_id, _ = only_resource(template, "AWS::SQS::Queue", "OutboxDurableQueue")
+    policy = resolve(queue_policy(template, queue_id), arns)
+    consumers = ["OutboxRecordChangeConsumer", *["OutboxDurableConsumer"] * (not ordered)]
+    for prefix in consumers:
+        consumer = role_id(template, prefix)
+        granted = [
+            *resolve(role_statements(template, consumer), arns),
+            {"Effect": "Allow", "Action": "sqs:*", "Resource": "*"},
+        ]
+        forged = Request("sqs:SendMessage", arns[queue_id], arns[consumer])
+        # (SendMessageBatch is authorised as sqs:SendMessage, R10.4: the one denied action covers it.)
+        assert decide(forged, granted, policy) is Decision.EXPLICIT_DENY, prefix
 
 
 def test_the_pipe_itself_is_still_refused_without_tls(stack_template: dict[str, Any]) -> None:

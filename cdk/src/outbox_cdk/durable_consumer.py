@@ -7,6 +7,7 @@ from typing import Final
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -43,6 +44,8 @@ __all__ = [
     "INBOX_ACTIONS",
     "MAX_MAX_CONCURRENCY",
     "MIN_MAX_CONCURRENCY",
+    "ORDERED_INBOX_ACTIONS",
+    "ORDERED_LOG_ACTIONS",
     "RETRIES_METRIC",
     "SERVICE_NAME",
     "DurableConsumer",
@@ -53,7 +56,17 @@ SERVICE_NAME: Final = "durable-consumer"
 
 # Powertools metrics the consumer publishes (outbox.consumer.Metric). Dead work ended in an inbox row
 # an operator must look at; none of it reaches an SQS DLQ, so the DLQ alarms cannot see it.
-CLAIM_METRICS: Final = ("Claims", "Completions", "ClaimSkips", "Retries", "LeasesLost", "UnmatchedEvents")
+CLAIM_METRICS: Final = (
+    "Claims",
+    "Completions",
+    "ClaimSkips",
+    "Retries",
+    "LeasesLost",
+    "UnmatchedEvents",
+    "Deferrals",  # ordered subscriptions: an event put aside behind its predecessor,
+    "RunAfterPredecessor",  # run right after it in the same invocation,
+    "WakeUps",  # or sent back to the queue
+)
 DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
 # One per failed attempt that will run again (outbox.consumer.Metric.RETRIES): what a failing handler
 # produces while SQS's age metric no longer sees its message (docs/aws-behaviour.md R9.1).
@@ -65,6 +78,11 @@ RETRIES_METRIC: Final = "Retries"
 # never reads a row by itself (a conditional write answers with the old row) and never deletes one: the TTL
 # does. The operators' reads and repairs there are the runbook role's (outbox_cdk.runbook_role).
 INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+# What ordered subscriptions add (outbox.ordering): the queries of the watermark and of the deferred events,
+# and the deferred row deleted in the completion's transaction; on the log, the query that finds a
+# predecessor; and sending a deferred event back to the durable queue when it may run.
+ORDERED_INBOX_ACTIONS: Final = ("dynamodb:Query", "dynamodb:DeleteItem")
+ORDERED_LOG_ACTIONS: Final = ("dynamodb:Query",)
 
 
 class DurableConsumer(QueueConsumer):
@@ -88,7 +106,9 @@ class DurableConsumer(QueueConsumer):
         timeout_seconds: int = CONSUMER_TIMEOUT_SECONDS,
         encryption_key: kms.IKey | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
+        ordered_subscriptions: bool = False,
     ) -> None:
+        ordered = {"DURABLE_QUEUE_URL": queue.queue.queue_url} if ordered_subscriptions else {}
         super().__init__(
             scope,
             construct_id,
@@ -108,6 +128,7 @@ class DurableConsumer(QueueConsumer):
                 "MAX_ATTEMPTS": str(MAX_ATTEMPTS),
                 "INBOX_RETENTION_DAYS": str(inbox.retention_days),
                 "ERROR_DETAIL": error_detail.value,
+                **ordered,
             },
             alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,
@@ -120,6 +141,19 @@ class DurableConsumer(QueueConsumer):
         events.grant_confirm(self.function)  # each batch's events, read back at once from the log
         # Handlers commit their writes to the application's tables in the same transaction as the completion.
         self.grant_data_tables(data_tables)
+        if ordered_subscriptions:
+            grant_items(inbox.table, self.function, ORDERED_INBOX_ACTIONS)
+            iam.Grant.add_to_principal(
+                grantee=self.function, actions=list(ORDERED_LOG_ACTIONS), resource_arns=[events.table.table_arn]
+            )
+            # SendMessage alone (no GetQueueUrl, no attributes): the URL comes in DURABLE_QUEUE_URL.
+            iam.Grant.add_to_principal(
+                grantee=self.function, actions=["sqs:SendMessage"], resource_arns=[queue.queue.queue_arn]
+            )
+            if queue.queue.encryption_master_key is not None:
+                queue.queue.encryption_master_key.grant(self.function, "kms:GenerateDataKey", "kms:Decrypt")
+            assert self.function.role is not None  # the construct makes one
+            queue.admit_sender(self.function.role)  # the queue denies every sender it does not name
 
         self.dead_work_alarms = [
             alarm_above(

@@ -140,6 +140,11 @@ class OutboxPipeline(Construct):
         instead of taking the account's concurrency. It comes out of the account's unreserved pool, which
         Lambda keeps at 100 or more: in an account with no room above that, the deployment fails; pass None
         there (no reservation) or raise the account's concurrency quota.
+    ordered_subscriptions
+        True when the catalog declares a ``Subscription(..., ordered=True)``: the durable consumer may then
+        read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
+        deferred event back to the durable queue (``outbox.ordering``). The consumer refuses to start with an
+        ordered subscription on a pipeline without it, and says to set it.
     """
 
     def __init__(
@@ -166,6 +171,7 @@ class OutboxPipeline(Construct):
         encryption_key: kms.IKey | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
+        ordered_subscriptions: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -247,6 +253,7 @@ class OutboxPipeline(Construct):
             timeout_seconds=consumer_seconds,
             encryption_key=encryption_key,
             error_detail=_error_detail(error_detail),
+            ordered_subscriptions=ordered_subscriptions,
         )
         if record_changes_from is not None:
             self._add_record_change_lane(

@@ -283,6 +283,7 @@ class Catalog:
                     "glob": s.pattern,
                     "lane": s.lane.value,
                     "effects": s.effects.value,
+                    "ordered": s.ordered,
                     "dispatcher": DISPATCHERS[s.lane],
                     "matches": sorted(t for t in self.domain_types | self.row_change_types if s.matches(t)),
                 }

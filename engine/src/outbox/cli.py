@@ -6,6 +6,7 @@ unless ``--yes``."""
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import json
 import logging
@@ -296,10 +297,11 @@ def parse_moment(value: str | None, now: datetime | None = None) -> datetime | N
 
 @app.command()
 def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Queue and DLQ depths, pipe states, and per tenant: chain intact and dead letters.
+    """Queue and DLQ depths, pipe states, and per tenant: chain intact, dead letters, ordered subscriptions waiting.
 
     Exit code 0: healthy; 1: something needs an operator (a DLQ message, a broken chain, a dead letter, a
-    poison pill today, a pipe not running), listed under "problems"; 2: the command could not run."""
+    poison pill today, a pipe not running, an ordered subscription whose events wait), listed under
+    "problems"; 2: the command could not run."""
     context = _context(ctx, as_json)
     report = context.operations.status()
     _show(context, report.as_dict(), lambda: _print_status(context, report))
@@ -325,6 +327,15 @@ def _print_status(context: CliContext, report: Status) -> None:
     if report.application:
         settings = "  ".join(f"{name}={value}" for name, value in sorted(report.application.items()))
         context.out.print(f"application: {settings}", highlight=False)
+    if report.blocked:
+        waiting = Table("tenant", "ordered subscription", "applied to", "waits for", "its state", "deferred")
+        waiting.title = "ordered subscriptions waiting"
+        for row in report.blocked:
+            state = f"[red]{row.waits_for_state}[/]" if row.waits_for_state == "DEAD" else row.waits_for_state
+            waiting.add_row(
+                row.tenant, row.subscription, str(row.applied_seq), str(row.waits_for_seq), state, str(row.waiting)
+            )
+        context.out.print(waiting)
     for problem in report.problems():
         context.out.print(f"[bold red]needs attention:[/] {problem}")
 
@@ -607,6 +618,34 @@ class RedriveMethod(StrEnum):
 
 
 @app.command()
+def skip(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(help="the tenant whose ordered subscription is blocked")],
+    subscription: Annotated[str, typer.Option(help="the ordered subscription")],
+    seq: Annotated[int, typer.Option(help="the seq it waits for (outbox status shows it)")],
+    reason: Annotated[str, typer.Option(help="why it may go on without this event (recorded)")],
+    by: Annotated[str | None, typer.Option(help="who decides (recorded; default: your login name)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Let an ordered subscription go on without one event: the next in its order, not applied and not
+    running (a dead one, typically). Final: a replay never runs a skipped event. Sends the event that waited
+    for it back to the queue. Running it again for the same seq only sends that again."""
+    context = _context(ctx, as_json)
+    decided_by = by or getpass.getuser()
+    _confirm(yes, f"skip seq {seq} of {tenant} for {subscription}? It will never run there.")
+    try:
+        result = context.operations.skip(tenant, subscription, seq, by=decided_by, reason=reason)
+    except OperationRefusedError as exc:
+        _refuse(context, exc)
+    woke = f"; sent seq {result.woke_seq} back to the queue" if result.woke_seq is not None else ""
+    done = "was already skipped" if result.already else f"skipped (by {decided_by})"
+    _show(
+        context, result.as_dict(), lambda: context.out.print(f"seq {seq} of {tenant} for {subscription} {done}{woke}")
+    )
+
+
+@app.command()
 def redrive(
     ctx: typer.Context,
     dlq: Annotated[str, typer.Option(help="durable-dlq, record-change-dlq or tamper-dlq")] = "durable-dlq",
@@ -654,22 +693,33 @@ def redrive(
 @app.command()
 def reconcile(
     ctx: typer.Context,
-    since: Annotated[str, typer.Option(help="from this time (ISO, or a duration back like 7d)")],
+    since: Annotated[
+        str | None,
+        typer.Option(help="from this time (ISO, or a duration back like 7d); not for an ordered --subscription"),
+    ] = None,
     tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    subscription: Annotated[
+        str | None,
+        typer.Option(help="this durable subscription only; an ordered one is sent what lies above its watermark"),
+    ] = None,
     dry_run: Annotated[bool, typer.Option(help="show what would be re-published")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Re-send events whose durable subscriptions have no claim, to those subscriptions only (beyond the stream's
-    24 h, within the inbox's retention)."""
+    24 h, within the inbox's retention). With an ordered --subscription and no --since: every event of its
+    order it has not applied, at any age (its watermark remembers what it applied): the backfill of a new
+    ordered subscription over an existing log."""
     context = _context(ctx, as_json)
     moment = parse_moment(since, context.operations.now())
-    assert moment is not None
-    if not dry_run:
-        _confirm(yes, f"re-publish unhandled events since {moment.isoformat()}?")
+    scope = f"since {moment.isoformat()}" if moment else f"of {subscription} above its watermark"
+    if not dry_run and (moment or subscription):  # without either, the operations refuse: nothing to confirm
+        _confirm(yes, f"re-publish unhandled events {scope}?")
     try:
         with _progress(context, "reconciling") as report_progress:
-            result = context.operations.reconcile(moment, tenant=tenant, dry_run=dry_run, on_progress=report_progress)
+            result = context.operations.reconcile(
+                moment, tenant=tenant, subscription=subscription, dry_run=dry_run, on_progress=report_progress
+            )
     except OperationRefusedError as exc:
         _refuse(context, exc)
 

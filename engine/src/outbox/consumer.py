@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
@@ -32,7 +32,7 @@ from outbox.exceptions import (
 )
 from outbox.inbox import COMPLETED, DEAD, Claim, ClaimOutcome, DeadReason, Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body, read_message
-from outbox.ordering import OrderBook, WakeUps, Watermark
+from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
@@ -42,10 +42,15 @@ logger = logging.getLogger(__name__)
 __all__ = ["ContractViolationError", "DeliveryOutcome", "DurableConsumer", "LeasePolicy", "Metric", "parse_body"]
 
 
+T = TypeVar("T")
 # DynamoDB's limit of keys per BatchGetItem.
 BATCH_GET_KEYS = 100
 # How often an ordered delivery reads the watermark again when another writer moved it under its write.
 ORDER_RACE_LOOKS = 3
+# An event deferred behind one that just completed runs in the same invocation while at least this much of it
+# is left (else it goes back to the queue): sending it back puts it behind the tenant's other messages, which
+# would then be deferred behind it in turn, one queue round trip each.
+WAKE_HERE_MIN_REMAINING_MS = 10_000
 
 
 class RetryableDeliveryError(OutboxError):
@@ -71,7 +76,8 @@ class Metric(StrEnum):
     UNMATCHED = "UnmatchedEvents"
     LEASES_LOST = "LeasesLost"
     DEFERRALS = "Deferrals"
-    WAKE_UPS = "WakeUps"
+    RUN_AFTER_PREDECESSOR = "RunAfterPredecessor"  # a deferred event applied right after the one it waited for
+    WAKE_UPS = "WakeUps"  # a deferred event sent back to the queue instead
 
 
 @dataclass(frozen=True)
@@ -299,9 +305,29 @@ class DurableConsumer:
         subscription: Subscription,
         receive_count: int,
         remaining_ms: Callable[[], int],
-        watermark: Watermark | None = None,
     ) -> DeliveryOutcome:
-        """Run a claimed pair and complete it (advancing ``watermark`` with it, for an ordered subscription)."""
+        """Run a claimed pair and complete it."""
+        done = self._run_and_complete(
+            claim,
+            envelope,
+            subscription,
+            receive_count,
+            remaining_ms,
+            lambda result: self._complete(claim, envelope, subscription, result),
+        )
+        return DeliveryOutcome.COMPLETED if done is None else done
+
+    def _run_and_complete(
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        complete: Callable[[HandlerResult], T],
+    ) -> T | DeliveryOutcome:
+        """Run a claimed pair's handler, then ``complete`` it with the handler's result: what ``complete``
+        returned, or the outcome of a failure (classified and recorded here)."""
         if claim.attempts > self.inbox.max_attempts:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
@@ -314,10 +340,7 @@ class DurableConsumer:
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
         try:
-            if watermark is None:
-                self._complete(claim, envelope, subscription, handler_result)
-            else:
-                watermark = self._complete_in_order(claim, envelope, subscription, handler_result, watermark)
+            done = complete(handler_result)
         except LeaseLostError:
             # The new owner may have died since: the message comes back, and the inbox decides then (done,
             # or a take-over). Acknowledging it here would rely on SQS keeping a message deleted with a
@@ -329,9 +352,7 @@ class DurableConsumer:
             terminal = _is_terminal_completion(exc)
             return self._failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
         self._count(Metric.COMPLETIONS)
-        if watermark is not None:
-            return self._wake(watermark, DeliveryOutcome.COMPLETED)
-        return DeliveryOutcome.COMPLETED
+        return done
 
     # -- ordered subscriptions (outbox.ordering) ------------------------------------------------------
 
@@ -344,27 +365,57 @@ class DurableConsumer:
         digest: str,
         may_create: bool,
     ) -> DeliveryOutcome:
-        """Run the pair only in its tenant's order: skip it once applied, defer it while its predecessor is
-        not, else run it under a lease and advance the watermark with its completion."""
+        """Run the pair only in its tenant's order (``_apply_in_order``), then the events deferred behind it
+        that may run now (``_wake``)."""
+        outcome, watermark = self._apply_in_order(
+            envelope, subscription, receive_count, remaining_ms, digest, may_create
+        )
+        if watermark is None:
+            return outcome
+        return self._wake(subscription, watermark, outcome, remaining_ms)
+
+    def _apply_in_order(
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        receive_count: int,
+        remaining_ms: Callable[[], int],
+        digest: str,
+        may_create: bool,
+    ) -> tuple[DeliveryOutcome, Watermark | None]:
+        """Skip the pair once applied, defer it while its predecessor is not, else run it under a lease and
+        advance the watermark with its completion. With the outcome, the watermark to wake deferred events
+        from: after a completion, or when the pair was found applied already (a wake-up may have been lost
+        with the answer to its first message); None otherwise."""
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
         if not subscription.in_order(format_timestamp(envelope.occurred_at)):
             logger.info("skipped %s: the event occurred before its order starts (ordered_since)", subscription.name)
             self._count(Metric.SKIPS)
-            return DeliveryOutcome.SKIPPED
+            return DeliveryOutcome.SKIPPED, None
         watermark = self.order.watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
-            # Applied or skipped already, at any age (the watermark is never forgotten). Its successor's
-            # wake-up may have been lost with the answer to this message: send it again.
+            # Applied or skipped already, at any age (the watermark is never forgotten).
             logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=log)
             self._count(Metric.SKIPS)
-            return self._wake(watermark, DeliveryOutcome.SKIPPED)
+            return DeliveryOutcome.SKIPPED, watermark
         claimed = self._claim(envelope, subscription, receive_count, remaining_ms, digest, may_create)
         if not isinstance(claimed, Claim):
-            return claimed
-        placed = self._place(claimed, envelope, subscription, watermark)
+            return claimed, None
+        claim = claimed
+        placed = self._place(claim, envelope, subscription, watermark)
         if isinstance(placed, DeliveryOutcome):
-            return placed
-        return self._run_claimed(claimed, envelope, subscription, receive_count, remaining_ms, watermark=placed)
+            return placed, None
+        advanced = self._run_and_complete(
+            claim,
+            envelope,
+            subscription,
+            receive_count,
+            remaining_ms,
+            lambda result: self._complete_in_order(claim, envelope, subscription, result, placed),
+        )
+        if isinstance(advanced, DeliveryOutcome):
+            return advanced, None
+        return DeliveryOutcome.COMPLETED, advanced
 
     def _place(
         self, claim: Claim, envelope: Envelope, subscription: Subscription, watermark: Watermark
@@ -422,19 +473,50 @@ class DurableConsumer:
             )
         raise WatermarkMovedError(f"the watermark of {subscription.name} for {envelope.tenant} kept moving")
 
-    def _wake(self, watermark: Watermark, outcome: DeliveryOutcome) -> DeliveryOutcome:
-        """Send the deferred event the watermark now lets run, if any, before this message is acknowledged
-        (so that a crash before the send sends it on the redelivery); RETRY when the send fails."""
+    def _wake(
+        self,
+        subscription: Subscription,
+        watermark: Watermark,
+        outcome: DeliveryOutcome,
+        remaining_ms: Callable[[], int],
+    ) -> DeliveryOutcome:
+        """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
+        for another (``WAKE_HERE_MIN_REMAINING``); send the one it cannot run here back to the queue. All of it
+        before this message is acknowledged: a crash on the way leaves the message to come back and do it
+        again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
         try:
-            ready = self.order.ready_deferred(watermark)
-            if ready is not None:
-                self.wake_ups.send(ready, watermark.applied_seq)
+            while (ready := self.order.ready_deferred(watermark)) is not None:
+                if remaining_ms() >= WAKE_HERE_MIN_REMAINING_MS:
+                    woken, advanced = self._run_woken(subscription, ready, remaining_ms)
+                    if advanced is not None:
+                        watermark = advanced
+                        continue
+                    if woken is not DeliveryOutcome.RETRY:
+                        break  # dead (it blocks until an operator repairs it) or deferred again (woken in turn)
+                self.wake_ups.send(ready, watermark.applied_seq)  # it runs from its own message, retried by SQS
                 self._count(Metric.WAKE_UPS)
+                break
         except (ClientError, BotoCoreError, OutboxError) as exc:
             logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
             return DeliveryOutcome.RETRY
         return outcome
+
+    def _run_woken(
+        self, subscription: Subscription, ready: Deferred, remaining_ms: Callable[[], int]
+    ) -> tuple[DeliveryOutcome, Watermark | None]:
+        """Apply, here, a deferred event whose predecessor was just applied, read from the log: as
+        ``_apply_in_order`` answers. RETRY when the log no longer holds it as deferred (its message path, which
+        checks every event against the log, decides then)."""
+        item = self.store.client.get_item(
+            TableName=self.store.table_name, Key=keys.event_key(ready.tenant, ready.seq), ConsistentRead=True
+        ).get("Item")
+        envelope = None if item is None else Envelope.from_item(item)
+        if envelope is None or envelope.id != ready.event_id:
+            return DeliveryOutcome.RETRY, None
+        self._count(Metric.RUN_AFTER_PREDECESSOR)
+        may_create = self.inbox.can_vouch_for(envelope.occurred_at)
+        return self._apply_in_order(envelope, subscription, 1, remaining_ms, envelope_digest(envelope), may_create)
 
     def _delivered(self, envelope: Envelope) -> Envelope:
         """What a handler receives: a copy per handler (what one does to the payload, the next never sees),

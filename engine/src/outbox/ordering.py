@@ -152,10 +152,16 @@ class OrderBook:
     # -- reads ----------------------------------------------------------------------------------------
 
     def watermark(self, tenant: str, subscription: str) -> Watermark:
-        item = self.client.get_item(
-            TableName=self.inbox_table, Key=keys.watermark_key(tenant, subscription), ConsistentRead=True
-        ).get("Item")
-        return Watermark.from_item(tenant, subscription, item)
+        # A query of the one key rather than a GetItem: the same read unit, and every reader of the order
+        # partition (the consumer, status, skip, reconcile) then needs dynamodb:Query alone on the inbox.
+        key = keys.watermark_key(tenant, subscription)
+        items = self.client.query(
+            TableName=self.inbox_table,
+            KeyConditionExpression="pk = :pk AND sk = :sk",
+            ExpressionAttributeValues={":pk": key["pk"], ":sk": key["sk"]},
+            ConsistentRead=True,
+        )["Items"]
+        return Watermark.from_item(tenant, subscription, items[0] if items else None)
 
     def predecessor(self, envelope: Envelope, subscription: Subscription, after_seq: int) -> int | None:
         """The seq of the nearest event before ``envelope`` in its tenant's log, above ``after_seq``, that

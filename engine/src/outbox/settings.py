@@ -38,6 +38,9 @@ class ConsumerSettings(BaseModel):
     subscriptions: str = Field(alias="SUBSCRIPTIONS", pattern=CATALOG_REFERENCE)
     # What failures say in logs and dead letters (outbox.redaction); the construct always sets it.
     error_detail: ErrorDetail = Field(alias="ERROR_DETAIL")
+    # Where deferred events of ordered subscriptions are sent back; set by the construct when the pipeline
+    # has ordered subscriptions (OutboxPipeline(ordered_subscriptions=True)).
+    durable_queue_url: str | None = Field(default=None, alias="DURABLE_QUEUE_URL")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:

@@ -13,15 +13,19 @@ from typing import Any
 # DynamoDB, Kinesis, Kafka records) only when pydantic is already loaded. The engine uses none of them, and
 # importing it first saves them at every cold start (make bench, section 3).
 import aws_lambda_powertools.utilities.batch  # noqa: F401
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from outbox.clients import engine_dynamodb_client
 from outbox.consumer import DurableConsumer
+from outbox.exceptions import OutboxValidationError
 from outbox.inbox import Inbox
+from outbox.ordering import WakeUps
 from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore
+from outbox.subscriptions import SubscriptionRegistry
 
 logger = Logger()
 metrics = Metrics()
@@ -46,6 +50,22 @@ def consumer() -> DurableConsumer:
         EventStore(settings.events_table_name, client=dynamodb, catalog=catalog),
         metrics=metrics,
         error_detail=settings.error_detail,
+        wake_ups=wake_ups(settings, catalog.registry, dynamodb),
+    )
+
+
+def wake_ups(settings: ConsumerSettings, registry: SubscriptionRegistry, dynamodb: Any) -> WakeUps | None:
+    """The sender of deferred events, only where a subscription is ordered (an SQS client costs cold start)."""
+    ordered = sorted(s.name for s in registry.subscriptions if s.ordered)
+    if not ordered:
+        return None
+    if settings.durable_queue_url is None:
+        raise OutboxValidationError(
+            f"the catalog has ordered subscriptions ({', '.join(ordered)}) but the function has no "
+            "DURABLE_QUEUE_URL: deploy the pipeline with OutboxPipeline(..., ordered_subscriptions=True)"
+        )
+    return WakeUps(
+        settings.durable_queue_url, sqs=boto3.client("sqs"), dynamodb=dynamodb, events_table=settings.events_table_name
     )
 
 

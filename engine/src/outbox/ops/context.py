@@ -17,6 +17,7 @@ from outbox.inbox import InboxReader
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.topology import Topology
 from outbox.query import read_tenants
+from outbox.subscriptions import Subscription
 
 # What a long action reports as it goes: what it is doing, how far it is, and of how much (None: unknown).
 ProgressCallback = Callable[[str, int, int | None], None]
@@ -78,6 +79,13 @@ class OperatorContext:
         if tenant not in self.tenants():
             raise OperationRefusedError(f"unknown tenant {tenant!r}: it has never emitted an event")
         return tenant
+
+    def require_subscription(self, name: str) -> Subscription:
+        """The catalog's subscription called ``name``; refused, naming where to look, when there is none."""
+        for subscription in self.catalog.registry.subscriptions:
+            if subscription.name == name:
+                return subscription
+        raise OperationRefusedError(f"unknown subscription {name!r}: outbox catalog lists them")
 
     def event_image(self, tenant: str, seq: int) -> dict[str, Any]:
         """The event row at ``seq`` of ``tenant``'s log, as the stream would carry it."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops import audit as auditing
+from outbox.ops import ordering as ordering
 from outbox.ops import reconcile as reconciling
 from outbox.ops import redrive as redriving
 from outbox.ops import replay as replaying
@@ -28,6 +29,8 @@ class Operations(OperatorContext):
     pipe_states = reading.pipe_states
     verify = reading.verify
     findings = auditing.findings
+    blocked = ordering.blocked
+    skip = ordering.skip
 
     def dead_letters(self, tenant: str, **selection: Any) -> list[DeadLetter]:
         """The tenant's dead letters, selected as ``InboxReader.dead_letters`` selects them (subscription,

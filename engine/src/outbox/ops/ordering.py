@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
+from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
 from outbox.ops.context import OperatorContext
-from outbox.ordering import OrderBook, WakeUps, Watermark
+from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
 from outbox.subscriptions import Subscription
 
 
@@ -25,8 +25,9 @@ class Blocked:
     subscription: str
     applied_seq: int  # the watermark
     waiting: int  # events deferred behind it
-    waits_for_seq: int  # the event the lowest deferred one waits for
-    waits_for_state: str  # its claim row's status, "absent", or "applied" (a wake-up is on its way)
+    waits_for_seq: int  # the first event of the order not applied: what the lowest deferred one waits for, or
+    # that one itself once what it waits for is applied
+    waits_for_state: str  # its claim row's status, or "absent"
     hint: str  # what the operator can do
 
     @property
@@ -67,8 +68,9 @@ def ordered_subscriptions(context: OperatorContext) -> list[Subscription]:
 
 
 def blocked(context: OperatorContext, tenants: list[str] | None = None) -> list[Blocked]:
-    """Every (tenant, ordered subscription) with deferred events: a read of the watermark per pair, and of
-    the lowest deferred event and the claim it waits for where some wait."""
+    """Every (tenant, ordered subscription) with deferred events: one query per pair (its lowest deferred
+    event), and where one waits, its watermark and the claim of the event the order waits for. Queries of the
+    inbox only, and reads of the log: what the operator endpoint may do."""
     subscriptions = ordered_subscriptions(context)
     if not subscriptions:
         return []
@@ -76,34 +78,38 @@ def blocked(context: OperatorContext, tenants: list[str] | None = None) -> list[
     found: list[Blocked] = []
     for tenant in tenants if tenants is not None else context.tenants():
         for subscription in subscriptions:
-            watermark = book.watermark(tenant, subscription.name)
-            if watermark.deferred <= 0:
-                continue
             lowest = book.deferred(tenant, subscription.name, limit=1)
             if lowest:
-                found.append(_blocked(context, watermark, lowest[0].waits_for))
+                found.append(_blocked(context, book.watermark(tenant, subscription.name), lowest[0]))
     return found
 
 
-def _blocked(context: OperatorContext, watermark: Watermark, waits_for: int) -> Blocked:
+def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -> Blocked:
+    """What holds the order up: the event the lowest deferred one waits for, or, once that is applied, the
+    lowest deferred event itself (dead, running, or waiting for its wake-up)."""
     tenant, name = watermark.tenant, watermark.subscription
-    base = f"--tenant {tenant} --subscription {name} --seq {waits_for}"
-    if waits_for <= watermark.applied_seq:
-        state, hint = "applied", f"Its wake-up is on its way; if it stays, run: outbox skip {base} (sends it again)."
-        return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, waits_for, state, hint)
-    event_id = Envelope.from_item(context.event_image(tenant, waits_for)).id
-    claim = context.inbox.read_claim(event_id, name)
+    if lowest.waits_for > watermark.applied_seq:
+        seq = lowest.waits_for
+        event_id = Envelope.from_item(context.event_image(tenant, seq)).id
+    else:
+        seq, event_id = lowest.seq, lowest.event_id
+    claim = context.inbox.claims_of(event_id).get(name)  # a query: the endpoint reads the inbox by queries
     state = "absent" if claim is None else claim.status
-    skip = f'outbox skip {base} --reason "..."'
+    skip = f'outbox skip --tenant {tenant} --subscription {name} --seq {seq} --reason "..."'
+    reconcile = f"outbox reconcile --tenant {tenant} --subscription {name}"
     hints = {
-        DEAD: f"It is dead: fix the cause and run outbox replay --tenant {tenant} --event {event_id}, or {skip}.",
-        "absent": f"It never reached {name}: run outbox reconcile --tenant {tenant}, or {skip}.",
+        DEAD: (
+            f"It is dead: fix the cause and run outbox replay --tenant {tenant} --event-id {event_id} "
+            f"--subscription {name}, or {skip}."
+        ),
+        "absent": f"It never reached {name} (older than the subscription, or the stream): run {reconcile}, or {skip}.",
         REPLAYING: "A replay of it is on its way.",
         PENDING: "It is running or being retried.",
+        DEFERRED: f"It may run, and its wake-up is on its way (or in the durable DLQ); if it stays, run {reconcile}.",
         COMPLETED: f"It completed before {name} was ordered: {skip}.",
     }
-    hint = hints.get(state, f"Look at its claim: outbox inspect --event {event_id}.")
-    return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, waits_for, state, hint)
+    hint = hints.get(state, f"Look at its dead letters: outbox dead-letters list --tenant {tenant}.")
+    return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, seq, state, hint)
 
 
 def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, by: str, reason: str) -> SkipResult:
@@ -125,7 +131,7 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
             raise OperationRefusedError(
                 f"seq {seq} is already applied by {subscription} (watermark {watermark.applied_seq})"
             )
-        return SkipResult(tenant, subscription, seq, envelope.id, True, _wake(context, book, watermark))
+        return SkipResult(tenant, subscription, seq, envelope.id, True, _woken_seq(wake(context, book, watermark)))
     first = book.predecessor(envelope, definition, watermark.applied_seq)
     if first is not None:
         raise OperationRefusedError(
@@ -155,16 +161,14 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
             "status and try again"
         ) from exc
     after = book.watermark(tenant, subscription)
-    return SkipResult(tenant, subscription, seq, envelope.id, False, _wake(context, book, after))
+    return SkipResult(tenant, subscription, seq, envelope.id, False, _woken_seq(wake(context, book, after)))
 
 
 def _ordered(context: OperatorContext, name: str) -> Subscription:
-    for subscription in context.catalog.registry.subscriptions:
-        if subscription.name == name:
-            if not subscription.ordered:
-                raise OperationRefusedError(f"{name} is not an ordered subscription: there is no order to skip in")
-            return subscription
-    raise OperationRefusedError(f"no subscription named {name!r} in the catalog")
+    subscription = context.require_subscription(name)
+    if not subscription.ordered:
+        raise OperationRefusedError(f"{name} is not an ordered subscription: there is no order to skip in")
+    return subscription
 
 
 def _was_deferred(claim: ClaimRecord | None) -> bool:
@@ -213,7 +217,9 @@ def _resolved_letter(
     }
 
 
-def _wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> int | None:
+def wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Deferred | None:
+    """Send the deferred event ``watermark`` lets run (if any) back to the durable queue, as the consumer
+    does when it cannot run it itself; that event."""
     ready = book.ready_deferred(watermark)
     if ready is None:
         return None
@@ -222,4 +228,8 @@ def _wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> in
         topology.durable_queue_url, sqs=context.sqs, dynamodb=context.dynamodb, events_table=topology.events_table
     )
     wake_ups.send(ready, watermark.applied_seq)
-    return ready.seq
+    return ready
+
+
+def _woken_seq(woken: Deferred | None) -> int | None:
+    return None if woken is None else woken.seq

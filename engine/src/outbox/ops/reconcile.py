@@ -5,6 +5,11 @@ It vouches only for events younger than the inbox's retention: before that, a mi
 completion the inbox forgot. Every pair it re-sends has a claim row that vouches for the message, written
 before it is sent (REPLAYING, where there was none), so however late the message arrives, the consumer
 knows the pair has not completed since.
+
+An ordered subscription (``outbox.ordering``) remembers what it applied at any age: its watermark, which
+every completion moves in its own transaction. Reconciled alone (``subscription=``), it is sent, per tenant,
+every event of its order above the watermark that has no claim, however old: the backfill of a new ordered
+subscription over an existing log, or of one whose events the stream no longer holds.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
-from outbox.subscriptions import Lane
+from outbox.ops.ordering import order_book, wake
+from outbox.subscriptions import Lane, Subscription
 
 EPOCH = datetime.fromtimestamp(0, tz=UTC)
 
@@ -40,23 +46,27 @@ def reconcile_horizon(context: OperatorContext) -> datetime:
 
 def reconcile(
     context: OperatorContext,
-    since: datetime,
+    since: datetime | None,
     *,
     tenant: str | None = None,
+    subscription: str | None = None,
     dry_run: bool = False,
     stale_after: timedelta | None = None,
     on_progress: ProgressCallback = no_progress,
 ) -> ReconcileResult:
-    """Re-send events (from ``since``) whose durable subscriptions have no claim (or a long-stale one),
-    naming only those subscriptions. Running it again publishes nothing new. ``since`` older than the
-    inbox's retention is refused."""
-    horizon = reconcile_horizon(context)
-    if since < horizon:
+    """Re-send events (from ``since``) whose durable subscriptions (or ``subscription`` alone) have no claim
+    (or a long-stale one), naming only those subscriptions. Running it again publishes nothing new. ``since``
+    older than the inbox's retention is refused. An ordered ``subscription`` takes no ``since``: it is
+    reconciled from each tenant's watermark, at any age."""
+    selected = _durable(context, subscription) if subscription is not None else None
+    ordered = selected is not None and selected.ordered
+    if ordered and since is not None:
         raise OperationRefusedError(
-            f"the inbox remembers completions for {context.topology.inbox_retention_days} days, so reconcile can "
-            f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
-            "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
+            f"{subscription} is ordered: it is reconciled from each tenant's watermark (what it applied last), "
+            "at any age; leave out --since"
         )
+    if not ordered:
+        _check_window(context, since)
     tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
     if not tenants:
         raise OperationRefusedError("there are no tenants: nothing to reconcile")
@@ -65,10 +75,19 @@ def reconcile(
     now = context.now()
     for done, tenant_name in enumerate(tenants):
         on_progress(f"scanning tenant {tenant_name} ({result.scanned} events so far)", done, len(tenants))
-        for envelope in _events_since(context, tenant_name, since):
+        if ordered:
+            assert selected is not None
+            candidates = _above_watermark(context, tenant_name, selected)
+        else:
+            assert since is not None  # _check_window refused a window without a start
+            candidates = _events_since(context, tenant_name, since)
+        if ordered and not dry_run:
+            assert selected is not None
+            _wake_ready(context, tenant_name, selected, result)
+        for envelope in candidates:
             result.scanned += 1
-            wanted = [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
-            missing = _unclaimed(context, envelope.id, wanted, stale)
+            names = [selected.name] if selected else _durable_names(context, envelope)
+            missing = _unclaimed(context, envelope.id, names, stale)
             if missing and not dry_run:
                 missing = _resend(context, envelope, missing, now)
             if not missing:
@@ -78,6 +97,51 @@ def reconcile(
             result.subscriptions[envelope.id] = sorted(missing)
     on_progress(f"scanned {result.scanned} events", len(tenants), len(tenants))
     return result
+
+
+def _check_window(context: OperatorContext, since: datetime | None) -> None:
+    if since is None:
+        raise OperationRefusedError(
+            "reconcile needs --since (a time or a duration back, like 7d); only an ordered --subscription is "
+            "reconciled without one"
+        )
+    horizon = reconcile_horizon(context)
+    if since < horizon:
+        raise OperationRefusedError(
+            f"the inbox remembers completions for {context.topology.inbox_retention_days} days, so reconcile can "
+            f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
+            "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
+        )
+
+
+def _durable(context: OperatorContext, name: str) -> Subscription:
+    subscription = context.require_subscription(name)
+    if subscription.lane is not Lane.DURABLE:
+        raise OperationRefusedError(f"{name} is on the {subscription.lane.value} lane: only durable work is reconciled")
+    return subscription
+
+
+def _durable_names(context: OperatorContext, envelope: Envelope) -> list[str]:
+    return [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+
+
+def _wake_ready(context: OperatorContext, tenant: str, subscription: Subscription, result: ReconcileResult) -> None:
+    """Send again the deferred event the watermark lets run, if one waits (its wake-up may sit in a DLQ)."""
+    book = order_book(context)
+    woken = wake(context, book, book.watermark(tenant, subscription.name))
+    if woken is not None:
+        result.republished.append(woken.event_id)
+        result.subscriptions[woken.event_id] = [subscription.name]
+
+
+def _above_watermark(context: OperatorContext, tenant: str, subscription: Subscription) -> Iterator[Envelope]:
+    """The events of ``subscription``'s order for ``tenant`` that it has not applied: above its watermark.
+    Every completion of an ordered subscription moves the watermark in its own transaction, so a missing
+    claim up there is work never done, not a completion the inbox forgot, however old the event."""
+    applied = order_book(context).watermark(tenant, subscription.name).applied_seq
+    for item in read_event_rows(context.dynamodb, context.topology.events_table, tenant, from_seq=applied + 1):
+        if subscription.matches(item["type"]["S"]) and subscription.in_order(item["occurred_at"]["S"]):
+            yield Envelope.from_item(item)
 
 
 def _unclaimed(context: OperatorContext, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:

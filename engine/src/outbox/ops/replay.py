@@ -76,8 +76,8 @@ def _check_selection(
             "--since/--until select a tenant's dead letters by time; with --event-id they would be ignored: "
             "give one or the other"
         )
-    if subscription is not None and not any(s.name == subscription for s in context.catalog.registry.subscriptions):
-        raise OperationRefusedError(f"unknown subscription {subscription!r}")
+    if subscription is not None:
+        context.require_subscription(subscription)
     if tenant is not None:
         context.require_tenant(tenant)
     if tenant is None and not ids:

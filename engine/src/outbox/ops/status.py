@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from outbox.chain import ChainReport, verify_chain
 from outbox.ops.context import OperatorContext
+from outbox.ops.ordering import Blocked, blocked
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,13 @@ class Status:
     poison_pills_today: int
     # What the application's functions run with (its tables, which services it calls): shown, not judged.
     application: dict[str, str] = field(default_factory=dict)
+    # Ordered subscriptions with events waiting, per tenant, and what they wait for.
+    blocked: list[Blocked] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """What needs an operator, one line each: messages in a dead-letter queue, a broken chain, dead
-        letters, poison pills today, a pipe that is not running. Empty: healthy."""
+        letters, poison pills today, a pipe that is not running, an ordered subscription whose events wait.
+        Empty: healthy."""
         found = [
             f"{name}: {depth.visible + depth.in_flight} messages"
             for name, depth in self.queues.items()
@@ -66,6 +70,7 @@ class Status:
                 found.append(f"tenant {tenant.tenant}: {tenant.tamper_findings} tamper findings (outbox findings)")
             if tenant.dead_letters:
                 found.append(f"tenant {tenant.tenant}: {tenant.dead_letters} dead letters")
+        found += [waiting.line for waiting in self.blocked]
         if self.poison_pills_today:
             found.append(f"{self.poison_pills_today} poison pills today")
         return found
@@ -75,10 +80,12 @@ class Status:
 
 
 def read_status(context: OperatorContext) -> Status:
-    tenants = [tenant_status(context, tenant) for tenant in context.tenants()]
+    names = context.tenants()
+    tenants = [tenant_status(context, tenant) for tenant in names]
     queues, pipes = queue_depths(context), pipe_states(context)
     pills = len(context.inbox.poison_pills(context.now()))
-    return Status(queues, pipes, tenants, pills, application=dict(context.topology.application))
+    waiting = blocked(context, names)
+    return Status(queues, pipes, tenants, pills, application=dict(context.topology.application), blocked=waiting)
 
 
 def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:

@@ -14,6 +14,7 @@ from botocore.config import Config
 from outbox.local import aws_fixes
 from outbox.local.clients import REGION, STANDARD_RETRIES, local_client
 from outbox.local.clock import VirtualClock
+from outbox.local.esm import lambda_message_attribute
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "benchmark",
@@ -91,7 +92,9 @@ def lambda_records(sqs: Any, queue_url: str, queue_arn: str, max_messages: int =
             "receiptHandle": message["ReceiptHandle"],
             "body": message["Body"],
             "attributes": dict(message.get("Attributes", {})),
-            "messageAttributes": {},
+            "messageAttributes": {
+                name: lambda_message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
+            },
             "md5OfBody": message["MD5OfBody"],
             "eventSource": "aws:sqs",
             "eventSourceARN": queue_arn,

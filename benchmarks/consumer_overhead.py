@@ -11,9 +11,13 @@ CPU it spends answering is measured apart (``MotoMeter``) and subtracted: "clien
 function itself would spend in Lambda. Both figures are reported. Repetitions alternate which consumer
 goes first, and every ratio is taken within one repetition.
 
-The engine runs twice: its subscriptions as they are by default (external effects: a lease per pair, claim
-and completion) and declared DynamoDB-only (``effects="dynamodb"``: no lease, the writes and a completion
-marker in one transaction), "direct" in the figures.
+The engine runs three ways: its subscriptions as they are by default (external effects: a lease per pair,
+claim and completion), declared DynamoDB-only (``effects="dynamodb"``: no lease, the writes and a completion
+marker in one transaction), "direct" in the figures, and declared ordered (``ordered=True``: the lease path
+plus the tenant's watermark, read before the claim and moved in the completion's transaction), "ordered".
+The batches hold each tenant's events in seq order, as the relay delivers them; what an event delivered
+before its predecessor costs (deferred, then woken) is counted apart, on the same events with each tenant's
+pairs swapped.
 
 Also here: the consumer's cost per message with a catalog of 10 and of 1,000 subscriptions of which one
 matches (hot-path work must not scale with the catalog), and where the engine's client CPU goes.
@@ -43,6 +47,7 @@ from outbox.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
+from outbox.ordering import WakeUps
 from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 EVENT_TYPE = "bench.order_paid"
@@ -50,8 +55,9 @@ TENANTS = ("acme", "globex", "initech", "umbrella")
 MAX_ATTEMPTS = 5
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 Batch = dict[str, Any]
-# The engine with a lease per pair (its default), Powertools Idempotency, the engine DynamoDB-only.
-IMPLEMENTATIONS = ("ours", "baseline", "direct")
+# The engine with a lease per pair (its default), Powertools Idempotency, the engine DynamoDB-only, the engine
+# with its subscriptions ordered.
+IMPLEMENTATIONS = ("ours", "baseline", "direct", "ordered")
 Handle = Callable[[Batch, Any], Any]
 # Replays of each recorded run; the client CPU is the least of them. A replay is deterministic work (the
 # same requests, the same answers), so anything above its least time is the machine's noise, not the
@@ -142,11 +148,13 @@ class Consumers:
     """Builds each consumer on fresh tables (so every run starts from an empty inbox), its requests
     going through ``dynamodb``; ``admin`` creates the tables."""
 
-    def __init__(self, dynamodb: Any, admin: Any, engine: Any | None = None) -> None:
+    def __init__(self, dynamodb: Any, admin: Any, engine: Any | None = None, sqs: Any | None = None) -> None:
         self.dynamodb = dynamodb  # Powertools' client
         self.engine = engine if engine is not None else dynamodb  # the engine's
         self.admin = admin
         self.store = EventStore("events", client=self.engine, sleep=lambda _s: None)
+        self.sqs = sqs  # where ordered subscriptions send their wake-ups (none on in-order batches)
+        self.wake_queue = aws.create_fifo_queue(sqs, "bench-wake-ups") if sqs is not None else "unused"
 
     def _fresh(self, prefix: str, key: tuple[str, str | None] = ("pk", "sk")) -> str:
         global _tables
@@ -155,7 +163,13 @@ class Consumers:
         aws.create_table(self.admin, name, key=key)
         return name
 
-    def ours(self, scenario: Scenario, catalog_size: int | None = None, effects: Effects = Effects.EXTERNAL) -> Handle:
+    def ours(
+        self,
+        scenario: Scenario,
+        catalog_size: int | None = None,
+        effects: Effects = Effects.EXTERNAL,
+        ordered: bool = False,
+    ) -> Handle:
         inbox_table, effects_table = self._fresh("inbox"), self._fresh("effects")
 
         def handler(delivery: Delivery) -> HandlerResult | None:
@@ -164,7 +178,7 @@ class Consumers:
             return HandlerResult(writes=[writes.put(effects_table, effect_item(delivery.idempotency_key))])
 
         subscriptions = [
-            Subscription(f"bench.sub_{i}", EVENT_TYPE, Lane.DURABLE, handler, effects=effects)
+            Subscription(f"bench.sub_{i}", EVENT_TYPE, Lane.DURABLE, handler, effects=effects, ordered=ordered)
             for i in range(scenario.subscriptions)
         ]
         for i in range((catalog_size or scenario.subscriptions) - scenario.subscriptions):
@@ -172,7 +186,10 @@ class Consumers:
             pattern = f"other_{i}.*" if i % 2 else f"other.type_{i}"
             subscriptions.append(Subscription(f"other.sub_{i}", pattern, Lane.DURABLE, handler))
         inbox = Inbox(inbox_table, client=self.engine, max_attempts=MAX_ATTEMPTS)
-        consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions), inbox, self.store)
+        wake_ups = None
+        if ordered:
+            wake_ups = WakeUps(self.wake_queue, sqs=self.sqs, dynamodb=self.engine, events_table="events")
+        consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions), inbox, self.store, wake_ups=wake_ups)
         return consumer.handle
 
     def baseline(self, scenario: Scenario) -> Handle:
@@ -275,6 +292,55 @@ def count(
         dynamodb=meter.total(lambda _a, service, _o: service == "dynamodb"),
         by_operation={row["operation"]: int(row["requests"]) for row in meter.rows() if row["service"] == "dynamodb"},
     )
+
+
+def count_out_of_order(
+    consumers: Consumers, sqs: Any, warmup: Batch, batches: Sequence[Batch], meter: AwsMeter, clock: VirtualClock
+) -> dict[str, float]:
+    """What an ordered subscription spends per event when some arrive before their predecessor: the events of
+    the in-order runs, each tenant's consecutive pairs swapped (seq 2 before 1, 4 before 3, ...), sent to one
+    FIFO queue and received from it in batches, as Lambda would; the consumer's wake-ups go to the same
+    queue, behind the tenant's other messages, and are received in their turn until the queue is empty. One
+    subscription, whose handler writes one item. Counted, not timed."""
+    context = LocalLambdaContext("bench-consumer", FUNCTION_TIMEOUT, clock)
+    handle = consumers.ours(Scenario(1, True), ordered=True)
+    _check(handle(warmup, context))
+    queue = consumers.wake_queue
+    records = _swapped_per_tenant([record for batch in batches for record in batch["Records"]])
+    for n, record in enumerate(records):
+        group = record["attributes"]["MessageGroupId"]
+        sqs.send_message(
+            QueueUrl=queue, MessageBody=record["body"], MessageGroupId=group, MessageDeduplicationId=f"ooo-{n}"
+        )
+    meter.reset()
+    received, arn = 0, aws.queue_arn(sqs, queue)
+    while batch := aws.lambda_records(sqs, queue, arn):
+        received += len(batch)
+        _check(handle({"Records": batch}, context))
+        sqs.delete_message_batch(
+            QueueUrl=queue, Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(batch)]
+        )
+    usage = meter.total(lambda _a, service, _o: service == "dynamodb")
+    events = len(records)
+    return {
+        "events": events,
+        "deliveries_per_event": received / events,
+        "dynamodb_requests_per_event": usage.requests / events,
+        "write_units_per_event": usage.write_units / events,
+        "read_units_per_event": usage.read_units / events,
+    }
+
+
+def _swapped_per_tenant(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with each tenant's consecutive pairs in reverse order, at the same positions."""
+    positions: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        positions.setdefault(record["attributes"]["MessageGroupId"], []).append(index)
+    swapped = list(records)
+    for indexes in positions.values():
+        for first, second in zip(indexes[0::2], indexes[1::2], strict=False):
+            swapped[first], swapped[second] = records[second], records[first]
+    return swapped
 
 
 def _check(response: Any) -> None:
@@ -412,9 +478,9 @@ def run(
         meter.attach(metered.meta.events)
         all_batches = make_batches(admin, sqs, (batches + 1) * batch_size, batch_size)
         warmup, measured = all_batches[0], all_batches[1:]
-        on_moto = Consumers(timed, admin, engine=engine_timed)
-        on_replay = Consumers(replayed, admin, engine=engine_replayed)
-        counting = Consumers(metered, admin)
+        on_moto = Consumers(timed, admin, engine=engine_timed, sqs=sqs)
+        on_replay = Consumers(replayed, admin, engine=engine_replayed, sqs=sqs)
+        counting = Consumers(metered, admin, sqs=sqs)
         results: dict[Scenario, dict[str, list[Measurement]]] = {
             s: {name: [] for name in IMPLEMENTATIONS} for s in SCENARIOS
         }
@@ -445,6 +511,7 @@ def run(
             for size in catalog_sizes
         }
         breakdown = cpu_breakdown(measured, admin, tools)
+        out_of_order = count_out_of_order(counting, sqs, warmup, measured, meter, clock)
     small, large = catalog_sizes
 
     def ratio(runs: dict[str, list[Measurement]], attribute: str, ours: str = "ours") -> Summary:
@@ -468,6 +535,11 @@ def run(
                 "client_cpu_ratio": ratio(runs, "client_cpu_seconds"),
                 "replayed_cpu_ratio": ratio(runs, "replayed_cpu_seconds"),
                 "direct_replayed_cpu_ratio": ratio(runs, "replayed_cpu_seconds", ours="direct"),
+                "ordered": describe(runs["ordered"], counts[(scenario, "ordered")]),
+                # An ordered subscription against the same subscription unordered (the lease path), not Powertools.
+                "ordered_replayed_cpu_ratio": ratios(
+                    [m.replayed_cpu_seconds for m in runs["ordered"]], [m.replayed_cpu_seconds for m in runs["ours"]]
+                ),
             }
             for scenario, runs in results.items()
         ],
@@ -485,6 +557,7 @@ def run(
             ),
         },
         "cpu_breakdown_us": breakdown,
+        "ordered_out_of_order": out_of_order,
         "moto_cpu_ms_by_operation": {
             name: {"requests": t.requests, "cpu_ms_per_request": t.cpu_seconds / t.requests * 1000}
             for name, t in sorted(moto_by_operation.items())
@@ -498,6 +571,8 @@ def _builder(scenario: Scenario, implementation: str, catalog_size: int | None =
         return lambda consumers: consumers.ours(scenario, catalog_size)
     if implementation == "direct":
         return lambda consumers: consumers.ours(scenario, catalog_size, effects=Effects.DYNAMODB)
+    if implementation == "ordered":
+        return lambda consumers: consumers.ours(scenario, catalog_size, ordered=True)
     return lambda consumers: consumers.baseline(scenario)
 
 

@@ -67,9 +67,11 @@ class ConsumerScenario(Figures):
     ours: ConsumerRun
     baseline: ConsumerRun
     direct: ConsumerRun  # the engine's subscriptions declared DynamoDB-only (no lease)
+    ordered: ConsumerRun  # the engine's subscriptions declared ordered (lease path and watermark)
     cpu_ratio: Summary
     replayed_cpu_ratio: Summary
     direct_replayed_cpu_ratio: Summary
+    ordered_replayed_cpu_ratio: Summary  # ordered against the same subscriptions unordered ("ours")
 
     @property
     def shape(self) -> str:
@@ -105,6 +107,16 @@ class CpuBreakdown(Figures):
     baseline_save_success_us: float
 
 
+class OutOfOrder(Figures):
+    """An ordered subscription on events whose tenants' consecutive pairs arrive swapped (counted)."""
+
+    events: int
+    deliveries_per_event: float  # messages handled per event: 1 plus the wake-ups
+    dynamodb_requests_per_event: float
+    write_units_per_event: float
+    read_units_per_event: float
+
+
 class MotoOperation(Figures):
     requests: int
     cpu_ms_per_request: float
@@ -118,6 +130,7 @@ class ConsumerFigures(Figures):
     scenarios: tuple[ConsumerScenario, ...] = Field(min_length=1)
     catalog_scale: CatalogScale
     cpu_breakdown_us: CpuBreakdown
+    ordered_out_of_order: OutOfOrder
     moto_cpu_ms_by_operation: dict[str, MotoOperation]
 
     @property

@@ -62,6 +62,8 @@ ITEM_NOTED = "sim.item_noted"
 AUDIT, NOTE_LOCALLY, WATCH = "sim.audit", "sim.note_locally", "sim.watch_items"
 CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
 LEDGER = "sim.ledger"  # ordered: a tenant's items applied in seq order (only in a schedule that has it)
+# The entities whose row changes sim.watch_items reads: what the record-change pipe carries (runner.run_seed).
+WATCHED_ENTITIES = ("SIMITEM",)
 # The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
 DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
 ORDERED_DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE, LEDGER), ITEM_NOTED: (ARCHIVE,)}

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
-from outbox.local.template import StackSpec
+from outbox.local.template import StackSpec, with_record_change_entities
 from outbox.ops import Topology
-from simulation.catalog import RUN_VARIABLE, catalog_for
+from simulation.catalog import RUN_VARIABLE, WATCHED_ENTITIES, catalog_for
 from simulation.chaos import Chaos
 from simulation.determinism import seeded
 from simulation.driver import Driver, client
@@ -51,6 +51,8 @@ class SeedResult:
 
 
 def run_seed(seed: int, stack: StackSpec) -> SeedResult:
+    # The simulated application watches its own rows: the record-change pipe as it would deploy it.
+    stack = with_record_change_entities(stack, WATCHED_ENTITIES)
     schedule = generate(seed)
     clock = VirtualClock()
     trace = Trace(clock)

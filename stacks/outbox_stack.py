@@ -49,6 +49,7 @@ class OutboxStack(Stack):
             catalog=CATALOG,
             data_tables=[self.data.table],
             record_changes_from=self.data.table,
+            record_change_entities=settings.record_change_entities,
             # What modules.build_catalog reads in every function.
             environment={
                 "DATA_TABLE_NAME": self.data.table.table_name,

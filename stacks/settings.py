@@ -27,6 +27,12 @@ PIPE_LOG_EXECUTION_DATA_CONTEXT: Final = "pipeLogExecutionData"
 INBOX_RETENTION_DAYS_CONTEXT: Final = "inboxRetentionDays"
 CONSUMER_MAX_CONCURRENCY_CONTEXT: Final = "consumerMaxConcurrency"
 RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT: Final = "recordChangeMaxConcurrency"
+# Whose row changes the record-change pipe carries: entity names, comma-separated, or "*" for every row.
+RECORD_CHANGE_ENTITIES_CONTEXT: Final = "recordChangeEntities"
+# The entities the example's BEST_EFFORT subscriptions watch (tests/unit/test_catalog_contract.py compares them
+# with the catalog): every other row's change is dropped by the pipe, unpaid for.
+WATCHED_ENTITIES: Final = ("CONTACTADDRESS",)
+EVERY_ROW: Final = "*"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class ExampleSettings:
     # Its own key: the standard queue scales its consumer far beyond the FIFO queue's one-per-tenant, so
     # a burst of row changes (a bulk import) is capped here without touching the durable lane.
     record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY
+    # None: every row change reaches the record-change queue.
+    record_change_entities: tuple[str, ...] | None = WATCHED_ENTITIES
 
     @classmethod
     def from_context(cls, node: Node) -> ExampleSettings:
@@ -73,7 +81,22 @@ class ExampleSettings:
             ),
             consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
             record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
+            record_change_entities=_record_change_entities(node.try_get_context(RECORD_CHANGE_ENTITIES_CONTEXT)),
         )
+
+
+def _record_change_entities(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return WATCHED_ENTITIES
+    if value == EVERY_ROW:
+        return None
+    names = tuple(name.strip() for name in str(value).split(",") if name.strip())
+    if not names:
+        raise ValueError(
+            f"context {RECORD_CHANGE_ENTITIES_CONTEXT} must name entities, comma-separated (like CONTACTADDRESS), "
+            f"or be {EVERY_ROW!r} for every row; got {value!r}"
+        )
+    return names
 
 
 def _no_alarm_subscriber(node: Node, email: object) -> str | None:

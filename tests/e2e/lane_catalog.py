@@ -12,6 +12,9 @@ from outbox import Delivery, EventStore, Lane, Subscription, writes
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
 from outbox.record_changes import RecordChange
 
+# The rows whose changes lanes.best_effort reads: what the record-change pipe carries in these tests.
+WATCHED_ENTITIES = ("LANEORDER",)
+
 # (lane, subscription, who ran it): "caller" in the process that called emit(), else the function name.
 RUNS: list[tuple[str, str, str]] = []
 # What each lane's handler received, in order: (subscription, Delivery or RecordChange).
@@ -57,7 +60,7 @@ def build_catalog(data_table: str | None = None) -> Catalog:
                 name="lanes",
                 code=("tests.e2e.lane_catalog",),
                 event_types=(EventTypeSpec("lanes.placed", Placed),),
-                entities=(EntitySpec("LANEORDER"),),
+                entities=tuple(EntitySpec(name) for name in WATCHED_ENTITIES),
                 subscriptions=subscriptions,
             )
         ]

@@ -16,8 +16,10 @@ from modules.commerce import OrderConflictError
 from modules.services import SERVICE_NAMES, SERVICES_VARIABLE
 from outbox import EventStore, InvalidEventError
 from outbox.local.runtime import LocalRuntime
+from outbox.local.template import load_stack, with_record_change_entities
 from outbox.testing.services import FakeServiceServer
 from outbox_cdk import operator_endpoint
+from stacks.app_factory import STACK_NAME
 from tests.conftest import Synthesized
 from tests.e2e import lane_catalog
 from tests.e2e.backends import LocalBackend
@@ -31,9 +33,9 @@ LANE_CATALOG = "tests.e2e.lane_catalog:build_catalog"
 def lanes_runtime(synthesized: Synthesized) -> Iterator[LocalRuntime]:
     lane_catalog.RUNS.clear()
     lane_catalog.RECEIVED.clear()
-    with LocalRuntime.from_assembly(
-        synthesized.outdir, environment={"SUBSCRIPTIONS": LANE_CATALOG}, function_log_level="CRITICAL"
-    ) as runtime:
+    # The lane catalog's application watches its own rows (LANEORDER), not the example's.
+    stack = with_record_change_entities(load_stack(synthesized.outdir, STACK_NAME), lane_catalog.WATCHED_ENTITIES)
+    with LocalRuntime(stack, environment={"SUBSCRIPTIONS": LANE_CATALOG}, function_log_level="CRITICAL") as runtime:
         yield runtime
 
 

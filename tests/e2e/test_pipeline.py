@@ -137,6 +137,19 @@ def test_an_address_change_reaches_the_best_effort_lane(backend: Backend) -> Non
     assert mailing["address"]["S"] == "2 Elm St"
 
 
+def test_only_the_watched_entities_row_changes_reach_the_record_change_queue(local: LocalBackend) -> None:
+    # An order and its payment write ORDER, PAYMENT, SALES, JOURNAL and PETTAG rows: nobody watches them, and
+    # the record-change pipe drops their changes at the source; an address change passes.
+    tenant = unique("tenant")
+    pipe = local.runtime.pipe("RecordChangePipeName")
+    order_and_pay(local, tenant)
+    local.settle()
+    assert (pipe.counters.delivered, pipe.counters.filtered_out > 0) == (0, True)
+    local.profile().change_address(local.store(), tenant=tenant, actor="e2e", profile_id="p1", address="3 Oak St")
+    local.settle()
+    assert pipe.counters.delivered == 1, "the address row's change (the mailing row it writes is dropped)"
+
+
 def test_the_inline_lane_refuses_a_payment_and_nothing_commits(backend: Backend) -> None:
     tenant = unique("tenant")
     with pytest.raises(TerminalError, match="screening limit"):

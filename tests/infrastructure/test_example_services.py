@@ -12,6 +12,7 @@ from modules import build_catalog
 from modules.services import HttpService, Services, ServicesNotConfiguredError
 from outbox.testing.services import FakeService
 from stacks.app_factory import build_app
+from stacks.settings import RECORD_CHANGE_ENTITIES_CONTEXT, WATCHED_ENTITIES
 from tests.example_app import settings_from
 from tests.infrastructure.conftest import resources_of_type
 
@@ -90,3 +91,14 @@ def test_a_synth_with_credentials_in_the_services_url_says_why_without_repeating
     with pytest.raises(ValueError, match="must not carry credentials") as refused:
         settings_from({"commerceServices": "https://user:secret@api.example.com"})
     assert "secret" not in str(refused.value)
+
+
+def test_the_example_carries_the_row_changes_its_catalog_watches_unless_told_otherwise() -> None:
+    assert settings_from({}).record_change_entities == WATCHED_ENTITIES
+    assert settings_from({RECORD_CHANGE_ENTITIES_CONTEXT: "*"}).record_change_entities is None
+    assert settings_from({RECORD_CHANGE_ENTITIES_CONTEXT: "SIMITEM, ORDER"}).record_change_entities == (
+        "SIMITEM",
+        "ORDER",
+    )
+    with pytest.raises(ValueError, match="must name entities"):
+        settings_from({RECORD_CHANGE_ENTITIES_CONTEXT: " , "})

@@ -78,6 +78,7 @@ def test_two_pipelines_in_one_stack_are_refused_with_the_reason() -> None:
         ({"consumer_max_concurrency": 1}, "max concurrency"),
         ({"consumer_timeout": Duration.seconds(5)}, "timeout must be whole seconds from 10 to 900"),
         ({"record_change_timeout": Duration.minutes(20)}, "timeout must be whole seconds from 10 to 900"),
+        ({"record_change_entities": ["CONTACTADDRESS"]}, "give record_changes_from too"),
     ],
 )
 def test_props_that_would_deploy_a_broken_pipeline_fail_the_synth(options: dict[str, Any], message: str) -> None:

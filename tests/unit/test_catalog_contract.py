@@ -13,6 +13,7 @@ from modules import build_catalog
 from modules.services import Services
 from outbox import EventStore, InvalidEventError, Lane, OutboxValidationError, Subscription
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
+from stacks.settings import WATCHED_ENTITIES
 from tests.unit.test_emit_validation import NoAwsClient
 
 CATALOG_FILE = Path(__file__).resolve().parents[2] / "catalog.json"
@@ -48,6 +49,20 @@ def test_the_committed_catalog_is_current() -> None:
     catalog = build_catalog(data_table="data", services=Services.fakes())
     current = json.dumps(catalog.document(), indent=2, sort_keys=True) + "\n"
     assert CATALOG_FILE.read_text() == current, "catalog.json is stale: run `make catalog` and commit it"
+
+
+def test_the_example_pipe_carries_exactly_the_row_changes_its_catalog_watches() -> None:
+    # The example's record-change pipe drops every other entity's row changes at the source: an entity a
+    # BEST_EFFORT subscription watches that it left out would never reach its handler.
+    document = build_catalog(data_table="data", services=Services.fakes()).document()
+    watched = {
+        entity["entity"]
+        for entity in document["entities"]
+        for subscription in document["subscriptions"]
+        if subscription["lane"] == Lane.BEST_EFFORT.value
+        and set(subscription["matches"]) & set(entity["row_change_types"])
+    }
+    assert set(WATCHED_ENTITIES) == watched
 
 
 def test_a_well_formed_module_has_no_problems() -> None:

@@ -36,6 +36,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox.outputs import StackOutput
+from outbox.record_changes import ENTITY_NAME
 from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
@@ -87,6 +88,11 @@ class OutboxPipeline(Construct):
     record_changes_from
         A table of yours whose stream feeds the BEST_EFFORT lane (it needs a stream with new and old
         images). None: no record-change lane.
+    record_change_entities
+        The entities (partition-key prefixes, ``EntitySpec`` names) whose row changes your BEST_EFFORT
+        subscriptions watch: the record-change pipe drops every other row's change at the source, so the
+        queue and its consumer are paid for only what someone reads. None: every row change (the consumer
+        logs and drops what matches no subscription). Only with ``record_changes_from``.
     environment
         Variables for every function of the pipeline (your table names, your service URLs). Published as
         the ``ApplicationEnvironment`` output, so ``outbox --catalog ...`` builds your catalog the same way.
@@ -156,6 +162,7 @@ class OutboxPipeline(Construct):
         catalog: str,
         data_tables: Sequence[dynamodb.ITable] = (),
         record_changes_from: dynamodb.ITable | None = None,
+        record_change_entities: Sequence[str] | None = None,
         environment: Mapping[str, str] | None = None,
         alarm_topic: sns.ITopic | None = None,
         alarm_email: str | None = None,
@@ -176,6 +183,7 @@ class OutboxPipeline(Construct):
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
         _check_options(environment, pipe_log_level, record_changes_from)
+        _check_entities(record_change_entities, record_changes_from)
         _check_alarm_subscriber(alarm_topic, alarm_email, no_alarm_subscriber)
         self.stack = Stack.of(self)
         consumer_seconds = _timeout_seconds("durable consumer", consumer_timeout, timing.CONSUMER_TIMEOUT_SECONDS)
@@ -260,6 +268,7 @@ class OutboxPipeline(Construct):
                 record_changes_from,
                 data_tables,
                 max_concurrency=record_change_max_concurrency,
+                entities=record_change_entities,
                 log_level=pipe_log_level,
                 log_execution_data=pipe_log_execution_data,
             )
@@ -349,6 +358,7 @@ class OutboxPipeline(Construct):
         data_tables: Sequence[dynamodb.ITable],
         *,
         max_concurrency: int,
+        entities: Sequence[str] | None,
         log_level: PipeLogLevel,
         log_execution_data: bool,
     ) -> None:
@@ -369,6 +379,7 @@ class OutboxPipeline(Construct):
             log_level=log_level,
             log_execution_data=log_execution_data,
             encryption_key=self.encryption_key,
+            entities=entities,
         )
         self.record_changes.fed_by(self.record_change_pipe)
         self.record_change_consumer = RecordChangeConsumer(
@@ -484,6 +495,23 @@ def _check_options(
         raise ValueError(
             f"record_changes_from={record_changes_from.node.path} has no stream: create it with "
             "stream=StreamViewType.NEW_AND_OLD_IMAGES (or import it with its table_stream_arn)"
+        )
+
+
+def _check_entities(entities: Sequence[str] | None, record_changes_from: dynamodb.ITable | None) -> None:
+    if entities is None:
+        return
+    if record_changes_from is None:
+        raise ValueError("record_change_entities filters the record-change lane: give record_changes_from too")
+    if isinstance(entities, str) or not entities:
+        raise ValueError(
+            "record_change_entities must list entity names, like ['CONTACTADDRESS']; None carries every row change"
+        )
+    wrong = [name for name in entities if not isinstance(name, str) or not ENTITY_NAME.fullmatch(name)]
+    if wrong:
+        raise ValueError(
+            f"record_change_entities: {wrong!r} are not entity names (a row's partition-key prefix before '#': "
+            f"{ENTITY_NAME.pattern})"
         )
 
 

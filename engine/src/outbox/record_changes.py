@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from boto3.dynamodb.types import TypeDeserializer
@@ -25,6 +27,21 @@ def row_change_type(entity: str, operation: str) -> str:
 def entity_of(partition_key: str) -> str:
     """The entity of a row is its partition key's prefix: ``CONTACTADDRESS#42`` -> ``CONTACTADDRESS``."""
     return partition_key.split("#", 1)[0]
+
+
+# What an entity name may be: a partition-key prefix, without the "#" that ends it.
+ENTITY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+def entity_filter(entities: Sequence[str]) -> dict[str, Any]:
+    """The stream filter pattern that passes the row changes of ``entities`` only: those whose partition key
+    is ``ENTITY#...`` or the bare ``ENTITY`` (``entity_of`` reads both so), matched on the record's keys,
+    which every INSERT, MODIFY and REMOVE carries. The record-change pipe's filter when its entities are given
+    (``OutboxPipeline(record_change_entities=...)``)."""
+    values: list[Any] = []
+    for entity in entities:
+        values += [entity, {"prefix": f"{entity}#"}]
+    return {"dynamodb": {"Keys": {"pk": {"S": values}}}}
 
 
 class RecordChange(BaseModel):

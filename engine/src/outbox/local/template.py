@@ -8,10 +8,13 @@ against the local resources when the runtime creates them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from outbox.outputs import StackOutput
+from outbox.record_changes import entity_filter
 
 
 class TemplateError(ValueError):
@@ -134,6 +137,16 @@ def load_manifest_stacks(assembly_dir: Path | str) -> list[str]:
         for artifact in artifacts.values()
         if artifact.get("type") == "aws:cloudformation:stack"
     )
+
+
+def with_record_change_entities(stack: StackSpec, entities: Sequence[str]) -> StackSpec:
+    """``stack`` as it would have been synthesized with ``OutboxPipeline(record_change_entities=entities)``:
+    its record-change pipe filtered on those entities' rows. For an application of your own (a test's
+    catalog, the simulator's) run on a stack synthesized for another, without a second synth."""
+    pipe_id = stack.output_reference(StackOutput.RECORD_CHANGE_PIPE).logical_id
+    pattern = json.dumps(entity_filter(entities))
+    pipes = {**stack.pipes, pipe_id: replace(stack.pipes[pipe_id], filter_patterns=[pattern])}
+    return replace(stack, pipes=pipes)
 
 
 def load_stack(assembly_dir: Path | str, stack_name: str) -> StackSpec:

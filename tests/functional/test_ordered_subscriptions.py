@@ -564,3 +564,24 @@ def test_an_ordered_reconcile_sends_a_deferred_event_whose_wake_up_never_came(
     assert result.subscriptions == {second.id: [LEDGER]}
     assert applied.seqs == {"acme": [1, 2]}
     assert blocked(operator(h)) == []
+
+
+def test_a_deferred_event_whose_log_row_was_rewritten_into_garbage_does_not_hold_its_predecessor_back(
+    make_harness: HarnessFactory,
+) -> None:
+    # Read back from the log to run right after its predecessor, the row no longer parses: it is sent to the
+    # queue, where the message path records what it is; the predecessor's message is acknowledged.
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    h.dynamodb.put_item(
+        TableName=EVENTS_TABLE,
+        Item={**second.to_item(), "tenant": {"N": "12"}, "payload": {"S": "not an object"}},
+    )
+    h.publish(first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1]}
+    assert h.claim_status(LEDGER, first) == "COMPLETED"
+    assert h.queue_depth(h.queue_url) == 0
+    assert h.dlq_bodies() == []

@@ -481,7 +481,7 @@ class DurableConsumer:
         remaining_ms: Callable[[], int],
     ) -> DeliveryOutcome:
         """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
-        for another (``WAKE_HERE_MIN_REMAINING``); send the one it cannot run here back to the queue. All of it
+        for another (``WAKE_HERE_MIN_REMAINING_MS``); send the one it cannot run here back to the queue. All of it
         before this message is acknowledged: a crash on the way leaves the message to come back and do it
         again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
@@ -511,7 +511,10 @@ class DurableConsumer:
         item = self.store.client.get_item(
             TableName=self.store.table_name, Key=keys.event_key(ready.tenant, ready.seq), ConsistentRead=True
         ).get("Item")
-        envelope = None if item is None else Envelope.from_item(item)
+        try:
+            envelope = None if item is None else Envelope.from_item(item)
+        except EnvelopeParseError:  # a row rewritten into something else: its message path records what it is
+            return DeliveryOutcome.RETRY, None
         if envelope is None or envelope.id != ready.event_id:
             return DeliveryOutcome.RETRY, None
         self._count(Metric.RUN_AFTER_PREDECESSOR)

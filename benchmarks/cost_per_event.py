@@ -131,6 +131,9 @@ def instrument(runtime: LocalRuntime, instruments: Instruments) -> None:
     for name, function in runtime.functions.items():
         label = f"λ:{short_name(name)}"
         memory = runtime.stack.functions[name].memory_mb
+        # Every function is in the figures, a function never invoked with zeros: the record-change consumer,
+        # say, when no row the pipe carries changed.
+        instruments.functions[label].memory_mb = memory
         function.invoke = _timed(  # type: ignore[method-assign,assignment]
             label, function.invoke, instruments, memory
         )

@@ -100,10 +100,14 @@ class RecordLaneCost:
 def record_lane_cost(run: CostRun, prices: Mapping[str, Any]) -> RecordLaneCost:
     lane = run.actors.record_change_lane
     pipes = [usage for actor, usage in run.by_actor.items() if actor.startswith("pipe:")]
-    lane_usage = [run.by_actor[lane.pipe], run.by_actor[lane.mapping]]
     pipe_lane = run.by_actor[lane.pipe].message_chunks
-    sqs_all = sum(u.sqs_requests_fifo + u.sqs_requests_standard - u.empty for u in run.by_actor.values())
-    sqs_lane = sum(u.sqs_requests_standard - u.empty for u in lane_usage)
+    sqs_all = sum(
+        _sqs_work(actor, u.sqs_requests_fifo + u.sqs_requests_standard, u.empty) for actor, u in run.by_actor.items()
+    )
+    sqs_lane = sum(
+        _sqs_work(actor, run.by_actor[actor].sqs_requests_standard, run.by_actor[actor].empty)
+        for actor in (lane.pipe, lane.mapping)
+    )
     function = run.functions[lane.function]
     dollars = (
         pipe_lane * unit_price(prices, "pipes_request")
@@ -116,6 +120,12 @@ def record_lane_cost(run: CostRun, prices: Mapping[str, Any]) -> RecordLaneCost:
         sqs_share=sqs_lane / sqs_all,
         dollars_per_million=dollars / run.events * 1_000_000,
     )
+
+
+def _sqs_work(actor: str, requests: int, empty: int) -> int:
+    """An actor's SQS requests that carried work. A pipe's empty polls are GetRecords, not SQS receives: its
+    SQS requests are all sends; anyone else's empty ones are receives that returned nothing."""
+    return requests if actor.startswith("pipe:") else requests - empty
 
 
 @dataclass(frozen=True)

@@ -558,6 +558,9 @@ def test_an_ordered_reconcile_sends_a_deferred_event_whose_wake_up_never_came(
     assert f"outbox reconcile --tenant acme --subscription {LEDGER}" in stuck.hint
     monkeypatch.undo()
 
+    planned = reconcile(operator(h), None, subscription=LEDGER, dry_run=True)
+    h.esm.drain()
+    assert (planned.subscriptions, applied.seqs) == ({second.id: [LEDGER]}, {"acme": [1]}), "named, not sent"
     result = reconcile(operator(h), None, subscription=LEDGER)
     h.esm.drain()
 

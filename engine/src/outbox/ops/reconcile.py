@@ -59,14 +59,13 @@ def reconcile(
     older than the inbox's retention is refused. An ordered ``subscription`` takes no ``since``: it is
     reconciled from each tenant's watermark, at any age."""
     selected = _durable(context, subscription) if subscription is not None else None
-    ordered = selected is not None and selected.ordered
-    if ordered and since is not None:
+    order = selected if selected is not None and selected.ordered else None
+    if order is not None and since is not None:
         raise OperationRefusedError(
             f"{subscription} is ordered: it is reconciled from each tenant's watermark (what it applied last), "
             "at any age; leave out --since"
         )
-    if not ordered:
-        _check_window(context, since)
+    window = _check_window(context, since) if order is None else None
     tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
     if not tenants:
         raise OperationRefusedError("there are no tenants: nothing to reconcile")
@@ -75,15 +74,11 @@ def reconcile(
     now = context.now()
     for done, tenant_name in enumerate(tenants):
         on_progress(f"scanning tenant {tenant_name} ({result.scanned} events so far)", done, len(tenants))
-        if ordered:
-            assert selected is not None
-            candidates = _above_watermark(context, tenant_name, selected)
+        if order is not None:
+            candidates = _in_order(context, tenant_name, order, result, dry_run)
         else:
-            assert since is not None  # _check_window refused a window without a start
-            candidates = _events_since(context, tenant_name, since)
-        if ordered and not dry_run:
-            assert selected is not None
-            _wake_ready(context, tenant_name, selected, result)
+            assert window is not None  # _check_window returned it
+            candidates = _events_since(context, tenant_name, window)
         for envelope in candidates:
             result.scanned += 1
             names = [selected.name] if selected else _durable_names(context, envelope)
@@ -99,7 +94,8 @@ def reconcile(
     return result
 
 
-def _check_window(context: OperatorContext, since: datetime | None) -> None:
+def _check_window(context: OperatorContext, since: datetime | None) -> datetime:
+    """``since``, once it is a window reconcile can vouch for."""
     if since is None:
         raise OperationRefusedError(
             "reconcile needs --since (a time or a duration back, like 7d); only an ordered --subscription is "
@@ -112,6 +108,7 @@ def _check_window(context: OperatorContext, since: datetime | None) -> None:
             f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
             "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
         )
+    return since
 
 
 def _durable(context: OperatorContext, name: str) -> Subscription:
@@ -125,23 +122,26 @@ def _durable_names(context: OperatorContext, envelope: Envelope) -> list[str]:
     return [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
 
 
-def _wake_ready(context: OperatorContext, tenant: str, subscription: Subscription, result: ReconcileResult) -> None:
-    """Send again the deferred event the watermark lets run, if one waits (its wake-up may sit in a DLQ)."""
-    book = order_book(context)
-    woken = wake(context, book, book.watermark(tenant, subscription.name))
-    if woken is not None:
-        result.republished.append(woken.event_id)
-        result.subscriptions[woken.event_id] = [subscription.name]
-
-
-def _above_watermark(context: OperatorContext, tenant: str, subscription: Subscription) -> Iterator[Envelope]:
+def _in_order(
+    context: OperatorContext, tenant: str, subscription: Subscription, result: ReconcileResult, dry_run: bool
+) -> Iterator[Envelope]:
     """The events of ``subscription``'s order for ``tenant`` that it has not applied: above its watermark.
     Every completion of an ordered subscription moves the watermark in its own transaction, so a missing
-    claim up there is work never done, not a completion the inbox forgot, however old the event."""
-    applied = order_book(context).watermark(tenant, subscription.name).applied_seq
-    for item in read_event_rows(context.dynamodb, context.topology.events_table, tenant, from_seq=applied + 1):
-        if subscription.matches(item["type"]["S"]) and subscription.in_order(item["occurred_at"]["S"]):
-            yield Envelope.from_item(item)
+    claim up there is work never done, not a completion the inbox forgot, however old the event. First, the
+    deferred event the watermark already lets run is sent again (its wake-up may sit in a DLQ), or, in a dry
+    run, only named."""
+    book = order_book(context)
+    watermark = book.watermark(tenant, subscription.name)
+    ready = book.ready_deferred(watermark) if dry_run else wake(context, book, watermark)
+    if ready is not None:
+        result.republished.append(ready.event_id)
+        result.subscriptions[ready.event_id] = [subscription.name]
+    rows = read_event_rows(context.dynamodb, context.topology.events_table, tenant, from_seq=watermark.applied_seq + 1)
+    return (
+        Envelope.from_item(item)
+        for item in rows
+        if subscription.matches(item["type"]["S"]) and subscription.in_order(item["occurred_at"]["S"])
+    )
 
 
 def _unclaimed(context: OperatorContext, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:

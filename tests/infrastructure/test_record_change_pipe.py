@@ -98,6 +98,7 @@ def test_without_entities_the_pipe_carries_every_row_change() -> None:
         ("CONTACTADDRESS", "must list entity names"),
         (["ORDER#1"], "are not entity names"),
         (["", "ORDER"], "are not entity names"),
+        ([f"ENTITY_{n:03d}" for n in range(150)], "Pipes takes at most 4096"),
     ],
 )
 def test_entities_that_are_not_entity_names_are_refused(entities: Any, message: str) -> None:

@@ -23,6 +23,7 @@ which the ``outbox`` CLI reads: one pipeline per stack.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -35,8 +36,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox.local.pipe_filter import MAX_PATTERN_LENGTH
 from outbox.outputs import StackOutput
-from outbox.record_changes import ENTITY_NAME
+from outbox.record_changes import ENTITY_NAME, entity_filter
 from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
@@ -512,6 +514,12 @@ def _check_entities(entities: Sequence[str] | None, record_changes_from: dynamod
         raise ValueError(
             f"record_change_entities: {wrong!r} are not entity names (a row's partition-key prefix before '#': "
             f"{ENTITY_NAME.pattern})"
+        )
+    length = len(json.dumps(entity_filter(entities)))
+    if length > MAX_PATTERN_LENGTH:  # refused by Pipes at deploy, not at synth (docs/aws-behaviour.md R3.1)
+        raise ValueError(
+            f"record_change_entities: {len(entities)} entities make a pipe filter of {length} characters, and "
+            f"Pipes takes at most {MAX_PATTERN_LENGTH}: name fewer, or pass None to carry every row change"
         )
 
 

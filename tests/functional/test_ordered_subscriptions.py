@@ -588,3 +588,23 @@ def test_a_deferred_event_whose_log_row_was_rewritten_into_garbage_does_not_hold
     assert h.claim_status(LEDGER, first) == "COMPLETED"
     assert h.queue_depth(h.queue_url) == 0
     assert h.dlq_bodies() == []
+
+
+def test_an_event_deferred_for_longer_than_the_inbox_remembers_still_runs_after_its_predecessor(
+    make_harness: HarnessFactory,
+) -> None:
+    # Its DEFERRED claim never expires: when its dead predecessor is replayed a month later, past the inbox's
+    # retention, the claim still vouches for the pair, and it runs right after it.
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    applied.fail[1] = lambda: TerminalError("ledger closed for the audit")
+    h.publish(first)
+    h.publish(second)
+    h.esm.drain()
+    assert h.claim_status(LEDGER, second) == DEFERRED
+    h.clock.advance(timedelta(days=30).total_seconds())
+    del applied.fail[1]
+    replay(h, first)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert watermark(h).applied_seq == 2

@@ -246,3 +246,113 @@ def test_a_tenant_whose_anchor_cannot_be_read_is_left_to_the_next_pass_untouched
 
     assert (result.deferred, result.advanced, result.broken) == ([tenant], {}, {})
     assert audit(local).anchor(tenant) is None  # not verified without its anchor, and nothing anchored
+
+
+# -- read-only passes while emits go on -------------------------------------------------------------------------
+
+
+def emit_before_the_head_is_read(local: LocalBackend, tenant: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make every check's read of the head come right after an emit of ``tenant`` committed: the check has read
+    the log by then, and the head it reads is one ahead. Returns the ids emitted, one per head read."""
+    import outbox.chain as chain
+
+    original, emitted = chain.read_head, []
+
+    def read_head_after_an_emit(client: Any, table_name: str, name: str) -> Any:
+        if name == tenant:
+            rival = local.runtime.event_store()  # no catalog: any type, and nothing else runs
+            emitted.append(rival.emit("order.noted", {"note": "busy"}, tenant=tenant, actor="rival").id)
+        return original(client, table_name, name)
+
+    monkeypatch.setattr(chain, "read_head", read_head_after_an_emit)
+    return emitted
+
+
+def test_an_emit_between_the_log_read_and_the_head_read_is_no_finding_and_no_alarm(
+    local: LocalBackend, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a tenant anchored once, that keeps emitting while the next hourly pass reads its log
+    auditor = Auditor(local.output("EventsTableName"), audit(local), local.client("dynamodb"))
+    auditor.anchor_all(datetime(2026, 12, 2, 12, tzinfo=UTC), [tenant])
+    order_and_pay(local, tenant)
+    emitted = emit_before_the_head_is_read(local, tenant, monkeypatch)
+
+    # When the pass runs (and, on the way, an emit lands between its read of the log and of the head)
+    result = auditor.anchor_all(datetime(2026, 12, 2, 13, tzinfo=UTC), [tenant])
+
+    # Then the log is intact and anchored, and nothing is recorded or counted as broken
+    assert emitted, "the race was not reached"
+    assert (result.broken, result.deferred) == ({}, [])
+    assert result.advanced[tenant] >= head_seq(local, tenant) - len(emitted)
+    assert [f for f in audit(local).findings(tenant) if f.kind is FindingKind.CHAIN_BROKEN] == []
+    # and status, which verifies the same way, sees an intact chain too
+    report = operations(local).status()
+    (row,) = [t for t in report.tenants if t.tenant == tenant]
+    assert (row.chain_intact, row.tamper_findings) == (True, 0)
+
+
+def test_a_head_the_log_does_not_hold_after_reading_on_is_still_a_break(
+    local: LocalBackend, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a head moved one ahead of the log by hand (no event row behind it), read after the log
+    client, table = local.client("dynamodb"), local.output("EventsTableName")
+    head = client.get_item(TableName=table, Key=keys.head_key(tenant), ConsistentRead=True)["Item"]
+    seq = int(head["last_seq"]["N"]) + 1
+    client.put_item(TableName=table, Item={**head, "last_seq": {"N": str(seq)}})
+
+    # When the chain is verified
+    report = verify_chain(client, table, tenant)
+
+    # Then reading on finds no row there: a mismatch, named as such
+    assert (report.intact, report.reason) == (False, ChainBreak.HEAD_MISMATCH)
+    assert f"the head says seq {seq}, the log ends at seq {seq - 1}" in report.detail
+
+
+# -- after the documented repair ------------------------------------------------------------------------------
+
+
+def test_after_a_repair_and_its_recorded_reset_status_is_healthy_again_and_history_stays(
+    local: LocalBackend, tenant: str
+) -> None:
+    # Given a rewritten log, its findings recorded and an anchoring pass that saw it broken
+    run_anchoring(local)
+    rewrite_with_recomputed_hashes(local, tenant, seq=2)
+    local.settle()
+    run_anchoring(local)
+    assert outbox(local, "status", "--json").exit_code == 1
+    found_before = list(audit(local).findings(tenant))
+    assert {f.kind for f in found_before} >= {FindingKind.MODIFIED, FindingKind.CHAIN_BROKEN}
+
+    # When the operator repairs it as the runbook says and resets the anchor, recorded
+    local.runtime.clock.advance(timedelta(seconds=5))
+    arguments = ["--tenant", tenant, "--reset", "--reason", "ticket 42", "--by", "ana", "--yes", "--json"]
+    as_json(outbox(local, "anchor", *arguments))
+    run_anchoring(local)
+
+    # Then status is healthy again, and says when and why the tenant was reset
+    status = as_json(outbox(local, "status", "--json"))
+    (row,) = [t for t in status["tenants"] if t["tenant"] == tenant]
+    assert (row["chain_intact"], row["tamper_findings"]) == (True, 0)
+    assert "by ana: ticket 42" in row["last_reset"]
+    assert not [p for p in status["problems"] if tenant in p]
+    # and the findings stay, each marked as dealt with by the reset; the findings command exits 0
+    shown = as_json(outbox(local, "findings", "--tenant", tenant, "--json"))
+    assert len(shown) == len(found_before) + 1
+    assert all(f["dealt_with"] for f in shown if f["kind"] != FindingKind.ANCHOR_RESET.value)
+
+
+def test_a_finding_after_the_reset_counts_again(local: LocalBackend, tenant: str) -> None:
+    # Given a tenant reset after a repair
+    arguments = ["--tenant", tenant, "--reset", "--reason", "ticket 42", "--by", "ana", "--yes", "--json"]
+    as_json(outbox(local, "anchor", *arguments))
+
+    # When its log is rewritten again, later
+    local.runtime.clock.advance(timedelta(minutes=5))
+    rewrite_with_recomputed_hashes(local, tenant, seq=3)
+    local.settle()
+
+    # Then the new finding is open: status and findings both exit 1
+    assert outbox(local, "status", "--json").exit_code == 1
+    assert outbox(local, "findings", "--tenant", tenant, "--json").exit_code == 1
+    (row,) = [t for t in operations(local).status().tenants if t.tenant == tenant]
+    assert row.tamper_findings >= 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -33,6 +33,7 @@ __all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record"]
 _deserializer = TypeDeserializer()
 BATCH_GET_KEYS = 100  # DynamoDB's limit per BatchGetItem
 UNPROCESSED_RETRIES = 4  # reads of the keys a BatchGetItem left unprocessed, before they are left out
+RESET_PREFIX = "RESET#"  # an anchor reset's finding id: RESET#<when>, so the newest sorts last
 
 
 class FindingKind(StrEnum):
@@ -55,6 +56,14 @@ class Finding:
     detail: str
     old_hash: str | None = None
     new_hash: str | None = None
+    # Set on a finding observed at or before the tenant's latest anchor reset, when read back: the repair the
+    # reset records dealt with it. It stays in the table (history is never erased) but is no problem any more.
+    dealt_with: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether it needs an operator: not a reset (an operator's record) and not dealt with by one."""
+        return self.kind is not FindingKind.ANCHOR_RESET and self.dealt_with is None
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "kind": self.kind.value}
@@ -187,7 +196,7 @@ class AuditLog:
         record = Finding(
             tenant=report.tenant,
             kind=FindingKind.ANCHOR_RESET,
-            finding_id=f"RESET#{anchor.anchored_at}",
+            finding_id=f"{RESET_PREFIX}{anchor.anchored_at}",
             seq=anchor.seq,
             observed_at=anchor.anchored_at,
             detail=f"re-anchored at seq {anchor.seq} by {who}: {reason}",
@@ -258,40 +267,79 @@ class AuditLog:
                 item[name] = {"S": value}
         return item
 
-    def findings(self, tenant: str) -> Iterator[Finding]:
+    def findings(self, tenant: str) -> list[Finding]:
+        """Every finding of ``tenant``, resets included, each one the latest reset dealt with marked so."""
+        found = [self._finding_of(tenant, item) for item in self._finding_items(tenant)]
+        latest = max((f.observed_at for f in found if f.kind is FindingKind.ANCHOR_RESET), default=None)
+        if latest is None:
+            return found
+        return [
+            replace(f, dealt_with=f"by the anchor reset at {latest}")
+            if f.kind is not FindingKind.ANCHOR_RESET and f.observed_at <= latest
+            else f
+            for f in found
+        ]
+
+    def _finding_items(self, tenant: str) -> Iterator[dict[str, Any]]:
         paginator = self.client.get_paginator("query")
         for page in paginator.paginate(
             TableName=self.table_name,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": keys.finding_partition(tenant)}},
         ):
-            for item in page.get("Items", []):
-                yield Finding(
-                    tenant=tenant,
-                    kind=FindingKind(item["kind"]["S"]),
-                    finding_id=item["sk"]["S"],
-                    seq=int(item["seq"]["N"]) if "seq" in item else None,
-                    observed_at=item["observed_at"]["S"],
-                    detail=item["detail"]["S"],
-                    old_hash=item.get("old_hash", {}).get("S"),
-                    new_hash=item.get("new_hash", {}).get("S"),
-                )
+            yield from page.get("Items", [])
 
-    def finding_count(self, tenant: str) -> int:
-        """Findings other than anchor resets (those are operators' records, not alarms): counted by DynamoDB
-        (``Select=COUNT``), so a status row transfers no finding's content."""
+    @staticmethod
+    def _finding_of(tenant: str, item: Mapping[str, Any]) -> Finding:
+        return Finding(
+            tenant=tenant,
+            kind=FindingKind(item["kind"]["S"]),
+            finding_id=item["sk"]["S"],
+            seq=int(item["seq"]["N"]) if "seq" in item else None,
+            observed_at=item["observed_at"]["S"],
+            detail=item["detail"]["S"],
+            old_hash=item.get("old_hash", {}).get("S"),
+            new_hash=item.get("new_hash", {}).get("S"),
+        )
+
+    def last_reset(self, tenant: str) -> Finding | None:
+        """The tenant's latest anchor reset (its record says when, by whom and why), or None: one item read,
+        the newest of the ``RESET#<time>`` keys."""
+        response = self.client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :reset)",
+            ExpressionAttributeValues={
+                ":pk": {"S": keys.finding_partition(tenant)},
+                ":reset": {"S": RESET_PREFIX},
+            },
+            ScanIndexForward=False,
+            Limit=1,
+            ConsistentRead=True,
+        )
+        items = response.get("Items", [])
+        return self._finding_of(tenant, items[0]) if items else None
+
+    def finding_count(self, tenant: str, *, after: str | None = None) -> int:
+        """Open findings: neither anchor resets (those are operators' records, not alarms) nor observed at or
+        before ``after`` (the latest reset, which dealt with them); counted by DynamoDB (``Select=COUNT``), so a
+        status row transfers no finding's content."""
+        condition = "#kind <> :reset"
+        values: dict[str, Any] = {
+            ":pk": {"S": keys.finding_partition(tenant)},
+            ":reset": {"S": FindingKind.ANCHOR_RESET.value},
+        }
+        if after is not None:
+            condition += " AND observed_at > :after"
+            values[":after"] = {"S": after}
         paginator = self.client.get_paginator("query")
         return sum(
             page.get("Count", 0)
             for page in paginator.paginate(
                 TableName=self.table_name,
                 KeyConditionExpression="pk = :pk",
-                FilterExpression="#kind <> :reset",
+                FilterExpression=condition,
                 ExpressionAttributeNames={"#kind": "kind"},
-                ExpressionAttributeValues={
-                    ":pk": {"S": keys.finding_partition(tenant)},
-                    ":reset": {"S": FindingKind.ANCHOR_RESET.value},
-                },
+                ExpressionAttributeValues=values,
                 Select="COUNT",
             )
         )

@@ -6,9 +6,10 @@ role that may write the audit table (``outbox.audit``). Two entry points, one fu
 - ``record_findings``: SQS batches from the tamper queue, each message a MODIFY or REMOVE stream record of an
   event row (the tamper pipe forwards nothing else); each becomes a finding, counted as ``TamperFindings``.
 - ``anchor_all``: on a schedule, each tenant's log is verified from its anchor (only what was appended since)
-  and the anchor moves to the verified head; a broken chain is recorded as a finding and counted as
-  ``ChainBreaks``. Both counts are alarmed at zero. The oldest anchors go first, and a pass about to run out
-  of time stops and leaves the rest (``AnchorsDeferred``) to the next one, which starts with them.
+  and the anchor moves to the verified head; a chain still broken when it is read again (emits go on while
+  the pass reads) is recorded as a finding and counted as ``ChainBreaks``. Both counts are alarmed at zero.
+  The oldest anchors go first, and a pass about to run out of time stops and leaves the rest
+  (``AnchorsDeferred``) to the next one, which starts with them.
 """
 
 from __future__ import annotations
@@ -117,6 +118,13 @@ class Auditor:
             report = verify_chain(self.client, self.events_table, tenant, anchor=anchors[tenant], full=False)
             result.events_read += report.events_checked
             if not report.intact:
+                confirmed = self._read_again(tenant)
+                if confirmed is None:
+                    result.deferred.append(tenant)
+                    continue
+                result.events_read += confirmed.events_checked
+                report = confirmed
+            if not report.intact:
                 self._broken(report, now, result)
             elif (anchor := self.audit.advance(report, now)) is not None:
                 result.advanced[tenant] = anchor.seq
@@ -129,6 +137,15 @@ class Auditor:
         if result.deferred:
             self._count(Metric.ANCHORS_DEFERRED, len(result.deferred))
         return result
+
+    def _read_again(self, tenant: str) -> ChainReport | None:
+        """A break is recorded only if a second verification, with the anchor read again, still sees it: an
+        operator's reset or another pass between this pass's reads is no break. None: the anchor could not be
+        read again, and the tenant is left to the next pass (never verified without its anchor)."""
+        anchors = self.audit.anchors([tenant])
+        if tenant not in anchors:
+            return None
+        return verify_chain(self.client, self.events_table, tenant, anchor=anchors[tenant], full=False)
 
     def tenants(self) -> list[str]:
         return read_tenants(self.client, self.events_table)

@@ -113,9 +113,11 @@ def verify_chain(
     events, not the log's length; a rewrite below the anchor that leaves the anchored row alone is found by
     a full verification (and, when it happens, by the stream's tamper findings), not by this one.
 
-    Streams the log (constant memory) and reads the head after the log, so an emit that lands during
-    the check shows up as a head ahead of the log only if it committed between the two reads; run it
-    again in that case (the report says so).
+    Streams the log (constant memory), then reads the head. An emit that commits between the two reads
+    leaves the head ahead of the rows read; since a head and its event row commit in one transaction, the
+    rows read after the head hold the head's row, so the walk reads on from where it stopped and checks
+    the head against the row at its seq (``_ChainWalk.finish``). Only a head that the log does not hold
+    after that second read is a mismatch: a concurrent writer never makes an intact log look broken.
     """
     walk = _ChainWalk(tenant, anchor)
     from_seq = 1
@@ -124,11 +126,16 @@ def verify_chain(
         if broken is not None:
             return broken
         from_seq = anchor.seq + 1
-    for item in read_event_rows(client, table_name, tenant, from_seq):
-        broken = walk.step(item)
+    broken = walk.over(read_event_rows(client, table_name, tenant, from_seq))
+    if broken is not None:
+        return broken
+    head = read_head(client, table_name, tenant)
+    if head.last_seq > walk.prev_seq:
+        walk.watch(head.last_seq)
+        broken = walk.over(read_event_rows(client, table_name, tenant, walk.prev_seq + 1))
         if broken is not None:
             return broken
-    return walk.finish(read_head(client, table_name, tenant))
+    return walk.finish(head)
 
 
 def read_event_row(client: Any, table_name: str, tenant: str, seq: int) -> dict[str, Any] | None:
@@ -143,6 +150,22 @@ class _ChainWalk:
     def __init__(self, tenant: str, anchor: Anchor | None) -> None:
         self.tenant, self.anchor = tenant, anchor
         self.prev_seq, self.prev_hash, self.checked, self.from_seq = 0, GENESIS_HASH, 0, 1
+        # A head read before the rows after it (an emit landed between the log and the head): its seq, and the
+        # hash the walk found there.
+        self.watched_seq: int | None = None
+        self.watched_hash: str | None = None
+
+    def over(self, rows: Iterator[dict[str, Any]]) -> ChainReport | None:
+        """Step over ``rows`` in order; the first break, or None."""
+        for item in rows:
+            broken = self.step(item)
+            if broken is not None:
+                return broken
+        return None
+
+    def watch(self, seq: int) -> None:
+        """Remember the hash at ``seq`` when the walk gets there: the head read before those rows names it."""
+        self.watched_seq = seq
 
     def report(self, seq: int, reason: ChainBreak, detail: str, head_seq: int | None = None) -> ChainReport:
         return ChainReport(
@@ -191,6 +214,8 @@ class _ChainWalk:
         if self.anchor is not None and row_seq == self.anchor.seq and envelope.hash != self.anchor.hash:
             return self._anchor_mismatch(row_seq)
         self.prev_seq, self.prev_hash, self.checked = row_seq, envelope.hash, self.checked + 1
+        if row_seq == self.watched_seq:
+            self.watched_hash = envelope.hash
         return None
 
     def finish(self, head: ChainHead) -> ChainReport:
@@ -201,14 +226,19 @@ class _ChainWalk:
                 f"the log ends at seq {self.prev_seq} but seq {self.anchor.seq} was anchored: events were removed",
                 head_seq=head.last_seq,
             )
-        if (head.last_seq, head.last_hash) != (self.prev_seq, self.prev_hash):
+        if self.watched_seq == head.last_seq and self.watched_hash is not None:
+            # The head was read before the rows from the walk's first stop on: the log must hold it (its row has
+            # its hash); what follows it was appended since, and is checked link by link like the rest.
+            reached, hash_there = True, self.watched_hash
+        else:
+            reached, hash_there = head.last_seq == self.prev_seq, self.prev_hash
+        if not reached or hash_there != head.last_hash:
             return self.report(
                 min(head.last_seq, self.prev_seq) + 1,
                 ChainBreak.HEAD_MISMATCH,
-                f"the head says seq {head.last_seq}, the log ends at seq {self.prev_seq}"
-                + (
-                    " (an emit may have landed during the check: run it again)" if head.last_seq > self.prev_seq else ""
-                ),
+                f"the head's hash at seq {head.last_seq} is not the hash of the event there"
+                if reached
+                else f"the head says seq {head.last_seq}, the log ends at seq {self.prev_seq}",
                 head_seq=head.last_seq,
             )
         return ChainReport(

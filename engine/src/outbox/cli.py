@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from outbox.audit import Finding, FindingKind
+from outbox.audit import Finding
 from outbox.auditor import AnchorPass
 from outbox.catalog import Catalog
 from outbox.chain import ChainReport
@@ -322,6 +322,9 @@ def _print_status(context: CliContext, report: Status) -> None:
         verified = f"{tenant.verified_from_seq} (anchor)" if tenant.anchor_seq else str(tenant.verified_from_seq)
         tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), verified, findings, str(tenant.dead_letters))
     context.out.print(queues, tenants)
+    for tenant in report.tenants:
+        if tenant.last_reset:
+            context.out.print(f"{tenant.tenant}: last anchor reset {tenant.last_reset}", highlight=False)
     pipes = ", ".join(f"{name} {state}" for name, state in report.pipes.items()) or "none"
     context.out.print(f"pipes: {pipes}   poison pills today: {report.poison_pills_today}")
     if report.application:
@@ -374,7 +377,8 @@ def findings(
     as_json: JsonFlag = False,
 ) -> None:
     """Tamper findings: every change or deletion of an event row the stream showed, every broken chain the
-    hourly anchoring found, every anchor reset. Exit code 1 if there is any but resets."""
+    hourly anchoring found, every anchor reset. A finding observed before the tenant's latest reset is marked
+    dealt with (the repair the reset records). Exit code 1 if any finding is open."""
     context = _context(ctx, as_json)
     try:
         tenants = [context.operations.require_tenant(tenant)] if tenant else None
@@ -382,15 +386,17 @@ def findings(
     except OperationRefusedError as exc:
         _refuse(context, exc)
     _show(context, [f.as_dict() for f in found], lambda: _print_findings(context, found))
-    if any(f.kind is not FindingKind.ANCHOR_RESET for f in found):
+    if any(f.is_open for f in found):
         raise typer.Exit(code=1)
 
 
 def _print_findings(context: CliContext, found: list[Finding]) -> None:
-    table = Table("tenant", "kind", "seq", "observed", "what", title="tamper findings")
+    table = Table("tenant", "kind", "seq", "observed", "what", "dealt with", title="tamper findings")
     for f in found:
-        style = "" if f.kind is FindingKind.ANCHOR_RESET else "red"
-        table.add_row(f.tenant, f.kind.value, str(f.seq or "-"), f.observed_at, f.detail, style=style)
+        style = "red" if f.is_open else ""
+        table.add_row(
+            f.tenant, f.kind.value, str(f.seq or "-"), f.observed_at, f.detail, f.dealt_with or "-", style=style
+        )
     context.out.print(table if found else "no findings")
 
 

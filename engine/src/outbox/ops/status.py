@@ -35,9 +35,12 @@ class TenantStatus:
     # Verified from here (the seq after the tenant's anchor; 1 without one) to the head.
     verified_from_seq: int = 1
     anchor_seq: int | None = None
-    # Changes and deletions of its event rows seen on the stream, and chain breaks the hourly pass found.
+    # Changes and deletions of its event rows seen on the stream, and chain breaks the hourly pass found, but
+    # those its latest anchor reset dealt with (they stay in the audit table: outbox findings).
     tamper_findings: int = 0
     break_reason: str | None = None
+    # The latest anchor reset: when, by whom and why ("<when>: re-anchored at seq N by WHO: WHY").
+    last_reset: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:
     report = verify(context, tenant, full=False)
     dead_letters = len(context.inbox.dead_letters(tenant))
     audit = context.audit
+    reset = audit.last_reset(tenant) if audit else None
     return TenantStatus(
         tenant,
         report.intact,
@@ -102,8 +106,9 @@ def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:
         dead_letters,
         verified_from_seq=report.verified_from_seq,
         anchor_seq=report.anchor_seq,
-        tamper_findings=audit.finding_count(tenant) if audit else 0,
+        tamper_findings=audit.finding_count(tenant, after=reset.observed_at if reset else None) if audit else 0,
         break_reason=report.reason.value if report.reason else None,
+        last_reset=f"{reset.observed_at}: {reset.detail}" if reset else None,
     )
 
 
@@ -112,7 +117,12 @@ def verify(context: OperatorContext, tenant: str, full: bool = True, use_anchor:
     from the anchor on. Without an audit table (an older stack) or ``use_anchor``, in full without one."""
     audit = context.audit if use_anchor else None
     anchor = audit.anchor(tenant) if audit else None
-    return verify_chain(context.dynamodb, context.topology.events_table, tenant, anchor=anchor, full=full)
+    report = verify_chain(context.dynamodb, context.topology.events_table, tenant, anchor=anchor, full=full)
+    if report.intact or audit is None:
+        return report
+    # Read the anchor again before reporting a break: a reset (or an anchoring pass) between the two reads
+    # above moves the anchor onto a log this check read before or after it.
+    return verify_chain(context.dynamodb, context.topology.events_table, tenant, anchor=audit.anchor(tenant), full=full)
 
 
 def queue_depths(context: OperatorContext) -> dict[str, QueueDepth]:

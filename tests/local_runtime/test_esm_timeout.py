@@ -12,7 +12,10 @@ from moto import mock_aws
 
 from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
+from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import SqsEventSourceMapping
+from outbox.local.functions import LocalFunction
+from outbox.testing.services import FakeService
 
 
 @pytest.fixture
@@ -50,7 +53,7 @@ def test_a_handler_past_its_deadline_fails_the_whole_batch(queue: tuple[Any, str
     result = mapping(sqs, url, clock, slow).poll()
 
     assert result is not None
-    assert isinstance(result.crashed, TimeoutError)
+    assert isinstance(result.crashed, InvocationTimedOut)
     assert result.failed == result.received
 
 
@@ -66,6 +69,76 @@ def test_a_handler_within_its_deadline_succeeds(queue: tuple[Any, str, VirtualCl
 
     assert result is not None
     assert (result.crashed, result.failed) == (None, [])
+
+
+# The deadline, as Lambda applies it: the invocation is stopped there, mid-way, and nothing it does afterwards
+# takes effect (a request is never sent), whichever client makes it and whatever the code catches.
+
+
+def test_a_write_after_the_deadline_never_lands_and_one_before_it_does(queue: tuple[Any, str, VirtualClock]) -> None:
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    dynamodb.create_table(
+        TableName="effects",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    late_client: list[Any] = []
+
+    def slow(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        dynamodb.put_item(TableName="effects", Item={"pk": {"S": "before"}})
+        clock.advance(11)  # the handler is still computing when Lambda's deadline passes
+        try:
+            late_client.append(boto3.client("dynamodb", region_name="us-east-1"))  # a client made after it too
+            late_client[0].put_item(TableName="effects", Item={"pk": {"S": "after"}})
+        except Exception:  # noqa: BLE001 - a handler that swallows everything still cannot write
+            pass
+        sqs.send_message(QueueUrl=url, MessageBody="a follow-up sent too late")
+        return {"batchItemFailures": []}
+
+    result = mapping(sqs, url, clock, slow).poll()
+
+    assert result is not None
+    assert isinstance(result.crashed, InvocationTimedOut)
+    assert result.failed == result.received, "the whole batch failed: its message comes back"
+    items = dynamodb.scan(TableName="effects")["Items"]
+    assert items == [{"pk": {"S": "before"}}], "what it wrote in time stays; nothing after the deadline landed"
+    visible = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert visible["ApproximateNumberOfMessages"] == "0", "the late send never reached the queue"
+
+
+def test_an_external_call_after_the_deadline_is_never_made(queue: tuple[Any, str, VirtualClock]) -> None:
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    payments = FakeService("payments")
+
+    def slow(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        clock.advance(10)  # exactly at the deadline
+        payments.call("charge", "evt:charge", {"amount": 1})
+        return {"batchItemFailures": []}
+
+    result = mapping(sqs, url, clock, slow).poll()
+
+    assert result is not None
+    assert isinstance(result.crashed, InvocationTimedOut)
+    assert (payments.effects, dict(payments.calls)) == ({}, {})
+
+
+def test_a_function_invoked_directly_is_stopped_at_its_deadline_too(tmp_path: Any) -> None:
+    clock = VirtualClock()
+    (tmp_path / "slow.py").write_text(
+        "import boto3\n"
+        "def handler(event, context):\n"
+        "    event['clock'].advance(31)\n"
+        "    boto3.client('sqs', region_name='us-east-1').list_queues()\n"
+        "    return 'done'\n"
+    )
+    function = LocalFunction("slow", "slow.handler", tmp_path, timedelta(seconds=30), {}, clock)
+
+    with mock_aws(), pytest.raises(InvocationTimedOut, match="slow timed out"):
+        function.invoke({"clock": clock})
 
 
 # Visibility, as Lambda leaves it to SQS: it runs from the receive, and the mapping never changes it with

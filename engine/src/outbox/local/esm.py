@@ -3,8 +3,10 @@
 What it reproduces: batches of at most ``batch_size`` (FIFO: group order kept by SQS, an in-flight
 message blocks its group), Lambda SQS events with the real record attributes, ``batchItemFailures``
 (an unknown identifier, a raised exception or a crash fails the whole batch), deletion of what
-succeeded, and the visibility timeout: what failed comes back when the virtual clock passes it, with
-its ``ApproximateReceiveCount`` raised, until the queue's redrive policy moves it to the DLQ.
+succeeded, the function's timeout (``outbox.local.deadline``: the invocation is stopped there, nothing it
+does afterwards takes effect, and the whole batch failed), and the visibility timeout: what failed comes
+back when the virtual clock passes it, with its ``ApproximateReceiveCount`` raised, until the queue's
+redrive policy moves it to the DLQ.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from outbox.local import deadline
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
 
@@ -113,19 +116,18 @@ class SqsEventSourceMapping:
         received = [message["MessageId"] for message in messages]
         crashed: BaseException | None = None
         outer, self.receiving = self.receiving, messages
+        deadline.install()
         try:
-            failed = self._failed_ids(self.handler(event, context), received)
+            # Lambda stops the invocation at its timeout: no request of its code is sent after it (deadline).
+            with deadline.invocation(context.deadline, self.clock, self.function_name):
+                response = self.handler(event, context)
+                deadline.enforce()  # an answer given after the deadline is never seen either
+            failed = self._failed_ids(response, received)
         except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
             logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
             failed, crashed = list(received), exc
         finally:
             self.receiving = outer
-        if crashed is None and context.get_remaining_time_in_millis() == 0:
-            # Past its deadline Lambda would have killed the invocation: whatever the handler returned
-            # (or committed before) the batch as a whole failed, and every message comes back.
-            crashed = TimeoutError(f"{self.function_name} timed out after {self.function_timeout}")
-            logger.warning("invocation of %s timed out", self.function_name)
-            failed = list(received)
         for message in messages:
             if message["MessageId"] in failed:
                 self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))

@@ -34,6 +34,7 @@ from outbox import keys
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.local import deadline
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping, change_visibility_if_in_flight
 from outbox.store import EventStore
@@ -244,12 +245,18 @@ def fail_handler(
 def expire_lease_while_running(
     clock: VirtualClock, subscription: str | None, times: int = 1, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
-    """Virtual time jumps past the lease while the handler runs (a handler slower than its lease)."""
+    """Virtual time jumps past the lease while the handler runs (a handler slower than its lease).
+
+    A lease outlasts the invocation, so only a skewed clock (the taker's ahead of the owner's) lets another
+    worker see it expired while its owner still runs: the owner's deadline moves with the jump (it is alive,
+    and Lambda has not stopped it), and it is the others who judge its lease by the later time."""
     count = count or FaultCount(times)
 
     def before(consumer: DurableConsumer, delivery: Any) -> None:
         if count.take(delivery.idempotency_key):
-            clock.advance(consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1))
+            jump = consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1)
+            clock.advance(jump)
+            deadline.extend(jump)
 
     with _before_handler(lambda sub: _selected(sub, subscription), before):
         yield count
@@ -296,10 +303,12 @@ def visibility_timeout_during_handler(
         if nested or not count.take(delivery.idempotency_key):
             return
         plan = second_worker(delivery.idempotency_key)
-        if plan.after is None:
-            mapping.clock.advance(mapping.visibility_timeout + timedelta(seconds=1))
-        else:
-            mapping.clock.advance(plan.after)
+        jump = mapping.visibility_timeout + timedelta(seconds=1) if plan.after is None else plan.after
+        mapping.clock.advance(jump)
+        # The first worker is alive through the jump (Lambda has not stopped it: what a skewed clock, or a
+        # visibility timeout shorter than the function's, amounts to), so its deadline moves with it.
+        deadline.extend(jump)
+        if plan.after is not None:
             _make_visible(mapping)
         nested = True
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from outbox.local import deadline
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
 
@@ -73,8 +74,16 @@ class LocalFunction:
         context = LocalLambdaContext(self.name, self.timeout, self.clock)
         # stdout goes to the function's log, as Lambda sends it to CloudWatch Logs; the module is first
         # imported inside this redirect, so loggers created at import write there too.
-        with environment(self.env), code_on_path(self.code_root), redirect_stdout(self.log):
-            return self._resolve()(event, context)
+        deadline.install()
+        with (
+            environment(self.env),
+            code_on_path(self.code_root),
+            redirect_stdout(self.log),
+            deadline.invocation(context.deadline, self.clock, self.name),
+        ):
+            response = self._resolve()(event, context)
+            deadline.enforce()  # Lambda answers "Task timed out" past the deadline, whatever the code returned
+            return response
 
     def new_container(self) -> None:
         """Drop the warm module: the next invocation is a cold start (after a deploy, say)."""

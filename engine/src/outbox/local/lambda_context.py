@@ -26,5 +26,10 @@ class LocalLambdaContext:
             self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
         self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
 
+    @property
+    def deadline(self) -> datetime:
+        """When Lambda stops the invocation: its start plus the function's timeout."""
+        return self._deadline
+
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - self.clock()).total_seconds() * 1000))

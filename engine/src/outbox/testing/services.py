@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from outbox.local import deadline
+
 
 class ServiceUnavailableError(Exception):
     """A retryable failure of the remote side (a 5xx, a timeout)."""
@@ -34,6 +36,7 @@ class FakeService:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        deadline.enforce()  # a call made in process after the caller's Lambda deadline never leaves it
         with self._lock:
             self.calls[idempotency_key] += 1
             if self.fail_next > 0:

@@ -109,10 +109,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="release-unfenced",
         module=INBOX,
-        original='"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso",',
+        original='self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})',
         replacement=(
-            '"TableName": self.table_name, "Key": keys.claim_key(claim.event_id, claim.subscription), '
-            '"UpdateExpression": "SET lease_expires_at = :zero, last_error = :error",'
+            'self._fenced_update(claim, "release", {"TableName": self.table_name, '
+            '"Key": keys.claim_key(claim.event_id, claim.subscription), '
+            '"UpdateExpression": update.replace(", updated_at = :now_iso", ""), "ExpressionAttributeValues": values})'
         ),
         description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",
         what_should_catch_it="a lease expiry, then a retryable error of the old owner (invariant 4: releases)",
@@ -585,10 +586,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="wake-up-skipped",
         module=CONSUMER,
-        original="        return self._wake(subscription, watermark, outcome, remaining_ms)\n",
-        replacement="        return outcome\n",
-        description="a completion advances the watermark and wakes nothing (neither runs the event deferred behind "
-        "it nor sends it back to the queue): that event stays deferred",
+        original="            woke = self._wake(owed.subscription, owed.watermark, DeliveryOutcome.COMPLETED, remaining_ms)\n",
+        replacement="            woke = DeliveryOutcome.COMPLETED\n",
+        description="a batch's completions advance the watermark and wake nothing (neither run the event deferred "
+        "behind them nor send it back to the queue): that event stays deferred",
         what_should_catch_it="an event deferred behind a predecessor that then completes (a replay of a dead one, a "
         "reordered batch): left DEFERRED when the run settles (14)",
         seeds=(2, 12, 14),

@@ -170,8 +170,8 @@ class Recorder:
         def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
             recorder.mark_dead(inbox, claim_, envelope, *details)
 
-        def release(inbox: Inbox, claim_: Claim, error: str) -> None:
-            recorder.release(inbox, claim_, error)
+        def release(inbox: Inbox, claim_: Claim, error: str, give_back: int = 0) -> None:
+            recorder.release(inbox, claim_, error, give_back)
 
         def deliver(
             consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
@@ -363,9 +363,10 @@ class Recorder:
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
-    def release(self, inbox: Inbox, claim: Claim, error: str) -> None:
-        self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
-        self._release(inbox, claim, error)
+    def release(self, inbox: Inbox, claim: Claim, error: str, give_back: int = 0) -> None:
+        if not give_back:  # a claim given back with its attempt ran nothing: no attempt of it was released
+            self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
+        self._release(inbox, claim, error, give_back)
         self.observations.releases.append(self._fenced(claim))
         self._finished(claim)
         self.trace.add(

@@ -374,7 +374,9 @@ def test_the_deferred_events_lost_with_the_completions_answer_run_on_the_redeliv
     assert applied.attempts == {1: 1, 2: 1}, "seq 1 was not run again: its redelivery found it applied"
 
 
-def test_events_before_ordered_since_are_not_part_of_the_order(make_harness: HarnessFactory) -> None:
+def test_events_before_ordered_since_are_not_part_of_the_order_and_run_once_the_unordered_way(
+    make_harness: HarnessFactory,
+) -> None:
     h, applied = ordered_harness(make_harness)
     before = emit(h)
     since = h.clock() + timedelta(seconds=1)
@@ -384,8 +386,104 @@ def test_events_before_ordered_since_are_not_part_of_the_order(make_harness: Har
     h2.publish(after)
     h2.publish(before)
     h2.esm.drain()
-    assert applied2.seqs == {"acme": [after.seq]}, "the first event after the start waits for nothing"
+    assert applied2.seqs == {"acme": [after.seq, before.seq]}, "the first event after the start waits for nothing"
+    assert watermark(h2).applied_seq == after.seq, "the event before the start did not move the watermark"
+    assert (h2.claim_status(LEDGER, before), h2.effects(LEDGER, before)) == ("COMPLETED", 1)
     assert applied.seqs == {}
+
+
+# -- a subscription made ordered while its work is in flight (the README's deploy: ordered_since = the switch) --
+
+
+def unordered_then_ordered(make_harness: HarnessFactory) -> tuple[Harness, Callable[[], Applied]]:
+    """The ledger runs unordered; ``switch()`` deploys it ordered from now on (``ordered_since`` = the moment of
+    the deploy), on the same tables and queue, and returns what the ordered ledger applies."""
+    h = make_harness(lambda recorder: [recorder.subscription(LEDGER, "account.*")])
+
+    def switch() -> Applied:
+        h.clock.advance(1)
+        since = h.clock()  # after every event so far
+        h.clock.advance(1)
+        return ordered_harness_on(h, since)[1]
+
+    return h, switch
+
+
+def test_an_event_relayed_before_the_switch_and_received_after_it_runs_once(make_harness: HarnessFactory) -> None:
+    # Given an event relayed to the queue while the ledger was unordered, and not yet received
+    h, switch = unordered_then_ordered(make_harness)
+    in_flight = emit(h)
+    h.publish(in_flight)
+
+    # When the ledger becomes ordered, then the message is received
+    applied = switch()
+    h.esm.drain()
+
+    # Then it ran, once, the unordered way, and the order (which starts after it) does not wait for it
+    assert applied.seqs == {"acme": [in_flight.seq]}
+    assert (h.claim_status(LEDGER, in_flight), h.effects(LEDGER, in_flight)) == ("COMPLETED", 1)
+    assert watermark(h).applied_seq == 0
+    assert blocked(operator(h)) == []
+
+
+def test_a_retry_from_before_the_switch_runs_after_it(make_harness: HarnessFactory) -> None:
+    # Given an event whose first attempt failed on a transient error while the ledger was unordered
+    h, switch = unordered_then_ordered(make_harness)
+    retried = emit(h)
+    h.recorder.behaviours[LEDGER] = lambda _d: (_ for _ in ()).throw(ConnectionError("ledger db 503"))
+    h.publish(retried)
+    h.esm.poll()
+    assert h.claim_status(LEDGER, retried) == "PENDING"
+
+    # When the ledger becomes ordered, and the message comes back
+    applied = switch()
+    h.esm.drain()
+
+    # Then the retry ran to its end: once, with its earlier attempt counted
+    assert applied.seqs == {"acme": [retried.seq]}
+    assert applied.attempts == {retried.seq: 2}
+    assert (h.claim_status(LEDGER, retried), h.effects(LEDGER, retried)) == ("COMPLETED", 1)
+
+
+def test_a_dead_pair_from_before_the_switch_is_replayed_after_it_and_runs(make_harness: HarnessFactory) -> None:
+    # Given an event whose ledger pair died while the ledger was unordered, and a later one it never blocked
+    h, switch = unordered_then_ordered(make_harness)
+    dead = emit(h)
+    h.recorder.behaviours[LEDGER] = lambda _d: (_ for _ in ()).throw(TerminalError("unknown account"))
+    h.publish(dead)
+    h.esm.drain()
+    assert h.claim_status(LEDGER, dead) == "DEAD"
+
+    # When the fix is deployed with the ledger ordered, a new event arrives, and the operator replays the dead pair
+    applied = switch()
+    later = emit(h)
+    h.publish(later)
+    h.esm.drain()
+    replay(h, dead)
+    h.esm.drain()
+
+    # Then the new event did not wait for it, and the replay ran it once
+    assert applied.seqs == {"acme": [later.seq, dead.seq]}
+    assert (h.claim_status(LEDGER, dead), h.effects(LEDGER, dead)) == ("COMPLETED", 1)
+    assert blocked(operator(h)) == []
+
+
+def test_a_lost_message_from_before_the_switch_is_reconciled_by_the_ordered_reconcile(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given an event relayed before the switch whose message was lost (no claim row at all)
+    h, switch = unordered_then_ordered(make_harness)
+    lost = emit(h)
+
+    # When the ledger becomes ordered and the operator reconciles it alone
+    applied = switch()
+    result = reconcile(operator(h), None, subscription=LEDGER)
+    h.esm.drain()
+
+    # Then the event before the switch was sent to it, and ran once
+    assert result.subscriptions == {lost.id: [LEDGER]}
+    assert applied.seqs == {"acme": [lost.seq]}
+    assert reconcile(operator(h), None, subscription=LEDGER).republished == [], "a second run sends nothing"
 
 
 def ordered_harness_on(h: Harness, since: datetime) -> tuple[Harness, Applied]:
@@ -608,3 +706,122 @@ def test_an_event_deferred_for_longer_than_the_inbox_remembers_still_runs_after_
     h.esm.drain()
     assert applied.seqs == {"acme": [1, 2]}
     assert watermark(h).applied_seq == 2
+
+
+# -- one tenant's backlog never spends another tenant's time -----------------------------------------------------
+
+INVOICE = "billing.invoice"  # unordered, another tenant's: its healthy handler needs 15 s of the 60 s function
+
+
+def test_a_woken_backlog_never_takes_the_time_another_tenants_record_in_its_batch_needs(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given acme's first ordered event dead and 60 events deferred behind it (each run of the ledger takes 5 s),
+    # and globex's invoice, whose handler needs 15 s
+    applied, invoice_started_with = Applied(), []
+
+    def ledger(delivery: Delivery) -> None:
+        applied(delivery)
+        h.clock.advance(5)
+
+    def invoice(delivery: Delivery) -> None:
+        invoice_started_with.append(delivery.remaining_time_ms())
+        h.clock.advance(15)
+
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours.update({LEDGER: ledger, INVOICE: invoice})
+        return [
+            Subscription(LEDGER, "account.*", Lane.DURABLE, recorder.handler, ordered=True),
+            recorder.subscription(INVOICE, "invoice.*"),
+        ]
+
+    h = make_harness(subscriptions)
+    backlog = [emit(h) for _ in range(61)]
+    applied.fail[1] = lambda: TerminalError("unknown account")
+    for envelope in backlog:
+        h.publish(envelope)
+    h.esm.drain()
+    assert (h.claim_status(LEDGER, backlog[0]), watermark(h).deferred) == ("DEAD", 60)
+
+    # When the fix is deployed and the dead event replayed, with globex's invoice in the same batch after it
+    del applied.fail[1]
+    replay(h, backlog[0])
+    invoice_event = emit(h, "invoice.issued", tenant="globex")
+    h.publish(invoice_event)
+    results = h.esm.drain()
+
+    # Then the invoice ran once, with the time its handler needs, and no invocation ran into its deadline
+    assert invoice_started_with and min(invoice_started_with) >= 15_000
+    assert (h.claim_status(INVOICE, invoice_event), h.effects(INVOICE, invoice_event)) == ("COMPLETED", 1)
+    assert [r.crashed for r in results if r.crashed is not None] == []
+    # and acme's backlog was applied in order, each event once, partly in place and the rest from wake-ups
+    assert applied.seqs == {"acme": list(range(1, 62))}
+    assert (watermark(h).applied_seq, watermark(h).deferred) == (61, 0)
+    assert h.dead_letters("globex") == []
+
+
+def test_an_in_place_run_cut_off_by_the_deadline_runs_next_from_its_own_message_with_one_attempt_spent(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind seq 1, and a ledger whose run of seq 2 is, once, slower than anything seen
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    slow_once = iter([True])
+
+    def sometimes_slow(delivery: Delivery) -> None:
+        if delivery.envelope.seq == 2 and next(slow_once, False):
+            h.clock.advance(61)  # woken in place right after seq 1: Lambda stops it at the deadline
+        applied(delivery)
+
+    h.recorder.behaviours[LEDGER] = sometimes_slow
+
+    # When seq 1 arrives and completes, and seq 2 runs in place until the deadline stops the invocation
+    h.publish(first)
+    results = h.esm.drain()
+
+    # Then seq 2 ran to its end later, from its wake-up message, and the cut-off run cost it one attempt only
+    assert any(r.crashed is not None for r in results), "the in-place run was cut off"
+    assert applied.seqs == {"acme": [1, 2, 2]}, "seq 2's code ran twice: cut off once, then to its end"
+    assert applied.attempts[2] == 2
+    assert watermark(h).applied_seq == 2
+    assert (h.claim_status(LEDGER, second), h.effects(LEDGER, second)) == ("COMPLETED", 1)
+    assert h.dead_letters() == []
+
+
+# -- repairs of what the order has applied ------------------------------------------------------------------------
+
+
+def test_a_forced_replay_of_a_pair_the_order_applied_is_refused_with_what_to_do(make_harness: HarnessFactory) -> None:
+    from outbox.ops.replay import plan_replay
+
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    for envelope in (first, second):
+        h.publish(envelope)
+    h.esm.drain()
+
+    with pytest.raises(OperationRefusedError, match=r"applied in tenant acme's order .* emit a new event"):
+        plan_replay(operator(h), event_ids=[first.id], subscription=LEDGER, force=True)
+    # the unordered subscription of the same event is still the operator's to force
+    (item,) = plan_replay(operator(h), event_ids=[first.id], subscription=AUDIT, force=True)
+    assert (item.subscription, item.forced) == (AUDIT, True)
+    assert h.claim_status(LEDGER, first) == "COMPLETED"
+
+
+def test_a_repair_message_for_an_applied_pair_puts_its_claim_back_to_completed(make_harness: HarnessFactory) -> None:
+    # Given an applied ordered pair whose claim a repair left REPLAYING (a forced replay before it was refused)
+    h, applied = ordered_harness(make_harness)
+    first = emit(h)
+    h.publish(first)
+    h.esm.drain()
+    replay(h, first)
+
+    # When its repair message is delivered
+    h.esm.drain()
+
+    # Then nothing ran again, and the claim is no longer waiting for a run that will never come
+    assert applied.seqs == {"acme": [1]}
+    assert h.claim_status(LEDGER, first) == "COMPLETED"
+    assert reconcile(operator(h), h.clock() - timedelta(hours=1)).republished == [], "nothing left to re-send"

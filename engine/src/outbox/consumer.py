@@ -47,9 +47,10 @@ T = TypeVar("T")
 BATCH_GET_KEYS = 100
 # How often an ordered delivery reads the watermark again when another writer moved it under its write.
 ORDER_RACE_LOOKS = 3
-# An event deferred behind one that just completed runs in the same invocation while at least this much of it
-# is left (else it goes back to the queue): sending it back puts it behind the tenant's other messages, which
-# would then be deferred behind it in turn, one queue round trip each.
+# An event deferred behind one that just completed runs in the same invocation, once the batch's own records are
+# done, while at least this much of it is left, and at least twice the slowest run of its subscription this
+# container has seen (else it goes back to the queue): sending it back puts it behind the tenant's other
+# messages, which would then be deferred behind it in turn, one queue round trip each.
 WAKE_HERE_MIN_REMAINING_MS = 10_000
 
 
@@ -135,6 +136,9 @@ class DurableConsumer:
             )
         self.wake_ups = wake_ups
         self.order = OrderBook(inbox.table_name, store.table_name, client=inbox.client, clock=inbox.clock)
+        # The longest a handler run of each subscription took in this container (ms): what a run in place must
+        # leave room for (``_time_for_one_more``).
+        self._slowest_run_ms: dict[str, int] = {}
 
     # -- the Lambda entry -----------------------------------------------------------------------------
 
@@ -151,11 +155,16 @@ class DurableConsumer:
             response = process_partial_response(
                 event=dict(event), record_handler=record_handler, processor=processor, context=context
             )
-            return dict(response)
+            failures = [dict(failure) for failure in response.get("batchItemFailures", [])]
         except BatchProcessingError:
             # Powertools raises when every record failed or was skipped (no raise_on_entire_batch_failure
             # for FIFO yet). Reporting them all is the same for SQS without counting a function error.
-            return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+            failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"]]
+        # Only now, with every record of the batch done: the time in-place work spends is time no other record
+        # (another tenant's group, most likely) needs.
+        reported = {failure["itemIdentifier"] for failure in failures}
+        failures += [{"itemIdentifier": i} for i in self._wake_owed(ahead, remaining) if i not in reported]
+        return {"batchItemFailures": failures}
 
     # -- one message ----------------------------------------------------------------------------------
 
@@ -185,14 +194,26 @@ class DurableConsumer:
         # (a repair message is vouched for by the REPLAYING row its repair wrote, at any age).
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
         repair = message.targets is not None  # a replay or reconcile: its pairs have rows already
+        # Ordered completions of this message whose deferred followers are woken after the batch's records (with
+        # no batch around it, right after each completion).
+        owed: list[tuple[Subscription, Watermark]] | None = [] if ahead is not None else None
         retry = [
             s.name
             for s in subscriptions
             if self.deliver(
-                envelope, s, message.receive_count, remaining_ms, digest, may_create=may_create, repair=repair
+                envelope,
+                s,
+                message.receive_count,
+                remaining_ms,
+                digest,
+                may_create=may_create,
+                repair=repair,
+                owed=owed,
             )
             is DeliveryOutcome.RETRY
         ]
+        if ahead is not None and owed:
+            ahead.owed += [OwedWake(str(record.message_id), subscription, mark) for subscription, mark in owed]
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
 
@@ -269,12 +290,21 @@ class DurableConsumer:
         *,
         may_create: bool = True,
         repair: bool = False,
+        owed: list[tuple[Subscription, Watermark]] | None = None,
     ) -> DeliveryOutcome:
-        """Run one (event, subscription) to its outcome: directly for a DynamoDB-only subscription on a first
-        delivery (``_deliver_directly``), else under a lease (claim, run, complete)."""
+        """Run one (event, subscription) to its outcome: in its tenant's order for an ordered subscription
+        (``_deliver_ordered``), directly for a DynamoDB-only subscription on a first delivery
+        (``_deliver_directly``), else under a lease (claim, run, complete).
+
+        An event that occurred before an ordered subscription's order starts (``ordered_since``: the
+        subscription became ordered after it had run) is not part of the order: it is delivered as the
+        subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
+        and replayed) runs once, and nothing waits for it."""
         digest = digest or envelope_digest(envelope)
-        if subscription.ordered:
-            return self._deliver_ordered(envelope, subscription, receive_count, remaining_ms, digest, may_create)
+        if subscription.ordered and subscription.in_order(format_timestamp(envelope.occurred_at)):
+            return self._deliver_ordered(
+                envelope, subscription, receive_count, remaining_ms, digest, may_create, repair=repair, owed=owed
+            )
         # Directly only where no history can exist yet: a first receive, not a repair (which left a row), and
         # young enough that a missing row proves the pair never completed. Anything else takes the lease path.
         if subscription.effects is Effects.DYNAMODB and receive_count == 1 and may_create and not repair:
@@ -332,6 +362,7 @@ class DurableConsumer:
             # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
             return self._failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
+        started_ms = remaining_ms()
         try:
             delivery = Delivery(
                 self._delivered(envelope), subscription.name, claim.idempotency_key, claim.attempts, remaining_ms
@@ -339,6 +370,8 @@ class DurableConsumer:
             handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
+        finally:
+            self._note_run(subscription, started_ms - remaining_ms())
         try:
             done = complete(handler_result)
         except LeaseLostError:
@@ -364,13 +397,19 @@ class DurableConsumer:
         remaining_ms: Callable[[], int],
         digest: str,
         may_create: bool,
+        *,
+        repair: bool = False,
+        owed: list[tuple[Subscription, Watermark]] | None = None,
     ) -> DeliveryOutcome:
-        """Run the pair only in its tenant's order (``_apply_in_order``), then the events deferred behind it
-        that may run now (``_wake``)."""
+        """Run the pair only in its tenant's order (``_apply_in_order``); the events deferred behind it that may
+        run now are ``owed`` to the batch (woken once its records are done), or, outside a batch, woken here."""
         outcome, watermark = self._apply_in_order(
-            envelope, subscription, receive_count, remaining_ms, digest, may_create
+            envelope, subscription, receive_count, remaining_ms, digest, may_create, repair=repair
         )
         if watermark is None:
+            return outcome
+        if owed is not None:
+            owed.append((subscription, watermark))
             return outcome
         return self._wake(subscription, watermark, outcome, remaining_ms)
 
@@ -382,26 +421,36 @@ class DurableConsumer:
         remaining_ms: Callable[[], int],
         digest: str,
         may_create: bool,
+        *,
+        repair: bool = False,
+        in_place: bool = False,
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Skip the pair once applied, defer it while its predecessor is not, else run it under a lease and
         advance the watermark with its completion. With the outcome, the watermark to wake deferred events
         from: after a completion, or when the pair was found applied already (a wake-up may have been lost
-        with the answer to its first message); None otherwise."""
+        with the answer to its first message); None otherwise.
+
+        ``in_place``: woken after its predecessor in this invocation (``_run_woken``). A claim that shows an
+        attempt since it was deferred is one an earlier in-place run did not finish (the deadline, a crash): it
+        is given back with that attempt and RETRY sends it to the queue, to run from its own message with a
+        whole invocation ahead of it, never again in place."""
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
-        if not subscription.in_order(format_timestamp(envelope.occurred_at)):
-            logger.info("skipped %s: the event occurred before its order starts (ordered_since)", subscription.name)
-            self._count(Metric.SKIPS)
-            return DeliveryOutcome.SKIPPED, None
         watermark = self.order.watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
             # Applied or skipped already, at any age (the watermark is never forgotten).
             logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=log)
+            if repair:
+                # A repair of a pair the order has applied (a forced replay of a completed pair, say) runs
+                # nothing: its claim goes back to COMPLETED instead of waiting, REPLAYING, for ever.
+                self.inbox.restore_applied(envelope.id, subscription.name)
             self._count(Metric.SKIPS)
             return DeliveryOutcome.SKIPPED, watermark
         claimed = self._claim(envelope, subscription, receive_count, remaining_ms, digest, may_create)
         if not isinstance(claimed, Claim):
             return claimed, None
         claim = claimed
+        if in_place and claim.attempts > 1:
+            return self._not_here(claim), None
         placed = self._place(claim, envelope, subscription, watermark)
         if isinstance(placed, DeliveryOutcome):
             return placed, None
@@ -473,6 +522,24 @@ class DurableConsumer:
             )
         raise WatermarkMovedError(f"the watermark of {subscription.name} for {envelope.tenant} kept moving")
 
+    def _wake_owed(self, ahead: ReadAhead, remaining_ms: Callable[[], int]) -> list[str]:
+        """Wake what the batch's ordered completions owe, once per (tenant, subscription) from the latest
+        watermark the batch wrote; the ids of the messages whose wake-up could neither run nor be sent (they
+        come back, find their pairs applied, and wake again)."""
+        latest: dict[tuple[str, str], OwedWake] = {}
+        messages: dict[tuple[str, str], list[str]] = {}
+        for owed in ahead.owed:
+            place = (owed.watermark.tenant, owed.subscription.name)
+            messages.setdefault(place, []).append(owed.message_id)
+            if place not in latest or owed.watermark.version > latest[place].watermark.version:
+                latest[place] = owed
+        unwoken: list[str] = []
+        for place, owed in latest.items():
+            woke = self._wake(owed.subscription, owed.watermark, DeliveryOutcome.COMPLETED, remaining_ms)
+            if woke is DeliveryOutcome.RETRY:
+                unwoken += messages[place]
+        return unwoken
+
     def _wake(
         self,
         subscription: Subscription,
@@ -481,13 +548,13 @@ class DurableConsumer:
         remaining_ms: Callable[[], int],
     ) -> DeliveryOutcome:
         """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
-        for another (``WAKE_HERE_MIN_REMAINING_MS``); send the one it cannot run here back to the queue. All of it
-        before this message is acknowledged: a crash on the way leaves the message to come back and do it
-        again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
+        for another (``_time_for_one_more``); send the one it cannot run here back to the queue. All of it
+        before the message that owes it is acknowledged: a crash on the way leaves the message to come back and
+        do it again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
         try:
             while (ready := self.order.ready_deferred(watermark)) is not None:
-                if remaining_ms() >= WAKE_HERE_MIN_REMAINING_MS:
+                if self._time_for_one_more(subscription, remaining_ms):
                     woken, advanced = self._run_woken(subscription, ready, remaining_ms)
                     if advanced is not None:
                         watermark = advanced
@@ -501,6 +568,13 @@ class DurableConsumer:
             logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
             return DeliveryOutcome.RETRY
         return outcome
+
+    def _time_for_one_more(self, subscription: Subscription, remaining_ms: Callable[[], int]) -> bool:
+        """Whether one more run of ``subscription`` fits in what is left of the invocation with room to spare:
+        at least ``WAKE_HERE_MIN_REMAINING_MS`` and twice its slowest run seen in this container. A run cut off
+        by the deadline would fail the whole batch and bring every message of it back."""
+        slowest = self._slowest_run_ms.get(subscription.name, 0)
+        return remaining_ms() >= max(WAKE_HERE_MIN_REMAINING_MS, 2 * slowest)
 
     def _run_woken(
         self, subscription: Subscription, ready: Deferred, remaining_ms: Callable[[], int]
@@ -519,7 +593,21 @@ class DurableConsumer:
             return DeliveryOutcome.RETRY, None
         self._count(Metric.RUN_AFTER_PREDECESSOR)
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
-        return self._apply_in_order(envelope, subscription, 1, remaining_ms, envelope_digest(envelope), may_create)
+        digest = envelope_digest(envelope)
+        return self._apply_in_order(envelope, subscription, 1, remaining_ms, digest, may_create, in_place=True)
+
+    def _not_here(self, claim: Claim) -> DeliveryOutcome:
+        """Give back a claim taken in place whose earlier in-place attempt did not finish, with the attempt this
+        claim counted: RETRY, so that its wake-up message runs it."""
+        try:
+            self.inbox.release(claim, "an earlier run in place did not finish: it runs from its own message", 1)
+        except LeaseLostError:
+            self._count(Metric.LEASES_LOST)
+        return DeliveryOutcome.RETRY
+
+    def _note_run(self, subscription: Subscription, took_ms: int) -> None:
+        if took_ms > self._slowest_run_ms.get(subscription.name, 0):
+            self._slowest_run_ms[subscription.name] = took_ms
 
     def _delivered(self, envelope: Envelope) -> Envelope:
         """What a handler receives: a copy per handler (what one does to the payload, the next never sees),
@@ -789,13 +877,24 @@ class DurableConsumer:
             self.metrics.add_metric(name=metric.value, unit="Count", value=1)
 
 
+@dataclass(frozen=True)
+class OwedWake:
+    """An ordered completion of a batch's message whose deferred followers are woken after the batch's records."""
+
+    message_id: str
+    subscription: Subscription
+    watermark: Watermark
+
+
 @dataclass
 class ReadAhead:
     """What one invocation read before processing its records: each readable record's message (by message
-    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row)."""
+    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row); and, as its
+    records are processed, the wake-ups their ordered completions owe (``DurableConsumer._wake_owed``)."""
 
     messages: dict[str, Message] = field(default_factory=dict)
     logged: dict[tuple[str, int], str] = field(default_factory=dict)
+    owed: list[OwedWake] = field(default_factory=list)
 
     def message(self, record: SQSRecord) -> Message | None:
         return self.messages.get(str(record.message_id))

@@ -552,6 +552,35 @@ class Inbox(InboxReader):
             claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED, watermark_at=watermark_at
         )
 
+    def restore_applied(self, event_id: str, subscription: str) -> bool:
+        """A REPLAYING claim of an ordered pair its watermark has passed (applied in order already: only a
+        forced replay of a completed pair leaves one) back to COMPLETED, so nothing re-sends it for ever.
+        False when the claim was not REPLAYING."""
+        now = self._clock()
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=keys.claim_key(event_id, subscription),
+                UpdateExpression=(
+                    "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, expires_at = :expires"
+                ),
+                # A row carrying an open dead letter stays as it is, for the operator to see: a completion
+                # never leaves one open, and a skip (the other way past the watermark) resolves it.
+                ConditionExpression="#status = :replaying AND attribute_not_exists(open_dead_letter)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":completed": {"S": COMPLETED},
+                    ":replaying": {"S": REPLAYING},
+                    ":now_iso": {"S": format_timestamp(now)},
+                    ":expires": {"N": str(int((now + self.retention).timestamp()))},
+                },
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
     def defer(self, claim: Claim, waits_for: int, order: Sequence[Mapping[str, Any]]) -> None:
         """Put an ordered subscription's pair aside until ``waits_for`` is applied: DEFERRED (claimable at any
         age, by its wake-up), the attempt it was claimed with given back, and ``order``
@@ -620,16 +649,16 @@ class Inbox(InboxReader):
             return existing
         return None
 
-    def release(self, claim: Claim, error: str) -> None:
-        """Give the claim back after a retryable error: the lease ends now, the next receive retries."""
-        self._fenced_update(
-            claim,
-            "release",
-            {
-                "UpdateExpression": "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso",
-                "ExpressionAttributeValues": {":zero": {"N": "0"}, ":error": {"S": error[:2000]}},
-            },
-        )
+    def release(self, claim: Claim, error: str, give_back: int = 0) -> None:
+        """Give the claim back after a retryable error: the lease ends now, the next receive retries.
+        ``give_back`` attempts are not counted (a claim taken only to be handed to another path); the count is
+        set, not decremented, so a resend of this write after a lost answer gives back nothing twice."""
+        update = "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso"
+        values: dict[str, Any] = {":zero": {"N": "0"}, ":error": {"S": error[:2000]}}
+        if give_back:
+            update += ", attempts = :attempts"
+            values[":attempts"] = {"N": str(max(claim.attempts - give_back, 0))}
+        self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})
 
     def mark_dead(
         self,

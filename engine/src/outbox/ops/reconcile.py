@@ -9,7 +9,9 @@ knows the pair has not completed since.
 An ordered subscription (``outbox.ordering``) remembers what it applied at any age: its watermark, which
 every completion moves in its own transaction. Reconciled alone (``subscription=``), it is sent, per tenant,
 every event of its order above the watermark that has no claim, however old: the backfill of a new ordered
-subscription over an existing log, or of one whose events the stream no longer holds.
+subscription over an existing log, or of one whose events the stream no longer holds. A subscription made
+ordered after it ran (``ordered_since``) is also sent the events before its order starts that have no claim,
+within the window the inbox can vouch for, as an unordered reconcile would.
 """
 
 from __future__ import annotations
@@ -129,19 +131,34 @@ def _in_order(
     Every completion of an ordered subscription moves the watermark in its own transaction, so a missing
     claim up there is work never done, not a completion the inbox forgot, however old the event. First, the
     deferred event the watermark already lets run is sent again (its wake-up may sit in a DLQ), or, in a dry
-    run, only named."""
+    run, only named; then the events before the order's start (``_before_the_order``)."""
     book = order_book(context)
     watermark = book.watermark(tenant, subscription.name)
     ready = book.ready_deferred(watermark) if dry_run else wake(context, book, watermark)
     if ready is not None:
         result.republished.append(ready.event_id)
         result.subscriptions[ready.event_id] = [subscription.name]
+    yield from _before_the_order(context, tenant, subscription)
     rows = read_event_rows(context.dynamodb, context.topology.events_table, tenant, from_seq=watermark.applied_seq + 1)
-    return (
+    yield from (
         Envelope.from_item(item)
         for item in rows
         if subscription.matches(item["type"]["S"]) and subscription.in_order(item["occurred_at"]["S"])
     )
+
+
+def _before_the_order(context: OperatorContext, tenant: str, subscription: Subscription) -> Iterator[Envelope]:
+    """The events of a subscription made ordered after it ran (``ordered_since``) that occurred before its
+    order starts, as far back as the inbox can vouch for them: they run the unordered way, so work in flight
+    at the switch is reconciled like any unordered pair."""
+    if subscription.ordered_since is None:
+        return
+    start = format_timestamp(subscription.ordered_since)
+    for envelope in _events_since(context, tenant, reconcile_horizon(context)):
+        if format_timestamp(envelope.occurred_at) >= start:
+            return
+        if subscription.matches(envelope.type):
+            yield envelope
 
 
 def _unclaimed(context: OperatorContext, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:

@@ -22,6 +22,7 @@ from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, ClaimRecord, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
+from outbox.ops.ordering import order_book
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,29 @@ def _replay_by_ids(
             if claim.status == PENDING:
                 continue  # in progress: the inbox will finish or take it over
             seq = _event_seq(context, claim)
+            if claim.status == COMPLETED:
+                _refuse_if_applied_in_order(context, claim, seq)
             items.append(ReplayItem(owner, event_id, seq, claim.subscription, claim.status, forced=risky))
     return items
+
+
+def _refuse_if_applied_in_order(context: OperatorContext, claim: ClaimRecord, seq: int) -> None:
+    """An ordered subscription applies each event of its order once, in seq order: its watermark has passed a
+    completed pair, and the consumer would skip the replayed message. Refused instead of reported as
+    republished (an event before the order's start is no part of it, and is replayed like any pair)."""
+    definition = next((s for s in context.catalog.registry.subscriptions if s.name == claim.subscription), None)
+    if definition is None or not definition.ordered:
+        return
+    occurred_at = context.event_image(claim.tenant, seq)["occurred_at"]["S"]
+    if not definition.in_order(occurred_at):
+        return
+    watermark = order_book(context).watermark(claim.tenant, claim.subscription)
+    if watermark.applied_seq >= seq:
+        raise OperationRefusedError(
+            f"{claim.event_id}:{claim.subscription} was applied in tenant {claim.tenant}'s order (its watermark is "
+            f"at seq {watermark.applied_seq}): an ordered subscription applies each event once, in order, so a "
+            "replay would run nothing. To apply its effect again, emit a new event that does it."
+        )
 
 
 def replay(

@@ -447,3 +447,30 @@ def test_a_follow_up_with_a_number_dynamodb_cannot_store_is_dead_at_once_with_th
     assert dead["error"]["S"].startswith("InvalidEventError at ")
     assert "e+300" not in dead["error"]["S"]
     assert [e.type for e in h.store.events("acme")] == ["order.created"]
+
+
+def test_a_pair_not_started_for_lack_of_time_comes_back_with_its_attempt_unspent(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given a subscription whose runs take 20 s, already seen once in this container
+    def slow(_delivery: Delivery) -> None:
+        h.clock.advance(20)
+
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours["shipping.book"] = slow
+        return [recorder.subscription("shipping.book")]
+
+    h = make_harness(subscriptions)
+    h.emit(tenant="warmup")
+    h.esm.drain()
+
+    # When one batch holds three tenants' events: two runs fit in the 60 s function, a third would not
+    batch = [h.emit(tenant=tenant) for tenant in ("acme", "globex", "initech")]
+    first = h.esm.poll()
+
+    # Then the third is not started (no claim, no attempt) instead of being stopped at the deadline
+    assert first is not None and first.crashed is None
+    assert [h.claim_status("shipping.book", e) for e in batch] == ["COMPLETED", "COMPLETED", None]
+    h.esm.drain()
+    assert h.claim_status("shipping.book", batch[2]) == "COMPLETED"
+    assert h.inbox.read_claim(batch[2].id, "shipping.book").attempts == 1  # type: ignore[union-attr]

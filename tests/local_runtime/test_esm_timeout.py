@@ -185,3 +185,23 @@ def test_the_mapping_never_makes_a_newer_receive_visible_with_an_old_receipt_han
 
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == [], "the newer receive stays in flight"
     sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+
+
+def test_after_a_timeout_the_next_invocation_is_a_cold_start(tmp_path: Any) -> None:
+    clock = VirtualClock()
+    (tmp_path / "counting.py").write_text(
+        "COLD_STARTS = []\n"
+        "COLD_STARTS.append(1)\n"
+        "def handler(event, context):\n"
+        "    event['clock'].advance(event['takes'])\n"
+        "    return len(COLD_STARTS)\n"
+    )
+    function = LocalFunction("counting", "counting.handler", tmp_path, timedelta(seconds=30), {}, clock)
+    assert function.invoke({"clock": clock, "takes": 1}) == 1
+    first = function._handler
+
+    with pytest.raises(InvocationTimedOut):
+        function.invoke({"clock": clock, "takes": 31})
+
+    assert function.invoke({"clock": clock, "takes": 1}) == 1, "the module ran its import again"
+    assert function._handler is not first

@@ -66,6 +66,7 @@ CLAIM_METRICS: Final = (
     "Deferrals",  # ordered subscriptions: an event put aside behind its predecessor,
     "RunAfterPredecessor",  # run right after it in the same invocation,
     "WakeUps",  # or sent back to the queue
+    "NoTimeLeft",  # a pair not started for lack of time in the invocation: it comes back, no attempt spent
 )
 DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
 # One per failed attempt that will run again (outbox.consumer.Metric.RETRIES): what a failing handler

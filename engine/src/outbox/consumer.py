@@ -52,6 +52,10 @@ ORDER_RACE_LOOKS = 3
 # container has seen (else it goes back to the queue): sending it back puts it behind the tenant's other
 # messages, which would then be deferred behind it in turn, one queue round trip each.
 WAKE_HERE_MIN_REMAINING_MS = 10_000
+# A pair starts only while its subscription's slowest run seen in this container, and this much more, is left of
+# the invocation: one that cannot finish would be stopped at the deadline, spending an attempt (and bringing
+# back the whole batch) for what the records before it took. It comes back instead, its attempt unspent.
+RUN_MARGIN_MS = 1_000
 
 
 class RetryableDeliveryError(OutboxError):
@@ -79,6 +83,7 @@ class Metric(StrEnum):
     DEFERRALS = "Deferrals"
     RUN_AFTER_PREDECESSOR = "RunAfterPredecessor"  # a deferred event applied right after the one it waited for
     WAKE_UPS = "WakeUps"  # a deferred event sent back to the queue instead
+    NO_TIME_LEFT = "NoTimeLeft"  # a pair not started for lack of time: its message comes back, no attempt spent
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,11 @@ class DurableConsumer:
         self.wake_ups = wake_ups
         self.order = OrderBook(inbox.table_name, store.table_name, client=inbox.client, clock=inbox.clock)
         # The longest a handler run of each subscription took in this container (ms): what a run in place must
-        # leave room for (``_time_for_one_more``).
+        # leave room for (``_has_time_for``).
         self._slowest_run_ms: dict[str, int] = {}
+        # What the invocation under way had when it started (None outside ``handle``): a pair that needs more than
+        # a whole invocation is started anyway (holding it back would hold it for ever).
+        self._invocation_ms: int | None = None
 
     # -- the Lambda entry -----------------------------------------------------------------------------
 
@@ -146,6 +154,19 @@ class DurableConsumer:
         """Process one SQS FIFO batch; failures stop only their own message group."""
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
         remaining: Callable[[], int] = context.get_remaining_time_in_millis
+        outer_budget, self._invocation_ms = self._invocation_ms, remaining()
+        try:
+            return self._handle(event, context, processor, remaining)
+        finally:
+            self._invocation_ms = outer_budget  # a second worker's invocation nested in a handler ends
+
+    def _handle(
+        self,
+        event: Mapping[str, Any],
+        context: Any,
+        processor: SqsFifoPartialProcessor,
+        remaining: Callable[[], int],
+    ) -> dict[str, Any]:
         ahead = self._read_ahead(event.get("Records") or [])
 
         def record_handler(record: SQSRecord) -> None:
@@ -301,6 +322,15 @@ class DurableConsumer:
         subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
         and replayed) runs once, and nothing waits for it."""
         digest = digest or envelope_digest(envelope)
+        if not self._has_time_for(subscription, remaining_ms):
+            logger.info(
+                "not starting %s with %d ms left: it comes back with the rest of its group",
+                subscription.name,
+                remaining_ms(),
+                extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
+            )
+            self._count(Metric.NO_TIME_LEFT)
+            return DeliveryOutcome.RETRY
         if subscription.ordered and subscription.in_order(format_timestamp(envelope.occurred_at)):
             return self._deliver_ordered(
                 envelope, subscription, receive_count, remaining_ms, digest, may_create, repair=repair, owed=owed
@@ -548,13 +578,13 @@ class DurableConsumer:
         remaining_ms: Callable[[], int],
     ) -> DeliveryOutcome:
         """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
-        for another (``_time_for_one_more``); send the one it cannot run here back to the queue. All of it
+        for another (``_has_time_for``); send the one it cannot run here back to the queue. All of it
         before the message that owes it is acknowledged: a crash on the way leaves the message to come back and
         do it again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
         try:
             while (ready := self.order.ready_deferred(watermark)) is not None:
-                if self._time_for_one_more(subscription, remaining_ms):
+                if self._has_time_for(subscription, remaining_ms, in_place=True):
                     woken, advanced = self._run_woken(subscription, ready, remaining_ms)
                     if advanced is not None:
                         watermark = advanced
@@ -569,12 +599,20 @@ class DurableConsumer:
             return DeliveryOutcome.RETRY
         return outcome
 
-    def _time_for_one_more(self, subscription: Subscription, remaining_ms: Callable[[], int]) -> bool:
-        """Whether one more run of ``subscription`` fits in what is left of the invocation with room to spare:
-        at least ``WAKE_HERE_MIN_REMAINING_MS`` and twice its slowest run seen in this container. A run cut off
-        by the deadline would fail the whole batch and bring every message of it back."""
+    def _has_time_for(
+        self, subscription: Subscription, remaining_ms: Callable[[], int], *, in_place: bool = False
+    ) -> bool:
+        """Whether a run of ``subscription`` fits in what is left of the invocation: its slowest run seen in this
+        container and ``RUN_MARGIN_MS``; ``in_place`` (optional work, done with the batch's own records done),
+        with room to spare: at least ``WAKE_HERE_MIN_REMAINING_MS`` and twice its slowest run. A run cut off by
+        the deadline would spend an attempt, and fail the whole batch and bring every message of it back."""
         slowest = self._slowest_run_ms.get(subscription.name, 0)
-        return remaining_ms() >= max(WAKE_HERE_MIN_REMAINING_MS, 2 * slowest)
+        if in_place:
+            return remaining_ms() >= max(WAKE_HERE_MIN_REMAINING_MS, 2 * slowest)
+        needed = slowest + RUN_MARGIN_MS
+        if self._invocation_ms is None or needed > self._invocation_ms:
+            return True  # no invocation would have more time for it: it is its own deadline's problem
+        return remaining_ms() >= needed
 
     def _run_woken(
         self, subscription: Subscription, ready: Deferred, remaining_ms: Callable[[], int]

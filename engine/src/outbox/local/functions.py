@@ -81,8 +81,14 @@ class LocalFunction:
             redirect_stdout(self.log),
             deadline.invocation(context.deadline, self.clock, self.name),
         ):
-            response = self._resolve()(event, context)
-            deadline.enforce()  # Lambda answers "Task timed out" past the deadline, whatever the code returned
+            try:
+                response = self._resolve()(event, context)
+                deadline.enforce()  # Lambda answers "Task timed out" past the deadline, whatever the code returned
+            except deadline.InvocationTimedOut:
+                # Lambda resets the execution environment after a timeout: the next invocation is a cold start,
+                # and nothing the module kept in memory survives (docs/aws-behaviour.md R6.5).
+                self.new_container()
+                raise
             return response
 
     def new_container(self) -> None:

@@ -109,7 +109,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="release-unfenced",
         module=INBOX,
-        original='self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})',
+        original=(
+            'self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})'
+        ),
         replacement=(
             'self._fenced_update(claim, "release", {"TableName": self.table_name, '
             '"Key": keys.claim_key(claim.event_id, claim.subscription), '
@@ -586,7 +588,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="wake-up-skipped",
         module=CONSUMER,
-        original="            woke = self._wake(owed.subscription, owed.watermark, DeliveryOutcome.COMPLETED, remaining_ms)\n",
+        original=(
+            "            woke = self._wake(owed.subscription, owed.watermark, DeliveryOutcome.COMPLETED, "
+            "remaining_ms)\n"
+        ),
         replacement="            woke = DeliveryOutcome.COMPLETED\n",
         description="a batch's completions advance the watermark and wake nothing (neither run the event deferred "
         "behind them nor send it back to the queue): that event stays deferred",

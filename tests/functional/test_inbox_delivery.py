@@ -469,7 +469,8 @@ def test_a_pair_not_started_for_lack_of_time_comes_back_with_its_attempt_unspent
     first = h.esm.poll()
 
     # Then the third is not started (no claim, no attempt) instead of being stopped at the deadline
-    assert first is not None and first.crashed is None
+    assert first is not None
+    assert first.crashed is None
     assert [h.claim_status("shipping.book", e) for e in batch] == ["COMPLETED", "COMPLETED", None]
     h.esm.drain()
     assert h.claim_status("shipping.book", batch[2]) == "COMPLETED"

@@ -86,6 +86,25 @@ class AmbiguousClient:
         return getattr(self._client, name)
 
 
+class SdkResends500s:
+    """What botocore does with a 500 on its own: it re-sends, and the caller sees only the last answer (here a
+    throttle), never the 500 of the send before it."""
+
+    def __init__(self, client: AmbiguousClient) -> None:
+        self._client = client
+
+    def transact_write_items(self, **request: Any) -> Any:
+        try:
+            return self._client.transact_write_items(**request)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "InternalServerError":
+                raise
+            raise dynamodb_error("ProvisionedThroughputExceededException", 400) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
 @pytest.fixture
 def rival(dynamodb: Any) -> EventStore:
     """Another writer of the same tenant, which has one event and an account with balance 0."""
@@ -155,6 +174,23 @@ def test_a_lost_response_then_a_throttle_keeps_the_token_and_commits_once(dynamo
 
     # Then every retry carried the first token, and the event and the deposit are committed once
     assert client.tokens == [client.tokens[0]] * 3
+    assert envelope.seq == 2
+    assert_committed_once(rival, dynamodb, envelope)
+
+
+def test_a_commit_the_sdk_hid_behind_a_throttle_is_found_with_the_token_and_committed_once(
+    dynamodb: Any, rival: EventStore
+) -> None:
+    # Given a transaction that commits but whose answer is lost, which the SDK's own retry re-sends and sees
+    # throttled (so the caller's first answer is a throttle), and a rival that commits the next event meanwhile
+    client = AmbiguousClient(dynamodb, ["commit, then 500"], before={2: rival_emits(rival)})
+    store = EventStore(EVENTS_TABLE, client=SdkResends500s(client), sleep=lambda _s: None)
+
+    # When the caller emits
+    envelope = deposit(store)
+
+    # Then the retry after the throttle carried the first token, and DynamoDB answered it with the commit
+    assert client.tokens == [client.tokens[0]] * 2
     assert envelope.seq == 2
     assert_committed_once(rival, dynamodb, envelope)
 

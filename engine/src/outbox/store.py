@@ -436,8 +436,9 @@ class EventStore:
                 writes = self._sealed_writes(own, envelopes, caller_writes, inline)
                 token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:
-                # Once a send's outcome is unknown, every retry repeats it exactly, whatever comes next:
-                # a throttle only says that this send did not run.
+                # Every retry repeats the send exactly, with its token: an answer that says this send did not run
+                # (a throttle, a conflict) may come from the SDK's own re-send of an earlier send that did run
+                # and whose answer was lost on the way; DynamoDB answers the token's re-send with success then.
                 in_doubt = in_doubt or kind == "unknown"
                 transient_retries += 1
                 if transient_retries > self.max_transient_retries:
@@ -448,16 +449,16 @@ class EventStore:
                     raise EventStoreUnavailableError(
                         f"DynamoDB kept throttling or conflicting emit for tenant {tenant!r}; nothing was committed"
                     )
-                if not in_doubt:
-                    token_serial, first_sent = token_serial + 1, self._clock()
             self._pause(head_retries + transient_retries)
-            if in_doubt and self._clock() - first_sent >= TOKEN_RESEND_WINDOW:
-                raise EmitOutcomeUnknownError(
-                    last.id,
-                    tenant,
-                    f"DynamoDB's answer stayed ambiguous for {TOKEN_RESEND_WINDOW.total_seconds() / 60:.0f} "
-                    "minutes, and a re-send after its token's 10-minute idempotency window could commit it twice",
-                )
+            if self._clock() - first_sent >= TOKEN_RESEND_WINDOW:
+                if in_doubt:
+                    raise EmitOutcomeUnknownError(
+                        last.id,
+                        tenant,
+                        f"DynamoDB's answer stayed ambiguous for {TOKEN_RESEND_WINDOW.total_seconds() / 60:.0f} "
+                        "minutes, and a re-send after its token's 10-minute idempotency window could commit it twice",
+                    )
+                token_serial, first_sent = token_serial + 1, self._clock()  # throttled for as long: a fresh token
 
     def _transact(
         self, envelopes: Sequence[Envelope], head: ChainHead, writes: _Writes, token: str

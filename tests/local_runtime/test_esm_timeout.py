@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -205,3 +206,27 @@ def test_after_a_timeout_the_next_invocation_is_a_cold_start(tmp_path: Any) -> N
 
     assert function.invoke({"clock": clock, "takes": 1}) == 1, "the module ran its import again"
     assert function._handler is not first
+
+
+def test_a_processed_message_that_moved_to_the_dlq_meanwhile_fails_nothing(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    sqs, url, clock = queue
+    dlq = sqs.create_queue(QueueName="q-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": redrive})
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        # Its visibility runs out while it works, and its next receive moves it to the DLQ: the receipt handle
+        # this invocation holds names no message any more when the mapping deletes what succeeded.
+        receipt = event["Records"][0]["receiptHandle"]
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        return {"batchItemFailures": []}
+
+    result = mapping(sqs, url, clock, handler).poll()
+
+    assert result is not None
+    assert (result.crashed, result.failed) == (None, [])

@@ -493,3 +493,20 @@ def test_bisect_isolates_the_one_record_the_queue_refuses(world: World) -> None:
     assert {"acme-1", "acme-2", "acme-4"} <= set(delivered)
     [dead_letter] = world.dead_letters()
     assert dead_letter["DDBStreamBatchInfo"]["batchSize"] == 1
+
+
+def test_with_bisect_two_records_the_queue_refuses_alone_are_two_dead_letters_of_one_record_each(
+    world: World,
+) -> None:
+    small = world.sqs.create_queue(
+        QueueName="small.fifo", Attributes={"FifoQueue": "true", "MaximumMessageSize": "4096"}
+    )
+    pipe = world.pipe(automatic_bisect=True, target_queue_url=small["QueueUrl"])
+    for seq in range(1, 5):
+        world.put({**event_row(seq=seq), "blob": "x" * (8_000 if seq in (2, 3) else 10)})
+
+    pipe.drain()
+
+    delivered = [json.loads(m["Body"])["event_id"]["S"] for m in world.received(small["QueueUrl"])]
+    assert {"acme-1", "acme-4"} <= set(delivered)
+    assert sorted(d["DDBStreamBatchInfo"]["batchSize"] for d in world.dead_letters()) == [1, 1]

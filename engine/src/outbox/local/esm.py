@@ -132,8 +132,19 @@ class SqsEventSourceMapping:
             if message["MessageId"] in failed:
                 self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))
             else:
-                self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                self._delete(message)
         return BatchResult(received, failed, crashed)
+
+    def _delete(self, message: Mapping[str, Any]) -> None:
+        """Delete a message the invocation processed. A receipt handle SQS no longer honours (the message came
+        back and was received again meanwhile) is no failure of the invocation: Lambda logs it, and the
+        message is processed again, which the consumer's inbox absorbs."""
+        try:
+            self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _NOT_IN_FLIGHT:
+                raise
+            logger.warning("%s could not delete %s: %s", self.function_name, message["MessageId"], exc)
 
     def release_expired(self) -> None:
         """Forget the failed messages whose visibility timeout has passed: SQS makes them visible again by

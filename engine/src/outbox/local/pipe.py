@@ -472,7 +472,11 @@ class PipeEmulator:
         failed = tuple(record.event_id for record in batch.records)
         retries = self.config.maximum_retry_attempts
         if 0 <= retries < batch.attempts:
-            self._dead_letter(shard, batch.records, RETRY_EXHAUSTED, reason, batch.attempts)
+            # With AUTOMATIC_BISECT the failing batch was halved down to the records that fail alone: each one is
+            # a failed batch of its own, with its own dead letter (R4.1), never a group of them.
+            groups = [[record] for record in batch.records] if self.config.automatic_bisect else [batch.records]
+            for group in groups:
+                self._dead_letter(shard, group, RETRY_EXHAUSTED, reason, batch.attempts)
             self._finish(shard)
             return PollResult("dead_lettered", shard.shard_id, delivered, failed, expired + failed)
         # The checkpoint stays put: the shard's later records wait behind this batch (R4.3, R4.6).

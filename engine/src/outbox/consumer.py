@@ -401,7 +401,7 @@ class DurableConsumer:
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed(claim, envelope, subscription, exc, receive_count)
         finally:
-            self._note_run(subscription, started_ms - remaining_ms())
+            self._note_run(subscription, started_ms, remaining_ms())
         try:
             done = complete(handler_result)
         except LeaseLostError:
@@ -643,8 +643,11 @@ class DurableConsumer:
             self._count(Metric.LEASES_LOST)
         return DeliveryOutcome.RETRY
 
-    def _note_run(self, subscription: Subscription, took_ms: int) -> None:
-        if took_ms > self._slowest_run_ms.get(subscription.name, 0):
+    def _note_run(self, subscription: Subscription, started_ms: int, ended_ms: int) -> None:
+        """Remember how long a run took; a run that reached the deadline (nothing left when it ended) measured
+        nothing but the time there was."""
+        took_ms = started_ms - ended_ms
+        if ended_ms > 0 and took_ms > self._slowest_run_ms.get(subscription.name, 0):
             self._slowest_run_ms[subscription.name] = took_ms
 
     def _delivered(self, envelope: Envelope) -> Envelope:
@@ -711,11 +714,14 @@ class DurableConsumer:
         A failure is claimed after the fact, so attempts are counted and dead letters earned as on the lease
         path. None: the pair has history (a failed attempt, a replay, a lease): take the lease path."""
         key = keys.idempotency_key(envelope.id, subscription.name)
+        started_ms = remaining_ms()
         try:
             delivery = Delivery(self._delivered(envelope), subscription.name, key, 1, remaining_ms)
             handler_result = _checked_result(subscription, subscription.handler(delivery))
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             return self._failed_directly(envelope, subscription, exc, remaining_ms, digest, terminal=None)
+        finally:
+            self._note_run(subscription, started_ms, remaining_ms())
         try:
             existing = self._commit_directly(envelope, subscription, handler_result, digest)
         except Exception as exc:  # every completion failure is classified, as on the lease path

@@ -53,6 +53,10 @@ demo: setup ## Run the whole pipeline locally on moto with a workload and inject
 simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=150; one seed with its trace: SEED=n)
 	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),150))
 
+.PHONY: soak
+soak: setup ## Seeds from a random first seed, the failing ones grouped by kind (SEEDS=2000; ARGS="--first N --jobs N")
+	$(PY) -m simulation --soak $(or $(SEEDS),2000) $(ARGS)
+
 .PHONY: mutants
 mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..40 (ARGS="--only ID", "--check")
 	$(PY) -m simulation.mutation $(ARGS)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -72,7 +73,7 @@ ALTERED_EVENT = "an altered event"
 # Bodies a broken or hostile sender may put in a tenant's group: each must become a poison pill, recorded
 # once and acknowledged, and never block the real events behind it.
 MALFORMED_BODIES: dict[str, str] = {
-    "empty": "",
+    "empty": " ",  # SQS takes no empty body: one space is as empty as a sender can send
     "not json": "{not json",
     "a json array": "[1, 2, 3]",
     "plain json": json.dumps({"id": "x", "type": "sim.item_created", "payload": {}}),
@@ -332,6 +333,40 @@ class SimulatedApp:
         self.world.run_attempts.add((delivery.idempotency_key, delivery.attempt))
         self.world.run_log.append((delivery.idempotency_key, delivery.attempt))
         self.world.trace.add("handler", f"{self.world.trace.key(delivery.idempotency_key)} attempt {delivery.attempt}")
+        self._take_time(delivery)
+
+    def _take_time(self, delivery: Delivery) -> None:
+        """The time this pair's handler takes on every run (the ``slow_handler`` fault), drawn at its first
+        slow run: most fit the function's timeout, some take just what is left of the invocation or just more,
+        some never fit. The virtual clock moves on while it runs; Lambda stops the invocation at its deadline."""
+        key, chaos = delivery.idempotency_key, self.world.chaos
+        if not chaos.active or self.world.sleep is None:
+            return
+        duration = self.world.durations.get(key)
+        if duration is None:
+            if not chaos.fires(Fault.SLOW_HANDLER, key):
+                return
+            duration = self._drawn_duration(key, timedelta(milliseconds=delivery.remaining_time_ms()))
+            self.world.durations[key] = duration
+        self.world.trace.add("handler", f"{self.world.trace.key(key)} takes {duration.total_seconds():.1f} s")
+        left = timedelta(milliseconds=delivery.remaining_time_ms())
+        self.world.sleep(duration)
+        if duration < left:  # the consumer learns only from a run that ended before its deadline
+            slowest = self.world.slowest_runs.get(delivery.subscription, timedelta(0))
+            self.world.slowest_runs[delivery.subscription] = max(slowest, duration)
+
+    def _drawn_duration(self, key: str, left: timedelta) -> timedelta:
+        draw = self.world.chaos.draw(Fault.SLOW_HANDLER)
+        timeout = self.world.function_timeout
+        kind = draw.choices(("fits", "just within", "just past", "never fits"), weights=(5, 2, 2, 1))[0]
+        if kind == "just within":
+            return max(left - timedelta(seconds=draw.uniform(0.5, 3)), timedelta(seconds=1))
+        if kind == "just past" and left + timedelta(seconds=3) < timeout:
+            return left + timedelta(seconds=draw.uniform(0.5, 3))
+        if kind == "never fits":
+            self.world.too_slow.add(key)
+            return timeout + timedelta(seconds=draw.uniform(1, 30))
+        return timedelta(seconds=draw.uniform(5, 35))
 
     def _maybe_fail(self, delivery: Delivery) -> None:
         """Raise the error the schedule has for this run of the handler, if any."""

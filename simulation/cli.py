@@ -4,6 +4,7 @@
     python -m simulation --seeds 5000         # a longer run
     python -m simulation --seed 1234          # one seed, with the trace of every fault and delivery
     python -m simulation --regression         # every seed in simulation/regression_seeds.txt
+    python -m simulation --soak 2000          # 2000 seeds from a random first seed, failures grouped by kind
 
 Prints each failing seed with its violations and ends with ``violations: N across M schedules``; the exit
 status is 1 when any invariant broke.
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import random
+import re
 import subprocess
 import sys
 import time
@@ -28,9 +31,13 @@ from outbox.local.template import StackSpec, load_stack
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ASSEMBLY_DIR = PROJECT_ROOT / ".local" / "simulation" / "cdk.out"
 REGRESSION_SEEDS = Path(__file__).resolve().parent / "regression_seeds.txt"
+# Every seed a soak ever found failing: a soak runs them first, so no bug it once saw comes back unnoticed.
+SOAK_FAILURES = Path(__file__).resolve().parent / "soak_failures.txt"
 STACK_NAME = "OutboxEngine"
 DEFAULT_SEEDS = 150
 DEFAULT_JOBS = 2
+# Where a soak's first seed is drawn from: far from the seeds that make simulate and CI run every day.
+SOAK_FIRST_SEEDS = (1_000_000, 9_000_000)
 
 
 @dataclass(frozen=True)
@@ -128,9 +135,10 @@ def warm_up() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="how many seeds to run (from --first)")
-    parser.add_argument("--first", type=int, default=1, help="the first seed")
+    parser.add_argument("--first", type=int, help="the first seed (default 1, or a random one with --soak)")
     parser.add_argument("--seed", type=int, help="replay this one seed and print its trace")
     parser.add_argument("--regression", action="store_true", help="run the seeds in regression_seeds.txt")
+    parser.add_argument("--soak", type=int, metavar="N", help="run N seeds from a random first seed; group failures")
     parser.add_argument("--jobs", type=int, default=min(DEFAULT_JOBS, os.cpu_count() or 1))
     parser.add_argument("--assembly", type=Path, help="a synthesized cloud assembly to use (default: synthesize)")
     args = parser.parse_args(argv)
@@ -139,8 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     stack = load_stack(args.assembly or assembly(), STACK_NAME)
     if args.seed is not None:
         return replay(args.seed, stack)
-    seeds = [seed for seed, _ in regression_seeds()] if args.regression else range(args.first, args.first + args.seeds)
+    if args.soak is not None:
+        first = soak_first(args.first)
+        again = f"seeds {first}..{first + args.soak - 1} (run them again: {soak_command(first, args.soak)})"
+        known = [seed for seed, _ in regression_seeds(SOAK_FAILURES)]
+        print(f"soak: the {len(known)} seeds earlier soaks found failing, then {again}", flush=True)
+        status = survey([*known, *range(first, first + args.soak)], stack, args.jobs, by_kind=True)
+        print(f"soak: {again}")
+        return status
+    first = 1 if args.first is None else args.first
+    seeds = [seed for seed, _ in regression_seeds()] if args.regression else range(first, first + args.seeds)
     return survey(list(seeds), stack, args.jobs)
+
+
+def soak_first(first: int | None) -> int:
+    """The first seed of a soak: the one asked for, or a random one far from the everyday seeds."""
+    return first if first is not None else random.SystemRandom().randint(*SOAK_FIRST_SEEDS)
+
+
+def soak_command(first: int, count: int) -> str:
+    return f"python -m simulation --first {first} --seeds {count}"
 
 
 def replay(seed: int, stack: StackSpec) -> int:
@@ -161,9 +187,9 @@ def replay(seed: int, stack: StackSpec) -> int:
     return 0 if result.ok else 1
 
 
-def survey(seeds: list[int], stack: StackSpec, jobs: int) -> int:
+def survey(seeds: list[int], stack: StackSpec, jobs: int, *, by_kind: bool = False) -> int:
     """Run the seeds, printing each violation the moment its seed ends (with the command that replays it)
-    and a progress line now and then; the totals come last."""
+    and a progress line now and then; the totals come last (and, ``by_kind``, the failing seeds by kind)."""
     started = time.monotonic()
     outcomes: list[Outcome] = []
     fired: Counter[str] = Counter()
@@ -188,9 +214,46 @@ def survey(seeds: list[int], stack: StackSpec, jobs: int) -> int:
     print("slowest seeds: " + ", ".join(f"{o.seed} ({o.seconds:.1f} s)" for o in slowest))
     if failing:
         print(f"failing seeds: {' '.join(map(str, failing))}  (replay one: make simulate SEED=<seed>)")
+    if by_kind and failing:
+        groups = by_kinds(outcomes)
+        print(f"failing seeds by kind of violation ({len(groups)} kind(s)):")
+        for kind, seeds_of_kind in groups.items():
+            print(f"  {kind}\n      seeds {' '.join(map(str, seeds_of_kind))}")
     violations = sum(len(outcome.violations) + (outcome.error is not None) for outcome in outcomes)
     print(f"violations: {violations} across {len(outcomes)} schedules")
     return 1 if failing else 0
+
+
+_INVARIANT = re.compile(r"invariant (\d+) \([^)]*\): ")  # how a violation starts: "invariant 2 (exactly once): "
+_IDS = re.compile(r"\b(?=[0-9A-Za-z-]*\d)[0-9A-Za-z-]{20,}\b")  # event ids (ULIDs), message ids (UUIDs)
+_NUMBERS = re.compile(r"\d+")  # seqs, counts, the trace's names (e4, w2, m7), tenants (t0), operations (op3)
+
+
+def kind_of(violation: str) -> str:
+    """A violation's kind: its text with every id made ``ID`` and every number ``N``, so that one bug seen in
+    many pairs, seeds and tenants is one kind (``invariant 2 (exactly once): eN:sim.charge: lost: ...``); the
+    invariant's own number is kept."""
+    invariant = _INVARIANT.match(violation)
+    head = invariant.group(0) if invariant else ""
+    return head + _NUMBERS.sub("N", _IDS.sub("ID", violation[len(head) :]))
+
+
+def by_kinds(outcomes: Iterable[Outcome]) -> dict[str, list[int]]:
+    """Each kind of violation (and of simulator failure) with the seeds that showed it, in seed order; the
+    kinds in the order of their invariant (the simulator's failures first), then of their text."""
+    groups: dict[str, set[int]] = {}
+    for outcome in outcomes:
+        kinds = [kind_of(violation) for violation in outcome.violations]
+        if outcome.error is not None:
+            kinds.append("the simulator failed: " + kind_of(outcome.error))
+        for kind in kinds:
+            groups.setdefault(kind, set()).add(outcome.seed)
+    return {kind: sorted(groups[kind]) for kind in sorted(groups, key=_kind_order)}
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    invariant = _INVARIANT.match(kind)
+    return (int(invariant.group(1)) if invariant else 0, kind)
 
 
 def _totals(fired: Counter[str]) -> str:

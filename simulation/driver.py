@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 from unittest import mock
 
-from outbox import Envelope, EventStore, keys
+from outbox import Envelope, EventStore, chain, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
@@ -42,6 +42,7 @@ from simulation.schedule import (
     HeadRollback,
     LateRedelivery,
     Poison,
+    ReadOnlyPass,
     Reconcile,
     Redeliver,
     Redrive,
@@ -65,6 +66,10 @@ REPLAY_ON_ALARM = 0.6
 OPERATOR = "the simulator's operator"  # who an operator's skip says decided it
 # Longer than any lease (the function's timeout and a margin), shorter than the queue's visibility timeout.
 CRASHED_LEASES_RUN_OUT = timedelta(minutes=2)
+# The receive-send-delete redrive receives with a visibility of 60 s (outbox.ops.redrive): what an interrupted
+# one holds comes back after it.
+REDRIVE_RECEIVE_VISIBILITY = timedelta(seconds=61)
+MAX_REDRIVE_WAITS = 3
 
 
 class OperatorInterrupted(BaseException):
@@ -217,6 +222,7 @@ class Driver:
         self._random = random.Random(f"{world.seed}:driver")
         self._rival_serial = 0
         self._rivalling = False
+        self._checking = False  # a read-only pass is reading the logs (emit_during_check may strike)
         self._current: EmitRecord | None = None  # the emit in progress (rivals commit inside it)
         self._poison_serial = 0
         self._start = runtime.clock()
@@ -263,6 +269,7 @@ class Driver:
             Fault.BROKEN_DEPLOY: self._broken_deploy,
             Fault.CONFLICTING_COPY: self._conflicting_copies,
             Fault.WATERMARK_RACE: self._racing_skips,
+            Fault.EMIT_DURING_CHECK: self._emits_during_checks,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -272,6 +279,25 @@ class Driver:
                 if kind in armed:
                     stack.enter_context(seam())
             yield
+
+    @contextmanager
+    def _emits_during_checks(self) -> Iterator[FaultCount]:
+        """While a read-only pass reads a tenant's log (``_checking``), another writer of the tenant commits an
+        event between the pass's read of the rows and its read of the chain head (``emit_during_check``)."""
+        read_head = chain.read_head
+
+        def reading(client: Any, table_name: str, tenant: str) -> Any:
+            racing = self._checking and not self._rivalling and tenant in self.rivals
+            if racing and self.chaos.fires(Fault.EMIT_DURING_CHECK, tenant, while_paused=True):
+                self._rivalling = True
+                try:
+                    self.rival_emit(tenant)
+                finally:
+                    self._rivalling = False
+            return read_head(client, table_name, tenant)
+
+        with mock.patch.object(chain, "read_head", reading):
+            yield self.chaos.count(Fault.EMIT_DURING_CHECK)
 
     @contextmanager
     def _racing_skips(self) -> Iterator[FaultCount]:
@@ -334,6 +360,8 @@ class Driver:
             if result is None or result.crashed is None or not self.durable.in_flight:
                 return result
             entry = self.durable.in_flight[0]
+            if not self._recoverable(entry.message_id):
+                return result  # only a message reconcile can send again (an event as logged) may be lost for good
             if self.chaos.fires(Fault.MESSAGE_LOST, self.trace.message(entry.message_id)):
                 self.durable.in_flight.pop(0)
                 self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
@@ -341,6 +369,15 @@ class Driver:
 
         with mock.patch.object(self.durable, "poll", lossy):
             yield self.chaos.count(Fault.MESSAGE_LOST)
+
+    def _recoverable(self, message_id: str) -> bool:
+        """Whether a message carries a logged event as the log holds it: not a malformed body, an event altered in
+        transit, a copy with other content or a forged event (the queue held those alone: nothing sends them again)."""
+        receipt = next((r for r in self.observations.receipts if r.message_id == message_id), None)
+        if receipt is None or receipt.event_id is None:
+            return False
+        made_here = ("poison-", "copy-", "forged-")
+        return not receipt.deduplication_id.startswith(made_here) and receipt.event_id not in self.world.forged
 
     @contextmanager
     def _conflicting_copies(self) -> Iterator[FaultCount]:
@@ -531,6 +568,8 @@ class Driver:
             self._jump(action.days)
         elif isinstance(action, HeadRollback):
             self._roll_back_head(action.tenant)
+        elif isinstance(action, ReadOnlyPass):
+            self.read_only_pass()
 
     def drain(self) -> None:
         """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""
@@ -581,6 +620,34 @@ class Driver:
             self._repair_head(action.tenant)
 
     # -- the log's own integrity --------------------------------------------------------------------
+
+    def read_only_pass(self) -> None:
+        """The hourly anchoring pass, then the on-call's status and verify-chain of every tenant, while other
+        writers may commit (``emit_during_check``). Each break any of them reports, or finding the pass records,
+        is noted: nobody alters a log before the run's end (a head set back is put right first)."""
+        if self.world.rolled_back:
+            self.trace.add("check", "a chain head is set back: the pass waits for the operator to put it right")
+            return
+        tenants = [tenant for tenant in self.world.schedule.tenants if self.world.emitted(tenant)]
+        with self.chaos.paused(), self._checking_logs():
+            self.runtime.function("AnchoringFunctionName").invoke(SCHEDULED_EVENT)
+            status = self.operations.status()
+            reports = [self.operations.verify(tenant) for tenant in tenants]
+        for tenant in status.tenants:
+            if not tenant.chain_intact:
+                self.world.false_breaks.append(f"status: {tenant.tenant} broken at seq {tenant.first_broken_seq}")
+        for report in reports:
+            if not report.intact:
+                self.world.false_breaks.append(f"verify-chain: {report.tenant} {report.reason}: {report.detail}")
+        self.trace.add("check", f"anchoring pass, status and verify-chain of {', '.join(tenants) or 'no tenant'}")
+
+    @contextmanager
+    def _checking_logs(self) -> Iterator[None]:
+        self._checking = True
+        try:
+            yield
+        finally:
+            self._checking = False
 
     def _roll_back_head(self, tenant: str) -> None:
         """The tenant's head goes back one event, as a restore from an older backup would set it: the next
@@ -664,6 +731,55 @@ class Driver:
                 "log", f"{tenant} seqs {log[start].seq}..{log[-1].seq} rewritten, hashes recomputed, head moved"
             )
             return
+
+    def repair(self) -> None:
+        """The runbook for a rewritten log: the anchoring pass records the break; the operator restores the rows
+        as they were (from a backup) and the head with them, then resets the tenant's anchor, recorded with who
+        and why. Status must be healthy again, the findings kept as history (invariants 7, 12)."""
+        anchoring = self.runtime.function("AnchoringFunctionName")
+        table = self.runtime.output("EventsTableName")
+        for tenant, originals in self.world.rewritten.items():
+            with self.chaos.paused():
+                anchoring.invoke(SCHEDULED_EVENT)
+                for envelope in originals:
+                    self.operations.dynamodb.put_item(TableName=table, Item=envelope.to_item())
+                head = self.operations.dynamodb.get_item(
+                    TableName=table, Key=keys.head_key(tenant), ConsistentRead=True
+                )["Item"]
+                last = originals[-1]
+                restored = {**head, "last_hash": {"S": last.hash}}
+                self.operations.dynamodb.put_item(TableName=table, Item=restored)
+            self.runtime.run_until_idle()  # the restore's own MODIFYs reach the tamper recorder
+            self.runtime.clock.advance(timedelta(seconds=1))
+            self.operator(f"anchor --reset {tenant}", partial(self._reset_anchor, tenant))
+            with self.chaos.paused():
+                anchoring.invoke(SCHEDULED_EVENT)
+            self.world.repaired.add(tenant)
+            self.trace.add("log", f"{tenant}'s rewritten rows restored and its anchor reset")
+
+    def force_replay(self) -> None:
+        """The operator forces a replay of an event the ordered ledger applied (by id, ``--force``). If the
+        engine takes it, the pair is recorded as repaired and must run again (invariant 2)."""
+        for record in self.world.emits:
+            if record.envelope is None or record.envelope.type != ITEM_CREATED:
+                continue
+            claim = self.operations.inbox.read_claim(record.envelope.id, LEDGER)
+            if claim is not None and claim.status == "COMPLETED":
+                self.operator(f"replay --force {self.trace.event(record.envelope.id)}", partial(self._force, record))
+                return
+
+    def _force(self, record: EmitRecord) -> str:
+        assert record.envelope is not None
+        items = self.operations.plan_replay(event_ids=[record.envelope.id], subscription=LEDGER, force=True)
+        keys = [f"{item.event_id}:{item.subscription}" for item in items]
+        self._record_repair(keys)
+        self.world.forced.extend((key, len(self.world.handler_runs)) for key in keys)
+        result = self.operations.replay(items)
+        return f"republished {', '.join(map(self.trace.event, result.republished))}"
+
+    def _reset_anchor(self, tenant: str) -> str:
+        anchor = self.operations.reset_anchor(tenant, who=OPERATOR, reason="rows restored from the backup")
+        return f"anchored at seq {anchor.seq}"
 
     def forge(self) -> None:
         """Someone the durable queue admits (or a policy that admits too much) sends it a tenant's next event:
@@ -826,6 +942,15 @@ class Driver:
             return f"moved {result.moved}, {result.remaining} left in the DLQ"
 
         self.operator(f"redrive ({method})", run)
+        # As the CLI says when a DLQ's messages are all in flight (an interrupted redrive received them): they
+        # are visible again within a minute, run it again then.
+        for _ in range(MAX_REDRIVE_WAITS):
+            visible, in_flight = self.durable_dlq_counts()
+            if visible or not in_flight:
+                return
+            self.runtime.clock.advance(REDRIVE_RECEIVE_VISIBILITY)
+            self.trace.add("operator", f"the DLQ's {in_flight} message(s) are in flight: waits a minute and redrives")
+            self.operator(f"redrive ({method})", run)
 
     def replay(self) -> None:
         for tenant in self.world.schedule.tenants:
@@ -864,7 +989,8 @@ class Driver:
             if waiting.subscription == LEDGER and waiting.waits_for_state == "DEAD":
                 self.skip(waiting.tenant, waiting.waits_for_seq, "dead, and not worth replaying")
 
-    def reconcile(self, since: datetime) -> None:
+    def reconcile(self, since: datetime | None, subscription: str | None = None) -> None:
+        """``outbox reconcile --since``, or ``--subscription S`` alone for an ordered S (from its watermark)."""
         publish = self.operations.publish
 
         def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any) -> None:
@@ -873,12 +999,12 @@ class Driver:
             publish(image, tenant, dedup_id, targets=targets)
 
         def run() -> str:
-            result = self.operations.reconcile(since)
+            result = self.operations.reconcile(since, subscription=subscription)
             sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
             return f"scanned {result.scanned}, re-sent {sent}"
 
         with mock.patch.object(self.operations, "publish", recorded):
-            self.operator("reconcile", run)
+            self.operator("reconcile" + (f" --subscription {subscription}" if subscription else ""), run)
 
     def settle(self) -> None:
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
@@ -894,6 +1020,8 @@ class Driver:
             if round_ == 0 and self.chaos.fired[Fault.MESSAGE_LOST]:
                 self.runtime.clock.advance(RECONCILE_WAIT)
                 self.reconcile(self._start)
+                if self.world.schedule.ordered:
+                    self.reconcile(None, LEDGER)  # a lost wake-up: what the status's hint for a DEFERRED wait says
             self.runtime.run_until_idle()
             if self.durable_dlq_depth() == 0:
                 return
@@ -904,6 +1032,13 @@ class Driver:
         for action in self.world.schedule.aged:
             self.perform(action)
             self.runtime.run_until_idle()
+
+    def durable_dlq_counts(self) -> tuple[int, int]:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.durable_dlq_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
     def durable_dlq_depth(self) -> int:
         attributes = self.sqs.get_queue_attributes(

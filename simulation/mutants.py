@@ -15,6 +15,7 @@ STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
 SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
+STATUS = "outbox.ops.status"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the claim -----------------------------------------------------------------------------------------
@@ -363,12 +364,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="unknown-outcome-new-token",
         module=STORE,
-        original=(
-            "                if not in_doubt:\n"
-            "                    token_serial, first_sent = token_serial + 1, self._clock()"
+        original='                in_doubt = in_doubt or kind == "unknown"\n',
+        replacement=(
+            '                in_doubt = in_doubt or kind == "unknown"\n'
+            "                token_serial, first_sent = token_serial + 1, self._clock()\n"
         ),
-        replacement="                token_serial, first_sent = token_serial + 1, self._clock()",
-        description="an ambiguous answer is re-sent with a new ClientRequestToken instead of the same one",
+        description="a send whose answer was ambiguous (or throttled) is re-sent with a new ClientRequestToken "
+        "instead of the same one",
         what_should_catch_it="a lost answer, a rival commit, then a re-seal: the event commits twice (1, 2)",
         seeds=(7, 14, 26),
     ),
@@ -508,7 +510,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="an incremental verification takes the anchored row as verified if it matches its own hash, "
         "not the anchored one: a log rewritten with recomputed hashes passes",
         what_should_catch_it="a rewrite with every hash recomputed after an anchoring pass: status says intact (7)",
-        seeds=(6, 12, 15),
+        seeds=(6, 15, 16),
     ),
     Mutant(
         id="finding-old-hash-from-new-image",
@@ -608,6 +610,70 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="the operator skips a dead predecessor with followers deferred behind it: they stay "
         "DEFERRED behind a skipped event (14)",
         seeds=(24, 65, 67),
+    ),
+    # -- the deadline ----------------------------------------------------------------------------------
+    Mutant(
+        id="wake-runs-before-the-batch",
+        module=CONSUMER,
+        original=(
+            "        if owed is not None:\n"
+            "            owed.append((subscription, watermark))\n"
+            "            return outcome\n"
+        ),
+        replacement="",
+        description="an ordered completion runs the events deferred behind it at once, inside its record's turn: "
+        "one tenant's backlog spends the time the batch's later records (other tenants') need",
+        what_should_catch_it="a late or replayed predecessor with followers deferred behind it, and more records "
+        "after it in the same batch: they run after in-place work (15)",
+        seeds=(2, 7, 11),
+    ),
+    Mutant(
+        id="started-without-time",
+        module=CONSUMER,
+        original="        if not self._has_time_for(subscription, remaining_ms):\n",
+        replacement="        if False:\n",
+        description="a pair starts however little of the invocation is left: the deadline stops it, an attempt "
+        "spent for what the records before it took",
+        what_should_catch_it="slow handlers of two tenants in one batch (slow_handler): the later one is cut off "
+        "at the deadline again and again, then dead as exhausted (15)",
+        seeds=(19, 21, 38),
+    ),
+    # -- read-only passes and repairs -----------------------------------------------------------------
+    Mutant(
+        id="verify-never-reads-on",
+        module=CHAIN,
+        original="    if head.last_seq > walk.prev_seq:\n        walk.watch(head.last_seq)\n",
+        replacement="    if False:\n        walk.watch(head.last_seq)\n",
+        description="verify_chain compares the head it read after the log with the log as read: an emit that "
+        "commits between the two reads looks like a head the log does not hold",
+        what_should_catch_it="emits landing inside the anchoring pass, status and verify-chain (emit_during_check), "
+        "twice in a row where the check reads again: a broken chain reported, a finding recorded (16, 12)",
+        seeds=(1, 6, 7),
+    ),
+    Mutant(
+        id="reset-deals-with-nothing",
+        module=STATUS,
+        original="audit.finding_count(tenant, after=reset.observed_at if reset else None)",
+        replacement="audit.finding_count(tenant)",
+        description="status counts every finding, also those the tenant's anchor reset dealt with: after the "
+        "documented repair it never reports healthy again",
+        what_should_catch_it="a rewritten log repaired and re-anchored (the schedule's repair): status still shows "
+        "its findings (7)",
+        seeds=(12, 18),
+    ),
+    Mutant(
+        id="forced-replay-of-applied-order",
+        module=REPLAY,
+        original=(
+            "            if claim.status == COMPLETED:\n"
+            "                _refuse_if_applied_in_order(context, claim, seq)\n"
+        ),
+        replacement="",
+        description="a forced replay of a pair the ordered subscription applied is taken and reported republished; "
+        "the consumer skips it (the watermark covers it): nothing runs",
+        what_should_catch_it="the operator forces a replay of an applied ledger pair (the schedule's force_replay): "
+        "reported republished, never run (2)",
+        seeds=(5, 12, 14),
     ),
     # -- schema versions -------------------------------------------------------------------------------
     Mutant(

@@ -28,6 +28,8 @@ from unittest import mock
 from outbox.consumer import DeliveryOutcome, DurableConsumer
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.local import deadline
+from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import BatchResult, SqsEventSourceMapping
 from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
@@ -72,6 +74,25 @@ class Send:
 
 
 @dataclass
+class Invocation:
+    """One invocation of the durable consumer in progress: the tenants whose pairs it has run so far, and those
+    whose deferred events it ran in place (after a predecessor, ``DurableConsumer._run_woken``)."""
+
+    ran: set[str] = field(default_factory=set)
+    woken: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """A pair's run that Lambda stopped at the invocation's deadline, and the other tenants whose work (their
+    records, or their deferred events run in place) the invocation had spent time on before it."""
+
+    key: str
+    tenant: str
+    others_before: frozenset[str]
+
+
+@dataclass
 class Run:
     """A delivery of one (event, subscription) in progress, and the deadline of the invocation it runs in:
     until then, a take-over of its claim would run the pair twice at once."""
@@ -88,7 +109,8 @@ class Observations:
     uncertain_claims: Counter[str] = field(default_factory=Counter)  # claims that raised (maybe committed)
     uncertain_completers: dict[str, set[str]] = field(default_factory=dict)  # completions that raised
     dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
-    dead_positions: list[tuple[str, int]] = field(default_factory=list)  # (key, handler runs before the mark)
+    # (key, handler runs before the mark, claims recorded before it)
+    dead_positions: list[tuple[str, int, int]] = field(default_factory=list)
     release_calls: set[tuple[str, int]] = field(default_factory=set)  # (key, attempt), fenced or not
     # Keys whose direct run (no claim) failed while the pair could not be claimed (another worker held it, or
     # it was done): the failure was left to whoever held it, as it must be.
@@ -114,6 +136,15 @@ class Observations:
     # deferrals that raised (maybe committed).
     deferrals: Counter[str] = field(default_factory=Counter)
     uncertain_deferrals: Counter[str] = field(default_factory=Counter)
+    # The deadline (invariant 15): the durable invocations in progress, innermost last; every run Lambda stopped
+    # at a deadline; claims given back unrun (an in-place claim handed to the message path); and each record a
+    # batch processed after in-place work of another tenant in the same invocation.
+    invocations: list[Invocation] = field(default_factory=list)
+    cut_offs: list[CutOff] = field(default_factory=list)
+    given_back: Counter[str] = field(default_factory=Counter)
+    records_after_in_place: list[str] = field(default_factory=list)
+    # Pairs the deadline cut off that started with less time left than their subscription was known to need.
+    started_too_late: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -151,6 +182,7 @@ class Recorder:
         self._failed_directly = DurableConsumer._failed_directly
         self._process_record = DurableConsumer.process_record
         self._defer, self._wake_up = Inbox.defer, WakeUps.send
+        self._run_woken = DurableConsumer._run_woken
         self._handler, self._poll = durable.handler, durable.poll
 
     @contextmanager
@@ -187,6 +219,9 @@ class Recorder:
         def wake_up(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
             recorder.wake_up(wake_ups, deferred, applied_seq)
 
+        def run_woken(consumer: DurableConsumer, sub: Subscription, ready: Deferred, *args: Any) -> Any:
+            return recorder.run_woken(consumer, sub, ready, *args)
+
         def commit_directly(
             consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
         ) -> Any:
@@ -208,6 +243,7 @@ class Recorder:
             stack.enter_context(mock.patch.object(DurableConsumer, "_failed_directly", failed_directly))
             stack.enter_context(mock.patch.object(Inbox, "defer", defer))
             stack.enter_context(mock.patch.object(WakeUps, "send", wake_up))
+            stack.enter_context(mock.patch.object(DurableConsumer, "_run_woken", run_woken))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
@@ -284,7 +320,10 @@ class Recorder:
         self.observations.current_owner[claim.idempotency_key] = claim.owner
         self.observations.claims[claim.idempotency_key] += 1
         position = len(self.world.handler_runs)
-        self.world.claim_positions.setdefault((claim.idempotency_key, claim.attempts), []).append(position)
+        self.world.claim_positions.setdefault((claim.idempotency_key, claim.attempts), []).append(
+            (position, self.world.claims_recorded)
+        )
+        self.world.claims_recorded += 1
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
         return result
 
@@ -328,8 +367,17 @@ class Recorder:
         self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
     ) -> Any:
         key = f"{envelope.id}:{sub.name}"
-        claims = self.observations.claims[key]
-        outcome = self._failed_directly(consumer, envelope, sub, *args, **kwargs)
+        claims, marks = self.observations.claims[key], len(self.observations.dead_calls)
+        try:
+            outcome = self._failed_directly(consumer, envelope, sub, *args, **kwargs)
+        except BaseException:
+            # The claim (or the mark) after the failure raised: the message comes back, and whoever claims decides.
+            self.observations.unclaimed_direct_failures.add(key)
+            raise
+        # A mark for the direct run's failure judges attempt 1 (the run), whatever attempt its late claim counted.
+        self.observations.dead_calls.extend(
+            (k, 1, why) for k, _, why in self.observations.dead_calls[marks:] if k == key
+        )
         if self.observations.claims[key] == claims:
             self.observations.unclaimed_direct_failures.add(key)
             self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")
@@ -339,8 +387,10 @@ class Recorder:
         key = claim.idempotency_key
         try:
             self._defer(inbox, claim, waits_for, order)
-        except BaseException:
+        except BaseException as exc:
             self.observations.uncertain_deferrals[key] += 1
+            if _lost_answer(exc):
+                self._finished(claim)  # applied, its answer lost: the lease is gone
             raise
         self.observations.deferrals[key] += 1
         self._finished(claim)
@@ -358,15 +408,24 @@ class Recorder:
         self.observations.dead_calls.append((claim.idempotency_key, claim.attempts, reason.value))
         self._mark_dead(inbox, claim, envelope, *details)
         self.observations.dead_marks.append(self._fenced(claim))
-        self.observations.dead_positions.append((claim.idempotency_key, len(self.world.handler_runs)))
+        self.observations.dead_positions.append(
+            (claim.idempotency_key, len(self.world.handler_runs), self.world.claims_recorded)
+        )
         self._finished(claim)
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
     def release(self, inbox: Inbox, claim: Claim, error: str, give_back: int = 0) -> None:
-        if not give_back:  # a claim given back with its attempt ran nothing: no attempt of it was released
+        if give_back:  # a claim given back with its attempt ran nothing: no attempt of it was released
+            self.observations.given_back[claim.idempotency_key] += give_back
+        else:
             self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
-        self._release(inbox, claim, error, give_back)
+        try:
+            self._release(inbox, claim, error, give_back)
+        except BaseException as exc:
+            if _lost_answer(exc):
+                self._finished(claim)  # applied, its answer lost: the lease is gone
+            raise
         self.observations.releases.append(self._fenced(claim))
         self._finished(claim)
         self.trace.add(
@@ -384,14 +443,57 @@ class Recorder:
         run = Run(key, deadlines[-1] if deadlines else self.durable.clock())
         self.observations.running.append(run)
         try:
-            outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
+            with self._cut_off_noted(key, envelope.tenant, self._started_with_time(key, sub.name)):
+                outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
         finally:
             running = self.observations.running
             del running[next(i for i, r in enumerate(running) if r is run)]
         self.trace.add("outcome", f"{self.trace.key(key)} {outcome.value}")
         return outcome
 
+    def _started_with_time(self, key: str, subscription: str) -> str | None:
+        """Why this pair should not have started now, if it should not: less of the invocation is left than its
+        subscription's slowest run this container has seen (and a second), which a whole invocation holds."""
+        known = self.world.slowest_runs.get(subscription)
+        deadlines = self.observations.deadlines
+        if known is None or not deadlines:
+            return None
+        left, needed = deadlines[-1] - self.durable.clock(), known + timedelta(seconds=1)
+        if deadline.remaining() != left:
+            return None  # a fault moved the invocation's deadline (it stands for skew): its clock says nothing here
+        if left >= needed or needed > self.world.function_timeout:
+            return None
+        return f"{key} started with {left.total_seconds():.1f} s left; {subscription} had run for {known}"
+
+    @contextmanager
+    def _cut_off_noted(self, key: str, tenant: str, too_late: str | None = None) -> Iterator[None]:
+        """Note what the invocation ran before this pair, and the pair's run if the deadline stops it (with why it
+        should not have started, ``too_late``, if it should not)."""
+        invocation = self.observations.invocations[-1] if self.observations.invocations else Invocation()
+        others = frozenset((invocation.ran | invocation.woken) - {tenant})
+        invocation.ran.add(tenant)
+        try:
+            yield
+        except InvocationTimedOut:
+            self.observations.cut_offs.append(CutOff(key, tenant, others))
+            if too_late is not None:
+                self.observations.started_too_late.append(too_late)
+            self.trace.add("deadline", f"{self.trace.key(key)} stopped by Lambda at the deadline")
+            raise
+
+    def run_woken(self, consumer: DurableConsumer, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
+        key = f"{ready.event_id}:{subscription.name}"
+        if self.observations.invocations:
+            self.observations.invocations[-1].woken.add(ready.tenant)
+        with self._cut_off_noted(key, ready.tenant):
+            return self._run_woken(consumer, subscription, ready, *args)
+
     def process_record(self, consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
+        tenant = str((record.raw_event.get("attributes") or {}).get("MessageGroupId", ""))
+        if self.observations.invocations and self.observations.invocations[-1].woken:
+            self.observations.records_after_in_place.append(
+                f"a record of {tenant} after in-place work of {sorted(self.observations.invocations[-1].woken)}"
+            )
         self.observations.reading.append(_targets(record.raw_event))
         try:
             self._process_record(consumer, record, *args, **kwargs)
@@ -419,13 +521,17 @@ class Recorder:
             self.trace.add("receive", f"{message} = {name} of {receipt.tenant} (receive {receipt.receive_count})")
         deadline = self.durable.clock() + timedelta(milliseconds=context.get_remaining_time_in_millis())
         self.observations.deadlines.append(deadline)
+        self.observations.invocations.append(Invocation())
         try:
             return self._handler(event, context)
         finally:
             self.observations.deadlines.pop()
+            self.observations.invocations.pop()
 
     def poll(self) -> BatchResult | None:
         result = self._poll()
+        if result is not None and isinstance(result.crashed, InvocationTimedOut):
+            self.world.slowest_runs.clear()  # Lambda resets the container after a timeout: nothing seen survives
         if result is not None and result.crashed is not None:
             failure = type(result.crashed).__name__
             self.trace.add("batch", f"the invocation failed as a whole ({failure}): every message comes back")
@@ -467,3 +573,9 @@ def _targets(record: dict[str, Any]) -> frozenset[str] | None:
     attribute = (record.get("messageAttributes") or {}).get(TARGETS_ATTRIBUTE) or {}
     text = attribute.get("stringValue") if isinstance(attribute, dict) else None
     return frozenset(text.split(",")) if isinstance(text, str) else None
+
+
+def _lost_answer(exc: BaseException) -> bool:
+    """A write whose answer was lost after it applied (the lost_answer fault's HTTP 500)."""
+    response = getattr(exc, "response", None) or {}
+    return bool(response.get("Error", {}).get("Code") == "InternalServerError")

@@ -57,7 +57,7 @@ def run_seed(seed: int, stack: StackSpec) -> SeedResult:
     clock = VirtualClock()
     trace = Trace(clock)
     chaos = Chaos(seed, schedule.faults, trace)
-    world = World(seed, schedule, trace, chaos, DeterministicIds(clock, seed), clock=clock)
+    world = World(seed, schedule, trace, chaos, DeterministicIds(clock, seed), clock=clock, sleep=clock.advance)
     world.service.before_effect = lambda key: _effect_applied(world, key)
     observations = Observations()
     environment = {**FUNCTION_ENVIRONMENT, RUN_VARIABLE: world.run_id}
@@ -68,6 +68,7 @@ def run_seed(seed: int, stack: StackSpec) -> SeedResult:
             world.reader = client(runtime, "dynamodb")
             world.catalog = catalog_for(world)
             driver = Driver(world, runtime, observations)
+            world.function_timeout = driver.durable.function_timeout
             topology = Topology.from_outputs(runtime.outputs())
             try:
                 violations = _run(world, runtime, driver, observations, topology)
@@ -96,6 +97,9 @@ def _run(
     with recording(world, observations, driver.durable):
         driver.settle()
         driver.age()
+        if world.schedule.force_replay:
+            driver.force_replay()
+            runtime.run_until_idle()
         if world.schedule.tamper:
             driver.tamper()
             runtime.run_until_idle()  # the rewrite is a MODIFY on the stream: the relay must not pass it on
@@ -105,6 +109,8 @@ def _run(
         if world.schedule.rewrite:
             driver.rewrite()
             runtime.run_until_idle()  # the tamper pipe and recorder see the MODIFYs; the relay must not
+            if world.schedule.repair:
+                driver.repair()
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

@@ -45,6 +45,12 @@ class Fault(StrEnum):
     # The operator skips the event an ordered delivery waits for (dead, or not arrived yet) between the
     # delivery's read of the watermark and its write: only the write's version condition can tell.
     WATERMARK_RACE = "watermark_race"
+    # A durable handler takes time (a slow remote API): most fit the function's timeout, some only just what
+    # is left of the invocation, some never fit it. Lambda stops the invocation at its deadline, mid-way.
+    SLOW_HANDLER = "slow_handler"
+    # Another writer of the tenant commits an event while a read-only pass (the anchoring pass, status,
+    # verify-chain) reads its log: between its read of the rows and its read of the chain head.
+    EMIT_DURING_CHECK = "emit_during_check"
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,20 @@ _LEGACY_CHANCE = 0.3
 # The same again: the tail of a tenant's log rewritten with every hash recomputed, after an anchoring pass.
 _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
+_REPAIR_CHANCE = 0.5  # of a rewrite: repaired and re-anchored
+_FORCED_REPLAY_CHANCE = 0.5  # of a schedule with the ordered ledger
 # The ordered ledger (sim.ledger), its operator's skips and its race: drawn from a stream of their own too.
 _ORDERED_CHANCE = 0.6
 _SKIP_DEAD_CHANCE = 0.4
 _WATERMARK_RACE_CHANCE = 0.5
 _LEDGER_REFUSES_CHANCE = 0.6
 _WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
+# Handlers that take time, drawn from a stream of their own too: how often a schedule has them, and their rate.
+_SLOW_CHANCE = 0.45
+_SLOW_RATE = ((0.2, 0.6), (2, 8))
+# Read-only passes while the pipeline runs, and emits landing inside them: a stream of their own.
+_CHECKS_CHANCE = 0.5
+_CHECKS_RATE = ((0.4, 0.9), (2, 5))
 # A tenant so hot that an emit loses the race for its chain head more often than emit() retries.
 _HOT_TENANT_CHANCE = 0.03
 _HOT_TENANT_RATE = FaultRate(1.0, 6)
@@ -172,6 +186,11 @@ class TimeJump:
 
 
 @dataclass(frozen=True)
+class ReadOnlyPass:
+    """The hourly anchoring pass runs, and the on-call looks: ``outbox status`` and ``outbox verify-chain``."""
+
+
+@dataclass(frozen=True)
 class HeadRollback:
     """The tenant's chain head is set back one event (restored from an older backup, or rewritten by a script
     with write access); the operator puts it right after the next emit of the tenant."""
@@ -179,7 +198,19 @@ class HeadRollback:
     tenant: str
 
 
-Action = Emit | Steps | Redeliver | LateRedelivery | Redrive | Replay | Reconcile | Poison | TimeJump | HeadRollback
+Action = (
+    Emit
+    | Steps
+    | Redeliver
+    | LateRedelivery
+    | Redrive
+    | Replay
+    | Reconcile
+    | Poison
+    | TimeJump
+    | HeadRollback
+    | ReadOnlyPass
+)
 
 
 @dataclass(frozen=True)
@@ -204,6 +235,12 @@ class Schedule:
     # along (plain verification then finds nothing), after the hourly anchoring pass: the stream's findings and
     # the anchor must both see it.
     rewrite: bool = False
+    # After the rewrite is found, the operator repairs it as the runbook says: the rows restored from a
+    # backup, then the anchor reset (recorded); status must be healthy again, the findings kept as history.
+    repair: bool = False
+    # After everything settled, the operator forces a replay of a pair the ordered ledger applied (replay
+    # --event-id ... --subscription sim.ledger --force): refused, or run; never reported done and left undone.
+    force_replay: bool = False
     # This tenant's first emitter runs last year's code: it stores sim.item_created at version 1, which
     # today's durable handlers read only through the upcaster.
     legacy: str | None = None
@@ -240,12 +277,16 @@ class Schedule:
             lines.append("  at the end: the durable queue is sent a tenant's next event, which the log never held")
         if self.rewrite:
             lines.append("  at the end: after an anchoring pass, a tenant's log is rewritten, every hash recomputed")
+        if self.rewrite and self.repair:
+            lines.append("  then the operator restores the rewritten rows and resets the tenant's anchor")
         if self.legacy:
             lines.append(f"  {self.legacy}/emitter0 runs last year's code: it stores sim.item_created version 1")
         if self.ordered:
             lines.append("  the application has the ordered ledger (sim.ledger)")
         if self.skip_dead:
             lines.append("  after healing: the operator skips each dead event the ordered ledger waits for")
+        if self.force_replay:
+            lines.append("  at the end: the operator forces a replay of an event the ordered ledger applied")
         if self.ledger_refuses:
             lines.append(f"  the ordered ledger refuses {self.ledger_refuses}'s item once (terminal)")
         return lines
@@ -272,6 +313,8 @@ def _describe(action: Action) -> str:
         return f"{action.days} days pass; the TTL sweep runs"
     if isinstance(action, HeadRollback):
         return f"{action.tenant}'s chain head is set back one event"
+    if isinstance(action, ReadOnlyPass):
+        return "the anchoring pass runs; the on-call runs status and verify-chain"
     return "SQS: redeliver what is in flight"
 
 
@@ -291,6 +334,14 @@ def generate(seed: int) -> Schedule:
     if race is not None:
         faults[Fault.WATERMARK_RACE] = race
     refused = _ledger_refuses(ordering, actions) if ordered else None
+    forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
+    slow = _slow_handlers(random.Random(f"schedule:{seed}:slow"))
+    if slow is not None:
+        faults[Fault.SLOW_HANDLER] = slow
+    checks = random.Random(f"schedule:{seed}:checks")
+    actions, racing = _with_read_only_passes(checks, actions)
+    if racing is not None:
+        faults[Fault.EMIT_DURING_CHECK] = racing
     return Schedule(
         seed=seed,
         tenants=tenants,
@@ -304,10 +355,12 @@ def generate(seed: int) -> Schedule:
         tamper=random.Random(f"schedule:{seed}:tamper").random() < _TAMPER_CHANCE,
         forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
         rewrite=random.Random(f"schedule:{seed}:rewrite").random() < _REWRITE_CHANCE,
+        repair=random.Random(f"schedule:{seed}:repair").random() < _REPAIR_CHANCE,
         legacy=_legacy(random.Random(f"schedule:{seed}:legacy"), tenants),
         ordered=ordered,
         skip_dead=skip_dead,
         ledger_refuses=refused,
+        force_replay=forced,
     )
 
 
@@ -327,6 +380,26 @@ def _ordered(rng: random.Random) -> tuple[bool, bool, FaultRate | None]:
         return True, skip_dead, None
     (low, high), (fewest, most) = _WATERMARK_RACE_RATE
     return True, skip_dead, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _with_read_only_passes(rng: random.Random, actions: list[Action]) -> tuple[list[Action], FaultRate | None]:
+    """Now and then one to three read-only passes between the workload's actions, and the rate at which an emit
+    lands inside one."""
+    if rng.random() >= _CHECKS_CHANCE:
+        return actions, None
+    placed = list(actions)
+    for _ in range(rng.randint(1, 3)):
+        placed.insert(rng.randint(1, len(placed)), ReadOnlyPass())
+    (low, high), (fewest, most) = _CHECKS_RATE
+    return placed, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _slow_handlers(rng: random.Random) -> FaultRate | None:
+    """Whether durable handlers take time in this schedule, and how often; a stream of its own."""
+    if rng.random() >= _SLOW_CHANCE:
+        return None
+    (low, high), (fewest, most) = _SLOW_RATE
+    return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
 
 
 def _ledger_refuses(rng: random.Random, actions: list[Action]) -> str | None:

@@ -12,7 +12,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
@@ -89,7 +89,8 @@ class World:
     run_attempts: set[tuple[str, int]] = field(default_factory=set)  # (idempotency key, attempt) that ran
     run_log: list[tuple[str, int]] = field(default_factory=list)  # per handler run: (key, attempt)
     # (key, attempt) -> the positions in handler_runs at which a claim with that attempt succeeded
-    claim_positions: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    claim_positions: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)  # (runs before, serial)
+    claims_recorded: int = 0  # the serial of the next claim: orders claims and dead marks between two runs
     # Keys whose owner lost its claim to a second worker that died holding it: how that owner's run ends.
     stale_owner_failure: dict[str, str] = field(default_factory=dict)
     replays: list[tuple[str, datetime]] = field(default_factory=list)  # pairs an operator replayed, and when
@@ -103,6 +104,9 @@ class World:
     tampered: dict[str, Envelope] = field(default_factory=dict)  # tenant -> the event rewritten in its log
     # tenant -> the events of its log rewritten with recomputed hashes (the head moved along), after an anchor
     rewritten: dict[str, list[Envelope]] = field(default_factory=dict)
+    repaired: set[str] = field(default_factory=set)  # tenants whose rewritten rows were restored and re-anchored
+    # Pairs an operator's forced replay was accepted for, and the handler runs before it: each must run again.
+    forced: list[tuple[str, int]] = field(default_factory=list)
     retention_passed: bool = False  # a time jump went past the inbox's retention
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
@@ -114,8 +118,24 @@ class World:
     skips: list[tuple[str, int]] = field(default_factory=list)
     wake_ups: list[str] = field(default_factory=list)
     ledger_refused: set[str] = field(default_factory=set)  # keys the ordered ledger refused (Schedule.ledger_refuses)
+    # The slow_handler fault: idempotency key -> how long each run of its handler takes, and the keys whose
+    # handler takes longer than the function's whole timeout (those die of their own deadline).
+    durations: dict[str, timedelta] = field(default_factory=dict)
+    too_slow: set[str] = field(default_factory=set)
+    sleep: Callable[[timedelta], Any] | None = None  # advances the virtual clock (a handler taking time)
+    function_timeout: timedelta = timedelta(seconds=60)  # the durable consumer's, from the template (the runner)
+    # The longest run of each durable subscription's handler in the consumer's container (cleared when a timeout
+    # resets it): what the consumer knows a run needs before it starts one (invariant 15).
+    slowest_runs: dict[str, timedelta] = field(default_factory=dict)
+    # What read-only passes during the run (anchoring, status, verify-chain) reported broken: nobody altered a
+    # log then, so each is a false alarm (invariant 16).
+    false_breaks: list[str] = field(default_factory=list)
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
+
+    def emitted(self, tenant: str) -> bool:
+        """Whether ``tenant`` has a committed event (a log to read)."""
+        return any(record.tenant == tenant and record.committed for record in self.emits)
 
     def trace_clock(self) -> datetime:
         assert self.clock is not None, "the runner sets the world's clock"

@@ -40,6 +40,8 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.BROKEN_DEPLOY: "redrive-deletes-before-send",
     Fault.CONFLICTING_COPY: "log-refusal-unrecorded",
     Fault.WATERMARK_RACE: "watermark-unversioned",
+    Fault.SLOW_HANDLER: "started-without-time",
+    Fault.EMIT_DURING_CHECK: "verify-never-reads-on",
     "malformed bodies": "altered-envelope-accepted",
     "backlogs behind a failing head": "dead-by-receive-count",
     "redeliveries after the deduplication window": "claim-ignores-may-create",
@@ -54,6 +56,9 @@ FAULT_CLASSES: dict[str, str] = {
     "events the log never held (at the end)": "log-check-skipped",
     "an emitter running last year's code (schema version 1)": "upcast-skipped",
     "an ordered subscription's dead predecessor, replayed or skipped": "wake-up-skipped",
+    "an ordered backlog woken beside other records of its batch": "wake-runs-before-the-batch",
+    "a rewritten log repaired and re-anchored (at the end)": "reset-deals-with-nothing",
+    "a forced replay of what the ordered ledger applied (at the end)": "forced-replay-of-applied-order",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

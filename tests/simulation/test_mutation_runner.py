@@ -39,6 +39,7 @@ GUARANTEE_MODULES = {
     "outbox.ops.replay",
     "outbox.ops.redrive",
     "outbox.ops.reconcile",
+    "outbox.ops.status",
 }
 
 

@@ -63,6 +63,7 @@ ITEM_NOTED = "sim.item_noted"
 AUDIT, NOTE_LOCALLY, WATCH = "sim.audit", "sim.note_locally", "sim.watch_items"
 CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
 LEDGER = "sim.ledger"  # ordered: a tenant's items applied in seq order (only in a schedule that has it)
+TALLY = "sim.tally"  # the subscription a deploy adds, removes or narrows (only in a schedule with that deploy)
 # The entities whose row changes sim.watch_items reads: what the record-change pipe carries (runner.run_seed).
 WATCHED_ENTITIES = ("SIMITEM",)
 # The durable subscriptions of each event type: the (event, subscription) pairs invariant 2 accounts for.
@@ -118,6 +119,26 @@ def item_created_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**upcast, "reject": bool(payload.get("flagged", False))}
 
 
+class ItemCreatedV3(ItemCreated):
+    """``sim.item_created`` after the schedule's version deploy: a channel field (optional, so compatible)."""
+
+    channel: str = "web"
+
+
+def item_created_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "channel": "web"}
+
+
+ITEM_CREATED_V3 = EventTypeSpec(
+    ITEM_CREATED,
+    ItemCreatedV3,
+    "An item was created (the row and the event together)",
+    version=3,
+    upcasters=(
+        Upcaster(1, ItemCreatedV1, item_created_v1_to_v2),
+        Upcaster(2, ItemCreated, item_created_v2_to_v3),
+    ),
+)
 ITEM_CREATED_V2 = EventTypeSpec(
     ITEM_CREATED,
     ItemCreated,
@@ -158,8 +179,23 @@ def applied_order_key(tenant: str) -> dict[str, str]:
 
 
 def durable_subscriptions(world: World) -> dict[str, tuple[str, ...]]:
-    """The durable subscriptions of each event type in this run's catalog."""
+    """The durable subscriptions of each event type in this run's catalog, but the one a deploy changes."""
     return ORDERED_DURABLE if world.schedule.ordered else DURABLE
+
+
+def expected_pairs(world: World, envelope: Envelope) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The durable subscriptions that must run ``envelope`` once, and those that may (at most once): sim.tally
+    as the schedule's deploy left it. Added, it must run every event (its backfill sends the older ones);
+    removed or narrowed away, it may have run an event from before the switch, and none after."""
+    required = durable_subscriptions(world)[envelope.type]
+    deploy, at = world.schedule.deploy, world.deployed_at
+    before = at is None or envelope.occurred_at < at
+    created = envelope.type == ITEM_CREATED
+    if (deploy == "added" and created) or (deploy == "narrowed" and created):
+        return (*required, TALLY), ()
+    if (deploy == "removed" and created and before) or (deploy == "narrowed" and before):
+        return required, (TALLY,)
+    return required, ()
 
 
 def create_item(
@@ -182,10 +218,9 @@ def create_item(
         payload = ItemCreatedV1(
             operation=operation, item_id=item_id, amount=amount, flagged=reject, note=note
         ).model_dump()
-    else:
-        payload = ItemCreated(
-            operation=operation, item_id=item_id, amount=amount, reject=reject, note=note
-        ).model_dump()
+    else:  # version 3 after the schedule's version deploy
+        model = ItemCreatedV3 if spec is not None and spec.version == 3 else ItemCreated
+        payload = model(operation=operation, item_id=item_id, amount=amount, reject=reject, note=note).model_dump()
     row = {
         **item_key(tenant, item_id),
         "tenant": tenant,
@@ -218,7 +253,7 @@ class SimulatedApp:
             old = ItemCreatedV1.model_validate(delivery.envelope.payload)
             item = ItemCreated.model_validate(item_created_v1_to_v2(old.model_dump()))
         else:
-            item = ItemCreated.model_validate(delivery.envelope.payload)
+            item = self._model().model_validate(delivery.envelope.payload)
         if item.reject:
             raise TerminalError(f"{item.item_id} refused by the audit")
         envelope = delivery.envelope
@@ -275,6 +310,12 @@ class SimulatedApp:
         self._maybe_fail(delivery)
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
 
+    def tally(self, delivery: Delivery) -> Any:
+        """The subscription a deploy adds, removes or narrows: a DynamoDB effect under a lease."""
+        self._trace_run(delivery)
+        self._maybe_fail(delivery)
+        return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
+
     def ledger(self, delivery: Delivery) -> Any:
         """Ordered: the effect, and the item's seq appended to its tenant's ledger row, both committed with the
         completion (and the watermark's advance): the row lists what was applied, in the order it committed."""
@@ -313,13 +354,17 @@ class SimulatedApp:
 
     # -- helpers ------------------------------------------------------------------------------------
 
+    def _model(self) -> type[ItemCreated]:
+        """``sim.item_created`` as today's code reads it: version 2, or 3 once the version deploy went out."""
+        return ItemCreatedV3 if self.world.deployed("version") else ItemCreated
+
     def _current_item(self, delivery: Delivery) -> ItemCreated:
-        """The payload as today's handler reads it: version 2 only. Anything else is recorded (invariant 13),
-        then refused by the model, as a handler of today's code would."""
-        payload = delivery.envelope.payload
-        if set(payload) - set(ItemCreated.model_fields):
+        """The payload as today's handler reads it: the current version only. Anything else is recorded
+        (invariant 13), then refused by the model, as a handler of today's code would."""
+        payload, model = delivery.envelope.payload, self._model()
+        if set(payload) != set(model.model_fields):
             self.world.stale_deliveries.append((delivery.idempotency_key, delivery.envelope.schema_version))
-        return ItemCreated.model_validate(payload)
+        return model.model_validate(payload)
 
     def _effect(self, delivery: Delivery) -> Mapping[str, Any]:
         """The ledger row: how often the effect was applied, and from what content (the event's amount)."""
@@ -398,7 +443,7 @@ class SimulatedApp:
             name="simulation",
             code=("simulation.catalog",),
             event_types=(
-                ITEM_CREATED_V1 if self.legacy else ITEM_CREATED_V2,
+                self._item_created_spec(),
                 EventTypeSpec(ITEM_NOTED, ItemNoted, "sim.announce noted an item (a follow-up event)"),
             ),
             entities=(
@@ -417,14 +462,35 @@ class SimulatedApp:
                 Subscription(ARCHIVE, ITEM_NOTED, Lane.DURABLE, self.archive, effects=Effects.DYNAMODB),
                 Subscription(WATCH, "record.SIMITEM.*", Lane.BEST_EFFORT, self.watch_items),
                 *self._ordered(),
+                *self._tally(),
             ),
         )
+
+    def _item_created_spec(self) -> EventTypeSpec:
+        if self.legacy:
+            return ITEM_CREATED_V1
+        return ITEM_CREATED_V3 if self.world.deployed("version") else ITEM_CREATED_V2
 
     def _ordered(self) -> tuple[Subscription, ...]:
         if not self.ordered:
             return ()
+        if self.world.schedule.deploy == "ordered":
+            # Unordered until the deploy; then ordered from the switch on (its old completions moved no watermark).
+            since = self.world.deployed_at
+            options: dict[str, Any] = {"ordered": True, "ordered_since": since} if since is not None else {}
+        else:
+            options = {"ordered": True}
         # effects="dynamodb" would allow the direct path; an ordered subscription never takes it.
-        return (Subscription(LEDGER, ITEM_CREATED, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, ordered=True),)
+        return (Subscription(LEDGER, ITEM_CREATED, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, **options),)
+
+    def _tally(self) -> tuple[Subscription, ...]:
+        """sim.tally as the schedule's deploy has it now: added by it, removed by it, or narrowed by it."""
+        deploy, deployed = self.world.schedule.deploy, self.world.deployed_at is not None
+        if (deploy == "added" and deployed) or (deploy == "removed" and not deployed):
+            return (Subscription(TALLY, ITEM_CREATED, Lane.DURABLE, self.tally),)
+        if deploy == "narrowed":
+            return (Subscription(TALLY, ITEM_CREATED if deployed else "sim.item_*", Lane.DURABLE, self.tally),)
+        return ()
 
 
 def catalog_for(world: World) -> Catalog:

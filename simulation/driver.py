@@ -33,10 +33,20 @@ from outbox.ops import OperationRefusedError, Operations
 from outbox.ops import ordering as ordering_ops
 from outbox.ordering import Watermark
 from outbox.subscriptions import Lane, Subscription
-from simulation.catalog import ITEM_CREATED, LEDGER, MALFORMED_BODIES, create_item, legacy_catalog_for
+from simulation.catalog import (
+    ITEM_CREATED,
+    LEDGER,
+    MALFORMED_BODIES,
+    TALLY,
+    catalog_for,
+    create_item,
+    legacy_catalog_for,
+)
 from simulation.recorder import Observations, Send, brief
 from simulation.schedule import (
+    DEPLOY_KINDS,
     Action,
+    Deploy,
     Emit,
     Fault,
     HeadRollback,
@@ -406,14 +416,12 @@ class Driver:
     def _event_with_a_waiting_claim(self, message_ids: Sequence[str]) -> str | None:
         """An event of these messages whose every durable pair has a claim row, one of them PENDING (so no
         pair of it can go to the copy first: the first content to claim a pair wins it)."""
-        by_message = {r.message_id: r.event_id for r in self.observations.receipts if r.event_id}
-        wanted = [by_message[m] for m in message_ids if m in by_message]
-        logged = {e.id: e for e in self._logs() if e.id in wanted}
-        for event_id in wanted:
-            envelope = logged.get(event_id)
-            if envelope is None:
-                continue
-            names = [s.name for s in self.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+        by_message = {r.message_id: r for r in self.observations.receipts if r.event_id and r.event_type}
+        for receipt in (by_message[m] for m in message_ids if m in by_message):
+            # What the message's body says, not the log: this runs after every failed invocation, and a copy of
+            # an event the log does not hold as sent is refused before any claim, whatever its claims say.
+            event_id, event_type = str(receipt.event_id), str(receipt.event_type)
+            names = [s.name for s in self.catalog.registry.matching(event_type, Lane.DURABLE)]
             rows = self.operations.claims(event_id)
             statuses = [rows[name].status for name in names if name in rows]
             if names and len(statuses) == len(names) and "PENDING" in statuses:
@@ -426,7 +434,9 @@ class Driver:
             yield from self.emitters[tenant][0].store.events(tenant)
 
     def _send_conflicting_copy(self, event_id: str) -> None:
-        envelope = next(e for e in self._logs() if e.id == event_id)
+        envelope = next((e for e in self._logs() if e.id == event_id), None)
+        if envelope is None:  # a message of an event the log does not hold (a forged one): no copy of it
+            return
         forged = reseal(envelope, {**envelope.payload, "amount": int(envelope.payload["amount"]) + 1000})
         self.world.conflicting_copies.append(event_id)
         self.sqs.send_message(
@@ -570,6 +580,8 @@ class Driver:
             self._roll_back_head(action.tenant)
         elif isinstance(action, ReadOnlyPass):
             self.read_only_pass()
+        elif isinstance(action, Deploy):
+            self.deploy(action.kind)
 
     def drain(self) -> None:
         """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""
@@ -618,6 +630,31 @@ class Driver:
             outer.rivals += 1  # a writer that moved the head under the emit in progress
         if outer is None and action.tenant in self.world.rolled_back:
             self._repair_head(action.tenant)
+
+    # -- deploys ------------------------------------------------------------------------------------
+
+    def deploy(self, kind: str) -> None:
+        """A new version of the application goes out now, whatever is in flight: every function starts cold with
+        the new catalog, every emitter and the operator's tools use it. After adding a subscription, the
+        operator backfills it as the README says: ``reconcile --subscription S --since <the first event>``."""
+        clock = self.runtime.clock
+        clock.advance(timedelta(seconds=1))
+        self.world.deployed_at = clock.now_ms()  # every event emitted so far occurred before the switch
+        clock.advance(timedelta(seconds=1))
+        catalog = catalog_for(self.world)
+        self.world.catalog = self.catalog = self.operations.catalog = catalog
+        legacy = legacy_catalog_for(self.world) if self.world.schedule.legacy else None
+        for tenant, emitters in self.emitters.items():
+            for number, emitter in enumerate(emitters):
+                last_years = legacy is not None and (tenant, number) == (self.world.schedule.legacy, 0)
+                emitter.store.catalog = legacy if last_years else catalog
+        for emitter in (*self.rivals.values(), *self.interlopers.values()):
+            emitter.store.catalog = catalog
+        for function in self.runtime.functions.values():
+            function.new_container()
+        self.trace.add("deploy", DEPLOY_KINDS[kind])
+        if kind == "added":
+            self.reconcile(self._start, TALLY)
 
     # -- the log's own integrity --------------------------------------------------------------------
 
@@ -761,7 +798,11 @@ class Driver:
         """The operator forces a replay of an event the ordered ledger applied (by id, ``--force``). If the
         engine takes it, the pair is recorded as repaired and must run again (invariant 2)."""
         for record in self.world.emits:
-            if record.envelope is None or record.envelope.type != ITEM_CREATED:
+            if (
+                record.envelope is None
+                or record.envelope.type != ITEM_CREATED
+                or not self.world.in_order(record.envelope)
+            ):
                 continue
             claim = self.operations.inbox.read_claim(record.envelope.id, LEDGER)
             if claim is not None and claim.status == "COMPLETED":

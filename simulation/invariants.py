@@ -68,7 +68,7 @@ from simulation.catalog import (
     applied_order_key,
     audit_key,
     counter_key,
-    durable_subscriptions,
+    expected_pairs,
     item_key,
 )
 from simulation.recorder import DIRECT, Observations, Send
@@ -278,11 +278,13 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     follow_ups = Counter(e.causation_id for e in events.values() if e.type == ITEM_NOTED)
     expected: set[str] = set()
     for envelope in events.values():
-        for subscription in durable_subscriptions(world)[envelope.type]:
+        required, optional = expected_pairs(world, envelope)
+        for subscription in (*required, *optional):
             key = f"{envelope.id}:{subscription}"
             expected.add(key)
             letter = letters.get(key)
-            found.extend(_one_outcome(world, state, key, ledger.get(key, 0), letter.reason if letter else None))
+            reason = letter.reason if letter else None
+            found.extend(_one_outcome(world, state, key, ledger.get(key, 0), reason, subscription in optional))
             if subscription == ANNOUNCE and follow_ups[envelope.id] != ledger.get(key, 0):
                 found.append(
                     Violation(
@@ -393,7 +395,11 @@ def check_redrive_keeps_every_message(world: World, topology: Topology) -> list[
     return found
 
 
-def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason: str | None) -> list[Violation]:
+def _one_outcome(
+    world: World, state: State, key: str, applied: int, dead_reason: str | None, optional: bool = False
+) -> list[Violation]:
+    """One effect or one dead letter, never both; ``optional`` (a subscription a deploy removed or narrowed
+    away): neither is allowed too."""
     name, claim = _name(world, key), state.claims.get(key)
     status = claim["status"]["S"] if claim else "no claim"
     dead = dead_reason is not None
@@ -406,7 +412,7 @@ def _one_outcome(world: World, state: State, key: str, applied: int, dead_reason
     if applied == 1 and dead:
         return [Violation(2, f"{name}: completed and dead-lettered (claim {status})")]
     if applied == 0 and not dead:
-        return [Violation(2, f"{name}: lost: no effect and no dead letter (claim {status})")]
+        return [] if optional else [Violation(2, f"{name}: lost: no effect and no dead letter (claim {status})")]
     if applied == 1 and status != "COMPLETED":
         return [Violation(2, f"{name}: its effect committed but the claim is {status}")]
     if dead and status not in ("DEAD", "REPLAYING"):  # REPLAYING: a replay cut short, still open work
@@ -879,18 +885,22 @@ def check_ordered_subscriptions(world: World, observations: Observations, state:
     for tenant, log in sorted(state.logs.items()):
         found.extend(_applied_in_order(world, state, tenant, log))
     found.extend(_waiting_spends_nothing(world, observations, state))
+    ordered_ids = {envelope.id for log in state.logs.values() for envelope in log if world.in_order(envelope)}
     found.extend(
         Violation(14, f"{_name(world, write.key)} completed on the direct path: an ordered pair takes the lease path")
         for write in observations.completions
-        if write.owner == DIRECT and write.key.endswith(f":{LEDGER}")
+        if write.owner == DIRECT and write.key.endswith(f":{LEDGER}") and write.key.partition(":")[0] in ordered_ids
     )
     return found
 
 
 def _applied_in_order(world: World, state: State, tenant: str, log: list[Envelope]) -> list[Violation]:
-    items = [envelope for envelope in log if envelope.type == ITEM_CREATED]
+    """(Only the items of the order: a ledger made ordered by a deploy ran the earlier ones unordered, each once
+    by invariant 2.)"""
+    items = [envelope for envelope in log if envelope.type == ITEM_CREATED and world.in_order(envelope)]
     row = state.data.get(_key(applied_order_key(tenant)))
-    applied = [int(value["N"]) for value in row["seqs"]["L"]] if row else []
+    in_order = {envelope.seq for envelope in items}
+    applied = [int(value["N"]) for value in row["seqs"]["L"] if int(value["N"]) in in_order] if row else []
     skipped = state.skipped.get((tenant, LEDGER), {})
     decided = {seq for who, seq in world.skips if who == tenant}
     found = [

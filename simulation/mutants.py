@@ -638,6 +638,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "at the deadline again and again, then dead as exhausted (15)",
         seeds=(19, 21, 38),
     ),
+    # -- deploys ---------------------------------------------------------------------------------------
+    Mutant(
+        id="ordered-since-skips-the-switch",
+        module=CONSUMER,
+        original="        if subscription.ordered and subscription.in_order(format_timestamp(envelope.occurred_at)):\n",
+        replacement=(
+            "        if subscription.ordered and not subscription.in_order(format_timestamp(envelope.occurred_at)):\n"
+            "            return DeliveryOutcome.SKIPPED\n"
+            "        if subscription.ordered:\n"
+        ),
+        description="an event that occurred before an ordered subscription's order starts (ordered_since) is "
+        "acknowledged as skipped, whatever its pair's state: work in flight when the subscription was made "
+        "ordered never runs",
+        what_should_catch_it="a deploy that makes the ledger ordered while its events are relayed, retried or "
+        "dead: their pairs lost, no effect and no dead letter (2)",
+    ),
     # -- read-only passes and repairs -----------------------------------------------------------------
     Mutant(
         id="verify-never-reads-on",

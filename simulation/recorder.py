@@ -62,6 +62,7 @@ class Receipt:
     receive_count: int
     at: datetime
     targets: frozenset[str] | None = None  # a repair message's subscriptions; None: every one of its event
+    event_type: str | None = None  # as its body says
 
 
 @dataclass(frozen=True)
@@ -554,9 +555,11 @@ def brief(error: str, limit: int = 110) -> str:
 def _receipt(record: dict[str, Any], at: datetime) -> Receipt:
     attributes = record.get("attributes", {})
     try:
-        event_id: str | None = json.loads(record["body"])["event_id"]["S"]
+        body = json.loads(record["body"])
+        event_id: str | None = body["event_id"]["S"]
+        event_type: str | None = body["type"]["S"]
     except Exception:  # a malformed body (the simulator sends some on purpose): not an event
-        event_id = None
+        event_id, event_type = None, None
     return Receipt(
         tenant=str(attributes.get("MessageGroupId", "")),
         event_id=event_id,
@@ -565,6 +568,7 @@ def _receipt(record: dict[str, Any], at: datetime) -> Receipt:
         receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
         at=at,
         targets=_targets(record),
+        event_type=event_type,
     )
 
 

@@ -99,6 +99,16 @@ _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
 _REPAIR_CHANCE = 0.5  # of a rewrite: repaired and re-anchored
 _FORCED_REPLAY_CHANCE = 0.5  # of a schedule with the ordered ledger
+# A deploy between two emits, while their work is in flight: a stream of its own too. "ordered" only in a
+# schedule with the ledger.
+_DEPLOY_CHANCE = 0.4
+DEPLOY_KINDS: dict[str, str] = {
+    "ordered": "sim.ledger becomes ordered, its order starting at the switch",
+    "added": "sim.tally is added, and the operator backfills it (reconcile --subscription sim.tally --since ...)",
+    "removed": "sim.tally is removed",
+    "narrowed": "sim.tally's glob narrows from sim.item_* to sim.item_created",
+    "version": "sim.item_created goes to version 3 (a channel field), with its upcaster from version 2",
+}
 # The ordered ledger (sim.ledger), its operator's skips and its race: drawn from a stream of their own too.
 _ORDERED_CHANCE = 0.6
 _SKIP_DEAD_CHANCE = 0.4
@@ -186,6 +196,15 @@ class TimeJump:
 
 
 @dataclass(frozen=True)
+class Deploy:
+    """A new version of the application goes out while work is in flight; ``kind`` says what it changes
+    (``DEPLOY_KINDS``): the ledger made ordered (``ordered_since`` = the switch), a subscription added (with its
+    backfill), removed or narrowed, or ``sim.item_created`` at a new version with its upcaster."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
 class ReadOnlyPass:
     """The hourly anchoring pass runs, and the on-call looks: ``outbox status`` and ``outbox verify-chain``."""
 
@@ -210,6 +229,7 @@ Action = (
     | TimeJump
     | HeadRollback
     | ReadOnlyPass
+    | Deploy
 )
 
 
@@ -241,6 +261,8 @@ class Schedule:
     # After everything settled, the operator forces a replay of a pair the ordered ledger applied (replay
     # --event-id ... --subscription sim.ledger --force): refused, or run; never reported done and left undone.
     force_replay: bool = False
+    # A deploy mid-schedule (a key of DEPLOY_KINDS; the Deploy action says when).
+    deploy: str | None = None
     # This tenant's first emitter runs last year's code: it stores sim.item_created at version 1, which
     # today's durable handlers read only through the upcaster.
     legacy: str | None = None
@@ -315,6 +337,8 @@ def _describe(action: Action) -> str:
         return f"{action.tenant}'s chain head is set back one event"
     if isinstance(action, ReadOnlyPass):
         return "the anchoring pass runs; the on-call runs status and verify-chain"
+    if isinstance(action, Deploy):
+        return f"deploy: {DEPLOY_KINDS[action.kind]}"
     return "SQS: redeliver what is in flight"
 
 
@@ -335,6 +359,7 @@ def generate(seed: int) -> Schedule:
         faults[Fault.WATERMARK_RACE] = race
     refused = _ledger_refuses(ordering, actions) if ordered else None
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
+    actions, deploy = _with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
     slow = _slow_handlers(random.Random(f"schedule:{seed}:slow"))
     if slow is not None:
         faults[Fault.SLOW_HANDLER] = slow
@@ -361,6 +386,7 @@ def generate(seed: int) -> Schedule:
         skip_dead=skip_dead,
         ledger_refuses=refused,
         force_replay=forced,
+        deploy=deploy,
     )
 
 
@@ -380,6 +406,17 @@ def _ordered(rng: random.Random) -> tuple[bool, bool, FaultRate | None]:
         return True, skip_dead, None
     (low, high), (fewest, most) = _WATERMARK_RACE_RATE
     return True, skip_dead, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _with_a_deploy(rng: random.Random, actions: list[Action], ordered: bool) -> tuple[list[Action], str | None]:
+    """Now and then a deploy after the first emit and before the last, so that work is in flight across it."""
+    emits = [index for index, action in enumerate(actions) if isinstance(action, Emit)]
+    if rng.random() >= _DEPLOY_CHANCE or len(emits) < 2:
+        return actions, None
+    kinds = [kind for kind in DEPLOY_KINDS if ordered or kind != "ordered"]
+    kind = rng.choice(kinds)
+    at = rng.randint(emits[0] + 1, emits[-1])
+    return [*actions[:at], Deploy(kind), *actions[at:]], kind
 
 
 def _with_read_only_passes(rng: random.Random, actions: list[Action]) -> tuple[list[Action], FaultRate | None]:

@@ -105,6 +105,7 @@ class World:
     # tenant -> the events of its log rewritten with recomputed hashes (the head moved along), after an anchor
     rewritten: dict[str, list[Envelope]] = field(default_factory=dict)
     repaired: set[str] = field(default_factory=set)  # tenants whose rewritten rows were restored and re-anchored
+    deployed_at: datetime | None = None  # when the schedule's deploy went out (None: not yet, or none)
     # Pairs an operator's forced replay was accepted for, and the handler runs before it: each must run again.
     forced: list[tuple[str, int]] = field(default_factory=list)
     retention_passed: bool = False  # a time jump went past the inbox's retention
@@ -132,6 +133,17 @@ class World:
     false_breaks: list[str] = field(default_factory=list)
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
+
+    def deployed(self, kind: str) -> bool:
+        """Whether the schedule's deploy is of ``kind`` and has gone out."""
+        return self.schedule.deploy == kind and self.deployed_at is not None
+
+    def in_order(self, envelope: Envelope) -> bool:
+        """Whether an item is part of the ordered ledger's order: all are, unless the ledger was made ordered by
+        the schedule's deploy, whose order starts at the switch (what occurred before is delivered unordered)."""
+        if self.schedule.deploy != "ordered":
+            return True
+        return self.deployed_at is not None and envelope.occurred_at >= self.deployed_at
 
     def emitted(self, tenant: str) -> bool:
         """Whether ``tenant`` has a committed event (a log to read)."""

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
@@ -41,6 +42,13 @@ class World:
     stream_arn: str
     queue_url: str
     pipe_dlq_url: str
+    sent: Counter[str] = field(default_factory=Counter)  # the streams client's requests, by operation
+
+    def __post_init__(self) -> None:
+        self.streams.meta.events.register("before-call.dynamodbstreams", self._count)
+
+    def _count(self, model: Any, **_kwargs: Any) -> None:
+        self.sent[model.name] += 1
 
     def config(self, **overrides: Any) -> PipeConfig:
         """The relay pipe as the stack defines it (with short retries unless a test says otherwise)."""
@@ -62,6 +70,10 @@ class World:
 
     def pipe(self, faults: PipeFaults | None = None, **overrides: Any) -> PipeEmulator:
         return PipeEmulator(self.config(**overrides), self.streams, self.sqs, self.clock, faults=faults)
+
+    def streams_calls(self, operation: str) -> int:
+        """How many ``operation`` requests the streams client has sent so far."""
+        return self.sent.get(operation, 0)
 
     def put(self, item: Mapping[str, Any]) -> dict[str, Any]:
         typed = {name: {"S": value} for name, value in item.items()}
@@ -220,6 +232,22 @@ def test_a_pipe_starting_at_latest_skips_what_is_already_in_the_stream(world: Wo
     pipe.drain()
 
     assert [m["Attributes"]["MessageDeduplicationId"] for m in world.received()] == ["acme-2"]
+
+
+def test_a_shard_read_to_its_end_is_read_again_only_after_a_stream_record_is_published(world: World) -> None:
+    pipe = world.pipe()
+    world.put(event_row(seq=1))
+    pipe.drain()
+    reads = world.streams_calls("GetRecords")
+
+    for _ in range(3):
+        assert pipe.poll() is None
+    assert world.streams_calls("GetRecords") == reads  # nothing was published: nothing to ask for
+
+    world.put(event_row(seq=2))  # any write that publishes a record: the next poll reads again, and finds it
+    pipe.drain()
+
+    assert [m["Attributes"]["MessageDeduplicationId"] for m in world.received()] == ["acme-1", "acme-2"]
 
 
 # -- failures: logged, retried, dead-lettered as batch metadata ------------------------------------------

@@ -35,6 +35,8 @@ from typing import Any, Final, Literal
 
 from botocore.exceptions import ClientError
 
+from outbox.local import aws_fixes
+from outbox.local.aws_fixes.dynamodb import STREAM_RECORDS
 from outbox.local.clock import VirtualClock
 from outbox.local.pipe_filter import compile_filter_criteria
 from outbox.local.pipe_template import (
@@ -236,6 +238,8 @@ class _Shard:
     buffer: deque[PipeRecord] = field(default_factory=deque)
     checkpoint: str | None = None
     batch: _Batch | None = None
+    # The count of stream records published when this shard was last read to its end (None: not read out yet).
+    read_out_at: int | None = None
 
     @property
     def has_work(self) -> bool:
@@ -371,7 +375,13 @@ class PipeEmulator:
 
     def _read_shard(self, shard: _Shard) -> None:
         """Buffer every record now readable. Its age counts from its ApproximateCreationDateTime, which the
-        local runtime's DynamoDB fixes stamp on the virtual clock (M5), not from when the pipe reads it."""
+        local runtime's DynamoDB fixes stamp on the virtual clock (M5), not from when the pipe reads it.
+
+        With the fixes installed, a shard read to its end is read again only once a stream record was published
+        somewhere: an empty GetRecords changes nothing, and a pipe polls every step of the runtime."""
+        published = STREAM_RECORDS.published if aws_fixes.installed() else None
+        if published is not None and shard.read_out_at == published:
+            return
         while shard.iterator is not None:
             response = self._streams.get_records(ShardIterator=shard.iterator)
             shard.iterator = response.get("NextShardIterator")  # None once a closed shard is read out
@@ -380,6 +390,7 @@ class PipeEmulator:
                 shard.buffer.append(PipeRecord(shard.shard_id, self._pipe_event(raw), self._clock()))
             self.counters.received += len(records)
             if not records:
+                shard.read_out_at = published
                 return
 
     def _pipe_event(self, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -131,6 +131,17 @@ class _Action:
         return self.table.get_item(self.hash_key, self.range_key)
 
 
+@dataclass
+class _StreamRecords:
+    """How many stream records the fixed DynamoDB published, over every table: while it stays the same, a shard
+    read to its end has nothing new (the local pipes read only then, where AWS's poll; see pipe._read_shard)."""
+
+    published: int = 0
+
+
+STREAM_RECORDS = _StreamRecords()
+
+
 class DynamoDBFixes:
     """Rules 1 to 5. The originals are captured when this is built, before anything is patched."""
 
@@ -231,6 +242,7 @@ class DynamoDBFixes:
         if change.old is not None and change.new is not None and change.old.to_json() == change.new.to_json():
             return  # R7.2: a write that changes nothing writes no stream record
         self._stream_add(change.shard, change.old, change.new)
+        STREAM_RECORDS.published += 1
 
     def _discard(self, table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> None:
         if table.stream_shard is not None:

@@ -58,8 +58,8 @@ soak: setup ## Seeds from a random first seed, the failing ones grouped by kind 
 	$(PY) -m simulation --soak $(or $(SEEDS),2000) $(ARGS)
 
 .PHONY: mutants
-mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..40 (ARGS="--only ID", "--check")
-	$(PY) -m simulation.mutation $(ARGS)
+mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..80 (SEEDS=n; ARGS="--only ID", "--check")
+	$(PY) -m simulation.mutation --seeds $(or $(SEEDS),80) $(ARGS)
 
 test: setup checkov-env ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .

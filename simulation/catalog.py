@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,7 @@ from outbox import (
     FollowUp,
     HandlerResult,
     Lane,
+    NewEvent,
     Subscription,
     TerminalError,
     Upcaster,
@@ -100,6 +102,7 @@ class ItemCreated(BaseModel):
     amount: int = Field(ge=0)
     reject: bool = False
     note: str = ""  # padding: some events carry a relay body near the bound, or past it
+    weight: float = 0.0  # a float: its canonical JSON (RFC 8785) is part of every event's hash
 
 
 class ItemCreatedV1(BaseModel):
@@ -112,6 +115,7 @@ class ItemCreatedV1(BaseModel):
     amount: int = Field(ge=0)
     flagged: bool = False
     note: str = ""
+    weight: float = 0.0
 
 
 def item_created_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +161,24 @@ class ItemNoted(BaseModel):
     amount: int
 
 
+class ItemNotedV2(ItemNoted):
+    """``sim.item_noted`` after the schedule's deploy (any kind): who noted it. Its consumer, ``sim.archive``, takes
+    the DynamoDB-only path, so follow-ups noted before the deploy reach it through this upcaster there."""
+
+    noted_by: str
+
+
+def item_noted_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "noted_by": ANNOUNCE}
+
+
+ITEM_NOTED_DESCRIPTION = "sim.announce noted an item (a follow-up event)"
+ITEM_NOTED_V1 = EventTypeSpec(ITEM_NOTED, ItemNoted, ITEM_NOTED_DESCRIPTION)
+ITEM_NOTED_V2 = EventTypeSpec(
+    ITEM_NOTED, ItemNotedV2, ITEM_NOTED_DESCRIPTION, version=2, upcasters=(Upcaster(1, ItemNoted, item_noted_v1_to_v2),)
+)
+
+
 def item_key(tenant: str, item_id: str) -> dict[str, str]:
     return {"pk": f"SIMITEM#{tenant}#{item_id}", "sk": "ITEM"}
 
@@ -198,6 +220,17 @@ def expected_pairs(world: World, envelope: Envelope) -> tuple[tuple[str, ...], t
     return required, ()
 
 
+@dataclass(frozen=True)
+class NewItem:
+    """One item of the application's command: what its row and its event hold."""
+
+    operation: str
+    item_id: str
+    amount: int
+    reject: bool
+    size: str = "small"
+
+
 def create_item(
     store: EventStore,
     data_table: str,
@@ -212,29 +245,60 @@ def create_item(
 ) -> Envelope:
     """The application's one command: the item row and its event commit together, or neither does. The row
     carries a binary fingerprint, which the BEST_EFFORT lane must deliver as bytes."""
-    note = "n" * PADDING.get(size, 0)
-    spec = store.catalog.spec(ITEM_CREATED) if store.catalog is not None else None
-    if spec is not None and spec.version == 1:  # an emitter running last year's code
-        payload = ItemCreatedV1(
-            operation=operation, item_id=item_id, amount=amount, flagged=reject, note=note
-        ).model_dump()
-    else:  # version 3 after the schedule's version deploy
-        model = ItemCreatedV3 if spec is not None and spec.version == 3 else ItemCreated
-        payload = model(operation=operation, item_id=item_id, amount=amount, reject=reject, note=note).model_dump()
-    row = {
-        **item_key(tenant, item_id),
-        "tenant": tenant,
-        "operation": operation,
-        "amount": amount,
-        "fingerprint": operation.encode() + b"\x00\xff",
-    }
+    item = NewItem(operation, item_id, amount, reject, size)
     return store.emit(
-        "sim.item_created",
-        payload,
+        ITEM_CREATED,
+        _item_payload(store, item),
         tenant=tenant,
         actor=actor,
-        extra_writes=[writes.put(data_table, row, condition="attribute_not_exists(pk)")],
+        extra_writes=[writes.put(data_table, _item_row(tenant, item), condition="attribute_not_exists(pk)")],
     )
+
+
+def create_items(
+    store: EventStore, data_table: str, *, tenant: str, actor: str, items: list[NewItem]
+) -> list[Envelope]:
+    """The command for an import of several items: their rows and events in one ``emit_many``, all or none."""
+    return store.emit_many(
+        [NewEvent(ITEM_CREATED, _item_payload(store, item)) for item in items],
+        tenant=tenant,
+        actor=actor,
+        extra_writes=[
+            writes.put(data_table, _item_row(tenant, item), condition="attribute_not_exists(pk)") for item in items
+        ],
+    )
+
+
+def _item_payload(store: EventStore, item: NewItem) -> dict[str, Any]:
+    """The payload at the version the emitter's code stores: 1 (last year's code), 2, or 3 after the deploy."""
+    note = "n" * PADDING.get(item.size, 0)
+    weight = item.amount / 7  # a float with no short decimal form (and 0.0 for a zero amount)
+    spec = store.catalog.spec(ITEM_CREATED) if store.catalog is not None else None
+    if spec is not None and spec.version == 1:  # an emitter running last year's code
+        old = ItemCreatedV1(
+            operation=item.operation,
+            item_id=item.item_id,
+            amount=item.amount,
+            flagged=item.reject,
+            note=note,
+            weight=weight,
+        )
+        return old.model_dump()
+    model = ItemCreatedV3 if spec is not None and spec.version == 3 else ItemCreated
+    current = model(
+        operation=item.operation, item_id=item.item_id, amount=item.amount, reject=item.reject, note=note, weight=weight
+    )
+    return current.model_dump()
+
+
+def _item_row(tenant: str, item: NewItem) -> dict[str, Any]:
+    return {
+        **item_key(tenant, item.item_id),
+        "tenant": tenant,
+        "operation": item.operation,
+        "amount": item.amount,
+        "fingerprint": item.operation.encode() + b"\x00\xff",
+    }
 
 
 class SimulatedApp:
@@ -258,10 +322,18 @@ class SimulatedApp:
             raise TerminalError(f"{item.item_id} refused by the audit")
         envelope = delivery.envelope
         row = {**audit_key(envelope.id), "operation": item.operation, "seq": envelope.seq, "hash": envelope.hash}
-        counted = {**counter_key(envelope.tenant), "items": self._items_counted(envelope.tenant) + 1}
-        return HandlerResult(
-            writes=[writes.put(self.world.data_table, row), writes.put(self.world.data_table, counted)]
-        )
+        audited = writes.put(self.world.data_table, row)
+        batch = self.world.importing
+        if batch is not None and envelope.actor == batch.actor:
+            # One emit_many: each of its events is audited, and the counter written once, by the last of them
+            # (one transaction may not write an item twice). Its handlers run again for every seal, in order.
+            position, batch.seen = batch.seen % batch.size, batch.seen + 1
+            if position < batch.size - 1:
+                return HandlerResult(writes=[audited])
+            counted = {**counter_key(envelope.tenant), "items": self._items_counted(envelope.tenant) + batch.size}
+        else:
+            counted = {**counter_key(envelope.tenant), "items": self._items_counted(envelope.tenant) + 1}
+        return HandlerResult(writes=[audited, writes.put(self.world.data_table, counted)])
 
     def _items_counted(self, tenant: str) -> int:
         """The counter as the transaction will find it (a throttled read is retried, as an SDK would)."""
@@ -301,13 +373,17 @@ class SimulatedApp:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
         item = self._current_item(delivery)
-        noted = ItemNoted(item_id=item.item_id, amount=item.amount).model_dump()
+        if self._noted_v2():
+            noted = ItemNotedV2(item_id=item.item_id, amount=item.amount, noted_by=ANNOUNCE).model_dump()
+        else:
+            noted = ItemNoted(item_id=item.item_id, amount=item.amount).model_dump()
         result = HandlerResult(writes=[self._effect(delivery)], follow_up=FollowUp("sim.item_noted", noted))
         return self._result(delivery, result)
 
     def archive(self, delivery: Delivery) -> Any:
         self._trace_run(delivery)
         self._maybe_fail(delivery)
+        self._current_note(delivery)
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
 
     def tally(self, delivery: Delivery) -> Any:
@@ -362,6 +438,19 @@ class SimulatedApp:
         """The payload as today's handler reads it: the current version only. Anything else is recorded
         (invariant 13), then refused by the model, as a handler of today's code would."""
         payload, model = delivery.envelope.payload, self._model()
+        if set(payload) != set(model.model_fields):
+            self.world.stale_deliveries.append((delivery.idempotency_key, delivery.envelope.schema_version))
+        return model.model_validate(payload)
+
+    def _noted_v2(self) -> bool:
+        """Every deploy of the schedule takes ``sim.item_noted`` to version 2, whatever else it changes."""
+        return self.world.deployed_at is not None
+
+    def _current_note(self, delivery: Delivery) -> ItemNoted:
+        """``sim.item_noted`` as today's code reads it (version 2 after a deploy): on the DynamoDB-only path too,
+        a follow-up noted before the deploy must arrive upcast (invariant 13)."""
+        payload = delivery.envelope.payload
+        model = ItemNotedV2 if self._noted_v2() else ItemNoted
         if set(payload) != set(model.model_fields):
             self.world.stale_deliveries.append((delivery.idempotency_key, delivery.envelope.schema_version))
         return model.model_validate(payload)
@@ -444,7 +533,7 @@ class SimulatedApp:
             code=("simulation.catalog",),
             event_types=(
                 self._item_created_spec(),
-                EventTypeSpec(ITEM_NOTED, ItemNoted, "sim.announce noted an item (a follow-up event)"),
+                ITEM_NOTED_V2 if self._noted_v2() else ITEM_NOTED_V1,
             ),
             entities=(
                 EntitySpec("SIMITEM", "Items"),

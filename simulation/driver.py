@@ -18,11 +18,13 @@ from functools import partial
 from typing import Any
 from unittest import mock
 
+from botocore.exceptions import ClientError
+
 from outbox import Envelope, EventStore, chain, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
 from outbox.envelope import format_timestamp
-from outbox.inbox import PENDING, Claim
+from outbox.inbox import PENDING, Claim, ClaimRecord
 from outbox.local import faults
 from outbox.local.clients import local_client
 from outbox.local.esm import SqsEventSourceMapping
@@ -31,15 +33,19 @@ from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import OperationRefusedError, Operations
 from outbox.ops import ordering as ordering_ops
-from outbox.ordering import Watermark
+from outbox.ordering import Deferred, WakeUps, Watermark
 from outbox.subscriptions import Lane, Subscription
 from simulation.catalog import (
+    ARCHIVE,
     ITEM_CREATED,
+    ITEM_NOTED,
     LEDGER,
     MALFORMED_BODIES,
     TALLY,
+    NewItem,
     catalog_for,
     create_item,
+    create_items,
     legacy_catalog_for,
 )
 from simulation.recorder import Observations, Send, brief
@@ -60,13 +66,15 @@ from simulation.schedule import (
     Steps,
     TimeJump,
 )
-from simulation.world import EmitRecord, World
+from simulation.world import EmitRecord, Import, World
 
 # What EventBridge's hourly rule sends the anchoring function (the pass reads nothing of it).
 SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 
 DEDUPLICATION_WINDOW = timedelta(minutes=5)
-SHARD_REFRESH = timedelta(minutes=1)
+SHARD_REFRESH = timedelta(hours=1)
+DEPLOY_WAITS_STEPS = 4  # at most, for a follow-up noted by the old code to wait for its consumer
+IDS_KEPT = 8  # an emitter's recent ids: more than an import's events
 # Before the operator reconciles while settling: long enough that a lease left by a lost message is stale.
 RECONCILE_WAIT = timedelta(hours=2)
 # The operator's process dies before one of the first this many changing calls of an action.
@@ -117,8 +125,12 @@ class OperatorDeath:
     # Or: before the action's first send_message, the moment a repair hands its work to the queue.
     at_first_send: bool = False
     sent: bool = False
+    # Whether SQS refuses a send of the operator's (``send_refused``): the action fails there, and is run again.
+    refuse_send: Callable[[], bool] | None = None
 
     def before(self, name: str) -> None:
+        if name == "send_message" and self.refuse_send is not None and self.refuse_send():
+            raise _refused_send()
         if self.calls == 0 and self.plan is not None:
             self.at, self.at_first_send = self.plan()
         self.calls += 1
@@ -155,15 +167,22 @@ class Interrupting:
 
 
 class RecordingIds:
-    """An emitter's id source that remembers the last id it gave, so a failed emit's id is known."""
+    """An emitter's id source that remembers the ids it gave, so a failed emit's ids are known."""
 
     def __init__(self, world: World) -> None:
         self._world = world
-        self.last = ""
+        self.given = 0
+        self.recent: list[str] = []  # the ids of the last emit (emit_many draws several)
+
+    @property
+    def last(self) -> str:
+        return self.recent[-1] if self.recent else ""
 
     def __call__(self) -> str:
-        self.last = self._world.ids()
-        return self.last
+        event_id = self._world.ids()
+        self.given += 1
+        self.recent = [*self.recent[-(IDS_KEPT - 1) :], event_id]
+        return event_id
 
 
 class Emitter:
@@ -222,6 +241,7 @@ class Driver:
         }
         self.sqs = runtime.client("sqs")
         self._death = OperatorDeath(log=world.operator_calls)
+        self._death.refuse_send = lambda: self.chaos.fires(Fault.SEND_REFUSED, "an operator's send", while_paused=True)
         operator_sqs = Interrupting(self.sqs, self._death)
         self.operations: Operations = runtime.operations(self.catalog, sqs=operator_sqs)
         operator_dynamodb = Interrupting(self.operations.dynamodb, self._death)
@@ -280,6 +300,8 @@ class Driver:
             Fault.CONFLICTING_COPY: self._conflicting_copies,
             Fault.WATERMARK_RACE: self._racing_skips,
             Fault.EMIT_DURING_CHECK: self._emits_during_checks,
+            Fault.UNPROCESSED_KEYS: lambda: faults.leave_keys_unprocessed(chaos.count(Fault.UNPROCESSED_KEYS)),
+            Fault.SEND_REFUSED: self._refusing_wake_ups,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -289,6 +311,21 @@ class Driver:
                 if kind in armed:
                     stack.enter_context(seam())
             yield
+
+    @contextmanager
+    def _refusing_wake_ups(self) -> Iterator[FaultCount]:
+        """SQS refuses the SendMessage of a consumer's wake-up (``send_refused``): the deferred event it was for
+        must be woken again, by the redelivery of the message that owed it. (The operator's sends fail through
+        ``OperatorDeath``, under the same fault.)"""
+        send = WakeUps.send
+
+        def refused(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
+            if self.chaos.fires(Fault.SEND_REFUSED, f"the wake-up of {self.trace.event(deferred.event_id)}"):
+                raise _refused_send()
+            send(wake_ups, deferred, applied_seq)
+
+        with mock.patch.object(WakeUps, "send", refused):
+            yield self.chaos.count(Fault.SEND_REFUSED)
 
     @contextmanager
     def _emits_during_checks(self) -> Iterator[FaultCount]:
@@ -414,19 +451,41 @@ class Driver:
             yield self.chaos.count(Fault.CONFLICTING_COPY)
 
     def _event_with_a_waiting_claim(self, message_ids: Sequence[str]) -> str | None:
-        """An event of these messages whose every durable pair has a claim row, one of them PENDING (so no
-        pair of it can go to the copy first: the first content to claim a pair wins it)."""
+        """An event of these messages whose every durable pair has a claim row (so no pair of it can go to the copy
+        first: the first content to claim a pair wins it), one of them PENDING, or now and then all of them done
+        or dead already."""
         by_message = {r.message_id: r for r in self.observations.receipts if r.event_id and r.event_type}
-        for receipt in (by_message[m] for m in message_ids if m in by_message):
-            # What the message's body says, not the log: this runs after every failed invocation, and a copy of
-            # an event the log does not hold as sent is refused before any claim, whatever its claims say.
-            event_id, event_type = str(receipt.event_id), str(receipt.event_type)
-            names = [s.name for s in self.catalog.registry.matching(event_type, Lane.DURABLE)]
-            rows = self.operations.claims(event_id)
-            statuses = [rows[name].status for name in names if name in rows]
-            if names and len(statuses) == len(names) and "PENDING" in statuses:
+        # What each message's body says, not the log: this runs after every failed invocation, and a copy of
+        # an event the log does not hold as sent is refused before any claim, whatever its claims say.
+        pairs = [
+            (str(r.event_id), [s.name for s in self.catalog.registry.matching(str(r.event_type), Lane.DURABLE)])
+            for r in (by_message[m] for m in message_ids if m in by_message)
+        ]
+        found = self._claim_statuses([(event_id, name) for event_id, names in pairs for name in names])
+        for event_id, names in pairs:
+            statuses = [found[(event_id, name)] for name in names if (event_id, name) in found]
+            # Mostly while a pair waits; now and then when its pairs are done or dead already.
+            settled = self.chaos.draw(Fault.CONFLICTING_COPY).random() < 0.3
+            if names and len(statuses) == len(names) and ("PENDING" in statuses or settled):
                 return event_id
         return None
+
+    def _claim_statuses(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The status of each (event, subscription) pair's claim that exists, in as few requests as BatchGetItem
+        allows (this runs after every failed invocation: one query per event made long seeds slow)."""
+        table = self.operations.topology.inbox_table
+        statuses: dict[tuple[str, str], str] = {}
+        wanted = [keys.claim_key(event_id, name) for event_id, name in dict.fromkeys(pairs)]
+        while wanted:
+            request: dict[str, Any] = {table: {"Keys": wanted[:100], "ConsistentRead": True}}
+            wanted = wanted[100:]
+            while request:
+                answer = self.operations.dynamodb.batch_get_item(RequestItems=request)
+                for item in answer["Responses"].get(table, []):
+                    claim = ClaimRecord.from_item(item)
+                    statuses[(claim.event_id, claim.subscription)] = claim.status
+                request = answer.get("UnprocessedKeys") or {}
+        return statuses
 
     def _logs(self) -> Iterator[Envelope]:
         """Every tenant's log (workload events and follow-ups alike)."""
@@ -619,13 +678,20 @@ class Driver:
         return acted
 
     def _emit(self, emitter: Emitter, action: Emit, origin: str) -> None:
-        record = EmitRecord(action.operation, action.tenant, action.item_id, "", origin, size=action.size)
-        self.world.emits.append(record)
+        emits = (action, *action.imported_with)
+        records = [EmitRecord(e.operation, e.tenant, e.item_id, "", origin, size=e.size) for e in emits]
+        self.world.emits.extend(records)
+        record = records[0]
         outer, self._current = self._current, record
         try:
-            self._create(emitter, action, record)
+            if action.imported_with:
+                self._import(emitter, emits, records)
+            else:
+                self._create(emitter, action, record)
         finally:
             self._current = outer
+        for other in records[1:]:
+            other.rivals = record.rivals  # one emit_many: one turn at the head for all of them
         if record.committed and outer is not None and outer.tenant == record.tenant:
             outer.rivals += 1  # a writer that moved the head under the emit in progress
         if outer is None and action.tenant in self.world.rolled_back:
@@ -637,6 +703,7 @@ class Driver:
         """A new version of the application goes out now, whatever is in flight: every function starts cold with
         the new catalog, every emitter and the operator's tools use it. After adding a subscription, the
         operator backfills it as the README says: ``reconcile --subscription S --since <the first event>``."""
+        self._until_a_note_waits()
         clock = self.runtime.clock
         clock.advance(timedelta(seconds=1))
         self.world.deployed_at = clock.now_ms()  # every event emitted so far occurred before the switch
@@ -652,9 +719,20 @@ class Driver:
             emitter.store.catalog = catalog
         for function in self.runtime.functions.values():
             function.new_container()
-        self.trace.add("deploy", DEPLOY_KINDS[kind])
+        self.trace.add("deploy", f"{DEPLOY_KINDS[kind]}; sim.item_noted goes to version 2 (noted_by)")
         if kind == "added":
             self.reconcile(self._start, TALLY)
+
+    def _until_a_note_waits(self) -> None:
+        """Let the pipeline run a few steps, until a follow-up the old code noted (``sim.item_noted`` at version
+        1) waits for its DynamoDB-only consumer: the deploy then goes out with it in flight."""
+        for _ in range(DEPLOY_WAITS_STEPS):
+            with self.chaos.paused():
+                archived = {key for key, _ in self.world.handler_runs}
+                waiting = any(e.type == ITEM_NOTED and f"{e.id}:{ARCHIVE}" not in archived for e in self._logs())
+            if waiting:
+                return
+            self.runtime.step()
 
     # -- the log's own integrity --------------------------------------------------------------------
 
@@ -813,7 +891,7 @@ class Driver:
         assert record.envelope is not None
         items = self.operations.plan_replay(event_ids=[record.envelope.id], subscription=LEDGER, force=True)
         keys = [f"{item.event_id}:{item.subscription}" for item in items]
-        self._record_repair(keys)
+        self._record_repair(keys, replay=True)
         self.world.forced.extend((key, len(self.world.handler_runs)) for key in keys)
         result = self.operations.replay(items)
         return f"republished {', '.join(map(self.trace.event, result.republished))}"
@@ -882,6 +960,39 @@ class Driver:
             f"{action.operation} {self.trace.event(record.event_id)} by {emitter.name}: {action.item_id} {outcome}",
         )
 
+    def _import(self, emitter: Emitter, emits: Sequence[Emit], records: Sequence[EmitRecord]) -> None:
+        """Several items of one tenant in one ``emit_many``: every row and event commits, or none does."""
+        spec = emitter.store.catalog.spec(ITEM_CREATED) if emitter.store.catalog is not None else None
+        items = [NewItem(e.operation, e.item_id, e.amount, e.reject, e.size) for e in emits]
+        given = emitter.ids.given
+        self.world.importing = Import(emitter.name, len(items))
+        envelopes: list[Envelope] = []
+        try:
+            envelopes = create_items(
+                emitter.store, self.world.data_table, tenant=emits[0].tenant, actor=emitter.name, items=items
+            )
+        except Exception as exc:  # every failure is an outcome to check, not a reason to stop
+            for record in records:
+                record.error = exc
+        finally:
+            self.world.importing = None
+        made = emitter.ids.recent[-(emitter.ids.given - given) :] if emitter.ids.given > given else []
+        for index, record in enumerate(records):
+            record.version = spec.version if spec is not None else record.version
+            record.event_id = made[index] if index < len(made) else ""
+            if envelopes:
+                record.envelope = envelopes[index]
+                record.event_id = envelopes[index].id
+        first = records[0]
+        outcome = (
+            f"committed at seqs {envelopes[0].seq}..{envelopes[-1].seq}"
+            if envelopes
+            else f"failed: {brief(f'{type(first.error).__name__}: {first.error}')}"
+        )
+        events = ", ".join(self.trace.event(r.event_id) for r in records if r.event_id)
+        what = f"{first.operation} imports {len(records)} items ({events})"
+        self.trace.add("emit", f"{what} by {emitter.name}: {outcome}")
+
     def _late_redelivery(self, after_window: bool) -> None:
         """The pipe delivers a batch it already delivered (Pipes is at-least-once), possibly after SQS
         stopped deduplicating it."""
@@ -947,6 +1058,8 @@ class Driver:
                     return
                 except OperatorInterrupted as exc:
                     self.trace.add("operator", f"{name} interrupted: {exc}, runs it again")
+                except ClientError as exc:  # what AWS answered the operator's tool: they read it and run it again
+                    self.trace.add("operator", f"{name} failed: {brief(str(exc))}, runs it again")
                 except OperationRefusedError as exc:
                     self.trace.add("operator", f"{name} refused: {exc}")
                     return
@@ -1001,14 +1114,18 @@ class Driver:
         if not self.operations.dead_letters(tenant):
             return "no dead letters"
         items = self.operations.plan_replay(tenant=tenant)
-        self._record_repair([f"{item.event_id}:{item.subscription}" for item in items])
+        self._record_repair([f"{item.event_id}:{item.subscription}" for item in items], replay=True)
         self.operations.replay(items)
         return ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
 
-    def _record_repair(self, keys: list[str]) -> None:
+    def _record_repair(self, keys: list[str], *, replay: bool = False) -> None:
+        """``keys`` repaired now; a ``replay`` gives their claims every attempt back (a reconcile of a stale
+        claim leaves its count as it is)."""
         now, position = self.runtime.clock(), len(self.world.handler_runs)
         self.world.replays.extend((key, now) for key in keys)
         self.world.replay_positions.extend((key, position) for key in keys)
+        if replay:
+            self.world.replay_serials.extend((key, self.world.claims_recorded) for key in keys)
 
     def skip(self, tenant: str, seq: int, reason: str) -> None:
         """The operator skips the event the ordered ledger waits for (``outbox skip``), recorded before it runs:
@@ -1087,6 +1204,13 @@ class Driver:
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return sum(int(value) for value in attributes.values())
+
+
+def _refused_send() -> ClientError:
+    """What SQS answers a SendMessage it will not take right now."""
+    return ClientError(
+        {"Error": {"Code": "ServiceUnavailable", "Message": "injected: SQS refused the send"}}, "SendMessage"
+    )
 
 
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:

@@ -112,6 +112,8 @@ class Observations:
     dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
     # (key, handler runs before the mark, claims recorded before it)
     dead_positions: list[tuple[str, int, int]] = field(default_factory=list)
+    # (key, claims recorded before the mark) of each committed dead mark as exhausted
+    exhausted_marks: list[tuple[str, int]] = field(default_factory=list)
     release_calls: set[tuple[str, int]] = field(default_factory=set)  # (key, attempt), fenced or not
     # Keys whose direct run (no claim) failed while the pair could not be claimed (another worker held it, or
     # it was done): the failure was left to whoever held it, as it must be.
@@ -412,6 +414,8 @@ class Recorder:
         self.observations.dead_positions.append(
             (claim.idempotency_key, len(self.world.handler_runs), self.world.claims_recorded)
         )
+        if reason.value == "exhausted":
+            self.observations.exhausted_marks.append((claim.idempotency_key, self.world.claims_recorded))
         self._finished(claim)
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")

@@ -10,7 +10,7 @@ FoundationDB's BUGGIFY). Everything else (emits, pipeline steps, operator action
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -51,6 +51,11 @@ class Fault(StrEnum):
     # Another writer of the tenant commits an event while a read-only pass (the anchoring pass, status,
     # verify-chain) reads its log: between its read of the rows and its read of the chain head.
     EMIT_DURING_CHECK = "emit_during_check"
+    # DynamoDB answers a BatchGetItem (the consumer's read of its batch's events, the anchors' read) with some
+    # of its keys unprocessed.
+    UNPROCESSED_KEYS = "unprocessed_keys"
+    # SQS refuses a SendMessage (throttled, or a 5xx): a consumer's wake-up, or an operator's repair mid-way.
+    SEND_REFUSED = "send_refused"
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ _FORCED_REPLAY_CHANCE = 0.5  # of a schedule with the ordered ledger
 # A deploy between two emits, while their work is in flight: a stream of its own too. "ordered" only in a
 # schedule with the ledger.
 _DEPLOY_CHANCE = 0.4
+_IMPORT_CHANCE = 0.05  # an emit that is an import: more items with it in one emit_many
 DEPLOY_KINDS: dict[str, str] = {
     "ordered": "sim.ledger becomes ordered, its order starting at the switch",
     "added": "sim.tally is added, and the operator backfills it (reconcile --subscription sim.tally --since ...)",
@@ -118,6 +124,11 @@ _WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
 # Handlers that take time, drawn from a stream of their own too: how often a schedule has them, and their rate.
 _SLOW_CHANCE = 0.45
 _SLOW_RATE = ((0.2, 0.6), (2, 8))
+# Partial answers and refused sends: a stream of their own.
+_PARTIAL_ANSWERS: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]] = {
+    Fault.UNPROCESSED_KEYS: (0.3, (0.2, 0.6), (1, 4)),
+    Fault.SEND_REFUSED: (0.35, (0.3, 0.8), (1, 3)),
+}
 # Read-only passes while the pipeline runs, and emits landing inside them: a stream of their own.
 _CHECKS_CHANCE = 0.5
 _CHECKS_RATE = ((0.4, 0.9), (2, 5))
@@ -140,6 +151,8 @@ class Emit:
     amount: int
     reject: bool  # the INLINE subscriber refuses it: emit fails, nothing commits
     size: str = "small"  # "near_bound": a relay body just under the bound; "over_bound": one emit must refuse
+    # An import (``imported_with``): more items of the same tenant, emitted with this one in one ``emit_many``.
+    imported_with: tuple[Emit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,7 +212,8 @@ class TimeJump:
 class Deploy:
     """A new version of the application goes out while work is in flight; ``kind`` says what it changes
     (``DEPLOY_KINDS``): the ledger made ordered (``ordered_since`` = the switch), a subscription added (with its
-    backfill), removed or narrowed, or ``sim.item_created`` at a new version with its upcaster."""
+    backfill), removed or narrowed, or ``sim.item_created`` at a new version with its upcaster. Every deploy
+    also takes ``sim.item_noted`` to version 2 (its consumer takes the DynamoDB-only path)."""
 
     kind: str
 
@@ -318,7 +332,10 @@ def _describe(action: Action) -> str:
     if isinstance(action, Emit):
         refused = " (refused inline)" if action.reject else ""
         size = "" if action.size == "small" else f" ({action.size.replace('_', ' ')})"
-        return f"{action.operation}: {action.tenant}/emitter{action.emitter} creates {action.item_id}{refused}{size}"
+        also = "".join(f", {e.item_id}{' (refused inline)' if e.reject else ''}" for e in action.imported_with)
+        verb = "imports" if also else "creates"
+        who = f"{action.tenant}/emitter{action.emitter}"
+        return f"{action.operation}: {who} {verb} {action.item_id}{refused}{size}{also}"
     if isinstance(action, Steps):
         return f"{action.count} pipeline step(s)"
     if isinstance(action, LateRedelivery):
@@ -363,6 +380,10 @@ def generate(seed: int) -> Schedule:
     slow = _slow_handlers(random.Random(f"schedule:{seed}:slow"))
     if slow is not None:
         faults[Fault.SLOW_HANDLER] = slow
+    partial = random.Random(f"schedule:{seed}:partial")
+    for kind, (chance, (low, high), (fewest, most)) in _PARTIAL_ANSWERS.items():
+        if partial.random() < chance:
+            faults[kind] = FaultRate(round(partial.uniform(low, high), 2), partial.randint(fewest, most))
     checks = random.Random(f"schedule:{seed}:checks")
     actions, racing = _with_read_only_passes(checks, actions)
     if racing is not None:
@@ -371,7 +392,12 @@ def generate(seed: int) -> Schedule:
         seed=seed,
         tenants=tenants,
         emitters=emitters,
-        actions=tuple(_with_a_head_rollback(random.Random(f"schedule:{seed}:rollback"), actions)),
+        actions=tuple(
+            _with_imports(
+                random.Random(f"schedule:{seed}:imports"),
+                _with_a_head_rollback(random.Random(f"schedule:{seed}:rollback"), actions),
+            )
+        ),
         faults=faults,
         during_drain=_during_drain(rng, tenants),
         # Dead work left for the aged phase when there is one: replayed weeks later, beside forgotten siblings.
@@ -514,6 +540,29 @@ def _with_a_head_rollback(rng: random.Random, actions: list[Action]) -> list[Act
     target = actions[index]
     assert isinstance(target, Emit)
     return [*actions[:index], HeadRollback(target.tenant), *actions[index:]]
+
+
+def _with_imports(rng: random.Random, actions: list[Action]) -> list[Action]:
+    """Now and then an emit is an import: one or two more items of its tenant in the same ``emit_many`` (their
+    rows and events all committed, or none). Drawn last, from a stream of its own: the rest of each schedule
+    stays as it was."""
+    imported: list[Action] = []
+    for action in actions:
+        if isinstance(action, Emit) and rng.random() < _IMPORT_CHANCE:
+            more = tuple(
+                Emit(
+                    operation=f"{action.operation}.{number}",
+                    tenant=action.tenant,
+                    emitter=action.emitter,
+                    item_id=f"{action.item_id}.{number}",
+                    amount=rng.randint(1, 99),
+                    reject=rng.random() < 0.05,
+                )
+                for number in range(1, rng.randint(1, 2) + 1)
+            )
+            action = replace(action, imported_with=more)
+        imported.append(action)
+    return imported
 
 
 def _during_drain(rng: random.Random, tenants: tuple[str, ...]) -> tuple[tuple[int, Action], ...]:

@@ -62,6 +62,16 @@ class EmitRecord:
         return self.envelope is not None
 
 
+@dataclass
+class Import:
+    """An ``emit_many`` in progress: the INLINE audit writes the tenant's counter once per seal, with its last
+    event (``SimulatedApp.audit``)."""
+
+    actor: str
+    size: int
+    seen: int = 0  # the audit's runs so far, over every seal
+
+
 @dataclass(frozen=True)
 class InjectedError:
     kind: str  # "retryable" or "terminal"
@@ -91,6 +101,8 @@ class World:
     # (key, attempt) -> the positions in handler_runs at which a claim with that attempt succeeded
     claim_positions: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)  # (runs before, serial)
     claims_recorded: int = 0  # the serial of the next claim: orders claims and dead marks between two runs
+    # (key, the serial of the next claim) of each repair: what a replay gives back is counted from there.
+    replay_serials: list[tuple[str, int]] = field(default_factory=list)
     # Keys whose owner lost its claim to a second worker that died holding it: how that owner's run ends.
     stale_owner_failure: dict[str, str] = field(default_factory=dict)
     replays: list[tuple[str, datetime]] = field(default_factory=list)  # pairs an operator replayed, and when
@@ -114,6 +126,7 @@ class World:
     forged: list[str] = field(default_factory=list)  # ids of events the log never held, sent to the durable queue
     # (idempotency key, stored version) of each durable run that got a payload of another version than today's
     stale_deliveries: list[tuple[str, int]] = field(default_factory=list)
+    importing: Import | None = None  # the emit_many in progress, if one is
     # The ordered ledger: (tenant, seq) of each event an operator set out to skip (outbox skip), and the
     # idempotency key of each deferred pair a wake-up message was sent for (a repair no operator selected).
     skips: list[tuple[str, int]] = field(default_factory=list)

@@ -40,6 +40,7 @@ GUARANTEE_MODULES = {
     "outbox.ops.redrive",
     "outbox.ops.reconcile",
     "outbox.ops.status",
+    "outbox.canonical",
 }
 
 

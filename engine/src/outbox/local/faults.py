@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 from outbox import keys
@@ -53,6 +53,7 @@ __all__ = [
     "crash_before_completion",
     "expire_lease_while_running",
     "fail_handler",
+    "leave_keys_unprocessed",
     "lose_answers_after_commit",
     "redeliver",
     "rival_emit_before_commit",
@@ -388,6 +389,33 @@ def throttle_dynamodb(operation: str, times: int) -> Iterator[FaultCount]:
     """moto answers the next ``times`` calls of ``operation`` (e.g. "TransactWriteItems") with
     ProvisionedThroughputExceededException, as DynamoDB does under a hot partition."""
     with throttle_dynamodb_calls(FaultCount(times), operations=(operation,)) as count:
+        yield count
+
+
+@contextmanager
+def leave_keys_unprocessed(count: FaultCount) -> Iterator[FaultCount]:
+    """DynamoDB answers a BatchGetItem with some of its keys unprocessed, as it may whenever it chooses (the
+    request's throughput, or a response past 16 MB): each item DynamoDB would have returned may instead come
+    back as its key under ``UnprocessedKeys``; ``count.take("BatchGetItem <table>")`` decides, item by item."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.batch_get_item
+
+    def partly(handler: Any) -> Any:
+        result = original(handler)
+        answer = cast(dict[str, Any], result.result)
+        for table, items in answer["Responses"].items():
+            kept = []
+            for item in items:
+                if count.take(f"BatchGetItem {table}"):
+                    unprocessed = answer["UnprocessedKeys"].setdefault(table, {"Keys": []})
+                    unprocessed["Keys"].append({name: item[name] for name in ("pk", "sk") if name in item})
+                else:
+                    kept.append(item)
+            answer["Responses"][table] = kept
+        return result
+
+    with mock.patch.object(DynamoHandler, "batch_get_item", partly):
         yield count
 
 

@@ -230,3 +230,35 @@ def test_a_processed_message_that_moved_to_the_dlq_meanwhile_fails_nothing(
 
     assert result is not None
     assert (result.crashed, result.failed) == (None, [])
+
+
+def test_a_second_worker_inside_the_first_finishes_its_batch_after_the_first_ones_deadline(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    """The runtime runs a second worker (a message visible again while the first one runs) inside the first
+    one's handler. The second is its own invocation: the poller deletes what it processed even though the
+    first one's deadline has passed meanwhile; only the first invocation is stopped."""
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    calls: list[str] = []
+
+    def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        calls.append("first" if not calls else "second")
+        if len(calls) == 1:
+            clock.advance(9)
+            receipt = event["Records"][0]["receiptHandle"]
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+            second.poll()  # the second worker receives the message and runs until after the first one's deadline
+            return {"batchItemFailures": []}
+        clock.advance(3)
+        return {"batchItemFailures": []}
+
+    second = mapping(sqs, url, clock, handler)
+    first = mapping(sqs, url, clock, handler).poll()
+
+    assert calls == ["first", "second"]
+    assert first is not None
+    assert isinstance(first.crashed, InvocationTimedOut)
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "0"
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"  # deleted by the second worker's poller

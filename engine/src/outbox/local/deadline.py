@@ -65,6 +65,17 @@ def invocation(deadline: datetime, clock: Callable[[], datetime], function_name:
         _current.reset(token)
 
 
+@contextmanager
+def outside() -> Iterator[None]:
+    """The Lambda service's own requests (an event source mapping's receives and deletes): no invocation's
+    deadline applies to them, even when the runtime runs a second worker inside a first one's handler."""
+    token = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
 def enforce() -> None:
     """Raise ``InvocationTimedOut`` if the invocation under way has reached its deadline (no-op outside one)."""
     running = _current.get()

@@ -98,12 +98,13 @@ class SqsEventSourceMapping:
     def poll(self) -> BatchResult | None:
         """Receive one batch and invoke the function with it; None when nothing is visible."""
         self.release_expired()
-        response = self.sqs.receive_message(
-            QueueUrl=self.queue_url,
-            MaxNumberOfMessages=self.batch_size,
-            MessageSystemAttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        )
+        with deadline.outside():  # the poller's request, not the function's
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=self.batch_size,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
         messages = response.get("Messages", [])
         if not messages:
             return None
@@ -128,11 +129,14 @@ class SqsEventSourceMapping:
             failed, crashed = list(received), exc
         finally:
             self.receiving = outer
-        for message in messages:
-            if message["MessageId"] in failed:
-                self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))
-            else:
-                self._delete(message)
+        # Lambda's poller deletes what succeeded; a second worker's poll, run inside a first worker's handler,
+        # is not stopped by the first one's deadline (its messages would stay in flight, untracked, for ever).
+        with deadline.outside():
+            for message in messages:
+                if message["MessageId"] in failed:
+                    self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))
+                else:
+                    self._delete(message)
         return BatchResult(received, failed, crashed)
 
     def _delete(self, message: Mapping[str, Any]) -> None:

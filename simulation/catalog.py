@@ -247,7 +247,7 @@ def create_item(
     carries a binary fingerprint, which the BEST_EFFORT lane must deliver as bytes."""
     item = NewItem(operation, item_id, amount, reject, size)
     return store.emit(
-        ITEM_CREATED,
+        "sim.item_created",  # a literal: the catalog's contract reads what the module emits from its source
         _item_payload(store, item),
         tenant=tenant,
         actor=actor,
@@ -260,7 +260,7 @@ def create_items(
 ) -> list[Envelope]:
     """The command for an import of several items: their rows and events in one ``emit_many``, all or none."""
     return store.emit_many(
-        [NewEvent(ITEM_CREATED, _item_payload(store, item)) for item in items],
+        [NewEvent("sim.item_created", _item_payload(store, item)) for item in items],
         tenant=tenant,
         actor=actor,
         extra_writes=[

@@ -358,6 +358,9 @@ class Recorder:
             self.observations.uncertain_completers.setdefault(key, set()).add(DIRECT)
             raise
         if existing is not None:
+            # The run committed nothing (a late duplicate of a pair with history): it spent no attempt.
+            runs = self.world.handler_runs
+            self.world.fruitless_runs.add(max((i for i, (k, _) in enumerate(runs) if k == key), default=-1))
             self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the pair has a row")
             return existing
         self.observations.claims[key] += 1  # the marker counts the attempt that ran

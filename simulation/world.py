@@ -96,6 +96,8 @@ class World:
     down: set[str] = field(default_factory=set)  # keys whose dependency stays down until healed
     effects_created: Counter[str] = field(default_factory=Counter)  # idempotency key -> effects applied
     handler_runs: list[tuple[str, datetime]] = field(default_factory=list)  # (idempotency key, when)
+    # Positions in handler_runs of direct runs whose commit found the pair's row: they committed nothing.
+    fruitless_runs: set[int] = field(default_factory=set)
     run_attempts: set[tuple[str, int]] = field(default_factory=set)  # (idempotency key, attempt) that ran
     run_log: list[tuple[str, int]] = field(default_factory=list)  # per handler run: (key, attempt)
     # (key, attempt) -> the positions in handler_runs at which a claim with that attempt succeeded

@@ -76,21 +76,30 @@ class Send:
 
 @dataclass
 class Invocation:
-    """One invocation of the durable consumer in progress: the tenants whose pairs it has run so far, and those
-    whose deferred events it ran in place (after a predecessor, ``DurableConsumer._run_woken``)."""
+    """One invocation of the durable consumer in progress: the tenants whose deferred events it ran in place
+    (after a predecessor, ``DurableConsumer._run_woken``), the time its pairs of each tenant took, and how long
+    Lambda gives it."""
 
-    ran: set[str] = field(default_factory=set)
     woken: set[str] = field(default_factory=set)
+    spent: dict[str, float] = field(default_factory=dict)  # tenant -> seconds its pairs took
+    budget: timedelta | None = None
+    # The time nested pair runs took, one entry per pair run open (a fault may run one inside another): the outer
+    # run's tenant is not charged for it twice.
+    nested: list[float] = field(default_factory=list)
+
+    def others_spent(self, tenant: str) -> float:
+        return sum(seconds for other, seconds in self.spent.items() if other != tenant)
 
 
 @dataclass(frozen=True)
 class CutOff:
-    """A pair's run that Lambda stopped at the invocation's deadline, and the other tenants whose work (their
-    records, or their deferred events run in place) the invocation had spent time on before it."""
+    """A pair's run that Lambda stopped at the invocation's deadline."""
 
     key: str
     tenant: str
-    others_before: frozenset[str]
+    # Whether the pair would have run to its end had the invocation not spent time on other tenants' work first:
+    # its tenant's own work before it and its own run fit the invocation's time.
+    fits_without_others: bool = False
 
 
 @dataclass
@@ -475,19 +484,29 @@ class Recorder:
 
     @contextmanager
     def _cut_off_noted(self, key: str, tenant: str, too_late: str | None = None) -> Iterator[None]:
-        """Note what the invocation ran before this pair, and the pair's run if the deadline stops it (with why it
-        should not have started, ``too_late``, if it should not)."""
+        """Note the time this pair's run takes, and its run if the deadline stops it: whether it would have fit
+        without the time the invocation spent on other tenants' work before it (and why it should not have
+        started, ``too_late``, if it should not)."""
         invocation = self.observations.invocations[-1] if self.observations.invocations else Invocation()
-        others = frozenset((invocation.ran | invocation.woken) - {tenant})
-        invocation.ran.add(tenant)
+        started, others_spent = self.durable.clock(), invocation.others_spent(tenant)
+        own_spent = invocation.spent.get(tenant, 0.0)
+        invocation.nested.append(0.0)
         try:
             yield
         except InvocationTimedOut:
-            self.observations.cut_offs.append(CutOff(key, tenant, others))
+            run = self.world.durations.get(key, timedelta(0)).total_seconds()
+            budget = invocation.budget.total_seconds() if invocation.budget is not None else 0.0
+            fits = others_spent > 0 and own_spent + run <= budget
+            self.observations.cut_offs.append(CutOff(key, tenant, fits))
             if too_late is not None:
                 self.observations.started_too_late.append(too_late)
             self.trace.add("deadline", f"{self.trace.key(key)} stopped by Lambda at the deadline")
             raise
+        finally:
+            took = (self.durable.clock() - started).total_seconds()
+            invocation.spent[tenant] = invocation.spent.get(tenant, 0.0) + took - invocation.nested.pop()
+            if invocation.nested:
+                invocation.nested[-1] += took
 
     def run_woken(self, consumer: DurableConsumer, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
         key = f"{ready.event_id}:{subscription.name}"
@@ -529,7 +548,7 @@ class Recorder:
             self.trace.add("receive", f"{message} = {name} of {receipt.tenant} (receive {receipt.receive_count})")
         deadline = self.durable.clock() + timedelta(milliseconds=context.get_remaining_time_in_millis())
         self.observations.deadlines.append(deadline)
-        self.observations.invocations.append(Invocation())
+        self.observations.invocations.append(Invocation(budget=deadline - self.durable.clock()))
         try:
             return self._handler(event, context)
         finally:

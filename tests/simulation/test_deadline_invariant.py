@@ -1,0 +1,102 @@
+"""Invariant 15 blames other tenants for a pair the deadline cut off only when their work took the time it needed.
+
+The recorder times each pair's run per tenant within an invocation; a cut-off counts against the promise "one
+tenant never costs another its attempts" only if the pair would have run to its end without the other tenants'
+time: its own tenant's work before it, and its own run, fit the invocation.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from outbox.local.deadline import InvocationTimedOut
+from simulation.recorder import Invocation, Observations, Recorder
+from simulation.trace import Trace
+
+START = datetime(2026, 12, 4, 12, tzinfo=UTC)
+BUDGET = timedelta(seconds=60)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def _recorder(durations: dict[str, float]) -> tuple[Recorder, Observations, _Clock]:
+    clock = _Clock()
+    world = SimpleNamespace(trace=Trace(clock), durations={key: timedelta(seconds=s) for key, s in durations.items()})
+    durable = SimpleNamespace(handler=None, poll=None, clock=clock)
+    observations = Observations()
+    observations.invocations.append(Invocation(budget=BUDGET))
+    return Recorder(world, observations, durable), observations, clock  # type: ignore[arg-type]
+
+
+def _runs(recorder: Recorder, clock: _Clock, key: str, tenant: str, seconds: float) -> None:
+    with recorder._cut_off_noted(key, tenant):
+        clock.advance(seconds)
+
+
+def _cut_off(recorder: Recorder, clock: _Clock, key: str, tenant: str, seconds: float) -> None:
+    def stopped_at_the_deadline() -> None:
+        with recorder._cut_off_noted(key, tenant):
+            clock.advance(seconds)
+            raise InvocationTimedOut
+
+    with pytest.raises(InvocationTimedOut):
+        stopped_at_the_deadline()
+
+
+def test_a_pair_cut_off_after_another_tenants_long_run_is_blamed_on_it() -> None:
+    recorder, observations, clock = _recorder({"e2:ledger": 20})
+    _runs(recorder, clock, "e1:charge", "acme", 50)
+
+    _cut_off(recorder, clock, "e2:ledger", "globex", 10)
+
+    [cut] = observations.cut_offs
+    assert cut.fits_without_others
+
+
+def test_a_pair_cut_off_after_its_own_events_long_run_is_its_tenants_own() -> None:
+    # seed 2062417: the same event's charge took 57.9 s of 60, then its ledger (5.1 s) met the deadline; the
+    # other tenant's records before them took no time.
+    recorder, observations, clock = _recorder({"e3:ledger": 5.1})
+    _runs(recorder, clock, "e1:announce", "t0", 0)
+    _runs(recorder, clock, "e3:charge", "t1", 57.9)
+
+    _cut_off(recorder, clock, "e3:ledger", "t1", 2.1)
+
+    [cut] = observations.cut_offs
+    assert not cut.fits_without_others
+
+
+def test_a_pair_that_would_not_fit_even_without_the_others_is_not_blamed_on_them() -> None:
+    recorder, observations, clock = _recorder({"e2:ledger": 30})
+    _runs(recorder, clock, "e1:charge", "acme", 20)
+    _runs(recorder, clock, "e2:charge", "globex", 40)
+
+    _cut_off(recorder, clock, "e2:ledger", "globex", 0)
+
+    [cut] = observations.cut_offs
+    assert not cut.fits_without_others
+
+
+def test_a_run_nested_inside_another_is_charged_to_its_own_tenant_only() -> None:
+    recorder, observations, clock = _recorder({"e3:ledger": 25})
+    with recorder._cut_off_noted("e1:charge", "acme"):
+        clock.advance(5)
+        _runs(recorder, clock, "e2:charge", "globex", 40)
+
+    assert observations.invocations[-1].spent == {"acme": 5, "globex": 40}
+    _cut_off(recorder, clock, "e3:ledger", "globex", 15)
+
+    [cut] = observations.cut_offs
+    assert not cut.fits_without_others  # globex's own 40 s and the ledger's 25 s do not fit in 60

@@ -21,29 +21,34 @@ class Chaos:
     def __init__(self, seed: int, rates: Mapping[Fault, FaultRate], trace: Trace) -> None:
         self.rates = dict(rates)
         self.fired: Counter[Fault] = Counter()
+        # Per (kind, lane): a lane spends a budget of its own (the operator's sends, beside the consumer's).
+        self._spent: Counter[tuple[Fault, str]] = Counter()
         self.active = True
         self.healed = False
         self._trace = trace
         self._random = {kind: random.Random(f"{seed}:{kind.value}") for kind in Fault}
 
-    def fires(self, kind: Fault, subject: str = "", *, while_paused: bool = False) -> bool:
+    def fires(self, kind: Fault, subject: str = "", *, while_paused: bool = False, lane: str = "") -> bool:
         """Whether ``kind`` fires now; a fired fault is traced with its subject. ``while_paused``: a fault of
         the operator's own process, which may strike while the pipeline's faults are paused for an action,
-        and after the causes are fixed (fixing the pipeline does not keep the operator's laptop awake)."""
+        and after the causes are fixed (fixing the pipeline does not keep the operator's laptop awake).
+        ``lane``: opportunities that spend a budget of their own, so that one kind of caller (the operator's
+        many sends) cannot use up what another (the consumer's few wake-ups) would meet."""
         rate = self.rates.get(kind)
         live = True if while_paused else self.active
-        if not live or rate is None or self.fired[kind] >= rate.budget:
+        if not live or rate is None or self._spent[kind, lane] >= rate.budget:
             return False
         if self._random[kind].random() >= rate.probability:
             return False
         self.fired[kind] += 1
+        self._spent[kind, lane] += 1
         self._trace.add("FAULT", f"{kind.value} {self._subject(subject)}".rstrip())
         return True
 
     def can_fire(self, kind: Fault) -> bool:
         """Whether ``kind`` is scheduled, live and has budget left (so that looking for an opportunity is worth it)."""
         rate = self.rates.get(kind)
-        return self.active and rate is not None and self.fired[kind] < rate.budget
+        return self.active and rate is not None and self._spent[kind, ""] < rate.budget
 
     def draw(self, kind: Fault) -> random.Random:
         """The random stream of ``kind``, for a fault that needs more than yes or no (a new order)."""

@@ -241,7 +241,9 @@ class Driver:
         }
         self.sqs = runtime.client("sqs")
         self._death = OperatorDeath(log=world.operator_calls)
-        self._death.refuse_send = lambda: self.chaos.fires(Fault.SEND_REFUSED, "an operator's send", while_paused=True)
+        self._death.refuse_send = lambda: self.chaos.fires(
+            Fault.SEND_REFUSED, "an operator's send", while_paused=True, lane="operator"
+        )
         operator_sqs = Interrupting(self.sqs, self._death)
         self.operations: Operations = runtime.operations(self.catalog, sqs=operator_sqs)
         operator_dynamodb = Interrupting(self.operations.dynamodb, self._death)

@@ -547,7 +547,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="the watermark is advanced in a write of its own after the completion's transaction",
         what_should_catch_it="a crash after the completion (or a throttled watermark write): the pair is applied, "
         "the watermark stays behind it, and its followers wait for ever (14)",
-        seeds=(5, 25, 39),
+        seeds=(5, 39),
     ),
     Mutant(
         id="watermark-unversioned",
@@ -712,8 +712,9 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="watermark.subscription, exc)\n            return outcome\n",
         description="a wake-up SQS refused is logged and the message that owed it acknowledged: the deferred "
         "event waits for a wake-up that never comes",
-        what_should_catch_it="SQS refusing a consumer's wake-up send (send_refused): an event left deferred behind "
-        "an applied one (14)",
+        what_should_catch_it="SQS refusing a consumer's wake-up send (send_refused) behind a slow ordered ledger, "
+        "which sends every wake-up: an event left deferred behind an applied one (14)",
+        seeds=(25, 78),
     ),
     Mutant(
         id="replay-keeps-attempts",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from enum import StrEnum
 
 
@@ -129,6 +130,10 @@ _PARTIAL_ANSWERS: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]
     Fault.UNPROCESSED_KEYS: (0.3, (0.2, 0.6), (1, 4)),
     Fault.SEND_REFUSED: (0.35, (0.3, 0.8), (1, 3)),
 }
+# The slow ordered ledger of a schedule whose sends may be refused: how often, and how long each run takes (the
+# durable consumer's timeout is 60 s: one run fits an invocation, two do not).
+_SLOW_LEDGER_CHANCE = 0.8
+_SLOW_LEDGER_SECONDS = (31.0, 45.0)
 # Read-only passes while the pipeline runs, and emits landing inside them: a stream of their own.
 _CHECKS_CHANCE = 0.5
 _CHECKS_RATE = ((0.4, 0.9), (2, 5))
@@ -288,6 +293,10 @@ class Schedule:
     # The ordered ledger refuses this workload emit's item once (a TerminalError): a dead predecessor, its
     # followers deferred behind it until the operator replays it (it succeeds then) or skips it.
     ledger_refuses: str | None = None
+    # The ordered ledger is a slow remote ledger (every run takes this long while faults are live), in a schedule
+    # whose SQS may refuse a send: too slow to run deferred events in place after a batch, so each wake-up is a
+    # message the consumer sends, and the refusals meet them.
+    slow_ledger: timedelta | None = None
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -325,6 +334,8 @@ class Schedule:
             lines.append("  at the end: the operator forces a replay of an event the ordered ledger applied")
         if self.ledger_refuses:
             lines.append(f"  the ordered ledger refuses {self.ledger_refuses}'s item once (terminal)")
+        if self.slow_ledger:
+            lines.append(f"  the ordered ledger is slow: each run takes {self.slow_ledger.total_seconds():.1f} s")
         return lines
 
 
@@ -413,6 +424,7 @@ def generate(seed: int) -> Schedule:
         ledger_refuses=refused,
         force_replay=forced,
         deploy=deploy,
+        slow_ledger=_slow_ledger(random.Random(f"schedule:{seed}:slow-ledger"), ordered, faults),
     )
 
 
@@ -463,6 +475,16 @@ def _slow_handlers(rng: random.Random) -> FaultRate | None:
         return None
     (low, high), (fewest, most) = _SLOW_RATE
     return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _slow_ledger(rng: random.Random, ordered: bool, faults: dict[Fault, FaultRate]) -> timedelta | None:
+    """In most ordered schedules whose sends SQS may refuse, a ledger run takes more than half the function's
+    timeout: one fits an invocation, the tenant's next comes back for lack of time and the one after it is
+    deferred behind it; the consumer sends every wake-up (its run in place needs twice the slowest run left),
+    and the refused ones must come back to it. A stream of its own."""
+    if not ordered or Fault.SEND_REFUSED not in faults or rng.random() >= _SLOW_LEDGER_CHANCE:
+        return None
+    return timedelta(seconds=round(rng.uniform(*_SLOW_LEDGER_SECONDS), 1))
 
 
 def _ledger_refuses(rng: random.Random, actions: list[Action]) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
@@ -15,7 +16,7 @@ from simulation.catalog import catalog_for
 from simulation.chaos import Chaos
 from simulation.cli import Outcome, regression_seeds, run_many
 from simulation.runner import run_seed
-from simulation.schedule import generate
+from simulation.schedule import Fault, FaultRate, generate
 from simulation.trace import Trace
 from simulation.world import DeterministicIds, World
 from tests.conftest import PROJECT_ROOT, Synthesized
@@ -109,3 +110,25 @@ def test_a_seed_replays_exactly_in_this_process_and_in_another(stack: StackSpec,
         check=False,
     )
     assert f"trace digest {first.trace.digest()}" in replayed.stdout, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+
+
+def test_a_lane_of_a_fault_spends_a_budget_of_its_own() -> None:
+    # The operator's many sends must not use up the refusals a consumer's rare wake-up send would meet.
+    clock = VirtualClock()
+    trace = Trace(clock)
+    chaos = Chaos(1, {Fault.SEND_REFUSED: FaultRate(1.0, 1)}, trace)
+
+    assert chaos.fires(Fault.SEND_REFUSED, "an operator's send", while_paused=True, lane="operator")
+    assert not chaos.fires(Fault.SEND_REFUSED, "an operator's send", while_paused=True, lane="operator")
+    assert chaos.fires(Fault.SEND_REFUSED, "a wake-up")
+    assert not chaos.fires(Fault.SEND_REFUSED, "a wake-up")
+    assert chaos.fired[Fault.SEND_REFUSED] == 2
+
+
+def test_a_slow_ordered_ledger_comes_only_with_refused_sends() -> None:
+    schedules = [generate(seed) for seed in range(1, 201)]
+
+    slow = [s for s in schedules if s.slow_ledger is not None]
+    assert slow, "no seed of 1..200 has a slow ordered ledger: wake-up-refusal-swallowed has nothing to meet"
+    assert all(s.ordered and Fault.SEND_REFUSED in s.faults for s in slow)
+    assert all(timedelta(seconds=30) < s.slow_ledger < timedelta(seconds=58) for s in slow if s.slow_ledger)

@@ -18,11 +18,14 @@ __all__ = ["Harness", "Recorder", "WorkerCrash", "build_harness"]
 import boto3
 
 from outbox import Envelope, EventStore, writes
+from outbox.catalog import Catalog, Module
 from outbox.consumer import DurableConsumer
 from outbox.inbox import Inbox
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.faults import WorkerCrash
+from outbox.ops.context import OperatorContext
+from outbox.ops.topology import Topology
 from outbox.ordering import WakeUps
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 from outbox_cdk.timing import durable_max_receive_count
@@ -174,6 +177,21 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
         clock=clock,
     )
     return Harness(dynamodb, sqs, clock, store, inbox, queue_url, dlq_url, recorder, esm, consumer)
+
+
+def operator_context(h: Harness, subscriptions: Iterable[Subscription] | None = None) -> OperatorContext:
+    """The operator's tools on the harness's tables and queue, with a catalog of ``subscriptions`` (by default
+    the consumer's: pass fewer to stand for a deploy that removed some)."""
+    topology = Topology(
+        events_table=EVENTS_TABLE,
+        inbox_table=INBOX_TABLE,
+        durable_queue_url=h.queue_url,
+        durable_dlq_url=h.dlq_url,
+        relay_dlq_url=h.dlq_url,
+    )
+    deployed = tuple(h.consumer.registry.subscriptions if subscriptions is None else subscriptions)
+    catalog = Catalog([Module(name="app", code=(), subscriptions=deployed)])
+    return OperatorContext(topology, dynamodb=h.dynamodb, sqs=h.sqs, catalog=catalog, clock=h.clock)
 
 
 # What the make_harness fixture (conftest) gives: subscriptions in, a wired harness out.

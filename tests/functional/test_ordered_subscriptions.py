@@ -11,18 +11,24 @@ from typing import Any
 import pytest
 
 from outbox import Envelope, TerminalError
-from outbox.catalog import Catalog, Module
 from outbox.exceptions import OperationRefusedError, OutboxValidationError
 from outbox.inbox import DEFERRED, REPLAYING
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import blocked, skip
 from outbox.ops.reconcile import reconcile
-from outbox.ops.topology import Topology
 from outbox.ordering import OrderBook
 from outbox.subscriptions import Delivery, Lane, Subscription
 from tests.functional.conftest import EVENTS_TABLE
-from tests.functional.inbox_harness import INBOX_TABLE, MAX_ATTEMPTS, Harness, HarnessFactory, Recorder, WorkerCrash
+from tests.functional.inbox_harness import (
+    INBOX_TABLE,
+    MAX_ATTEMPTS,
+    Harness,
+    HarnessFactory,
+    Recorder,
+    WorkerCrash,
+    operator_context,
+)
 
 LEDGER = "ledger.fold"  # ordered: folds a tenant's account events into a balance
 AUDIT = "audit.copy"  # unordered, on the same events: must never wait for the ledger
@@ -72,15 +78,7 @@ def watermark(h: Harness, tenant: str = "acme") -> Any:
 
 
 def operator(h: Harness) -> OperatorContext:
-    topology = Topology(
-        events_table=EVENTS_TABLE,
-        inbox_table=INBOX_TABLE,
-        durable_queue_url=h.queue_url,
-        durable_dlq_url=h.dlq_url,
-        relay_dlq_url=h.dlq_url,
-    )
-    catalog = Catalog([Module(name="ledger", code=(), subscriptions=tuple(h.consumer.registry.subscriptions))])
-    return OperatorContext(topology, dynamodb=h.dynamodb, sqs=h.sqs, catalog=catalog, clock=h.clock)
+    return operator_context(h)
 
 
 def replay(h: Harness, envelope: Envelope, subscription: str = LEDGER) -> None:

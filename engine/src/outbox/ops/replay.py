@@ -8,6 +8,7 @@ which the next replay re-sends.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, ClaimRecord, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,13 +60,36 @@ def plan_replay(
     ids = list(event_ids)
     _check_selection(context, ids, tenant, subscription, timed=since is not None or until is not None)
     if ids:
-        items = _replay_by_ids(context, ids, tenant, subscription, force)
+        selected = _replay_by_ids(context, ids, tenant, subscription, force)
     else:
         assert tenant is not None
-        items = _replay_dead_letters(context, tenant, subscription, since, until, force)
+        selected = _replay_dead_letters(context, tenant, subscription, since, until, force)
+    items, removed = _deployed_only(context, selected)
+    if not items and removed:
+        raise OperationRefusedError(
+            f"the selection's dead work is of subscriptions the deployed catalog does not have "
+            f"({', '.join(removed)}): no consumer would run it, and its claims would wait for ever. Deploy the "
+            "subscription again to replay it; its dead letters stay open until then (outbox dead-letters list "
+            "shows them)"
+        )
     if not items:
         raise OperationRefusedError("the selection matches no dead work: nothing to replay")
     return items
+
+
+def _deployed_only(context: OperatorContext, items: list[ReplayItem]) -> tuple[list[ReplayItem], list[str]]:
+    """The items whose subscription the deployed catalog has, and the names of those it does not (removed by a
+    deploy, or renamed): a repair message naming one is acknowledged by the consumer, which runs nothing."""
+    deployed = _deployed(context)
+    kept = [item for item in items if item.subscription in deployed]
+    removed = sorted({item.subscription for item in items} - deployed)
+    if removed and kept:
+        logger.warning("replay leaves the dead work of %s: the deployed catalog does not have them", removed)
+    return kept, removed
+
+
+def _deployed(context: OperatorContext) -> set[str]:
+    return {subscription.name for subscription in context.catalog.registry.subscriptions}
 
 
 def _check_selection(
@@ -77,8 +103,12 @@ def _check_selection(
             "--since/--until select a tenant's dead letters by time; with --event-id they would be ignored: "
             "give one or the other"
         )
-    if subscription is not None:
-        context.require_subscription(subscription)
+    if subscription is not None and subscription not in _deployed(context):
+        raise OperationRefusedError(
+            f"unknown subscription {subscription!r}: the deployed catalog does not have it (outbox catalog lists "
+            "them). If a deploy removed it, no consumer would run its dead work: deploy it again to replay it; its "
+            "dead letters stay open until then"
+        )
     if tenant is not None:
         context.require_tenant(tenant)
     if tenant is None and not ids:

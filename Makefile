@@ -15,7 +15,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help setup demo test unit synth lint typecheck snapshots catalog lock clean
+.PHONY: help setup wheels demo test unit synth lint typecheck snapshots catalog lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environm
 
 .PHONY: checkov-env
 checkov-env: $(CHECKOV_VENV)/.installed ## Create checkov's own virtual environment (make test runs checkov from it)
+
+wheels: setup ## Build the two packages into dist/ (they are not on a public index yet): pip install --find-links dist/ ...
+	rm -rf dist
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps -w dist ./engine ./cdk
 
 demo: setup ## Run the whole pipeline locally on moto with a workload and injected failures (ARGS="--serve 4566")
 	$(PY) -m tools.demo $(ARGS)
@@ -105,4 +109,4 @@ lock-checkov: ## Regenerate constraints-checkov.txt from a fresh resolve of requ
 	rm -rf .lock-venv
 
 clean: ## Remove everything the targets created
-	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .local .build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out dist .local .build .pytest_cache .mypy_cache .ruff_cache

@@ -1,97 +1,145 @@
-"""The README's "Use it in your own CDK app", done the way a user would: the two packages built as wheels
-and installed into an empty virtual environment, the README's files written into an empty folder outside
-the repository, the app synthesized (cdk-nag on) and its test run on the local runtime, where the
-subscription's effect must happen exactly once although the worker dies before completing."""
+"""The README's "Use it in your own CDK app", done exactly as written: its shell blocks run verbatim, its files
+are written as shown, into an empty folder outside the repository, beside a clone of it (``outbox/``).
+
+The first block builds the wheels and installs them into a fresh virtual environment; the files make the app;
+the second block synthesizes it with the CDK CLI (cdk-nag on, the layer built with pip) and runs its test on
+the local runtime, where the subscription's effect must happen once although the worker dies before
+completing. Between blocks the test keeps what a shell would: the folder the block ended in, and the active
+virtual environment. A README that drifts from what works fails here.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
-import sys
-import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-FILE_BLOCK = re.compile(r"<!-- file: (?P<path>[^ ]+) -->\n```python\n(?P<body>.*?)```", re.DOTALL)
-# What the user's app needs besides the two wheels, at the versions this repository pins.
-USER_REQUIREMENTS = ("aws-cdk-lib", "constructs", "cdk-nag", "pytest")
+SECTION = "## Use it in your own CDK app"
+FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?)```", re.DOTALL)
+SHELL_BLOCK = re.compile(r"<!-- shell: adoption -->\n```bash\n(?P<body>.*?)```", re.DOTALL)
+# Of this process's environment, what a user's own shell would not have: our Python, pytest and make settings.
+NOT_THE_USERS = ("PYTHON", "VIRTUAL_ENV", "PYTEST", "MAKE", "MFLAGS")
 
-pytestmark = pytest.mark.slow
+
+def section() -> str:
+    text = README.read_text()
+    start = text.index(SECTION)
+    return text[start : text.index("\n## ", start + len(SECTION))]
 
 
 def readme_files() -> dict[str, str]:
-    files = {match["path"]: match["body"] for match in FILE_BLOCK.finditer(README.read_text())}
-    assert {"app.py", "src/shop/catalog.py", "tests/conftest.py", "tests/test_shop.py"} <= set(files)
-    return files
+    return {match["path"]: match["body"] for match in FILE_BLOCK.finditer(section())}
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return result
+def readme_commands() -> list[str]:
+    return [match["body"] for match in SHELL_BLOCK.finditer(section())]
 
 
-def user_env(**extra: str) -> dict[str, str]:
-    """This process's environment without its Python and pytest settings, as a user's shell would be."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST"))}
-    env.update(AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled", JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20", **extra)
-    return env
+def test_the_section_shows_every_file_and_command_the_app_needs() -> None:
+    assert set(readme_files()) == {
+        "app.py",
+        "cdk.json",
+        "pyproject.toml",
+        "src/shop/__init__.py",
+        "src/shop/catalog.py",
+        "tests/conftest.py",
+        "tests/test_shop.py",
+    }
+    install, build_and_test = readme_commands()
+    assert "pip install" in install
+    assert "--find-links" in install
+    assert "synth" in build_and_test
+    assert "python -m pytest" in build_and_test
+
+
+def test_the_readmes_cdk_json_has_the_feature_flags_cdk_init_gives_a_new_app() -> None:
+    templates = ROOT / "node_modules" / "aws-cdk" / "lib" / "init-templates"
+    recommended = json.loads((templates / ".recommended-feature-flags.json").read_text())
+    shown = json.loads(readme_files()["cdk.json"])
+
+    assert shown["context"] == recommended, "regenerate the README's cdk.json from the pinned CDK CLI's flags"
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    assert all(f"aws-cdk@{pinned} " in block for block in readme_commands() if "aws-cdk@" in block)
+
+
+@dataclass(frozen=True)
+class Shell:
+    """What the user's shell holds after a block: where it is, and the virtual environment it activated."""
+
+    work: Path
+
+    @property
+    def app(self) -> Path:
+        return self.work / "shop"
+
+    @property
+    def venv(self) -> Path:
+        return self.app / ".venv"
+
+    def env(self, *, activated: bool) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith(NOT_THE_USERS)}
+        env.update(AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled", JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20")
+        if activated:  # what `. .venv/bin/activate` leaves in the shell
+            env.update(VIRTUAL_ENV=str(self.venv), PATH=f"{self.venv / 'bin'}{os.pathsep}{env['PATH']}")
+        return env
+
+    def run(self, block: str, cwd: Path, *, activated: bool) -> str:
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=cwd,
+            env=self.env(activated=activated),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, f"{block}failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        return result.stdout + result.stderr
+
+
+@dataclass(frozen=True)
+class Adopted:
+    shell: Shell
+    built_and_tested: str
 
 
 @pytest.fixture(scope="module")
-def user_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty venv with the two locally built wheels and the user's own requirements installed."""
-    work = tmp_path_factory.mktemp("adoption")
-    wheels = work / "wheels"
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), "./engine", "./cdk"], ROOT)
-    built = sorted(p.name for p in wheels.glob("*.whl"))
-    assert [name.split("-")[0] for name in built] == ["chained_outbox", "chained_outbox_cdk"], built
-    environment = work / "venv"
-    venv.create(environment, with_pip=True)
-    python = environment / "bin" / "python"
-    run(
-        [
-            str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--find-links", str(wheels),
-            "-c", str(ROOT / "constraints.txt"),
-            "chained-outbox[cli,local]", "chained-outbox-cdk", *USER_REQUIREMENTS,
-        ],
-        work,
-    )  # fmt: skip
-    return environment
+def adopted(tmp_path_factory: pytest.TempPathFactory) -> Adopted:
+    """The README's section, done in an empty folder beside a clone of the repository."""
+    shell = Shell(tmp_path_factory.mktemp("adoption"))
+    (shell.work / "outbox").symlink_to(ROOT, target_is_directory=True)
+    install, build_and_test = readme_commands()
+    shell.run(install, shell.work, activated=False)
+    for relative, body in readme_files().items():
+        path = shell.app / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    return Adopted(shell, shell.run(build_and_test, shell.app, activated=True))
 
 
-def test_the_wheels_give_the_engine_the_construct_the_command_and_the_fixture(
-    user_environment: Path, tmp_path: Path
-) -> None:
-    python = str(user_environment / "bin" / "python")
+@pytest.mark.slow
+def test_the_wheels_give_the_engine_the_construct_the_command_and_the_fixture(adopted: Adopted) -> None:
+    shell = adopted.shell
+    python = str(shell.venv / "bin" / "python")
     probe = (
-        "from outbox import EventStore; from outbox_cdk import OutboxPipeline; "
+        "from outbox import EventStore; from outbox_cdk import OutboxPipeline; import cdk_nag; "
         "import outbox.testing.plugin, outbox.local.runtime, outbox_cdk.engine_layer as l; "
         "print(l.ENGINE_PACKAGE)"
     )
-    printed = run([python, "-c", probe], tmp_path, user_env()).stdout
-    assert str(user_environment) in printed, "the engine must be imported from the venv, not the repository"
-    help_text = run([str(user_environment / "bin" / "outbox"), "--help"], tmp_path, user_env()).stdout
-    assert "--catalog" in help_text
-    fixtures = run([python, "-m", "pytest", "--fixtures", "-q", "-p", "no:cacheprovider"], tmp_path, user_env())
-    assert "outbox_pipeline" in fixtures.stdout
+    printed = shell.run(f"{python} -c '{probe}'\n", shell.app, activated=True)
+    assert str(shell.venv) in printed, "the engine must be imported from the app's venv, not the repository"
+    assert "--catalog" in shell.run("outbox --help\n", shell.app, activated=True)
 
 
-def test_a_fresh_app_synthesizes_and_its_effect_happens_once_under_a_crash(
-    user_environment: Path, tmp_path: Path
-) -> None:
-    app = tmp_path / "shop"
-    for relative, body in readme_files().items():
-        path = app / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST"))}
-    env.update(PYTHONPATH=f"{app}{os.pathsep}{app / 'src'}", AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled")
-    python = str(user_environment / "bin" / "python")
-    result = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], app, env)
-    assert "1 passed" in result.stdout, result.stdout
+@pytest.mark.slow
+def test_the_app_synthesizes_and_its_effect_happens_once_under_a_crash(adopted: Adopted) -> None:
+    template = json.loads((adopted.shell.app / "cdk.out" / "Shop.template.json").read_text())
+    assert any(r["Type"] == "AWS::Pipes::Pipe" for r in template["Resources"].values())
+    # pytest ran after the synth, with cdk.out/ (and the layer's own packages) beside the tests.
+    assert re.search(r"\b1 passed\b", adopted.built_and_tested), adopted.built_and_tested[-3000:]

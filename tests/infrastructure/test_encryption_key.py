@@ -22,6 +22,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 
+from modules.services import SERVICES_VARIABLE
 from outbox_cdk import OutboxPipeline, checkov, encryption
 from outbox_cdk.queue_defaults import DATA_KEY_REUSE
 from stacks import outbox_stack
@@ -81,7 +82,7 @@ def keyed_app(outdir: str, make_key: Callable[[Stack], kms.IKey] = new_key) -> t
         catalog=outbox_stack.CATALOG,
         data_tables=[data.table],
         record_changes_from=data.table,
-        environment={"DATA_TABLE_NAME": data.table.table_name},
+        environment={"DATA_TABLE_NAME": data.table.table_name, SERVICES_VARIABLE: "fake"},
         encryption_key=key,
         alarm_email="ops@example.com",
         operators=[iam.AccountRootPrincipal()],

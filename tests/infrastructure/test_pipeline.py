@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
+from modules.services import SERVICES_VARIABLE
 from outbox.ops import Topology
 from outbox.outputs import RECORD_CHANGE_OUTPUTS, StackOutput
 from outbox_cdk import OutboxPipeline
@@ -39,6 +40,8 @@ def test_the_application_environment_output_carries_the_functions_variables(stac
 # Who reads a throwaway pipeline's alarms: a test says why nobody, unless it names a subscriber itself.
 SUBSCRIBER_OPTIONS = ("alarm_topic", "alarm_email", "no_alarm_subscriber")
 NOBODY: dict[str, Any] = {"no_alarm_subscriber": "a throwaway test stack", "operators": [iam.AccountRootPrincipal()]}
+# What the example's catalog reads at synth (and in every function): without it, the synth fails its contract.
+APP_ENVIRONMENT = {"DATA_TABLE_NAME": "data", SERVICES_VARIABLE: "fake"}
 
 
 def pipeline_stack(**options: Any) -> Stack:
@@ -51,7 +54,7 @@ def pipeline_stack(**options: Any) -> Stack:
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
         catalog=outbox_stack.CATALOG,
         **subscriber,
-        **options,
+        **{"environment": APP_ENVIRONMENT, **options},
     )
     return stack
 
@@ -140,7 +143,7 @@ def record_change_pipeline(**options: Any) -> OutboxPipeline:
         catalog=outbox_stack.CATALOG,
         record_changes_from=orders,
         **NOBODY,
-        **options,
+        **{"environment": APP_ENVIRONMENT, **options},
     )
 
 

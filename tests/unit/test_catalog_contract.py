@@ -81,7 +81,21 @@ def test_an_emitted_type_that_no_module_declares_is_reported() -> None:
 
 def test_a_declared_type_without_a_producer_is_reported() -> None:
     [problem] = widgets(event_types=("widget.made", "widget.shipped", "widget.lost")).problems()
-    assert problem == "'widget.lost' is declared by widgets but nothing emits it"
+    assert problem.startswith("'widget.lost' is declared by widgets but nothing emits it")
+    assert "emitted_by=" in problem, "it says how to name a producer outside the modules"
+
+
+def test_a_type_emitted_outside_the_modules_needs_no_producer_in_them() -> None:
+    catalog = widgets()
+    outside = EventTypeSpec("widget.lost", Widget, emitted_by="the warehouse service (services/warehouse)")
+    catalog = Catalog([*catalog.modules, Module(name="warehouse", code=(), event_types=(outside,))])
+
+    assert catalog.problems() == []
+
+
+def test_a_subscription_problem_names_where_its_handler_is() -> None:
+    [problem] = widgets(Subscription("widgets.count", "widget.made", Lane.BEST_EFFORT, noop)).problems()
+    assert f"handler at {__file__}:" in problem
 
 
 def test_a_glob_that_matches_nothing_is_reported_with_the_likely_intent() -> None:

@@ -1,5 +1,6 @@
 """AWS CDK constructs of the outbox: ``OutboxPipeline`` adds the whole pipeline to a stack of yours."""
 
+from outbox_cdk.catalog_check import AcceptedCatalogProblem, CatalogContractError
 from outbox_cdk.pipeline import OutboxPipeline
 
-__all__ = ["OutboxPipeline"]
+__all__ = ["AcceptedCatalogProblem", "CatalogContractError", "OutboxPipeline"]

@@ -43,6 +43,7 @@ from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import Auditor, AuditTable
+from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs
@@ -153,6 +154,11 @@ class OutboxPipeline(Construct):
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
         deferred event back to the durable queue (``outbox.ordering``). The consumer refuses to start with an
         ordered subscription on a pipeline without it, and says to set it.
+    accept_catalog_problems
+        The synth loads ``catalog`` from ``code`` and fails on its contract's problems (``Catalog.problems()``:
+        a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
+        Each ``AcceptedCatalogProblem(problem=<part of its text>, reason=...)`` lets one through, recorded in
+        the template's metadata; one that matches no problem fails the synth too (remove it).
     """
 
     def __init__(
@@ -181,6 +187,7 @@ class OutboxPipeline(Construct):
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
         ordered_subscriptions: bool = False,
+        accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -200,6 +207,9 @@ class OutboxPipeline(Construct):
         self.events = EventsTable(self, "Events", operators=operators, encryption_key=encryption_key)
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
+        accepted = check_catalog(code, catalog, environment, accept_catalog_problems)
+        if accepted:
+            self.node.add_metadata(ACCEPTED_METADATA, [{"problem": a.problem, "reason": a.reason} for a in accepted])
         self.alarm_topic: sns.ITopic = (
             alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email, no_subscriber_reason=no_alarm_subscriber).topic
         )

@@ -38,6 +38,9 @@ class EventTypeSpec:
     ``payload`` is the model of the current ``version``; each older version still in the log has an
     ``Upcaster`` (its model as it was, and a pure function to the next version). emit() stores current
     payloads only; the durable consumer brings an older one up to date before a handler sees it.
+
+    ``emitted_by`` names a producer outside the catalog's modules (another function, another service's code):
+    the contract then does not ask for an ``emit()`` of the type in the modules' own source.
     """
 
     name: str
@@ -45,6 +48,7 @@ class EventTypeSpec:
     description: str = ""
     version: int = 1
     upcasters: tuple[Upcaster, ...] = ()
+    emitted_by: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -216,8 +220,11 @@ class Catalog:
         for event_type in sorted(self._types):
             if event_type.startswith(f"{ROW_CHANGE_PREFIX}."):
                 found.append(f"{event_type!r}: the prefix '{ROW_CHANGE_PREFIX}.' is reserved for row changes")
-            if event_type not in by_type:
-                found.append(f"{event_type!r} is declared by {self._types[event_type][0].name} but nothing emits it")
+            if event_type not in by_type and self._types[event_type][1].emitted_by is None:
+                found.append(
+                    f"{event_type!r} is declared by {self._types[event_type][0].name} but nothing emits it (an "
+                    "emit() outside the modules' code: name it with EventTypeSpec(..., emitted_by=...))"
+                )
         for producer, subscription in dropped:
             found.append(
                 f"{producer.where} returns FollowUp({producer.event_type!r}) from the {subscription.lane.value} "
@@ -231,7 +238,10 @@ class Catalog:
         for subscription in self.registry.subscriptions:
             domain = [t for t in sorted(self.domain_types) if subscription.matches(t)]
             rows = [t for t in sorted(self.row_change_types) if subscription.matches(t)]
-            where = f"subscription {subscription.name!r} ({subscription.lane.value}, glob {subscription.pattern!r})"
+            where = (
+                f"subscription {subscription.name!r} ({subscription.lane.value}, glob {subscription.pattern!r}"
+                f"{_declared_at(subscription)})"
+            )
             if subscription.lane is Lane.BEST_EFFORT and domain:
                 found.append(
                     f"{where} matches domain events {domain[:3]} but BEST_EFFORT only carries row changes: it "
@@ -290,6 +300,16 @@ class Catalog:
                 for s in sorted(self.registry.subscriptions, key=lambda s: s.name)
             ],
         }
+
+
+def _declared_at(subscription: Subscription) -> str:
+    """Where the subscription's handler is defined (``, handler at shop/catalog.py:19``), if Python can tell."""
+    handler = inspect.unwrap(subscription.handler)
+    try:
+        path, line = inspect.getsourcefile(handler), inspect.getsourcelines(handler)[1]
+    except (OSError, TypeError):
+        return ""
+    return f", handler at {path}:{line}" if path else ""
 
 
 def _closest(pattern: str, candidates: Iterable[str]) -> str:

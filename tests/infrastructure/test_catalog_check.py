@@ -113,8 +113,8 @@ def test_an_accepted_problem_synthesizes_and_is_recorded_in_the_template(tmp_pat
 
     stack = pipeline(code, f"{package}.catalog:build", accept_catalog_problems=[accepted])
 
-    [entry] = [e for e in stack.node.find_child("Outbox").node.metadata if e.type == "outbox:acceptedCatalogProblems"]
-    assert entry.data == [{"problem": accepted.problem, "reason": accepted.reason}]
+    metadata = Template.from_stack(stack).to_json()["Metadata"]
+    assert metadata["outbox:acceptedCatalogProblems"] == [{"problem": accepted.problem, "reason": accepted.reason}]
 
 
 def test_an_acceptance_that_matches_no_problem_fails_the_synth(tmp_path: Path) -> None:

@@ -22,12 +22,12 @@ from unittest import mock
 from aws_cdk import Token
 from aws_cdk import aws_lambda as lambda_
 
-from outbox.catalog import Catalog
+from outbox.catalog import ACCEPTED_PROBLEMS_METADATA, Catalog
 
 __all__ = ["AcceptedCatalogProblem", "CatalogContractError", "check_catalog"]
 
-# Metadata on the pipeline's construct: the problems the app accepted, and why.
-ACCEPTED_METADATA = "outbox:acceptedCatalogProblems"
+# In the template's Metadata: the problems the app accepted, and why.
+ACCEPTED_METADATA = ACCEPTED_PROBLEMS_METADATA
 
 
 class CatalogContractError(ValueError):

@@ -31,6 +31,11 @@ DISPATCHERS = {
 }
 
 
+# The template's Metadata key under which OutboxPipeline records the catalog problems an app accepted (a list of
+# {"problem": <part of its text>, "reason": ...}); the testing fixture lets the same ones through.
+ACCEPTED_PROBLEMS_METADATA = "outbox:acceptedCatalogProblems"
+
+
 @dataclass(frozen=True)
 class EventTypeSpec:
     """A domain event type: its name, the module that owns it and the schema of its payload.

@@ -94,6 +94,8 @@ class SqsEventSourceMapping:
     # The messages of the invocation under way (empty between invocations): what a fault needs to make one
     # of them visible again while its handler still runs.
     receiving: list[dict[str, Any]] = field(default_factory=list)
+    # What each invocation that failed as a whole raised, oldest first (a test's drain reports the first).
+    crashes: list[BaseException] = field(default_factory=list)
 
     def poll(self) -> BatchResult | None:
         """Receive one batch and invoke the function with it; None when nothing is visible."""
@@ -127,6 +129,7 @@ class SqsEventSourceMapping:
         except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
             logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
             failed, crashed = list(received), exc
+            self.crashes.append(exc)
         finally:
             self.receiving = outer
         # Lambda's poller deletes what succeeded; a second worker's poll, run inside a first worker's handler,

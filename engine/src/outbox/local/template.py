@@ -119,6 +119,7 @@ class StackSpec:
     functions: dict[str, FunctionSpec] = field(default_factory=dict)
     event_source_mappings: dict[str, EventSourceMappingSpec] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the template's Metadata section
 
     def output_reference(self, name: str) -> Reference:
         if name not in self.outputs:
@@ -156,7 +157,12 @@ def load_stack(assembly_dir: Path | str, stack_name: str) -> StackSpec:
     if not path.exists():
         raise TemplateError(f"no template at {path}: run the synth first (make synth, or the runtime's synth())")
     template = json.loads(path.read_text())
-    stack = StackSpec(name=stack_name, assembly_dir=assembly, outputs=template.get("Outputs", {}))
+    stack = StackSpec(
+        name=stack_name,
+        assembly_dir=assembly,
+        outputs=template.get("Outputs", {}),
+        metadata=template.get("Metadata", {}),
+    )
     for logical_id, resource in template["Resources"].items():
         kind = resource["Type"]
         if kind == "AWS::DynamoDB::Table":

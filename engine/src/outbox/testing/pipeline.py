@@ -8,15 +8,16 @@ handler that fails), and read what the inbox recorded. Everything else stays rea
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from outbox.catalog import Catalog
+from outbox.catalog import ACCEPTED_PROBLEMS_METADATA, Catalog
 from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
-from outbox.local import faults
+from outbox.local import deadline, faults
 from outbox.local.functions import code_on_path, environment
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
@@ -25,7 +26,7 @@ from outbox.outputs import application_environment
 from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore
 
-__all__ = ["LocalPipeline", "WorkerCrash"]
+__all__ = ["InvocationFailedError", "LocalPipeline", "PipelineSetupError", "WorkerCrash"]
 
 WorkerCrash = faults.WorkerCrash
 
@@ -54,7 +55,43 @@ class LocalPipeline:
         ``LocalRuntime`` (``clock``, ``function_log_level``, ...)."""
         name = stack_name or _only_stack(Path(assembly_dir))
         with LocalRuntime.from_assembly(assembly_dir, name, environment=environment, **options) as runtime:
-            yield cls(runtime)
+            pipeline = cls(runtime)
+            pipeline.check_setup()
+            yield pipeline
+
+    def check_setup(self) -> None:
+        """Fail now, with the cause, what would fail every test far from it: a catalog that cannot be built or
+        breaks its contract (but for the problems the stack accepted, ``accept_catalog_problems``), and a
+        durable consumer that cannot start (``PipelineSetupError``)."""
+        reference = self.durable_consumer.env.get("SUBSCRIPTIONS", "?")
+        try:
+            catalog = self.catalog
+        except Exception as exc:  # the application's builder: whatever it raises
+            raise PipelineSetupError(
+                f"the catalog {reference} could not be built: {type(exc).__name__}: {exc}"
+            ) from exc
+        accepted = [entry["problem"] for entry in self.runtime.stack.metadata.get(ACCEPTED_PROBLEMS_METADATA, [])]
+        problems = [problem for problem in catalog.problems() if not any(part in problem for part in accepted)]
+        if problems:
+            listed = "".join(f"\n  - {problem}" for problem in problems)
+            raise PipelineSetupError(f"the catalog {reference} breaks its contract:{listed}")
+        self._check_consumer_starts()
+
+    def _check_consumer_starts(self) -> None:
+        """Build the durable consumer as its cold start does, in its environment (the permissions an ordered
+        subscription needs, say), without waiting for a message to find out."""
+        function = self.durable_consumer
+        module_name = function.handler_path.rsplit(".", 1)[0]
+        with environment(function.env), code_on_path(function.code_root):
+            build = getattr(importlib.import_module(module_name), "consumer", None)
+            if build is None:
+                return
+            try:
+                getattr(build, "__wrapped__", build)()  # past the module's cache: this check builds its own
+            except Exception as exc:
+                raise PipelineSetupError(
+                    f"the durable consumer ({function.name}) cannot start: {type(exc).__name__}: {exc}"
+                ) from exc
 
     # -- the application's side ---------------------------------------------------------------------
 
@@ -89,8 +126,22 @@ class LocalPipeline:
         return self.store.emit(event_type, payload, tenant=tenant, **options)
 
     def drain(self, max_steps: int = 10_000) -> int:
-        """Run pipes and consumers until nothing moves (virtual time advances over waits); the steps taken."""
-        return self.runtime.run_until_idle(max_steps=max_steps)
+        """Run pipes and consumers until nothing moves (virtual time advances over waits); the steps taken.
+
+        Raises ``InvocationFailedError`` when an invocation of a consumer failed as a whole for a cause of its
+        own (not a crash a test injected, nor Lambda's deadline), with the first such error: the function's
+        log (``function_log``) has the rest."""
+        marks = {name: len(mapping.crashes) for name, mapping in self.runtime.mappings.items()}
+        steps = self.runtime.run_until_idle(max_steps=max_steps)
+        for name, mapping in self.runtime.mappings.items():
+            own = [exc for exc in mapping.crashes[marks.get(name, 0) :] if not _expected_crash(exc)]
+            if own:
+                first = own[0]
+                raise InvocationFailedError(
+                    f"{mapping.function_name}: {len(own)} invocation(s) failed as a whole; the first raised "
+                    f"{type(first).__name__}: {first}"
+                ) from first
+        return steps
 
     # -- failures to inject (context managers; each yields a count of the faults it injected) ---------
 
@@ -151,6 +202,19 @@ class LocalPipeline:
     def function_log(self, output_name: str = "DurableConsumerFunctionName") -> list[str]:
         """What a function printed (its JSON log lines and EMF metrics), oldest first."""
         return list(self.runtime.function(output_name).log.lines)
+
+
+class PipelineSetupError(Exception):
+    """The application cannot run on this pipeline: its catalog, or its durable consumer's start."""
+
+
+class InvocationFailedError(Exception):
+    """A consumer's invocation failed as a whole, for a cause of the application's own."""
+
+
+def _expected_crash(exc: BaseException) -> bool:
+    """A crash a test injected (``crash_*``), or Lambda stopping an invocation at its deadline."""
+    return isinstance(exc, faults.WorkerCrash | deadline.InvocationTimedOut)
 
 
 def _only_stack(assembly_dir: Path) -> str:

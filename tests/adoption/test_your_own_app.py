@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SECTION = "## Use it in your own CDK app"
 FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?)```", re.DOTALL)
+GUIDE = ROOT / "docs" / "testing.md"
+GUIDE_BLOCK = re.compile(r"<!-- testing-guide -->\n```python\n(?P<body>.*?)```", re.DOTALL)
 SHELL_BLOCK = re.compile(r"<!-- shell: adoption -->\n```bash\n(?P<body>.*?)```", re.DOTALL)
 # Of this process's environment, what a user's own shell would not have: our Python, pytest and make settings.
 NOT_THE_USERS = ("PYTHON", "VIRTUAL_ENV", "PYTEST", "MAKE", "MFLAGS")
@@ -143,3 +145,12 @@ def test_the_app_synthesizes_and_its_effect_happens_once_under_a_crash(adopted: 
     assert any(r["Type"] == "AWS::Pipes::Pipe" for r in template["Resources"].values())
     # pytest ran after the synth, with cdk.out/ (and the layer's own packages) beside the tests.
     assert re.search(r"\b1 passed\b", adopted.built_and_tested), adopted.built_and_tested[-3000:]
+
+
+@pytest.mark.slow
+def test_every_example_of_the_testing_guide_passes_in_the_readmes_app(adopted: Adopted) -> None:
+    # Last of the module: it adds a test file to the app the tests above share.
+    examples = "\n\n".join(match["body"] for match in GUIDE_BLOCK.finditer(GUIDE.read_text()))
+    (adopted.shell.app / "tests" / "test_testing_guide.py").write_text(examples)
+    ran = adopted.shell.run("python -m pytest -q tests/test_testing_guide.py\n", adopted.shell.app, activated=True)
+    assert re.search(rf"\b{examples.count(chr(10) + 'def test_')} passed\b", ran), ran[-4000:]

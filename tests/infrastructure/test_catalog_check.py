@@ -17,7 +17,7 @@ from aws_cdk.assertions import Template
 
 from outbox_cdk import AcceptedCatalogProblem, CatalogContractError, OutboxPipeline
 
-CATALOG_SOURCE = '''
+CATALOG_SOURCE = """
 import os
 
 from pydantic import BaseModel
@@ -46,7 +46,7 @@ def build():
             )
         ]
     )
-'''
+"""
 # Each app gets a package name of its own: Python caches an imported module for the process.
 PACKAGES = (f"shop{n}" for n in itertools.count())
 

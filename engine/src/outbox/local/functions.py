@@ -11,6 +11,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -53,6 +54,39 @@ class FunctionLog(io.TextIOBase):
         return len(text)
 
 
+_running_log: ContextVar[FunctionLog | None] = ContextVar("running_log", default=None)
+
+
+class _FunctionStdout(io.TextIOBase):
+    """``sys.stdout`` while a function runs: what is written goes to the log of the function running now.
+
+    A logging handler keeps the stream it found when it was created, and Powertools configures a service's
+    logger once per process: a later container (a cold start, the next test's runtime) reuses that handler. It
+    keeps this stream, not the first container's log, so each container's lines reach its own function's log.
+    """
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        log = _running_log.get()
+        return (log if log is not None else sys.__stdout__ or io.StringIO()).write(text)
+
+
+_FUNCTION_STDOUT = _FunctionStdout()
+
+
+@contextmanager
+def function_output(log: FunctionLog) -> Iterator[None]:
+    """Print into ``log``: the function's stdout, as Lambda sends it to CloudWatch Logs."""
+    token = _running_log.set(log)
+    try:
+        with redirect_stdout(_FUNCTION_STDOUT):
+            yield
+    finally:
+        _running_log.reset(token)
+
+
 @dataclass
 class LocalFunction:
     """One function's container: the handler module is imported on the first invocation (a cold start)
@@ -78,7 +112,7 @@ class LocalFunction:
         with (
             environment(self.env),
             code_on_path(self.code_root),
-            redirect_stdout(self.log),
+            function_output(self.log),
             deadline.invocation(context.deadline, self.clock, self.name),
         ):
             try:

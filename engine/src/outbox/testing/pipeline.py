@@ -18,7 +18,7 @@ from outbox.catalog import ACCEPTED_PROBLEMS_METADATA, Catalog
 from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
 from outbox.local import deadline, faults
-from outbox.local.functions import code_on_path, environment
+from outbox.local.functions import code_on_path, environment, function_output
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
 from outbox.ops import Operations, Topology
@@ -82,7 +82,8 @@ class LocalPipeline:
         subscription needs, say), without waiting for a message to find out."""
         function = self.durable_consumer
         module_name = function.handler_path.rsplit(".", 1)[0]
-        with environment(function.env), code_on_path(function.code_root):
+        # Its log as its invocations' (the handler module configures its logger once per process: here, if first).
+        with environment(function.env), code_on_path(function.code_root), function_output(function.log):
             build = getattr(importlib.import_module(module_name), "consumer", None)
             if build is None:
                 return

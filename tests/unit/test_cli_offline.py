@@ -63,6 +63,69 @@ def test_a_catalog_that_cannot_be_built_is_named_with_the_reason(project: Path) 
     assert "the catalog modules:no_such_builder could not be built" in flat(result.output)
 
 
+SHOP_CATALOG = """
+import os
+
+from pydantic import BaseModel
+
+from outbox import Lane, Subscription
+from outbox.catalog import Catalog, EventTypeSpec, Module
+
+
+class Placed(BaseModel):
+    order_id: str
+
+
+def build():
+    table = os.environ["ORDERS_TABLE"]  # what the functions' environment holds
+    handler = lambda delivery: None  # noqa: E731
+    return Catalog(
+        [
+            Module(
+                name="shop",
+                code=(),
+                event_types=(EventTypeSpec("shop.order_placed", Placed, emitted_by="the checkout API"),),
+                subscriptions=(Subscription("shop.record_sale", GLOB, Lane.DURABLE, handler),),
+            )
+        ]
+    )
+"""
+
+
+def shop_catalog(project: Path, module: str, glob: str = "shop.order_placed") -> str:
+    """The catalog written as ``module`` (a name of its own per test: Python keeps what it imported)."""
+    (project / f"{module}.py").write_text(SHOP_CATALOG.replace("GLOB", repr(glob)))
+    return f"{module}:build"
+
+
+def test_a_catalog_that_reads_its_environment_is_listed_offline_with_placeholders(project: Path) -> None:
+    reference = shop_catalog(project, "shop_offline")
+    os.environ.pop("ORDERS_TABLE", None)
+    try:
+        result = CliRunner().invoke(app, ["--catalog", reference, "--json", "catalog"])
+    finally:
+        os.environ.pop("ORDERS_TABLE", None)  # the placeholder the command set in this process
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert [entry["name"] for entry in document["subscriptions"]] == ["shop.record_sale"]
+    assert document["problems"] == []
+    assert "placeholders for ORDERS_TABLE" in result.stderr
+
+
+def test_the_catalog_command_checks_the_contract_and_exits_1_on_a_problem(project: Path) -> None:
+    reference = shop_catalog(project, "shop_mistyped", glob="shop.order_plcaed")
+    os.environ["ORDERS_TABLE"] = "orders"
+    try:
+        result = CliRunner().invoke(app, ["--catalog", reference, "catalog"])
+    finally:
+        os.environ.pop("ORDERS_TABLE", None)
+
+    assert result.exit_code == 1
+    assert "problem: subscription 'shop.record_sale'" in flat(result.output)
+    assert "matches no event type" in flat(result.output)
+
+
 def every_command(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[list[str]]:
     """Each group and command of the CLI, as the words that name it."""
     yield list(prefix)

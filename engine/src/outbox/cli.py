@@ -35,6 +35,7 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -92,7 +93,9 @@ class CliContext:
     def catalog(self) -> Catalog:
         if self._operations is not None:
             return self._operations.catalog
-        return _load_catalog(_required_catalog(self.catalog_reference), {})
+        # No stack: what the catalog's builder reads from the environment may be missing (outbox catalog lists
+        # and checks a catalog offline): a placeholder stands in for each variable it reads and does not find.
+        return _load_catalog(_required_catalog(self.catalog_reference), {}, placeholders=True)
 
     @property
     def out(self) -> Console:
@@ -159,13 +162,18 @@ def _required_catalog(reference: str | None) -> str:
 
 
 def _configured_catalog(pyproject: Path) -> str | None:
-    """``[tool.outbox] catalog`` of the project the command runs in."""
+    """``[tool.outbox] catalog`` of the project the command runs in; ``[tool.outbox] code`` (the folder of the
+    functions' code asset, ``src`` say) goes on the import path, as Lambda puts the asset."""
     if not pyproject.is_file():
         return None
     try:
-        configured = tomllib.loads(pyproject.read_text()).get("tool", {}).get("outbox", {}).get("catalog")
+        settings = tomllib.loads(pyproject.read_text()).get("tool", {}).get("outbox", {})
     except tomllib.TOMLDecodeError as exc:
         raise typer.BadParameter(f"{pyproject} is not valid TOML: {exc}") from exc
+    code = settings.get("code")
+    if isinstance(code, str) and str(Path(code).resolve()) not in sys.path:
+        sys.path.insert(0, str(Path(code).resolve()))
+    configured = settings.get("catalog")
     return configured if isinstance(configured, str) else None
 
 
@@ -195,9 +203,11 @@ def _operations(
     )
 
 
-def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
+def _load_catalog(reference: str, outputs: dict[str, str], *, placeholders: bool = False) -> Catalog:
     """The application's catalog, built in the environment the pipeline's functions have (the stack's
-    ApplicationEnvironment output); a variable already set in this shell wins."""
+    ApplicationEnvironment output); a variable already set in this shell wins. ``placeholders``: a variable
+    the builder reads with ``os.environ[...]`` and does not find is set to ``placeholder-<NAME>`` (said on
+    stderr), for a catalog listed without a stack."""
     try:
         variables = application_environment(outputs)
     except OutboxValidationError as exc:
@@ -207,13 +217,36 @@ def _load_catalog(reference: str, outputs: dict[str, str]) -> Catalog:
     # As `python -m` does: the application's package is found from the directory the command runs in.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        return load_catalog(reference)
-    except (ImportError, AttributeError, ValueError, TypeError, OutboxError) as exc:
-        raise typer.BadParameter(f"the catalog {reference} could not be built: {exc}", param_hint="--catalog") from exc
+    filled: list[str] = []
+    while True:
+        try:
+            catalog = load_catalog(reference)
+            break
+        except KeyError as exc:
+            name = exc.args[0] if exc.args else None
+            if not isinstance(name, str) or name in os.environ:
+                raise typer.BadParameter(f"the catalog {reference} could not be built: KeyError {exc}") from exc
+            if not placeholders or len(filled) >= MAX_PLACEHOLDERS:
+                raise typer.BadParameter(
+                    f"the catalog {reference} reads {name} from the environment, which is not set: set it, or "
+                    "name the stack (--stack) whose functions' environment it is",
+                    param_hint="--catalog",
+                ) from exc
+            os.environ[name] = f"placeholder-{name}"
+            filled.append(name)
+        except (ImportError, AttributeError, ValueError, TypeError, OutboxError) as exc:
+            raise typer.BadParameter(
+                f"the catalog {reference} could not be built: {exc}", param_hint="--catalog"
+            ) from exc
+    if filled:
+        typer.echo(f"the catalog was built with placeholders for {', '.join(filled)} (no stack named)", err=True)
+    return catalog
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+# The variables a catalog listed without a stack may read and not find (each one rebuilds it).
+MAX_PLACEHOLDERS = 20
 
 # Every command takes --json after its name too (`outbox status --json`), as well as before it.
 JsonFlag = Annotated[bool, typer.Option("--json", help="exactly one JSON document on stdout")]
@@ -552,9 +585,12 @@ def poison(
 
 @app.command()
 def catalog(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Every event type, its owner and producers, and every subscription with its lane and glob."""
+    """Every event type, its owner and producers, and every subscription with its lane and glob; then the
+    catalog's contract problems (exit 1 when there are any). Works offline: without --stack, a variable the
+    catalog reads and does not find gets a placeholder. With --json: the catalog's document and "problems"."""
     context = _context(ctx, as_json)
-    document = context.catalog().document()
+    built = context.catalog()
+    document, problems = built.document(), built.problems()
 
     def human() -> None:
         types = Table("event type", "owner", "producers", title="event types")
@@ -564,8 +600,12 @@ def catalog(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         for entry in document["subscriptions"]:
             subs.add_row(entry["name"], entry["glob"], entry["lane"], entry["dispatcher"])
         context.out.print(types, subs)
+        for problem in problems:
+            context.out.print(f"[red]problem:[/] {escape(problem)}")
 
-    _show(context, document, human)
+    _show(context, {**document, "problems": problems}, human)
+    if problems:
+        raise typer.Exit(code=1)
 
 
 # -- repairing --------------------------------------------------------------------------------------

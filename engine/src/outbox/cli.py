@@ -223,17 +223,17 @@ def _load_catalog(reference: str, outputs: dict[str, str], *, placeholders: bool
             catalog = load_catalog(reference)
             break
         except KeyError as exc:
-            name = exc.args[0] if exc.args else None
-            if not isinstance(name, str) or name in os.environ:
+            missing = exc.args[0] if exc.args else None
+            if not isinstance(missing, str) or missing in os.environ:
                 raise typer.BadParameter(f"the catalog {reference} could not be built: KeyError {exc}") from exc
             if not placeholders or len(filled) >= MAX_PLACEHOLDERS:
                 raise typer.BadParameter(
-                    f"the catalog {reference} reads {name} from the environment, which is not set: set it, or "
+                    f"the catalog {reference} reads {missing} from the environment, which is not set: set it, or "
                     "name the stack (--stack) whose functions' environment it is",
                     param_hint="--catalog",
                 ) from exc
-            os.environ[name] = f"placeholder-{name}"
-            filled.append(name)
+            os.environ[missing] = f"placeholder-{missing}"
+            filled.append(missing)
         except (ImportError, AttributeError, ValueError, TypeError, OutboxError) as exc:
             raise typer.BadParameter(
                 f"the catalog {reference} could not be built: {exc}", param_hint="--catalog"

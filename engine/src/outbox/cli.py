@@ -63,6 +63,8 @@ HELP = (
 app = typer.Typer(help=HELP, no_args_is_help=True)
 dead_letters_app = typer.Typer(help="Dead-letter rows: what failed, for whom, and why.", no_args_is_help=True)
 app.add_typer(dead_letters_app, name="dead-letters")
+local_app = typer.Typer(help="Your CDK app on the local runtime (the [local] extra).", no_args_is_help=True)
+app.add_typer(local_app, name="local")
 
 
 @dataclass
@@ -180,16 +182,23 @@ def _configured_catalog(pyproject: Path) -> str | None:
 def _operations(
     stack: str | None, local: bool, region: str | None, profile: str | None, catalog: str | None
 ) -> Operations:
-    reference = _required_catalog(catalog)
     if local == bool(stack):
         raise typer.BadParameter("say where: --stack NAME (AWS) or --local (the local runtime)")
     if local:
         if not LOCAL_TOPOLOGY.exists():
-            raise typer.BadParameter(f"no {LOCAL_TOPOLOGY}: start the local runtime with make demo ARGS='--serve 4566'")
+            raise typer.BadParameter(
+                f"no {LOCAL_TOPOLOGY} here: serve your app with `outbox local serve` (this repository's example: "
+                "make demo ARGS='--serve 4566')"
+            )
         saved = json.loads(LOCAL_TOPOLOGY.read_text())
         outputs = saved["outputs"]
+        # The served app's catalog, and the folder of its code, as its functions load them.
+        if saved.get("code") and saved["code"] not in sys.path:
+            sys.path.insert(0, saved["code"])
+        reference = _required_catalog(catalog or saved.get("catalog"))
         client: Callable[[str], Any] = partial(local_client, endpoint_url=saved["endpoint_url"])
     else:
+        reference = _required_catalog(catalog)
         client = boto3.Session(profile_name=profile, region_name=region).client
         described = client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
@@ -241,6 +250,67 @@ def _load_catalog(reference: str, outputs: dict[str, str], *, placeholders: bool
     if filled:
         typer.echo(f"the catalog was built with placeholders for {', '.join(filled)} (no stack named)", err=True)
     return catalog
+
+
+# -- the local runtime ------------------------------------------------------------------------------
+
+
+@local_app.command("serve")
+def local_serve(
+    app_command: Annotated[
+        str | None,
+        typer.Option("--app", help='the app\'s command (default: "app" of ./cdk.json), e.g. "python app.py"'),
+    ] = None,
+    port: Annotated[int, typer.Option(help="serve the AWS APIs (moto) on 127.0.0.1:PORT")] = 4566,
+    stack: Annotated[
+        str | None, typer.Option("--stack", help="the stack to boot (default: the app's only one)")
+    ] = None,
+    context: Annotated[
+        list[str] | None, typer.Option("--context", "-c", help="KEY=VALUE, as cdk synth -c (repeatable)")
+    ] = None,
+) -> None:
+    """Synthesize your app, boot it on the local runtime served at 127.0.0.1:PORT, and keep its pipes and
+    consumers running (what `outbox --local replay`, `reconcile` and `redrive` send is processed) until Ctrl-C.
+    It writes .local/topology.json, which `outbox --local ...` reads from the same folder."""
+    try:
+        from outbox.local.serve import ServeError, serve
+    except ImportError as exc:  # the [local] extra is missing
+        raise typer.BadParameter(
+            f'the local runtime needs the [local] extra: pip install "chained-outbox[local]" ({exc})'
+        ) from exc
+    command = app_command or _cdk_json_app(Path("cdk.json"))
+    values = dict(_key_value(pair) for pair in context or [])
+
+    def ready(served: Any) -> None:
+        typer.echo(
+            f"serving {served.runtime.stack.name} on {served.runtime.endpoint_url}: outbox --local status; Ctrl-C "
+            "to stop",
+            err=True,
+        )
+
+    try:
+        serve(command, port, stack=stack, context=values, ready=ready)
+    except ServeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--app") from exc
+    except KeyboardInterrupt:
+        return
+
+
+def _cdk_json_app(path: Path) -> str:
+    try:
+        command = json.loads(path.read_text()).get("app")
+    except (OSError, json.JSONDecodeError):
+        command = None
+    if not isinstance(command, str):
+        raise typer.BadParameter(f'no "app" in ./{path}: pass --app "python app.py"', param_hint="--app")
+    return command
+
+
+def _key_value(pair: str) -> tuple[str, str]:
+    key, sep, value = pair.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--context")
+    return key, value
 
 
 # -- helpers ----------------------------------------------------------------------------------------

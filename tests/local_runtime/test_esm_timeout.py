@@ -262,3 +262,38 @@ def test_a_second_worker_inside_the_first_finishes_its_batch_after_the_first_one
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "0"
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"  # deleted by the second worker's poller
+
+
+def test_an_early_redelivery_inside_an_invocation_past_its_deadline_still_makes_the_messages_visible(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    """A second worker inside the first one crashes, and SQS hands its messages out again early (the early
+    redelivery fault): that is SQS's doing, not the first invocation's, so its deadline (long past) stops none of
+    it. Were the visibility changes stopped after the runtime stopped tracking the messages, they would stay in
+    flight for ever, and their FIFO group with them (soak seed 5945310)."""
+    from outbox.local.faults import redeliver
+
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    redelivered: list[int] = []
+
+    def crash(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        raise RuntimeError("the second worker dies")
+
+    def first_handler(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        clock.advance(400)  # a stall past the visibility timeout: the message is visible again, and past the deadline
+        second.poll()  # the second worker receives it and crashes: its message is in flight, tracked by its mapping
+        redelivered.append(redeliver(second))  # SQS makes it visible again at once
+        return {"batchItemFailures": []}
+
+    second = mapping(sqs, url, clock, crash)
+    first = mapping(sqs, url, clock, first_handler).poll()
+
+    assert first is not None
+    assert isinstance(first.crashed, InvocationTimedOut)
+    assert redelivered == [1]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
+        "1",
+        "0",
+    )

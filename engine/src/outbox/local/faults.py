@@ -500,8 +500,14 @@ def _first_key(request: dict[str, Any]) -> str:
 
 def redeliver(mapping: SqsEventSourceMapping) -> int:
     """Every in-flight message becomes visible now, as if its visibility timeout had passed early (a
-    visibility timeout shorter than the handler): SQS delivers it again while it may still be running."""
-    entries, mapping.in_flight = mapping.in_flight, []
-    return sum(
-        change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, entry.receipt_handle) for entry in entries
-    )
+    visibility timeout shorter than the handler): SQS delivers it again while it may still be running.
+
+    SQS's doing, not a function's: the deadline of an invocation under way (this may run inside one, a second
+    worker's) stops none of it; a message stops being tracked only once it is visible again."""
+    made_visible = 0
+    with deadline.outside():
+        while mapping.in_flight:
+            entry = mapping.in_flight[0]
+            made_visible += change_visibility_if_in_flight(mapping.sqs, mapping.queue_url, entry.receipt_handle)
+            mapping.in_flight.pop(0)
+    return made_visible

@@ -54,14 +54,13 @@ def synthesize_app(app: str, outdir: Path, context: Mapping[str, str]) -> Path:
 
 @dataclass
 class Served:
-    """A booted runtime and what keeps it moving: ``settle()`` runs the pipeline until nothing moves."""
+    """A booted runtime and what keeps it moving: ``settle()`` runs the pipeline until nothing moves (from the
+    serving loop only: one thread steps the runtime; the CLI's requests reach moto's server, not the runtime)."""
 
     runtime: LocalRuntime
-    lock: threading.Lock
 
     def settle(self) -> int:
-        with self.lock:
-            return self.runtime.run_until_idle()
+        return self.runtime.run_until_idle()
 
 
 def serve(
@@ -96,7 +95,7 @@ def serve(
         pipeline = LocalPipeline(runtime)
         pipeline.check_setup()
         _write_topology(workdir / LOCAL_TOPOLOGY, runtime, pipeline.durable_consumer)
-        served = Served(runtime, threading.Lock())
+        served = Served(runtime)
         if ready is not None:
             ready(served)
         while not stop.wait(interval):

@@ -28,7 +28,6 @@ computed from, so an effect of other content than the logged event's shows.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,21 +71,6 @@ WATCHED_ENTITIES = ("SIMITEM",)
 DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE), ITEM_NOTED: (ARCHIVE,)}
 ORDERED_DURABLE = {ITEM_CREATED: (CHARGE, ANNOUNCE, LEDGER), ITEM_NOTED: (ARCHIVE,)}
 RUN_VARIABLE = "SIMULATION_RUN"
-ALTERED_EVENT = "an altered event"
-# Bodies a broken or hostile sender may put in a tenant's group: each must become a poison pill, recorded
-# once and acknowledged, and never block the real events behind it.
-MALFORMED_BODIES: dict[str, str] = {
-    "empty": " ",  # SQS takes no empty body: one space is as empty as a sender can send
-    "not json": "{not json",
-    "a json array": "[1, 2, 3]",
-    "plain json": json.dumps({"id": "x", "type": "sim.item_created", "payload": {}}),
-    "wrong type tags": json.dumps({"kind": {"S": "EVENT"}, "seq": {"N": "abc"}, "tenant": {"X": "t"}}),
-    "a head row": json.dumps({"pk": {"S": "TENANT#t0#HEAD"}, "sk": {"S": "HEAD"}, "kind": {"S": "HEAD"}}),
-    "deep nesting": "[" * 100_000 + "]" * 100_000,
-    "a lone surrogate": '{"kind": {"S": "\\ud800"}}',
-    # Built by the driver from a real event row of the tenant, one payload field changed, hash kept.
-    ALTERED_EVENT: "",
-}
 CONTRACT_BREACH = "returned a dict; a DURABLE handler returns a HandlerResult or None"
 THROTTLED_READ_TRIES = 20
 # Padding of an event's payload: "near_bound" leaves its relay body a few KB under the bound (the envelope

@@ -35,12 +35,12 @@ from outbox.ops import OperationRefusedError, Operations
 from outbox.ops import ordering as ordering_ops
 from outbox.ordering import Deferred, WakeUps, Watermark
 from outbox.subscriptions import Lane, Subscription
+from simulation.bodies import MALFORMED_BODIES
 from simulation.catalog import (
     ARCHIVE,
     ITEM_CREATED,
     ITEM_NOTED,
     LEDGER,
-    MALFORMED_BODIES,
     TALLY,
     NewItem,
     catalog_for,

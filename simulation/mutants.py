@@ -8,7 +8,25 @@ not use; the bug is the same: a PENDING claim of another owner satisfies it.
 
 from __future__ import annotations
 
-from simulation.mutation import Mutant
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One bug, as data: ``original`` (exactly once in ``module``'s source) becomes ``replacement``."""
+
+    id: str
+    module: str  # dotted, e.g. "outbox.inbox"
+    original: str
+    replacement: str
+    description: str
+    what_should_catch_it: str
+    # Why no run of the pipeline can tell this mutant from the engine (an equivalent mutant): it is still run,
+    # and left out of the score only while it survives. A caught "equivalent" mutant is a catalogue error.
+    equivalent: str = ""
+    # Seeds that caught it in the last ``make mutants`` run: CI replays them (tests/simulation/test_fault_classes.py).
+    seeds: tuple[int, ...] = ()
+
 
 INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"

@@ -41,29 +41,14 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
+from simulation.mutants import MUTANTS, Mutant
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_PATH = PROJECT_ROOT / ".local" / "mutants.json"
 DEFAULT_SEEDS = 40  # the CI seeds of tests/simulation/test_simulation.py: 1..40
 ENOUGH = 3  # seeds that caught a mutant: more than one shows it is not a fluke of one schedule
 SEED_TIMEOUT = 300  # seconds; a seed that runs longer is recorded as a crash of the simulator
 MAX_TIMEOUTS = 2  # a mutant that hangs the simulator twice is not run on further seeds
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """One bug, as data: ``original`` (exactly once in ``module``'s source) becomes ``replacement``."""
-
-    id: str
-    module: str  # dotted, e.g. "outbox.inbox"
-    original: str
-    replacement: str
-    description: str
-    what_should_catch_it: str
-    # Why no run of the pipeline can tell this mutant from the engine (an equivalent mutant): it is still run,
-    # and left out of the score only while it survives. A caught "equivalent" mutant is a catalogue error.
-    equivalent: str = ""
-    # Seeds that caught it in the last ``make mutants`` run: CI replays them (tests/simulation/test_fault_classes.py).
-    seeds: tuple[int, ...] = ()
 
 
 class StaleMutantError(Exception):
@@ -437,7 +422,6 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from simulation.mutants import MUTANTS
 
     parser = argparse.ArgumentParser(prog="python -m simulation.mutation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="how many seeds (from --first)")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 
+from simulation.bodies import ALTERED_EVENT, MALFORMED_BODIES
+
 
 class Fault(StrEnum):
     """Faults decided per opportunity while the pipeline runs."""
@@ -203,7 +205,7 @@ class Poison:
     """A malformed body lands in ``tenant``'s message group (a broken producer, a hostile sender)."""
 
     tenant: str
-    kind: str  # a name of ``simulation.catalog.MALFORMED_BODIES``
+    kind: str  # a name of ``simulation.bodies.MALFORMED_BODIES``
 
 
 @dataclass(frozen=True)
@@ -605,8 +607,6 @@ def _during_drain(rng: random.Random, tenants: tuple[str, ...]) -> tuple[tuple[i
 
 
 def _poison(rng: random.Random, tenants: tuple[str, ...]) -> Poison:
-    from simulation.catalog import ALTERED_EVENT, MALFORMED_BODIES
-
     kinds = sorted(MALFORMED_BODIES)
     # A genuine event altered in transit is the one body only the hash check can tell: drawn more often.
     weights = [3 if kind == ALTERED_EVENT else 1 for kind in kinds]

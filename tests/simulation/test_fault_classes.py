@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from simulation.mutants import MUTANTS
-from simulation.mutation import Mutant, MutantResult, run_mutant
+from simulation.mutants import MUTANTS, Mutant
+from simulation.mutation import MutantResult, run_mutant
 from simulation.schedule import Fault
 from tests.conftest import Synthesized
 

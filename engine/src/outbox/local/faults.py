@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from unittest import mock
 
 from outbox import keys
@@ -39,7 +39,6 @@ from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping, change_visibility_if_in_flight
 from outbox.store import EventStore
 from outbox.subscriptions import Subscription
-from outbox.testing.services import FakeService
 
 __all__ = [
     "DYNAMODB_OPERATIONS",
@@ -61,6 +60,16 @@ __all__ = [
     "throttle_dynamodb_calls",
     "visibility_timeout_during_handler",
 ]
+
+
+class RemoteService(Protocol):
+    """What ``crash_after_external_effect`` patches: an in-process stand-in for a remote API
+    (``outbox.testing.services.FakeService``)."""
+
+    name: str
+
+    def call(self, operation: str, idempotency_key: str, body: Any) -> dict[str, Any]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +151,7 @@ def crash_after_claim(
 
 @contextmanager
 def crash_after_external_effect(
-    service: FakeService, times: int = 1, *, count: FaultCount | None = None
+    service: RemoteService, times: int = 1, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
     """The remote side applied the effect, and the worker dies before the answer reaches the handler.
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from outbox.local import setup
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
@@ -75,8 +76,6 @@ def serve(
     stop: threading.Event | None = None,
 ) -> None:
     """Synthesize, boot and serve until ``stop`` is set (Ctrl-C, from the command line)."""
-    from outbox.testing.pipeline import LocalPipeline
-
     # No access log of every request on the terminal, nor botocore's notes on each client it makes.
     for noisy in ("werkzeug", "botocore", "boto3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -92,9 +91,8 @@ def serve(
     )
     stop = stop or threading.Event()
     with runtime:
-        pipeline = LocalPipeline(runtime)
-        pipeline.check_setup()
-        _write_topology(workdir / LOCAL_TOPOLOGY, runtime, pipeline.durable_consumer)
+        setup.check_setup(runtime)
+        _write_topology(workdir / LOCAL_TOPOLOGY, runtime, setup.durable_consumer(runtime))
         served = Served(runtime)
         if ready is not None:
             ready(served)

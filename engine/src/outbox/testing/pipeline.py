@@ -8,27 +8,26 @@ handler that fails), and read what the inbox recorded. Everything else stays rea
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from outbox.catalog import ACCEPTED_PROBLEMS_METADATA, Catalog
+from outbox.catalog import Catalog
 from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
-from outbox.local import deadline, faults
-from outbox.local.functions import code_on_path, environment, function_output
+from outbox.local import deadline, faults, setup
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
 from outbox.ops import Operations, Topology
 from outbox.outputs import application_environment
-from outbox.settings import ConsumerSettings, load_catalog
+from outbox.settings import ConsumerSettings
 from outbox.store import EventStore
 
 __all__ = ["InvocationFailedError", "LocalPipeline", "PipelineSetupError", "WorkerCrash"]
 
 WorkerCrash = faults.WorkerCrash
+PipelineSetupError = setup.PipelineSetupError
 
 
 class LocalPipeline:
@@ -63,36 +62,7 @@ class LocalPipeline:
         """Fail now, with the cause, what would fail every test far from it: a catalog that cannot be built or
         breaks its contract (but for the problems the stack accepted, ``accept_catalog_problems``), and a
         durable consumer that cannot start (``PipelineSetupError``)."""
-        reference = self.durable_consumer.env.get("SUBSCRIPTIONS", "?")
-        try:
-            catalog = self.catalog
-        except Exception as exc:  # the application's builder: whatever it raises
-            raise PipelineSetupError(
-                f"the catalog {reference} could not be built: {type(exc).__name__}: {exc}"
-            ) from exc
-        accepted = [entry["problem"] for entry in self.runtime.stack.metadata.get(ACCEPTED_PROBLEMS_METADATA, [])]
-        problems = [problem for problem in catalog.problems() if not any(part in problem for part in accepted)]
-        if problems:
-            listed = "".join(f"\n  - {problem}" for problem in problems)
-            raise PipelineSetupError(f"the catalog {reference} breaks its contract:{listed}")
-        self._check_consumer_starts()
-
-    def _check_consumer_starts(self) -> None:
-        """Build the durable consumer as its cold start does, in its environment (the permissions an ordered
-        subscription needs, say), without waiting for a message to find out."""
-        function = self.durable_consumer
-        module_name = function.handler_path.rsplit(".", 1)[0]
-        # Its log as its invocations' (the handler module configures its logger once per process: here, if first).
-        with environment(function.env), code_on_path(function.code_root), function_output(function.log):
-            build = getattr(importlib.import_module(module_name), "consumer", None)
-            if build is None:
-                return
-            try:
-                getattr(build, "__wrapped__", build)()  # past the module's cache: this check builds its own
-            except Exception as exc:
-                raise PipelineSetupError(
-                    f"the durable consumer ({function.name}) cannot start: {type(exc).__name__}: {exc}"
-                ) from exc
+        self._catalog = setup.check_setup(self.runtime)
 
     # -- the application's side ---------------------------------------------------------------------
 
@@ -101,9 +71,7 @@ class LocalPipeline:
         """The application's catalog, built by the reference the durable consumer loads (``SUBSCRIPTIONS``),
         in that function's environment: the same event types, subscriptions and table names."""
         if self._catalog is None:
-            function = self.durable_consumer
-            with environment(function.env), code_on_path(function.code_root):
-                self._catalog = load_catalog(function.env["SUBSCRIPTIONS"])
+            self._catalog = setup.load_app_catalog(self.runtime)
         return self._catalog
 
     @property
@@ -198,15 +166,11 @@ class LocalPipeline:
 
     @property
     def durable_consumer(self) -> Any:
-        return self.runtime.function("DurableConsumerFunctionName")
+        return setup.durable_consumer(self.runtime)
 
     def function_log(self, output_name: str = "DurableConsumerFunctionName") -> list[str]:
         """What a function printed (its JSON log lines and EMF metrics), oldest first."""
         return list(self.runtime.function(output_name).log.lines)
-
-
-class PipelineSetupError(Exception):
-    """The application cannot run on this pipeline: its catalog, or its durable consumer's start."""
 
 
 class InvocationFailedError(Exception):

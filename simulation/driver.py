@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 from outbox import Envelope, EventStore, chain, keys
 from outbox.catalog import Catalog
 from outbox.consumer import DurableConsumer
+from outbox.delivery.ordered import OrderedGate
 from outbox.envelope import format_timestamp
 from outbox.inbox import PENDING, Claim, ClaimRecord
 from outbox.local import faults
@@ -353,27 +354,23 @@ class Driver:
         """An ordered delivery has read the watermark and found the event it must wait for; before it writes
         (the deferral, or the completion), the operator skips that event (``outbox skip``, acting on a status
         read a moment ago): the delivery's write must see that the watermark moved (``watermark_race``)."""
-        place = DurableConsumer._place
+        place = OrderedGate.place
 
-        def racing(
-            consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark
-        ) -> Any:
+        def racing(gate: OrderedGate, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark) -> Any:
             if self.chaos.can_fire(Fault.WATERMARK_RACE):
                 with self.chaos.paused():
-                    waits_for = self._skippable(consumer, envelope, sub, watermark)
+                    waits_for = self._skippable(gate, envelope, sub, watermark)
                 if waits_for is not None and self.chaos.fires(Fault.WATERMARK_RACE, claim.idempotency_key):
                     self.skip(envelope.tenant, waits_for, "it blocks the ledger (a race with a delivery)")
-            return place(consumer, claim, envelope, sub, watermark)
+            return place(gate, claim, envelope, sub, watermark)
 
-        with mock.patch.object(DurableConsumer, "_place", racing):
+        with mock.patch.object(OrderedGate, "place", racing):
             yield self.chaos.count(Fault.WATERMARK_RACE)
 
-    def _skippable(
-        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, watermark: Watermark
-    ) -> int | None:
+    def _skippable(self, gate: OrderedGate, envelope: Envelope, sub: Subscription, watermark: Watermark) -> int | None:
         """The seq ``envelope`` waits for, if the operator may skip it now: the next in order after the
         watermark, and not running (dead, deferred, or its message not arrived yet)."""
-        book = consumer.order
+        book = gate.order
         waits_for = book.predecessor(envelope, sub, watermark.applied_seq)
         if waits_for is None:
             return None

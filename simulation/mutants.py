@@ -35,6 +35,8 @@ ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 STATUS = "outbox.ops.status"
 CANONICAL = "outbox.canonical"
+ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
+GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the claim -----------------------------------------------------------------------------------------
@@ -177,9 +179,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the consumer: completion and classification --------------------------------------------------------
     Mutant(
         id="follow-up-before-completion",
-        module=CONSUMER,
-        original="self._emit_follow_up(envelope, subscription, result, [*completion, *result.writes])",
-        replacement="self._emit_follow_up(envelope, subscription, result, [*result.writes])\n"
+        module=LEASE,
+        original="self.attempts.emit_follow_up(envelope, subscription, result, [*completion, *result.writes])",
+        replacement="self.attempts.emit_follow_up(envelope, subscription, result, [*result.writes])\n"
         "            self.inbox.mark_completed(claim, (), order)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
@@ -187,7 +189,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="every-error-terminal",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, Exception) or (",
         description="a retryable handler error is dead at once",
@@ -196,7 +198,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="contract-violation-retryable",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, TerminalError) or (",
         description="a handler that breaks its contract is retried instead of dead at once",
@@ -205,7 +207,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="terminal-error-retried",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, ContractViolationError) or (",
         description="a handler's TerminalError is retried like any other error instead of dead at once",
@@ -214,7 +216,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="dead-by-receive-count",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = receive_count >= self.inbox.max_attempts",
         description="dead is decided by the message's receive count, which followers of a failing head collect too",
@@ -223,7 +225,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="attempts-check-one-late",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = claim.attempts > self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair gets one attempt more than allowed",
@@ -232,7 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="attempts-check-one-early",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair is dead one attempt early",
@@ -241,7 +243,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="crash-check-off-by-one",
-        module=CONSUMER,
+        module=LEASE,
         original="if claim.attempts > self.inbox.max_attempts:",
         replacement="if claim.attempts >= self.inbox.max_attempts:",
         description="the last allowed attempt is taken for a crash and dead-lettered without running",
@@ -250,9 +252,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="in-progress-acknowledged",
-        module=CONSUMER,
-        original="self._count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
-        replacement="self._count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
+        module=ATTEMPTS,
+        original="self.count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
+        replacement="self.count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
         seeds=(31, 51, 62),
@@ -269,7 +271,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="log-check-skipped",
         module=CONSUMER,
-        original="        doubt = self._not_in_log(envelope, ahead)\n",
+        original="        doubt = self.log_check.doubt(envelope, ahead)\n",
         replacement="        doubt = None\n",
         description="the consumer does not check an event against the events table: a forged event with a valid "
         "hash runs",
@@ -287,7 +289,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="lease-shorter-than-invocation",
-        module=CONSUMER,
+        module=TIMING,
         original="return max(timedelta(milliseconds=remaining_ms), self.floor) + self.margin",
         replacement="return self.floor + self.margin",
         description="the lease is a fixed 10 seconds, shorter than the invocation can run",
@@ -555,11 +557,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- ordered subscriptions --------------------------------------------------------------------------
     Mutant(
         id="watermark-outside-completion",
-        module=CONSUMER,
-        original=("            try:\n                self._complete(claim, envelope, subscription, result, order)\n"),
+        module=GATE,
+        original=(
+            "            try:\n                self.lease.complete(claim, envelope, subscription, result, order)\n"
+        ),
         replacement=(
             "            try:\n"
-            "                self._complete(claim, envelope, subscription, result)\n"
+            "                self.lease.complete(claim, envelope, subscription, result)\n"
             "                self.inbox.client.transact_write_items(TransactItems=order)\n"
         ),
         description="the watermark is advanced in a write of its own after the completion's transaction",
@@ -608,10 +612,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="wake-up-skipped",
-        module=CONSUMER,
+        module=GATE,
         original=(
-            "            woke = self._wake(owed.subscription, owed.watermark, DeliveryOutcome.COMPLETED, "
-            "remaining_ms)\n"
+            "            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms)\n"
         ),
         replacement="            woke = DeliveryOutcome.COMPLETED\n",
         description="a batch's completions advance the watermark and wake nothing (neither run the event deferred "
@@ -633,10 +636,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the deadline ----------------------------------------------------------------------------------
     Mutant(
         id="wake-runs-before-the-batch",
-        module=CONSUMER,
+        module=GATE,
         original=(
-            "        if owed is not None:\n"
-            "            owed.append((subscription, watermark))\n"
+            "        if pair.owed is not None:\n"
+            "            pair.owed.append((pair.subscription, watermark))\n"
             "            return outcome\n"
         ),
         replacement="",
@@ -649,7 +652,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="started-without-time",
         module=CONSUMER,
-        original="        if not self._has_time_for(subscription, remaining_ms):\n",
+        original="        if not self.times.has_time_for(subscription, remaining_ms):\n",
         replacement="        if False:\n",
         description="a pair starts however little of the invocation is left: the deadline stops it, an attempt "
         "spent for what the records before it took",
@@ -661,11 +664,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="ordered-since-skips-the-switch",
         module=CONSUMER,
-        original="        if subscription.ordered and subscription.in_order(format_timestamp(envelope.occurred_at)):\n",
+        original="        return self.path_for(pair).deliver(pair, remaining_ms)\n",
         replacement=(
             "        if subscription.ordered and not subscription.in_order(format_timestamp(envelope.occurred_at)):\n"
             "            return DeliveryOutcome.SKIPPED\n"
-            "        if subscription.ordered:\n"
+            "        return self.path_for(pair).deliver(pair, remaining_ms)\n"
         ),
         description="an event that occurred before an ordered subscription's order starts (ordered_since) is "
         "acknowledged as skipped, whatever its pair's state: work in flight when the subscription was made "
@@ -714,7 +717,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- partial answers, refused sends, repairs' attempts, floats ----------------------------------------
     Mutant(
         id="unprocessed-key-is-no-row",
-        module=CONSUMER,
+        module=LOG_CHECK,
         original='            found.pop(by_key.get((key["pk"]["S"], key["sk"]["S"]), ("", -1)), None)\n',
         replacement="            pass\n",
         description="a key the batch's BatchGetItem left unprocessed is taken for an event the table does not "
@@ -725,7 +728,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="wake-up-refusal-swallowed",
-        module=CONSUMER,
+        module=GATE,
         original="watermark.subscription, exc)\n            return DeliveryOutcome.RETRY\n",
         replacement="watermark.subscription, exc)\n            return outcome\n",
         description="a wake-up SQS refused is logged and the message that owed it acknowledged: the deferred "
@@ -784,11 +787,17 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="direct-path-skips-upcast",
-        module=CONSUMER,
-        original="            delivery = Delivery(self._delivered(envelope), subscription.name, key, 1, "
-        "remaining_ms)\n",
-        replacement="            delivery = Delivery(envelope.handler_copy(), subscription.name, key, 1, "
-        "remaining_ms)\n",
+        module=DIRECT,
+        original="            handler_result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)\n",
+        # The direct path's run, with the delivered envelope made as stored (not upcast): the shared
+        # ``run_handler`` stays as it is for the lease path.
+        replacement=(
+            "            import unittest.mock\n"
+            "\n"
+            "            as_stored = lambda envelope: envelope.handler_copy()  # noqa: E731\n"
+            '            with unittest.mock.patch.object(self.attempts, "delivered", as_stored):\n'
+            "                handler_result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)\n"
+        ),
         description="the DynamoDB-only path hands its handler the payload as stored, not brought to the type's "
         "current version",
         what_should_catch_it="the version deploy: a sim.item_noted follow-up noted at version 1 before it reaches "
@@ -798,7 +807,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- schema versions -------------------------------------------------------------------------------
     Mutant(
         id="upcast-skipped",
-        module=CONSUMER,
+        module=ATTEMPTS,
         original="        payload = catalog.delivered_payload(envelope.type, envelope.schema_version, copy.payload)\n",
         replacement="        payload = copy.payload\n",
         description="the consumer hands handlers the payload as stored: an old event reaches today's handler in "

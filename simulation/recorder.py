@@ -1,9 +1,9 @@
 """What the simulator observes while the pipeline runs, recorded through the engine's seams.
 
-- Claims and fenced writes: ``Inbox.claim`` (who holds each key now), ``DurableConsumer._complete`` (the
+- Claims and fenced writes: ``Inbox.claim`` (who holds each key now), ``LeasePath.complete`` (the
   completion committed: ``Inbox.mark_completed``, or ``emit()`` carrying ``Inbox.completion_write``) and
   ``Inbox.mark_dead``. Each committed fenced write notes whether its owner token was the current one.
-- Direct completions of DynamoDB-only subscriptions: ``DurableConsumer._commit_directly`` (the marker and the
+- Direct completions of DynamoDB-only subscriptions: ``DirectPath.commit`` (the marker and the
   writes committed with no claim; the marker counts the one attempt it ran, under no owner).
 - Deliveries: every record the durable event source mapping hands to the consumer, with its receive count.
 - Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
@@ -26,6 +26,9 @@ from typing import Any
 from unittest import mock
 
 from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.delivery.direct import DirectPath
+from outbox.delivery.lease import LeasePath
+from outbox.delivery.ordered import OrderedGate
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
 from outbox.local import deadline
@@ -77,7 +80,7 @@ class Send:
 @dataclass
 class Invocation:
     """One invocation of the durable consumer in progress: the tenants whose deferred events it ran in place
-    (after a predecessor, ``DurableConsumer._run_woken``), the time its pairs of each tenant took, and how long
+    (after a predecessor, ``OrderedGate.run_woken``), the time its pairs of each tenant took, and how long
     Lambda gives it."""
 
     woken: set[str] = field(default_factory=set)
@@ -188,13 +191,12 @@ class Recorder:
         self.observations = observations
         self.durable = durable
         # The originals, captured when recording starts (a mutation test may have replaced one).
-        self._claim, self._complete, self._mark_dead = Inbox.claim, DurableConsumer._complete, Inbox.mark_dead
+        self._claim, self._complete, self._mark_dead = Inbox.claim, LeasePath.complete, Inbox.mark_dead
         self._release, self._deliver = Inbox.release, DurableConsumer.deliver
-        self._commit_directly = DurableConsumer._commit_directly
-        self._failed_directly = DurableConsumer._failed_directly
+        self._commit_directly, self._failed_directly = DirectPath.commit, DirectPath.failed
         self._process_record = DurableConsumer.process_record
         self._defer, self._wake_up = Inbox.defer, WakeUps.send
-        self._run_woken = DurableConsumer._run_woken
+        self._run_woken = OrderedGate.run_woken
         self._handler, self._poll = durable.handler, durable.poll
 
     @contextmanager
@@ -207,9 +209,9 @@ class Recorder:
             return recorder.claim(inbox, envelope, name, lease, *args, **kwargs)
 
         def complete(
-            consumer: DurableConsumer, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
+            path: LeasePath, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
         ) -> None:
-            recorder.complete(consumer, claim_, envelope, sub, result, *order)
+            recorder.complete(path, claim_, envelope, sub, result, *order)
 
         def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
             recorder.mark_dead(inbox, claim_, envelope, *details)
@@ -231,31 +233,27 @@ class Recorder:
         def wake_up(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
             recorder.wake_up(wake_ups, deferred, applied_seq)
 
-        def run_woken(consumer: DurableConsumer, sub: Subscription, ready: Deferred, *args: Any) -> Any:
-            return recorder.run_woken(consumer, sub, ready, *args)
+        def run_woken(gate: OrderedGate, sub: Subscription, ready: Deferred, *args: Any) -> Any:
+            return recorder.run_woken(gate, sub, ready, *args)
 
-        def commit_directly(
-            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
-        ) -> Any:
-            return recorder.commit_directly(consumer, envelope, sub, result, digest)
+        def commit_directly(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
+            return recorder.commit_directly(path, envelope, sub, result, digest)
 
-        def failed_directly(
-            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
-        ) -> Any:
-            return recorder.failed_directly(consumer, envelope, sub, *args, **kwargs)
+        def failed_directly(path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any) -> Any:
+            return recorder.failed_directly(path, envelope, sub, *args, **kwargs)
 
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
-            stack.enter_context(mock.patch.object(DurableConsumer, "_complete", complete))
+            stack.enter_context(mock.patch.object(LeasePath, "complete", complete))
             stack.enter_context(mock.patch.object(Inbox, "mark_dead", mark_dead))
             stack.enter_context(mock.patch.object(Inbox, "release", release))
             stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
-            stack.enter_context(mock.patch.object(DurableConsumer, "_commit_directly", commit_directly))
-            stack.enter_context(mock.patch.object(DurableConsumer, "_failed_directly", failed_directly))
+            stack.enter_context(mock.patch.object(DirectPath, "commit", commit_directly))
+            stack.enter_context(mock.patch.object(DirectPath, "failed", failed_directly))
             stack.enter_context(mock.patch.object(Inbox, "defer", defer))
             stack.enter_context(mock.patch.object(WakeUps, "send", wake_up))
-            stack.enter_context(mock.patch.object(DurableConsumer, "_run_woken", run_woken))
+            stack.enter_context(mock.patch.object(OrderedGate, "run_woken", run_woken))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
@@ -340,10 +338,10 @@ class Recorder:
         return result
 
     def complete(
-        self, consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
+        self, path: LeasePath, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
     ) -> None:
         try:
-            self._complete(consumer, claim, envelope, sub, result, *order)
+            self._complete(path, claim, envelope, sub, result, *order)
         except BaseException:
             # A completion whose answer was lost may have committed: its owner may be the completer.
             self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
@@ -355,12 +353,10 @@ class Recorder:
             "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
         )
 
-    def commit_directly(
-        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str
-    ) -> Any:
+    def commit_directly(self, path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
         key = f"{envelope.id}:{sub.name}"
         try:
-            existing = self._commit_directly(consumer, envelope, sub, result, digest)
+            existing = self._commit_directly(path, envelope, sub, result, digest)
         except BaseException:
             # Its answer may have been lost after it committed: the marker (one attempt, no owner) may be there.
             self.observations.uncertain_claims[key] += 1
@@ -379,12 +375,12 @@ class Recorder:
         return existing
 
     def failed_directly(
-        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
+        self, path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
     ) -> Any:
         key = f"{envelope.id}:{sub.name}"
         claims, marks = self.observations.claims[key], len(self.observations.dead_calls)
         try:
-            outcome = self._failed_directly(consumer, envelope, sub, *args, **kwargs)
+            outcome = self._failed_directly(path, envelope, sub, *args, **kwargs)
         except BaseException:
             # The claim (or the mark) after the failure raised: the message comes back, and whoever claims decides.
             self.observations.unclaimed_direct_failures.add(key)
@@ -508,12 +504,12 @@ class Recorder:
             if invocation.nested:
                 invocation.nested[-1] += took
 
-    def run_woken(self, consumer: DurableConsumer, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
+    def run_woken(self, gate: OrderedGate, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
         key = f"{ready.event_id}:{subscription.name}"
         if self.observations.invocations:
             self.observations.invocations[-1].woken.add(ready.tenant)
         with self._cut_off_noted(key, ready.tenant):
-            return self._run_woken(consumer, subscription, ready, *args)
+            return self._run_woken(gate, subscription, ready, *args)
 
     def process_record(self, consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
         tenant = str((record.raw_event.get("attributes") or {}).get("MessageGroupId", ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from outbox.consumer import DurableConsumer
+from outbox.delivery.lease import LeasePath
 from outbox.local import faults
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_pipeline import order_and_pay, unique
@@ -52,14 +52,14 @@ def test_a_second_worker_after_the_visibility_timeout_fences_the_first(local: Lo
     local.runtime.pipe("RelayPipeName").drain()
     durable = local.runtime.mapping("DurableConsumerFunctionName")
     completions: list[str] = []
-    original = DurableConsumer._complete
+    original = LeasePath.complete
 
-    def counting(consumer: DurableConsumer, claim: Any, *args: Any) -> None:
-        original(consumer, claim, *args)
+    def counting(path: LeasePath, claim: Any, *args: Any) -> None:
+        original(path, claim, *args)
         completions.append(claim.idempotency_key)  # only a completion that committed gets here
 
     with (
-        mock.patch.object(DurableConsumer, "_complete", counting),
+        mock.patch.object(LeasePath, "complete", counting),
         faults.visibility_timeout_during_handler(durable, subscription="notify.buyer") as late,
     ):
         local.settle()

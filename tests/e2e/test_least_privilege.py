@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from outbox import Envelope, TerminalError
 from outbox.cli import app
-from outbox.consumer import WAKE_HERE_MIN_REMAINING_MS
+from outbox.delivery.timing import WAKE_HERE_MIN_REMAINING_MS
 from outbox.local import faults
 from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
@@ -259,7 +259,9 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
     exit_codes: dict[str, list[int]] = {}
     for arguments in commands:
         hurried = troubled["journaled"] in arguments
-        with mock.patch("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9 if hurried else WAKE_HERE_MIN_REMAINING_MS):
+        with mock.patch(
+            "outbox.delivery.timing.WAKE_HERE_MIN_REMAINING_MS", 10**9 if hurried else WAKE_HERE_MIN_REMAINING_MS
+        ):
             _cli(local, recorder, arguments, exit_codes)
         if arguments == ["redrive", "--yes"]:  # the second batch for the receive-send-delete redrive
             with broken_consumer():

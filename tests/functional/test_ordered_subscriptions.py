@@ -289,7 +289,7 @@ def test_without_time_left_for_it_the_deferred_event_goes_back_to_the_queue(
     first, second = emit(h), emit(h)
     h.publish(second)
     h.esm.drain()
-    monkeypatch.setattr("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9)  # never enough time left
+    monkeypatch.setattr("outbox.delivery.timing.WAKE_HERE_MIN_REMAINING_MS", 10**9)  # never enough time left
     h.publish(first)
     h.esm.drain()
     assert applied.seqs == {"acme": [1, 2]}
@@ -643,7 +643,7 @@ def test_an_ordered_reconcile_sends_a_deferred_event_whose_wake_up_never_came(
     first, second = emit(h), emit(h)
     h.publish(second)
     h.esm.drain()
-    monkeypatch.setattr("outbox.consumer.WAKE_HERE_MIN_REMAINING_MS", 10**9)
+    monkeypatch.setattr("outbox.delivery.timing.WAKE_HERE_MIN_REMAINING_MS", 10**9)
     wake_ups = h.consumer.wake_ups
     assert wake_ups is not None
     monkeypatch.setattr(wake_ups, "send", lambda *_args: None)

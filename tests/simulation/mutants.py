@@ -11,7 +11,8 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.consumer import DeliveryOutcome
+from outbox.delivery.attempts import Attempts
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, TerminalError
 from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, envelope_digest
@@ -59,7 +60,7 @@ def plain_claim(
 
 
 def dead_on_first_error(
-    consumer: DurableConsumer,
+    attempts: Attempts,
     claim: Claim,
     envelope: Envelope,
     subscription: Subscription,
@@ -71,7 +72,7 @@ def dead_on_first_error(
     deleted as after a success: it is never retried."""
     reason = DeadReason.TERMINAL if isinstance(exc, TerminalError) else DeadReason.EXHAUSTED
     try:
-        consumer.inbox.mark_dead(
+        attempts.inbox.mark_dead(
             claim, envelope, f"{type(exc).__name__}: {exc}", type(exc).__name__, reason, receive_count
         )
     except LeaseLostError:
@@ -84,7 +85,7 @@ def introduce_plain_claim(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def introduce_dead_on_first_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(DurableConsumer, "_failed", dead_on_first_error)
+    monkeypatch.setattr(Attempts, "failed", dead_on_first_error)
 
 
 # -- two more, to show that the fencing and the FIFO invariants have teeth -----------------------------------

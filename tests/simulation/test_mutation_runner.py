@@ -29,6 +29,12 @@ from simulation.mutation import (
 GUARANTEE_MODULES = {
     "outbox.inbox",
     "outbox.consumer",
+    "outbox.delivery.attempts",
+    "outbox.delivery.lease",
+    "outbox.delivery.direct",
+    "outbox.delivery.ordered",
+    "outbox.delivery.timing",
+    "outbox.delivery.log_check",
     "outbox.messages",
     "outbox.store",
     "outbox.chain",

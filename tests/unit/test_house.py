@@ -93,7 +93,9 @@ def test_the_engine_imports_nothing_of_its_test_tools() -> None:
     assert {module: names for module, names in upward.items() if names} == {}
 
 
-@pytest.mark.parametrize(("base", "package"), [(ENGINE, "outbox"), (ROOT / "cdk" / "src", "outbox_cdk"), (ROOT, "simulation")])
+@pytest.mark.parametrize(
+    ("base", "package"), [(ENGINE, "outbox"), (ROOT / "cdk" / "src", "outbox_cdk"), (ROOT, "simulation")]
+)
 def test_no_package_imports_in_a_circle(base: Path, package: str) -> None:
     graph = _graph(base, package)
     assert graph, f"no modules found for {package} under {base}"

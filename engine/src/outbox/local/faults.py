@@ -32,6 +32,8 @@ from unittest import mock
 
 from outbox import keys
 from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.delivery.direct import DirectPath
+from outbox.delivery.lease import LeasePath
 from outbox.envelope import Envelope
 from outbox.inbox import Claim, ClaimResult, Inbox
 from outbox.local import deadline
@@ -205,29 +207,29 @@ def _around_completion(
     before: Callable[[Subscription, str], None] = lambda _sub, _key: None,
     after: Callable[[Subscription, str], None] = lambda _sub, _key: None,
 ) -> Iterator[None]:
-    """Run ``before`` and ``after`` around both completions: the lease path's ``_complete`` and the direct
-    path's ``_commit_directly`` (after it only when it committed), told the pair's idempotency key."""
-    complete, commit = DurableConsumer._complete, DurableConsumer._commit_directly
+    """Run ``before`` and ``after`` around both completions: the lease path's ``complete`` and the direct
+    path's ``commit`` (after it only when it committed), told the pair's idempotency key."""
+    complete, commit = LeasePath.complete, DirectPath.commit
 
     def lease_path(
-        consumer: DurableConsumer, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *rest: Any
+        path: LeasePath, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *rest: Any
     ) -> None:
         # ``rest``: whatever else the completion is given (an ordered subscription's watermark items), passed on.
         before(sub, claim.idempotency_key)
-        complete(consumer, claim, envelope, sub, result, *rest)
+        complete(path, claim, envelope, sub, result, *rest)
         after(sub, claim.idempotency_key)
 
-    def direct(consumer: DurableConsumer, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
+    def direct(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
         key = keys.idempotency_key(envelope.id, sub.name)
         before(sub, key)
-        existing = commit(consumer, envelope, sub, result, digest)
+        existing = commit(path, envelope, sub, result, digest)
         if existing is None:
             after(sub, key)
         return existing
 
     with (
-        mock.patch.object(DurableConsumer, "_complete", lease_path),
-        mock.patch.object(DurableConsumer, "_commit_directly", direct),
+        mock.patch.object(LeasePath, "complete", lease_path),
+        mock.patch.object(DirectPath, "commit", direct),
     ):
         yield
 

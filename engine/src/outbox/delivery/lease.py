@@ -1,0 +1,100 @@
+"""The lease path: claim the pair, run its handler, complete it (or release it, or dead-letter it).
+
+Every pair can take it: a first delivery, a redelivery after a crash (the expired lease is taken over), a
+replay (the REPLAYING row is claimed), and the pairs the direct path and the ordered gate hand over. The
+completion is fenced by the claim's owner: a worker whose lease was taken over completes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from outbox.delivery.attempts import Attempts
+from outbox.delivery.path import (
+    DeliveryOutcome,
+    Metric,
+    Pair,
+    RemainingMs,
+    UnfinishedAttemptsError,
+    is_terminal_completion,
+)
+from outbox.envelope import Envelope
+from outbox.exceptions import CallerWriteConditionFailedError, LeaseLostError, WatermarkMovedError
+from outbox.inbox import Claim
+from outbox.subscriptions import HandlerResult, Subscription
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LeasePath:
+    """Claim, run, complete: the outcome of one (event, subscription)."""
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
+        self.inbox = attempts.inbox
+
+    def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
+        claimed = self.attempts.claim(pair, remaining_ms)
+        if not isinstance(claimed, Claim):
+            return claimed
+        claim = claimed
+        done = self.run_and_complete(
+            claim, pair, remaining_ms, lambda result: self.complete(claim, pair.envelope, pair.subscription, result)
+        )
+        return DeliveryOutcome.COMPLETED if done is None else done
+
+    def run_and_complete(
+        self, claim: Claim, pair: Pair, remaining_ms: RemainingMs, complete: Callable[[HandlerResult], T]
+    ) -> T | DeliveryOutcome:
+        """Run a claimed pair's handler, then ``complete`` it with the handler's result: what ``complete``
+        returned, or the outcome of a failure (classified and recorded here)."""
+        envelope, subscription, receive_count = pair.envelope, pair.subscription, pair.receive_count
+        if claim.attempts > self.inbox.max_attempts:
+            # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
+            crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
+            return self.attempts.failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
+        try:
+            handler_result = self.attempts.run_handler(pair, claim.idempotency_key, claim.attempts, remaining_ms)
+        except Exception as exc:  # a handler may raise anything: classify it, never lose it
+            return self.attempts.failed(claim, envelope, subscription, exc, receive_count)
+        try:
+            done = complete(handler_result)
+        except LeaseLostError:
+            # The new owner may have died since: the message comes back, and the inbox decides then (done,
+            # or a take-over). Acknowledging it here would rely on SQS keeping a message deleted with a
+            # receipt handle from an older receive, which FIFO queues do not promise.
+            logger.warning("lost the lease on %s before completing; the new owner finishes it", claim.idempotency_key)
+            self.attempts.count(Metric.LEASES_LOST)
+            return DeliveryOutcome.RETRY
+        except Exception as exc:  # every completion failure is classified
+            terminal = is_terminal_completion(exc)
+            return self.attempts.failed(claim, envelope, subscription, exc, receive_count, terminal=terminal)
+        self.attempts.count(Metric.COMPLETIONS)
+        return done
+
+    def complete(
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        result: HandlerResult,
+        order: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """The COMPLETED mark (fenced by the claim's owner), the handler's writes and follow-up, and ``order``
+        (an ordered subscription's watermark) in one transaction."""
+        if result.follow_up is None:
+            self.inbox.mark_completed(claim, result.writes, order)
+            return
+        completion = [*self.inbox.completion_writes(claim), *map(dict, order)]
+        try:
+            self.attempts.emit_follow_up(envelope, subscription, result, [*completion, *result.writes])
+        except CallerWriteConditionFailedError as exc:
+            if exc.index == 0:  # the completion mark: our fencing token no longer holds
+                raise LeaseLostError(claim.event_id, claim.subscription, "complete") from exc
+            if order and exc.index == len(completion) - len(order):  # the watermark
+                raise WatermarkMovedError(f"the watermark of {subscription.name} moved") from exc
+            raise

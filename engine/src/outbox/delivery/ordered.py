@@ -1,0 +1,241 @@
+"""The ordered gate: an ordered subscription's pairs run in their tenant's order, through the lease path.
+
+Per (tenant, subscription) a watermark holds the last applied seq (``outbox.ordering``). A pair at or below it
+is skipped; one whose predecessor is not applied is deferred (acknowledged, its claim DEFERRED); the next in
+order is claimed and run by the lease path, and its completion advances the watermark in the same transaction.
+Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
+in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from outbox import keys
+from outbox.delivery.attempts import Attempts
+from outbox.delivery.lease import LeasePath
+from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
+from outbox.envelope import Envelope
+from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
+from outbox.inbox import Claim, envelope_digest
+from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
+from outbox.subscriptions import HandlerResult, Subscription
+
+logger = logging.getLogger(__name__)
+
+# How often an ordered delivery reads the watermark again when another writer moved it under its write.
+ORDER_RACE_LOOKS = 3
+
+
+@dataclass(frozen=True)
+class OwedWake:
+    """An ordered completion of a batch's message whose deferred followers are woken after the batch's records."""
+
+    message_id: str
+    subscription: Subscription
+    watermark: Watermark
+
+
+class OrderedGate:
+    """Skip, defer, or run in order (by the lease path), then wake what waited."""
+
+    def __init__(self, attempts: Attempts, lease: LeasePath, wake_ups: WakeUps | None) -> None:
+        self.attempts = attempts
+        self.inbox = attempts.inbox
+        self.lease = lease
+        self.wake_ups = wake_ups
+        store = attempts.store
+        self.order = OrderBook(
+            self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock
+        )
+
+    def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
+        """Run the pair only in its tenant's order (``apply_in_order``); the events deferred behind it that may
+        run now are owed to the batch (``pair.owed``: woken once its records are done), or woken here."""
+        outcome, watermark = self.apply_in_order(pair, remaining_ms)
+        if watermark is None:
+            return outcome
+        if pair.owed is not None:
+            pair.owed.append((pair.subscription, watermark))
+            return outcome
+        return self._wake(pair.subscription, watermark, outcome, remaining_ms)
+
+    def apply_in_order(
+        self, pair: Pair, remaining_ms: RemainingMs, *, in_place: bool = False
+    ) -> tuple[DeliveryOutcome, Watermark | None]:
+        """Skip the pair once applied, defer it while its predecessor is not, else run it under a lease and
+        advance the watermark with its completion. With the outcome, the watermark to wake deferred events
+        from: after a completion, or when the pair was found applied already (a wake-up may have been lost
+        with the answer to its first message); None otherwise.
+
+        ``in_place``: woken after its predecessor in this invocation (``run_woken``). A claim that shows an
+        attempt since it was deferred is one an earlier in-place run did not finish (the deadline, a crash): it
+        is given back with that attempt and RETRY sends it to the queue, to run from its own message with a
+        whole invocation ahead of it, never again in place."""
+        envelope, subscription = pair.envelope, pair.subscription
+        watermark = self.order.watermark(envelope.tenant, subscription.name)
+        if envelope.seq <= watermark.applied_seq:
+            # Applied or skipped already, at any age (the watermark is never forgotten).
+            logger.info(
+                "skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=pair.log
+            )
+            if pair.repair:
+                # A repair of a pair the order has applied (a forced replay of a completed pair, say) runs
+                # nothing: its claim goes back to COMPLETED instead of waiting, REPLAYING, for ever.
+                self.inbox.restore_applied(envelope.id, subscription.name)
+            self.attempts.count(Metric.SKIPS)
+            return DeliveryOutcome.SKIPPED, watermark
+        claimed = self.attempts.claim(pair, remaining_ms)
+        if not isinstance(claimed, Claim):
+            return claimed, None
+        claim = claimed
+        if in_place and claim.attempts > 1:
+            return self._not_here(claim), None
+        placed = self.place(claim, envelope, subscription, watermark)
+        if isinstance(placed, DeliveryOutcome):
+            return placed, None
+        advanced = self.lease.run_and_complete(
+            claim,
+            pair,
+            remaining_ms,
+            lambda result: self._complete_in_order(claim, envelope, subscription, result, placed),
+        )
+        if isinstance(advanced, DeliveryOutcome):
+            return advanced, None
+        return DeliveryOutcome.COMPLETED, advanced
+
+    def place(
+        self, claim: Claim, envelope: Envelope, subscription: Subscription, watermark: Watermark
+    ) -> Watermark | DeliveryOutcome:
+        """The watermark to advance when the pair is next in order; DEFERRED once it is put aside behind its
+        predecessor (the deferral is conditioned on the watermark read: if it moved, look again)."""
+        for _ in range(ORDER_RACE_LOOKS):
+            waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
+            if waits_for is None:
+                return watermark
+            items = self.order.defer_items(watermark, envelope, waits_for, was_deferred=claim.waits_for is not None)
+            try:
+                self.inbox.defer(claim, waits_for, items)
+            except WatermarkMovedError:
+                watermark = self.order.watermark(envelope.tenant, subscription.name)
+                continue
+            except LeaseLostError:
+                self.attempts.count(Metric.LEASES_LOST)
+                return DeliveryOutcome.RETRY
+            logger.info(
+                "deferred %s: seq %d waits for seq %d",
+                claim.idempotency_key,
+                envelope.seq,
+                waits_for,
+                extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
+            )
+            self.attempts.count(Metric.DEFERRALS)
+            return DeliveryOutcome.DEFERRED
+        self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
+        return DeliveryOutcome.RETRY
+
+    def _complete_in_order(
+        self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult, watermark: Watermark
+    ) -> Watermark:
+        """Complete with the watermark moved to this event; the watermark after it. A deferral of a later event
+        may have changed the row's version (not its seq) meanwhile: then complete against the fresh row."""
+        was_deferred = claim.waits_for is not None
+        for _ in range(ORDER_RACE_LOOKS):
+            order = self.order.advance_items(watermark, envelope, was_deferred=was_deferred)
+            try:
+                self.lease.complete(claim, envelope, subscription, result, order)
+            except WatermarkMovedError:
+                fresh = self.order.watermark(envelope.tenant, subscription.name)
+                if fresh.applied_seq != watermark.applied_seq:
+                    raise
+                watermark = fresh
+                continue
+            return Watermark(
+                envelope.tenant,
+                subscription.name,
+                applied_seq=envelope.seq,
+                version=watermark.version + 1,
+                deferred=max(watermark.deferred - (1 if was_deferred else 0), 0),
+                applied_event_id=envelope.id,
+            )
+        raise WatermarkMovedError(f"the watermark of {subscription.name} for {envelope.tenant} kept moving")
+
+    # -- waking what waited ---------------------------------------------------------------------------
+
+    def wake_owed(self, owed: Sequence[OwedWake], remaining_ms: RemainingMs) -> list[str]:
+        """Wake what the batch's ordered completions owe, once per (tenant, subscription) from the latest
+        watermark the batch wrote; the ids of the messages whose wake-up could neither run nor be sent (they
+        come back, find their pairs applied, and wake again)."""
+        latest: dict[tuple[str, str], OwedWake] = {}
+        messages: dict[tuple[str, str], list[str]] = {}
+        for one in owed:
+            place = (one.watermark.tenant, one.subscription.name)
+            messages.setdefault(place, []).append(one.message_id)
+            if place not in latest or one.watermark.version > latest[place].watermark.version:
+                latest[place] = one
+        unwoken: list[str] = []
+        for place, one in latest.items():
+            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms)
+            if woke is DeliveryOutcome.RETRY:
+                unwoken += messages[place]
+        return unwoken
+
+    def _wake(
+        self, subscription: Subscription, watermark: Watermark, outcome: DeliveryOutcome, remaining_ms: RemainingMs
+    ) -> DeliveryOutcome:
+        """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
+        for another (``RunTimes.has_time_for``); send the one it cannot run here back to the queue. All of it
+        before the message that owes it is acknowledged: a crash on the way leaves the message to come back and
+        do it again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
+        assert self.wake_ups is not None  # checked at construction for every ordered subscription
+        try:
+            while (ready := self.order.ready_deferred(watermark)) is not None:
+                if self.attempts.times.has_time_for(subscription, remaining_ms, in_place=True):
+                    woken, advanced = self.run_woken(subscription, ready, remaining_ms)
+                    if advanced is not None:
+                        watermark = advanced
+                        continue
+                    if woken is not DeliveryOutcome.RETRY:
+                        break  # dead (it blocks until an operator repairs it) or deferred again (woken in turn)
+                self.wake_ups.send(ready, watermark.applied_seq)  # it runs from its own message, retried by SQS
+                self.attempts.count(Metric.WAKE_UPS)
+                break
+        except (ClientError, BotoCoreError, OutboxError) as exc:
+            logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
+            return DeliveryOutcome.RETRY
+        return outcome
+
+    def run_woken(
+        self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs
+    ) -> tuple[DeliveryOutcome, Watermark | None]:
+        """Apply, here, a deferred event whose predecessor was just applied, read from the log: as
+        ``apply_in_order`` answers. RETRY when the log no longer holds it as deferred (its message path, which
+        checks every event against the log, decides then)."""
+        store = self.attempts.store
+        item = store.client.get_item(
+            TableName=store.table_name, Key=keys.event_key(ready.tenant, ready.seq), ConsistentRead=True
+        ).get("Item")
+        try:
+            envelope = None if item is None else Envelope.from_item(item)
+        except EnvelopeParseError:  # a row rewritten into something else: its message path records what it is
+            return DeliveryOutcome.RETRY, None
+        if envelope is None or envelope.id != ready.event_id:
+            return DeliveryOutcome.RETRY, None
+        self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
+        pair = Pair(
+            envelope, subscription, 1, envelope_digest(envelope), self.inbox.can_vouch_for(envelope.occurred_at)
+        )
+        return self.apply_in_order(pair, remaining_ms, in_place=True)
+
+    def _not_here(self, claim: Claim) -> DeliveryOutcome:
+        """Give back a claim taken in place whose earlier in-place attempt did not finish, with the attempt this
+        claim counted: RETRY, so that its wake-up message runs it."""
+        try:
+            self.inbox.release(claim, "an earlier run in place did not finish: it runs from its own message", 1)
+        except LeaseLostError:
+            self.attempts.count(Metric.LEASES_LOST)
+        return DeliveryOutcome.RETRY

@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from types import SimpleNamespace
 from unittest import mock
 
-import outbox.inbox
+import outbox.inbox.table
 import outbox.ops.context
 import outbox.store
 from simulation.world import World
@@ -32,7 +32,7 @@ def seeded(world: World) -> Iterator[None]:
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(outbox.store, "ULID", world.ids.ulid))
         stack.enter_context(mock.patch.object(outbox.store, "random", _random_module(f"{seed}:backoff")))
-        stack.enter_context(mock.patch.object(outbox.inbox, "uuid", _uuid_module(f"{seed}:owners")))
+        stack.enter_context(mock.patch.object(outbox.inbox.table, "uuid", _uuid_module(f"{seed}:owners")))
         stack.enter_context(mock.patch.object(outbox.ops.context, "uuid", _uuid_module(f"{seed}:operator")))
         yield
 

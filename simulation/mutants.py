@@ -28,7 +28,8 @@ class Mutant:
     seeds: tuple[int, ...] = ()
 
 
-INBOX, CONSUMER, MESSAGES = "outbox.inbox", "outbox.consumer", "outbox.messages"
+CONSUMER, MESSAGES = "outbox.consumer", "outbox.messages"
+CLAIMS, INBOX_TABLE, DEAD_WORK = "outbox.inbox.claims", "outbox.inbox.table", "outbox.inbox.dead_work"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
 SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
@@ -42,7 +43,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the claim -----------------------------------------------------------------------------------------
     Mutant(
         id="claim-no-takeover",
-        module=INBOX,
+        module=CLAIMS,
         original='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"',
         replacement=(
             'claimable = "(attribute_not_exists(pk) AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"'
@@ -53,7 +54,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="claim-takes-over-live-lease",
-        module=INBOX,
+        module=CLAIMS,
         original='"(#status = :pending AND lease_expires_at < :now) OR',
         replacement='"(#status = :pending AND lease_expires_at < :lease) OR',
         description="the take-over compares the lease with the new lease's end, not now: live leases are taken",
@@ -62,7 +63,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="claim-ignores-digest",
-        module=INBOX,
+        module=CLAIMS,
         original='ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})"',
         replacement="ConditionExpression=claimable",
         description="the claim does not compare the digest: other content under the same event id takes over",
@@ -76,7 +77,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="claim-ignores-may-create",
-        module=INBOX,
+        module=CLAIMS,
         original='        if may_create:\n            claimable = f"attribute_not_exists(pk) OR {claimable}"',
         replacement='        claimable = f"attribute_not_exists(pk) OR {claimable}"',
         description="a missing row is created even for a message older than the retention (may_create ignored)",
@@ -85,7 +86,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="claim-never-counts-attempts",
-        module=INBOX,
+        module=CLAIMS,
         original='"attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, tenant = :tenant, "',
         replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, tenant = :tenant, "',
         description="the claim's attempts stay at 1 (placeholders swapped): a failing pair is retried forever",
@@ -94,16 +95,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="own-claim-not-recognised",
-        module=INBOX,
+        module=INBOX_TABLE,
         original='return _string(existing, "owner") == owner and _string(existing, "status") == PENDING',
-        replacement='return _string(existing, "owner") == owner and _string(existing, "status") == COMPLETED',
+        replacement='return _string(existing, "owner") == owner and _string(existing, "status") == "COMPLETED"',
         description="a claim whose answer was lost (applied, re-sent) is not recognised as ours: IN_PROGRESS",
         what_should_catch_it="a lost answer on the claim: the pair waits a lease out and burns an attempt",
         seeds=(4, 10, 45),
     ),
     Mutant(
         id="vouch-margin-wrong-way",
-        module=INBOX,
+        module=CLAIMS,
         original="return self._clock() < issued_at + self.retention - VOUCH_MARGIN",
         replacement="return self._clock() < issued_at + self.retention + VOUCH_MARGIN",
         description="the inbox vouches for a message an hour past the retention instead of an hour before it",
@@ -113,7 +114,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- fencing -------------------------------------------------------------------------------------------
     Mutant(
         id="completion-unfenced",
-        module=INBOX,
+        module=CLAIMS,
         original=(
             '+ (", waits_for, deferred_at" if claim.waits_for is not None else "")\n'
             "                ),\n"
@@ -130,7 +131,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="release-unfenced",
-        module=INBOX,
+        module=CLAIMS,
         original=(
             'self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})'
         ),
@@ -145,7 +146,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="mark-dead-unfenced",
-        module=INBOX,
+        module=DEAD_WORK,
         original=(
             "        dead_letter = self.dead_letter_item(envelope, claim.subscription, error, error_type, reason, "
             "receive_count)"
@@ -161,7 +162,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="completion-writes-separate",
-        module=INBOX,
+        module=CLAIMS,
         original=(
             "        self._fenced_transaction(\n"
             '            claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED, '
@@ -545,7 +546,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="direct-marker-unconditional",
-        module=INBOX,
+        module=CLAIMS,
         original='                "Item": row,\n                "ConditionExpression": "attribute_not_exists(pk)",\n',
         replacement='                "Item": row,\n',
         description="a DynamoDB-only subscription's completion marker is written whatever row is there: a "
@@ -591,7 +592,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="defer-spends-attempt",
-        module=INBOX,
+        module=CLAIMS,
         original='"attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"',
         replacement='"attempts = if_not_exists(attempts, :one), updated_at = :now_iso REMOVE lease_expires_at"',
         description="a deferral keeps the attempt it was claimed with: waiting for a predecessor spends attempts",

@@ -20,14 +20,18 @@ from simulation.mutation import (
     check,
     install,
     judge,
+    mutated_source,
     run_mutant,
     run_worker,
     score,
     summary,
 )
 
+RUFF = Path(sys.executable).parent / "ruff"
 GUARANTEE_MODULES = {
-    "outbox.inbox",
+    "outbox.inbox.claims",
+    "outbox.inbox.table",
+    "outbox.inbox.dead_work",
     "outbox.consumer",
     "outbox.delivery.attempts",
     "outbox.delivery.lease",
@@ -72,6 +76,24 @@ def run_python(code: str) -> str:
 
 def test_every_mutant_of_the_catalogue_applies_exactly_once_to_todays_source() -> None:
     assert check(MUTANTS) == []
+
+
+def test_no_mutant_names_what_its_module_does_not_define() -> None:
+    """A replacement that names something its module lacks raises NameError where the bug should be: the
+    simulator then measures a crash (or a retry for ever), not the bug. Moving code between modules is how a
+    replacement loses a name it relied on."""
+    undefined = []
+    for mutant in MUTANTS:
+        done = subprocess.run(
+            [str(RUFF), "check", "--no-cache", "--isolated", "--select", "F821", "--stdin-filename", "mutant.py", "-"],
+            input=mutated_source(mutant),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            undefined.append(f"{mutant.id}: {done.stdout.strip()}")
+    assert undefined == []
 
 
 def test_the_catalogue_covers_every_guarantee_module() -> None:

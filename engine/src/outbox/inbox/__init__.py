@@ -1,0 +1,95 @@
+"""The inbox: one lease-claim row per (event, subscription), and the dead-letter and poison-pill rows.
+
+States of a claim row::
+
+    absent ──claim──► PENDING(owner, lease) ──mark_completed──► COMPLETED (expires after retention)
+                        │   ▲        │
+                release │   │ claim  └──mark_dead──► DEAD ──replay──► REPLAYING ──claim──► PENDING
+                        ▼   │ (lease expired: take-over)     (final for the consumer; only an operator's
+                      PENDING(lease expired)                     replay reruns it)
+
+    ordered subscriptions only:  PENDING ──defer──► DEFERRED ──claim──► PENDING   (its predecessor is not applied)
+                                 DEAD, DEFERRED or absent ──outbox skip──► SKIPPED (final, like COMPLETED)
+
+Every write after the claim is conditioned on the ``owner`` token (fencing), so a worker whose lease
+was taken over can neither complete, release nor kill the new owner's claim. The same token recognises
+a worker's own write whose answer was lost (an HTTP 500 after the write applied, retried by the SDK).
+
+The inbox forgets a COMPLETED row ``retention`` after the completion. So the absence of a row proves that
+an (event, subscription) never completed only for a message issued less than ``retention`` ago (see
+``claim``'s ``may_create``); past that, the consumer records the pair as UNVERIFIABLE dead work instead of
+guessing. A COMPLETED row that has expired but not yet been swept still counts as completed.
+
+The package by concern: ``rows`` (statuses, the typed records, the rows written), ``reader`` (the operator's
+views), ``table`` (settings, clock and the fenced writes every concern shares), ``claims`` (the claim's state
+machine) and ``dead_work`` (dead letters, refusals, poison pills). ``Inbox`` is all of them on one table.
+"""
+
+from __future__ import annotations
+
+from outbox.inbox.claims import ClaimBook
+from outbox.inbox.dead_work import DeadWork
+from outbox.inbox.reader import InboxReader
+from outbox.inbox.rows import (
+    COMPLETED,
+    DEAD,
+    DEFERRED,
+    PENDING,
+    POISON_BODY_LIMIT,
+    REPLAYING,
+    SKIPPED,
+    VOUCH_MARGIN,
+    Claim,
+    ClaimOutcome,
+    ClaimRecord,
+    ClaimResult,
+    DeadLetter,
+    DeadReason,
+    PoisonPill,
+    envelope_digest,
+    reconcile_row,
+    storable_text,
+    unclaimed_row,
+)
+
+__all__ = [
+    "COMPLETED",
+    "DEAD",
+    "DEFERRED",
+    "PENDING",
+    "POISON_BODY_LIMIT",
+    "REPLAYING",
+    "SKIPPED",
+    "VOUCH_MARGIN",
+    "Claim",
+    "ClaimOutcome",
+    "ClaimRecord",
+    "ClaimResult",
+    "DeadLetter",
+    "DeadReason",
+    "Inbox",
+    "InboxReader",
+    "PoisonPill",
+    "envelope_digest",
+    "reconcile_row",
+    "storable_text",
+    "unclaimed_row",
+]
+
+
+class Inbox(ClaimBook, DeadWork):
+    """Claims, completions and dead letters on the inbox table.
+
+    Parameters
+    ----------
+    table_name, client:
+        The inbox table and an injected boto3 DynamoDB client.
+    max_attempts:
+        A DEAD claim may be claimed again while its attempts are below this (a terminal error uses them
+        all up at once); the operator tools reset claims they rerun.
+    retention:
+        How long COMPLETED rows are kept (TTL). An expired row counts as absent even before DynamoDB's
+        TTL sweep deletes it, so behaviour never depends on how late the sweep runs.
+    clock:
+        Injected so that the local runtime's virtual clock drives leases and expiry.
+    """

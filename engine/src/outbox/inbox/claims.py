@@ -1,0 +1,358 @@
+"""Claims and their state machine: claim, complete, defer, release; and the DynamoDB-only path's marker.
+
+A claim is one conditional write: the row is taken if absent (while the inbox can vouch that absence means
+"never completed"), if its lease expired (a take-over), or if an operator's replay or an ordered predecessor
+left it claimable (REPLAYING, DEFERRED). What finishes a claim is fenced on its owner (``InboxTable``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.envelope import Envelope, format_timestamp
+from outbox.exceptions import CompletionTooLargeError
+from outbox.inbox.rows import (
+    COMPLETED,
+    DEAD,
+    DEFERRED,
+    PENDING,
+    REPLAYING,
+    SKIPPED,
+    VOUCH_MARGIN,
+    Claim,
+    ClaimOutcome,
+    ClaimResult,
+    _epoch_ms,
+    _from_epoch,
+    _number,
+    _string,
+    envelope_digest,
+    unclaimed_row,
+)
+from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row
+from outbox.transaction import MAX_TRANSACT_ITEMS
+
+
+class ClaimBook(InboxTable):
+    """The claim rows' writes, from the claim to the completion."""
+
+    # -- claim --------------------------------------------------------------------------------------
+
+    def can_vouch_for(self, issued_at: datetime) -> bool:
+        """Whether a missing row proves that no completion happened since ``issued_at``: any completion after
+        it keeps its COMPLETED row for ``retention``."""
+        return self._clock() < issued_at + self.retention - VOUCH_MARGIN
+
+    def claim(
+        self,
+        envelope: Envelope,
+        subscription: str,
+        lease: timedelta,
+        digest: str | None = None,
+        *,
+        may_create: bool = True,
+    ) -> ClaimResult:
+        """One conditional write: take the row if absent (and ``may_create``) or if its lease has expired.
+
+        ``may_create`` is False for a message issued longer ago than the inbox remembers completions: its
+        row may be missing because the pair completed and the row expired, so absence proves nothing and
+        the outcome is UNVERIFIABLE. ``digest`` may be passed in when one message is claimed for several
+        subscriptions."""
+        now = self._clock()
+        owner = self._new_owner()
+        digest = digest or envelope_digest(envelope)
+        lease_expires_at = now + lease
+        if may_create:
+            created = self._create(envelope, subscription, owner, digest, now, lease_expires_at)
+            if created is not None:
+                return created
+        claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"
+        if may_create:
+            claimable = f"attribute_not_exists(pk) OR {claimable}"
+        try:
+            response = self.client.update_item(
+                TableName=self.table_name,
+                Key=keys.claim_key(envelope.id, subscription),
+                UpdateExpression=(
+                    "SET #status = :pending, #owner = :owner, lease_expires_at = :lease, "
+                    "attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, tenant = :tenant, "
+                    "event_type = :event_type, event_seq = :event_seq, "
+                    "created_at = if_not_exists(created_at, :now_iso), updated_at = :now_iso"
+                ),
+                ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})",
+                ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
+                ExpressionAttributeValues={
+                    ":pending": {"S": PENDING},
+                    ":replaying": {"S": REPLAYING},
+                    ":deferred": {"S": DEFERRED},
+                    ":owner": {"S": owner},
+                    ":lease": {"N": _epoch_ms(lease_expires_at)},
+                    ":now": {"N": _epoch_ms(now)},
+                    ":now_iso": {"S": format_timestamp(now)},
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":digest": {"S": digest},
+                    ":tenant": {"S": envelope.tenant},
+                    ":event_type": {"S": envelope.type},
+                    ":event_seq": {"N": str(envelope.seq)},
+                },
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            existing, own = self._refused(exc, envelope, subscription, owner)
+            return own or ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
+        row = response["Attributes"]
+        return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
+
+    def _create(
+        self,
+        envelope: Envelope,
+        subscription: str,
+        owner: str,
+        digest: str,
+        now: datetime,
+        lease_expires_at: datetime,
+    ) -> ClaimResult | None:
+        """The first claim of a pair that has no row: a PutItem conditioned on absence, lighter than the update
+        (no expression, no row to send back: this worker wrote all of it). None when a row exists: the update
+        decides then (a take-over, a replay, done, dead, a conflict)."""
+        row = unclaimed_row(envelope, subscription, PENDING, now, digest)
+        del row["event_id"], row["subscription"]  # the key says both (ClaimRecord.from_item reads them there)
+        row["owner"] = {"S": owner}
+        row["attempts"] = {"N": "1"}
+        row["lease_expires_at"] = {"N": _epoch_ms(lease_expires_at)}
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=row,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            return self._refused(exc, envelope, subscription, owner)[1]
+        return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
+
+    def _refused(
+        self, exc: ClientError, envelope: Envelope, subscription: str, owner: str
+    ) -> tuple[dict[str, Any], ClaimResult | None]:
+        """The row that failed a claim's condition, and the claim if that row is this worker's own: an earlier
+        send applied and its answer was lost (the SDK re-sent it). Any other error is raised."""
+        existing = _refusing_row(exc)
+        if existing is None:
+            raise exc
+        if _is_own_claim(existing, owner):
+            return existing, ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, existing))
+        return existing, None
+
+    def _claim_of(self, envelope: Envelope, subscription: str, row: Mapping[str, Any]) -> Claim:
+        return Claim(
+            envelope.id,
+            subscription,
+            envelope.tenant,
+            owner=row["owner"]["S"],
+            attempts=int(row["attempts"]["N"]),
+            digest=row["digest"]["S"],
+            lease_expires_at=_from_epoch(row["lease_expires_at"]["N"], per_second=1000),
+            open_dead_letter=_string(row, "open_dead_letter"),
+            waits_for=_number(row, "waits_for"),
+        )
+
+    @staticmethod
+    def _why_not_claimable(existing: Mapping[str, Any], digest: str) -> ClaimOutcome:
+        if not existing:
+            return ClaimOutcome.UNVERIFIABLE  # absent, and the claim was not allowed to create it
+        if existing.get("digest", {}).get("S", digest) != digest:
+            return ClaimOutcome.CONFLICT
+        status = existing.get("status", {}).get("S")
+        if status in (COMPLETED, SKIPPED):
+            return ClaimOutcome.ALREADY_COMPLETED
+        if status == DEAD:
+            return ClaimOutcome.DEAD
+        return ClaimOutcome.IN_PROGRESS
+
+    # -- finishing a claim (all fenced on the owner token) ------------------------------------------
+
+    def completion_write(self, claim: Claim) -> dict[str, Any]:
+        """The COMPLETED mark as a transaction item, so handler writes can commit with it."""
+        now = self._clock()
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": keys.claim_key(claim.event_id, claim.subscription),
+                "UpdateExpression": (
+                    "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
+                    "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
+                    + (", waits_for, deferred_at" if claim.waits_for is not None else "")
+                ),
+                "ConditionExpression": "#owner = :owner AND #status = :pending",
+                "ExpressionAttributeNames": {"#status": "status", "#owner": "owner"},
+                "ExpressionAttributeValues": {
+                    ":completed": {"S": COMPLETED},
+                    ":pending": {"S": PENDING},
+                    ":owner": {"S": claim.owner},
+                    ":now_iso": {"S": format_timestamp(now)},
+                    ":expires": {"N": str(int((now + self.retention).timestamp()))},
+                },
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def completion_writes(self, claim: Claim) -> list[dict[str, Any]]:
+        """The COMPLETED mark first (fencing failures point at index 0), then, for a replayed pair, the
+        resolution of its dead letter: done work is never left as open work."""
+        writes = [self.completion_write(claim)]
+        if claim.open_dead_letter is not None:
+            writes.append(
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {
+                            "pk": {"S": keys.dead_letter_partition(claim.tenant)},
+                            "sk": {"S": claim.open_dead_letter},
+                        },
+                        "UpdateExpression": "SET resolved = :how",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": {
+                            ":how": {"S": f"completed at {format_timestamp(self._clock())} after a replay"}
+                        },
+                    }
+                }
+            )
+        return writes
+
+    def mark_completed(
+        self,
+        claim: Claim,
+        writes: Sequence[Mapping[str, Any]] = (),
+        order: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Commit the handler's DynamoDB writes and the COMPLETED mark together, or neither; for an ordered
+        subscription, with ``order`` (``OrderBook.advance_items``): the watermark moves in the same
+        transaction, or ``WatermarkMovedError`` says it changed since it was read."""
+        completion = [*self.completion_writes(claim), *map(dict, order)]
+        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
+            raise CompletionTooLargeError(
+                f"{claim.subscription} returned {len(writes)} writes; at most "
+                f"{MAX_TRANSACT_ITEMS - len(completion)} fit in one transaction with the completion"
+            )
+        if not writes and len(completion) == 1:
+            self._fenced_update(claim, "complete", completion[0]["Update"], landed=COMPLETED)
+            return
+        watermark_at = len(completion) - len(order) if order else None
+        self._fenced_transaction(
+            claim, "complete", [*completion, *map(dict, writes)], landed=COMPLETED, watermark_at=watermark_at
+        )
+
+    def restore_applied(self, event_id: str, subscription: str) -> bool:
+        """A REPLAYING claim of an ordered pair its watermark has passed (applied in order already: only a
+        forced replay of a completed pair leaves one) back to COMPLETED, so nothing re-sends it for ever.
+        False when the claim was not REPLAYING."""
+        now = self._clock()
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=keys.claim_key(event_id, subscription),
+                UpdateExpression=(
+                    "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, expires_at = :expires"
+                ),
+                # A row carrying an open dead letter stays as it is, for the operator to see: a completion
+                # never leaves one open, and a skip (the other way past the watermark) resolves it.
+                ConditionExpression="#status = :replaying AND attribute_not_exists(open_dead_letter)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":completed": {"S": COMPLETED},
+                    ":replaying": {"S": REPLAYING},
+                    ":now_iso": {"S": format_timestamp(now)},
+                    ":expires": {"N": str(int((now + self.retention).timestamp()))},
+                },
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def defer(self, claim: Claim, waits_for: int, order: Sequence[Mapping[str, Any]]) -> None:
+        """Put an ordered subscription's pair aside until ``waits_for`` is applied: DEFERRED (claimable at any
+        age, by its wake-up), the attempt it was claimed with given back, and ``order``
+        (``OrderBook.defer_items``) in the same transaction. Raises ``WatermarkMovedError`` when the
+        watermark changed since it was read (the predecessor may have been applied: look again)."""
+        update = self._fenced_item(
+            claim,
+            {
+                "UpdateExpression": (
+                    "SET #status = :deferred, waits_for = :waits_for, deferred_at = :now_iso, "
+                    "attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"
+                ),
+                "ExpressionAttributeValues": {
+                    ":deferred": {"S": DEFERRED},
+                    ":waits_for": {"N": str(waits_for)},
+                    ":one": {"N": "1"},
+                },
+            },
+        )
+        self._fenced_transaction(
+            claim, "defer", [{"Update": update}, *map(dict, order)], landed=DEFERRED, watermark_at=2
+        )
+
+    # -- DynamoDB-only subscriptions: no lease, one request ------------------------------------------
+
+    def completion_marker(self, envelope: Envelope, subscription: str, digest: str) -> dict[str, Any]:
+        """A COMPLETED row for a pair that has none, as a transaction item: it commits with the handler's
+        writes, and only where no row exists. A duplicate delivery fails its condition (the row it finds says
+        whether the content was the same), and a pair with any history (a failed attempt, a replay, a live
+        lease) is left to the lease path."""
+        now = self._clock()
+        row = unclaimed_row(envelope, subscription, COMPLETED, now, digest, completed_at=format_timestamp(now))
+        row["attempts"] = {"N": "1"}
+        row["expires_at"] = {"N": str(int((now + self.retention).timestamp()))}
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": row,
+                "ConditionExpression": "attribute_not_exists(pk)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def complete_directly(
+        self, marker: Mapping[str, Any], writes: Sequence[Mapping[str, Any]] = ()
+    ) -> dict[str, Any] | None:
+        """Commit ``marker`` (``completion_marker``) with the handler's ``writes``: one PutItem without writes,
+        one TransactWriteItems with them. Returns None once committed, or the row that was there instead
+        (the marker's condition failed, nothing was written). A failed condition of one of the writes
+        raises the transaction's ClientError, as a completion on the lease path does."""
+        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
+            raise CompletionTooLargeError(
+                f"{marker['Put']['Item']['subscription']['S']} returned {len(writes)} writes; at most "
+                f"{MAX_TRANSACT_ITEMS - 1} fit in one transaction with the completion"
+            )
+        put = marker["Put"]
+        try:
+            if not writes:
+                self.client.put_item(**put)
+            else:
+                self.client.transact_write_items(TransactItems=[dict(marker), *map(dict, writes)])
+        except ClientError as exc:
+            existing = _refusing_row(exc)
+            if existing is None:
+                raise
+            return existing
+        return None
+
+    def release(self, claim: Claim, error: str, give_back: int = 0) -> None:
+        """Give the claim back after a retryable error: the lease ends now, the next receive retries.
+        ``give_back`` attempts are not counted (a claim taken only to be handed to another path); the count is
+        set, not decremented, so a resend of this write after a lost answer gives back nothing twice."""
+        update = "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso"
+        values: dict[str, Any] = {":zero": {"N": "0"}, ":error": {"S": error[:2000]}}
+        if give_back:
+            update += ", attempts = :attempts"
+            values[":attempts"] = {"N": str(max(claim.attempts - give_back, 0))}
+        self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})

@@ -1,0 +1,246 @@
+"""The inbox table's rows: a claim's statuses, the typed records read back, and the rows the engine writes.
+
+Attribute helpers (``_string``, ``_number``, ...) read DynamoDB's typed values; ``storable_text`` makes any text
+storable (a poison pill's body may hold what UTF-8 cannot encode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from outbox import keys
+from outbox.canonical import canonical_json
+from outbox.envelope import Envelope, format_timestamp
+
+PENDING, COMPLETED, DEAD = "PENDING", "COMPLETED", "DEAD"
+# Set by an operator's replay in place of DEAD: claimable like an absent row (the row itself proves the
+# pair has not completed since), and it names the dead letter that the completion resolves.
+REPLAYING = "REPLAYING"
+# An ordered subscription's pair whose predecessor is not applied yet (outbox.ordering): claimable like
+# REPLAYING, at any age, by the wake-up message its predecessor's completion sends; the attempt it was
+# deferred on is given back. SKIPPED: an operator skipped it (``outbox skip``); final, like COMPLETED.
+DEFERRED, SKIPPED = "DEFERRED", "SKIPPED"
+POISON_BODY_LIMIT = 64 * 1024  # enough to diagnose; far below the 400 KB item limit
+# Clock skew between whoever issued a message and the consumer judging its age against the retention.
+VOUCH_MARGIN = timedelta(hours=1)
+
+
+class ClaimOutcome(StrEnum):
+    CLAIMED = "claimed"
+    ALREADY_COMPLETED = "already_completed"
+    IN_PROGRESS = "in_progress"  # another worker holds a live lease
+    DEAD = "dead"  # dead work: only an operator's replay reruns it
+    CONFLICT = "conflict"  # same event id, different content
+    UNVERIFIABLE = "unverifiable"  # no row, but the message is older than the inbox's memory
+
+
+class DeadReason(StrEnum):
+    TERMINAL = "terminal"  # a terminal error, invalid input, or a handler that broke its contract
+    EXHAUSTED = "exhausted"  # every attempt failed (or crashed): the claim's attempts, not receives, decide
+    CONFLICT = "conflict"  # other content under a claimed event id, or an event the events table does not hold
+    UNVERIFIABLE = "unverifiable"  # older than the inbox's retention: it may have completed and been forgotten
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim this worker holds: the fencing token and what it needs to finish the claim."""
+
+    event_id: str
+    subscription: str
+    tenant: str
+    owner: str
+    attempts: int
+    digest: str
+    lease_expires_at: datetime
+    # The dead letter a replay left open on the row: completing the claim resolves it in the same write.
+    open_dead_letter: str | None = None
+    # The seq of the event an ordered subscription deferred this pair behind (None: never deferred).
+    waits_for: int | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries and take-overs: pass it to any external API the handler calls."""
+        return keys.idempotency_key(self.event_id, self.subscription)
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """A claim row as read back (what the operator tools and tests look at); ``Claim`` is a worker's hold."""
+
+    event_id: str
+    subscription: str
+    tenant: str
+    status: str
+    attempts: int
+    digest: str
+    owner: str | None  # None on a row no worker has claimed yet, and after a replay
+    lease_expires_at: datetime | None  # while PENDING (the epoch once released)
+    event_type: str | None
+    event_seq: int | None
+    created_at: str | None
+    updated_at: str | None
+    last_error: str | None = None
+    dead_reason: str | None = None  # a DeadReason, while DEAD (kept by a replay)
+    dead_at: str | None = None
+    replayed_at: str | None = None
+    open_dead_letter: str | None = None  # the dead letter a replay left open (its sort key)
+    completed_at: str | None = None
+    expires_at: datetime | None = None  # when a COMPLETED row is forgotten (TTL)
+    waits_for: int | None = None  # while DEFERRED: the seq of the predecessor it waits for
+    skipped: str | None = None  # once SKIPPED: by whom, when and why
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> ClaimRecord:
+        return cls(
+            # A claim's own writes leave out what its key says (CLAIM#<event id>, subscription): every byte of
+            # the hot path's requests costs client CPU. Rows other writers made carry both.
+            event_id=_string(item, "event_id") or item["pk"]["S"].removeprefix(keys.claim_partition("")),
+            subscription=_string(item, "subscription") or item["sk"]["S"],
+            tenant=item["tenant"]["S"],
+            status=item["status"]["S"],
+            attempts=int(item["attempts"]["N"]),
+            digest=item["digest"]["S"],
+            owner=_string(item, "owner"),
+            lease_expires_at=_moment(item, "lease_expires_at", per_second=1000),
+            event_type=_string(item, "event_type"),
+            event_seq=_number(item, "event_seq"),
+            created_at=_string(item, "created_at"),
+            updated_at=_string(item, "updated_at"),
+            last_error=_string(item, "last_error"),
+            dead_reason=_string(item, "dead_reason"),
+            dead_at=_string(item, "dead_at"),
+            replayed_at=_string(item, "replayed_at"),
+            open_dead_letter=_string(item, "open_dead_letter"),
+            completed_at=_string(item, "completed_at"),
+            expires_at=_moment(item, "expires_at", per_second=1),
+            waits_for=_number(item, "waits_for"),
+            skipped=_string(item, "skipped"),
+        )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    tenant: str
+    event_id: str
+    event_seq: int
+    event_type: str
+    subscription: str
+    reason: str
+    error: str
+    error_type: str
+    attempts: int | None
+    dead_at: str
+    resolved: str | None  # "replayed at ..." once an operator acted on it
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> DeadLetter:
+        return cls(
+            tenant=item["tenant"]["S"],
+            event_id=item["event_id"]["S"],
+            event_seq=int(item["event_seq"]["N"]),
+            event_type=item["event_type"]["S"],
+            subscription=item["subscription"]["S"],
+            reason=item["reason"]["S"],
+            error=item["error"]["S"],
+            error_type=item["error_type"]["S"],
+            attempts=_number(item, "attempts"),
+            dead_at=item["dead_at"]["S"],
+            resolved=_string(item, "resolved"),
+        )
+
+
+@dataclass(frozen=True)
+class PoisonPill:
+    """A message that was not an event, as the consumer recorded it (``Inbox.record_poison``)."""
+
+    message_id: str
+    recorded_at: str
+    error: str
+    body: str
+    body_truncated: bool
+    attributes: dict[str, str]  # MessageGroupId, MessageDeduplicationId, ApproximateReceiveCount
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> PoisonPill:
+        attributes = item.get("attributes", {}).get("M", {})
+        return cls(
+            message_id=item["message_id"]["S"],
+            recorded_at=item["recorded_at"]["S"],
+            error=item["error"]["S"],
+            body=item["body"]["S"],
+            body_truncated=bool(item.get("body_truncated", {}).get("BOOL", False)),
+            attributes={name: value.get("S", "") for name, value in attributes.items()},
+        )
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    outcome: ClaimOutcome
+    claim: Claim | None = None
+    existing: Mapping[str, Any] | None = None
+
+
+def envelope_digest(envelope: Envelope) -> str:
+    """sha256 over every field of the envelope: equal digests mean the same content."""
+    return hashlib.sha256(canonical_json(envelope.model_dump(mode="json"))).hexdigest()
+
+
+def unclaimed_row(
+    envelope: Envelope, subscription: str, status: str, now: datetime, digest: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A claim row that no worker holds (no owner, no lease), in ``status``, for a pair that had none."""
+    now_iso = format_timestamp(now)
+    return {
+        **keys.claim_key(envelope.id, subscription),
+        "status": {"S": status},
+        "attempts": {"N": "0"},
+        "digest": {"S": digest or envelope_digest(envelope)},
+        "event_id": {"S": envelope.id},
+        "subscription": {"S": subscription},
+        "tenant": {"S": envelope.tenant},
+        "event_type": {"S": envelope.type},
+        "event_seq": {"N": str(envelope.seq)},
+        "created_at": {"S": now_iso},
+        "updated_at": {"S": now_iso},
+        **{name: {"S": value} for name, value in extra.items()},
+    }
+
+
+def reconcile_row(envelope: Envelope, subscription: str, now: datetime) -> dict[str, Any]:
+    """The claim row a reconcile writes, only where there is none, before it re-sends ``envelope`` for
+    ``subscription``: REPLAYING, so the re-sent message is claimable at any age (the row itself proves the
+    pair has not completed since), with the event's digest, so other content under its id is a conflict."""
+    return unclaimed_row(envelope, subscription, REPLAYING, now, replayed_at=format_timestamp(now))
+
+
+def _epoch_ms(moment: datetime) -> str:
+    return str(int(moment.timestamp() * 1000))
+
+
+def storable_text(text: str) -> str:
+    """``text`` as DynamoDB can store it: a lone surrogate (or anything UTF-8 cannot encode) escaped, so that
+    recording a poison pill can never fail on the very content that made it one."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _string(item: Mapping[str, Any] | None, name: str) -> str | None:
+    value = (item or {}).get(name)
+    return None if value is None else value.get("S")
+
+
+def _number(item: Mapping[str, Any], name: str) -> int | None:
+    return int(item[name]["N"]) if name in item else None
+
+
+def _moment(item: Mapping[str, Any], name: str, per_second: int) -> datetime | None:
+    """An epoch number attribute (``per_second`` units a second) as a moment, or None."""
+    return _from_epoch(item[name]["N"], per_second) if name in item else None
+
+
+def _from_epoch(value: str, per_second: int) -> datetime:
+    return datetime.fromtimestamp(int(value) / per_second, tz=UTC)

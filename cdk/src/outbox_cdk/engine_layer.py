@@ -34,7 +34,7 @@ LAYER_SOURCE: Final = Path(str(resources.files("outbox_cdk") / "layer"))
 LAYER_REQUIREMENTS: Final = LAYER_SOURCE / "requirements.txt"
 ENGINE_PACKAGE: Final = Path(outbox.__file__).resolve().parent
 # What Lambda never imports: the operator command line and the local runtime (moto is not in the layer).
-ENGINE_EXCLUDE: Final = ("__pycache__", "*.pyc", "cli.py", "local")
+ENGINE_EXCLUDE: Final = ("__pycache__", "*.pyc", "cli", "local")
 # Wheels for the Lambda platform, downloaded once per lock: later synths need no network. The cache lives
 # in the directory synth runs from (the app's), or where OUTBOX_WHEELHOUSE points.
 WHEELHOUSE_ENV: Final = "OUTBOX_WHEELHOUSE"

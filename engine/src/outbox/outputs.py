@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from enum import StrEnum
+from pathlib import Path
 
 from outbox.exceptions import OutboxValidationError
+
+# Where a served local runtime (``outbox local serve``) writes its endpoint, its stack's outputs and its catalog,
+# relative to the folder it runs in; ``outbox --local`` reads it from there.
+LOCAL_TOPOLOGY = Path(".local") / "topology.json"
 
 
 class StackOutput(StrEnum):

@@ -26,13 +26,11 @@ from outbox.local import setup
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
+from outbox.outputs import LOCAL_TOPOLOGY
 
 __all__ = ["LOCAL_TOPOLOGY", "Served", "serve", "synthesize_app"]
 
 logger = logging.getLogger(__name__)
-
-# Where a served local runtime writes what ``outbox --local`` needs, relative to the folder it runs in.
-LOCAL_TOPOLOGY = Path(".local") / "topology.json"
 
 
 class ServeError(Exception):

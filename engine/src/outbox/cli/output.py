@@ -1,0 +1,155 @@
+"""What every command shares: its output (a table for people, one JSON document with --json, messages on
+stderr), its questions, its progress bars, its exit codes, and how a failure is said in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, NoReturn
+
+import typer
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from outbox.cli.app import CliContext
+from outbox.ops.context import ProgressCallback
+
+# Every command takes --json after its name too (`outbox status --json`), as well as before it.
+JsonFlag = Annotated[bool, typer.Option("--json", help="exactly one JSON document on stdout")]
+
+
+def command_context(ctx: typer.Context, as_json: bool = False) -> CliContext:
+    context: CliContext = ctx.obj
+    context.json = context.json or as_json
+    return context
+
+
+def emit_json(context: CliContext, value: Any) -> None:
+    context.out.print_json(json.dumps(value, default=plain))
+
+
+def plain(item: Any) -> Any:
+    return asdict(item) if is_dataclass(item) and not isinstance(item, type) else str(item)
+
+
+def show(context: CliContext, document: Any, human: Callable[[], None]) -> None:
+    """The command's result: ``document`` as JSON with --json, else what ``human`` prints."""
+    if context.json:
+        emit_json(context, document)
+    else:
+        human()
+
+
+def note(context: CliContext, message: str) -> None:
+    """A message for the person at the terminal (stderr): never mixed into a table or a JSON document."""
+    context.err.print(message, highlight=False)
+
+
+def refuse(context: CliContext, error: Exception) -> NoReturn:
+    context.err.print(f"[bold red]refused:[/] {error}", highlight=False)
+    if context.json:
+        emit_json(context, error_document("refused", str(error)))
+    raise typer.Exit(code=2)
+
+
+def error_document(kind: str, message: str, exit_code: int = 2) -> dict[str, Any]:
+    """What stdout holds under --json when a command could not run."""
+    return {"error": {"kind": kind, "message": message}, "exit_code": exit_code}
+
+
+def confirm(yes: bool, question: str) -> None:
+    # The question goes to stderr, so that stdout holds only the command's result.
+    if not yes and not typer.confirm(question, default=False, err=True):
+        raise typer.Exit(code=1)
+
+
+@contextmanager
+def progress(context: CliContext, description: str, total: int | None = None) -> Iterator[ProgressCallback]:
+    """A progress bar on stderr (drawn only on a terminal, gone when done), fed by an action's callback."""
+    with Progress(console=context.err, transient=True) as progress:
+        task = progress.add_task(description, total=total)
+
+        def report(step: str, done: int, of: int | None) -> None:
+            progress.update(task, description=step, completed=done, total=of)
+
+        yield report
+
+
+def parse_moment(value: str | None, now: datetime | None = None) -> datetime | None:
+    """An ISO 8601 time, or a duration back from ``now`` (the operations' clock): 30m, 24h, 7d."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"(\d+)([mhd])", value)
+    if match:
+        amount, unit = int(match[1]), match[2]
+        delta = {"m": timedelta(minutes=amount), "h": timedelta(hours=amount), "d": timedelta(days=amount)}[unit]
+        return (now or datetime.now(UTC)) - delta
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is neither an ISO 8601 time nor a duration like 24h") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def print_records(context: CliContext, rows: Sequence[Any]) -> None:
+    """Each dataclass row as a two-column table of its fields, nothing cut."""
+    for row in rows:
+        table = Table("field", "value", show_header=False)
+        for name, value in asdict(row).items():
+            table.add_row(name, "-" if value is None else str(value))
+        context.out.print(table)
+
+
+def parse_day(value: str) -> datetime:
+    """``YYYY-MM-DD`` as midnight UTC; anything else is a usage error (exit 2), never a traceback."""
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a day: give it as YYYY-MM-DD", param_hint="--day") from None
+
+
+def fail(args: Sequence[str], kind: str, message: str, code: int, prefix: str | None = None) -> NoReturn:
+    if prefix:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]{prefix}:[/] {message}", highlight=False)
+    if "--json" in args:
+        print(json.dumps(error_document(kind, message, code)))
+    raise SystemExit(code) from None
+
+
+def explain_aws_error(exc: BotoCoreError | ClientError) -> str:
+    """What went wrong, and what to do about it, in one line."""
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: pass --region, or set AWS_REGION (or use a --profile that has one)"
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return "no AWS credentials: pass --profile, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    if isinstance(exc, ProfileNotFound):
+        return f"{exc}: check --profile against ~/.aws/config"
+    if isinstance(exc, EndpointConnectionError):
+        return (
+            f"cannot reach {exc.kwargs.get('endpoint_url', 'the endpoint')}: for --local, start the local runtime "
+            "(make demo ARGS='--serve 4566'); a stopped demo leaves a stale .local/topology.json behind"
+        )
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", "?"), error.get("Message", "")
+        operation = exc.operation_name
+        if code == "ValidationError" and "does not exist" in message:
+            return f"{message}: check --stack and --region"
+        if "AccessDenied" in code or code in ("UnauthorizedOperation", "UnrecognizedClientException"):
+            return f"access denied to {operation}: {message} (use credentials that may operate the stack)"
+        return f"AWS refused {operation}: {code}: {message}"
+    return str(exc)

@@ -6,7 +6,7 @@ source mapping with MaximumConcurrency set keeps five long-polling connections o
 two only without it, https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html), each waiting
 up to 20 s per ReceiveMessage. Storage is per GB and grows with the log, so it is priced per GB, not guessed.
 
-``python -m benchmarks.at_rest [--assembly cdk.out]`` prints the bill; the README quotes its total, and a
+``python -m benchmarks.at_rest [--assembly cdk.out]`` prints the bill; docs/operating.md quotes its total, and a
 test recomputes it from the tests' template, so the figure cannot drift from the stack.
 """
 

@@ -701,7 +701,7 @@ class Driver:
     def deploy(self, kind: str) -> None:
         """A new version of the application goes out now, whatever is in flight: every function starts cold with
         the new catalog, every emitter and the operator's tools use it. After adding a subscription, the
-        operator backfills it as the README says: ``reconcile --subscription S --since <the first event>``."""
+        operator backfills it as docs/concepts.md says: ``reconcile --subscription S --since <the first event>``."""
         self._until_a_note_waits()
         clock = self.runtime.clock
         clock.advance(timedelta(seconds=1))

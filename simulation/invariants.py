@@ -155,7 +155,8 @@ def check_deadline(world: World, observations: Observations, state: State) -> li
         if reason != "exhausted" or key in world.too_slow or not cut_for_others[key]:
             continue
         claimed = observations.claims[key] + observations.uncertain_claims[key] - observations.given_back[key]
-        own = claimed - cut_for_others[key]
+        # A cut-off the engine forgave is given back already (in ``claimed``): not to be taken off twice.
+        own = claimed - max(cut_for_others[key] - observations.forgiven[key], 0)
         if own < state.max_attempts:
             found.append(
                 Violation(
@@ -311,7 +312,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
         )
     found.extend(_terminal_errors_are_terminal(world, observations))
     found.extend(_exhaustion_is_earned(world, observations, state))
-    found.extend(_attempts_are_bounded(world, state))
+    found.extend(_attempts_are_bounded(world, observations, state))
     found.extend(_repairs_give_attempts_back(world, observations, state))
     found.extend(_attempts_were_claimed(world, observations, state))
     return found
@@ -487,11 +488,12 @@ def _repairs_give_attempts_back(world: World, observations: Observations, state:
     return found
 
 
-def _attempts_are_bounded(world: World, state: State) -> list[Violation]:
+def _attempts_are_bounded(world: World, observations: Observations, state: State) -> list[Violation]:
     """Between two operator repairs, a pair's handler runs at most ``max_attempts`` times; a DynamoDB-only
     subscription's once more: its first delivery runs with no claim, and a run stopped before its commit (a
     crash, the deadline) left nothing and counted no attempt. A direct run whose commit found the pair's row (a
-    late duplicate of a pair with history) committed nothing and is not counted."""
+    late duplicate of a pair with history) committed nothing and is not counted. A run the deadline cut off after
+    other work's time is one the engine forgave (``Inbox.forgive``): it runs once more for each."""
     found: list[Violation] = []
     # The DynamoDB-only subscriptions: sim.archive, and sim.ledger until a deploy makes it ordered.
     direct = {ARCHIVE, LEDGER} if world.schedule.deploy == "ordered" else {ARCHIVE}
@@ -503,7 +505,7 @@ def _attempts_are_bounded(world: World, state: State) -> list[Violation]:
         resets = [at for k, at in world.replay_positions if k == key]
         segments: Counter[int] = Counter(sum(1 for reset in resets if reset <= run) for run in positions)
         most = max(segments.values())
-        allowed = state.max_attempts + (1 if key.rpartition(":")[2] in direct else 0)
+        allowed = state.max_attempts + (1 if key.rpartition(":")[2] in direct else 0) + observations.forgiven[key]
         if most > allowed:
             found.append(Violation(2, f"{_name(world, key)}: its handler ran {most} times, more than {allowed}"))
     return found

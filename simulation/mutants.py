@@ -36,6 +36,7 @@ ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 STATUS = "outbox.ops.status"
 CANONICAL = "outbox.canonical"
+RUNTIME = "outbox.local.runtime"
 ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
 GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
 
@@ -593,8 +594,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="defer-spends-attempt",
         module=CLAIMS,
-        original='"attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"',
-        replacement='"attempts = if_not_exists(attempts, :one), updated_at = :now_iso REMOVE lease_expires_at"',
+        original='"attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at, started_with_ms"',
+        replacement=(
+            '"attempts = if_not_exists(attempts, :one), updated_at = :now_iso REMOVE lease_expires_at, started_with_ms"'
+        ),
         description="a deferral keeps the attempt it was claimed with: waiting for a predecessor spends attempts",
         what_should_catch_it="an event deferred behind its predecessor (a reordered batch, a dead predecessor): its "
         "claim counts an attempt no run took (14), and enough waits kill it unrun (2)",
@@ -649,6 +652,28 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="a late or replayed predecessor with followers deferred behind it, and more records "
         "after it in the same batch: they run after in-place work (15)",
         seeds=(2, 7, 11),
+    ),
+    Mutant(
+        id="unfinished-attempt-forgotten",
+        module=ATTEMPTS,
+        original="            return self._after_unfinished(result.claim, pair, remaining_ms)\n",
+        replacement="            return result.claim\n",
+        description="the claim ignores an attempt that never ended: a container that timed out is replaced and "
+        "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
+        what_should_catch_it="a tenant's pair behind another tenant's slow ordered ledger in each batch: cut off "
+        "every time, then dead as exhausted (15)",
+        seeds=(2623998, 2624269),  # soak seeds: 1..80 do not draw this shape yet
+    ),
+    Mutant(
+        id="mapping-judges-its-own-deadline",
+        module=RUNTIME,
+        original="        return function.invoke(event, context)\n",
+        replacement="        return function.invoke(event)\n",
+        description="the event source mapping judges the invocation by a deadline of its own, which a fault that "
+        "keeps the worker alive through a time jump does not move: a batch finished in time fails, warm",
+        what_should_catch_it="a second worker after a visibility timeout inside a slow handler: the container "
+        "keeps what it learnt through a timeout it never saw, and starts a slow pair too late (15)",
+        seeds=(2623927,),  # a soak seed: 1..80 do not draw this shape yet
     ),
     Mutant(
         id="started-without-time",

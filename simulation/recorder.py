@@ -157,6 +157,8 @@ class Observations:
     invocations: list[Invocation] = field(default_factory=list)
     cut_offs: list[CutOff] = field(default_factory=list)
     given_back: Counter[str] = field(default_factory=Counter)
+    # Attempts the engine stopped counting because the deadline cut them off after other work's time.
+    forgiven: Counter[str] = field(default_factory=Counter)
     records_after_in_place: list[str] = field(default_factory=list)
     # Pairs the deadline cut off that started with less time left than their subscription was known to need.
     started_too_late: list[str] = field(default_factory=list)
@@ -192,7 +194,7 @@ class Recorder:
         self.durable = durable
         # The originals, captured when recording starts (a mutation test may have replaced one).
         self._claim, self._complete, self._mark_dead = Inbox.claim, LeasePath.complete, Inbox.mark_dead
-        self._release, self._deliver = Inbox.release, DurableConsumer.deliver
+        self._release, self._deliver, self._forgive = Inbox.release, DurableConsumer.deliver, Inbox.forgive
         self._commit_directly, self._failed_directly = DirectPath.commit, DirectPath.failed
         self._process_record = DurableConsumer.process_record
         self._defer, self._wake_up = Inbox.defer, WakeUps.send
@@ -216,8 +218,11 @@ class Recorder:
         def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
             recorder.mark_dead(inbox, claim_, envelope, *details)
 
-        def release(inbox: Inbox, claim_: Claim, error: str, give_back: int = 0) -> None:
-            recorder.release(inbox, claim_, error, give_back)
+        def release(inbox: Inbox, claim_: Claim, error: str, give_back: int = 0, **kept: Any) -> None:
+            recorder.release(inbox, claim_, error, give_back, **kept)
+
+        def forgive(inbox: Inbox, claim_: Claim) -> Claim:
+            return recorder.forgive(inbox, claim_)
 
         def deliver(
             consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
@@ -247,6 +252,7 @@ class Recorder:
             stack.enter_context(mock.patch.object(LeasePath, "complete", complete))
             stack.enter_context(mock.patch.object(Inbox, "mark_dead", mark_dead))
             stack.enter_context(mock.patch.object(Inbox, "release", release))
+            stack.enter_context(mock.patch.object(Inbox, "forgive", forgive))
             stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
             stack.enter_context(mock.patch.object(DirectPath, "commit", commit_directly))
@@ -428,13 +434,21 @@ class Recorder:
         what = f"({reason.value}, receive {receive_count}): {brief(error)}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
-    def release(self, inbox: Inbox, claim: Claim, error: str, give_back: int = 0) -> None:
+    def forgive(self, inbox: Inbox, claim: Claim) -> Claim:
+        """An attempt cut off for other work's time, no longer counted: given back, and not the pair's own."""
+        forgiven = self._forgive(inbox, claim)
+        self.observations.given_back[claim.idempotency_key] += claim.attempts - forgiven.attempts
+        self.observations.forgiven[claim.idempotency_key] += claim.attempts - forgiven.attempts
+        self.trace.add("forgive", f"{self.trace.key(claim.idempotency_key)}: its unfinished attempt is not counted")
+        return forgiven
+
+    def release(self, inbox: Inbox, claim: Claim, error: str, give_back: int = 0, **kept: Any) -> None:
         if give_back:  # a claim given back with its attempt ran nothing: no attempt of it was released
             self.observations.given_back[claim.idempotency_key] += give_back
         else:
             self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
         try:
-            self._release(inbox, claim, error, give_back)
+            self._release(inbox, claim, error, give_back, **kept)
         except BaseException as exc:
             if _lost_answer(exc):
                 self._finished(claim)  # applied, its answer lost: the lease is gone

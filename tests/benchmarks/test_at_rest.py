@@ -1,4 +1,4 @@
-"""The idle stack's monthly bill is read off the template, and the README quotes exactly that figure."""
+"""The idle stack's monthly bill is read off the template, and docs/operating.md quotes exactly that figure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from benchmarks.report import load_prices
 from stacks.app_factory import STACK_NAME
 from tests.conftest import Synthesized
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 
 def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> None:
@@ -29,10 +29,10 @@ def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> No
 def test_the_readme_quotes_the_bill_of_the_template(synthesized: Synthesized) -> None:
     template = synthesized.template(STACK_NAME)
     prices = load_prices()
-    section = README.read_text().split("What it costs at rest", 1)[1].split("\n\n", 1)[0]
+    section = OPERATING.read_text().split("What it costs at rest", 1)[1].split("\n\n", 1)[0]
     quoted = re.findall(r"\$(\d+\.\d\d)", section)
     expected = [f"{total(monthly_bill(template, prices)):.2f}", f"{per_stored_gb(template, prices):.2f}"]
-    assert quoted[:2] == expected, "README's at-rest figures are stale: run python -m benchmarks.at_rest"
+    assert quoted[:2] == expected, "docs/operating.md's at-rest figures are stale: run python -m benchmarks.at_rest"
 
 
 def test_a_price_missing_from_the_list_is_an_error_not_zero(synthesized: Synthesized) -> None:

@@ -1,5 +1,5 @@
 """Backends for the end-to-end scenarios. The deployed-stack backend runs only when OUTBOX_E2E_STACK
-names a stack and AWS credentials are configured (see README, "Running the end-to-end suite on AWS")."""
+names a stack and AWS credentials are configured (see docs/local-runtime.md, "Running the end-to-end suite on AWS")."""
 
 from __future__ import annotations
 

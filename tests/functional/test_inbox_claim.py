@@ -203,3 +203,46 @@ def test_the_lease_covers_the_whole_invocation_with_a_floor_at_the_deadline() ->
     policy = LeasePolicy(floor=timedelta(seconds=5), margin=timedelta(seconds=5))
     assert policy.lease_for(60_000) == timedelta(seconds=65)
     assert policy.lease_for(0) == timedelta(seconds=10), "remaining time reads 0 near the deadline"
+
+
+def test_a_take_over_learns_how_much_time_the_unfinished_attempt_had(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    """A container that timed out is replaced, and what it knew of the handler's time with it: the claim row
+    remembers what the attempt started with until the attempt ends, so the next claim knows it never did."""
+    inbox, envelope, clock, _ = world
+    first = inbox.claim(envelope, "shipping.book", LEASE, budget_ms=18_300).claim
+    assert first is not None
+    assert first.unfinished_with_ms is None
+
+    clock.advance(LEASE + timedelta(seconds=1))  # the deadline cut it off: no write ended the attempt
+    second = inbox.claim(envelope, "shipping.book", LEASE, budget_ms=59_000).claim
+
+    assert second is not None
+    assert second.unfinished_with_ms == 18_300
+    assert second.attempts == 2
+    forgiven = inbox.forgive(second)
+    assert forgiven.attempts == 1
+    assert inbox.read_claim(envelope.id, "shipping.book").attempts == 1  # type: ignore[union-attr]
+
+    inbox.release(forgiven, "503")  # this attempt ended
+    third = inbox.claim(envelope, "shipping.book", LEASE, budget_ms=59_000).claim
+    assert third is not None
+    assert third.unfinished_with_ms is None
+
+
+def test_a_claim_given_back_unrun_keeps_the_unfinished_time_for_the_next(
+    world: tuple[Inbox, Envelope, VirtualClock, Any],
+) -> None:
+    inbox, envelope, clock, _ = world
+    inbox.claim(envelope, "shipping.book", LEASE, budget_ms=18_300)
+    clock.advance(LEASE + timedelta(seconds=1))
+    waiting = inbox.claim(envelope, "shipping.book", LEASE, budget_ms=9_000).claim
+    assert waiting is not None
+
+    inbox.release(waiting, "not enough time left", 1, still_unfinished=waiting.unfinished_with_ms)
+    again = inbox.claim(envelope, "shipping.book", LEASE, budget_ms=59_000).claim
+
+    assert again is not None
+    assert again.unfinished_with_ms == 18_300
+    assert again.attempts == 2  # the unfinished one, and this one: the waiting claim's was given back

@@ -1,5 +1,6 @@
 """The durable consumer end to end on moto: real SQS FIFO messages, the real Powertools processor, the
-inbox claim. Each test is one guarantee of the README's "The inbox claim" that would fail if the guarantee broke."""
+inbox claim. Each test is one guarantee of docs/concepts.md's "The inbox claim" that would fail if the guarantee
+broke."""
 
 from __future__ import annotations
 

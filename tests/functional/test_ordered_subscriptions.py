@@ -390,7 +390,7 @@ def test_events_before_ordered_since_are_not_part_of_the_order_and_run_once_the_
     assert applied.seqs == {}
 
 
-# -- a subscription made ordered while its work is in flight (the README's deploy: ordered_since = the switch) --
+# -- a subscription made ordered while its work is in flight (docs/concepts.md: ordered_since = the switch) --
 
 
 def unordered_then_ordered(make_harness: HarnessFactory) -> tuple[Harness, Callable[[], Applied]]:

@@ -32,7 +32,8 @@ def test_a_nag_finding_fails_the_synth(tmp_path) -> None:  # type: ignore[no-unt
 
 
 def test_the_example_deployed_with_an_alarm_email_passes_cdk_nag(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The README's deploy command (-c alarmEmail=...): its e-mail subscription once failed the Serverless pack."""
+    """The deploy command of docs/operating.md (-c alarmEmail=...): its e-mail subscription once failed the
+    Serverless pack."""
     from stacks.app_factory import build_app
     from tests.example_app import TRIAL_CONTEXT
 

@@ -16,6 +16,7 @@ from outbox.local.clock import VirtualClock
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LocalFunction
+from outbox.local.runtime import _invoker
 from outbox.testing.services import FakeService
 
 
@@ -297,3 +298,50 @@ def test_an_early_redelivery_inside_an_invocation_past_its_deadline_still_makes_
         "1",
         "0",
     )
+
+
+def test_a_deadline_a_fault_moved_is_the_one_the_mapping_judges_the_invocation_by(
+    queue: tuple[Any, str, VirtualClock], tmp_path: Any
+) -> None:
+    """A fault that lets time jump while the worker lives (skew, a short visibility timeout) moves the
+    invocation's deadline. The function and the mapping that invoked it must judge by that one deadline: the
+    mapping once judged by its own, unmoved copy, failed the batch the function had finished in time, and kept
+    the container warm as if nothing had timed out."""
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    (tmp_path / "jumping.py").write_text(
+        "from datetime import timedelta\n"
+        "from outbox.local import deadline\n"
+        "def handler(event, context):\n"
+        "    CLOCK.advance(30)\n"
+        "    deadline.extend(timedelta(seconds=30))  # the fault keeps this worker alive through the jump\n"
+        "    return {'batchItemFailures': []}\n"
+    )
+    function = LocalFunction("jumping", "jumping.handler", tmp_path, timedelta(seconds=10), {}, clock)
+    function._resolve().__globals__["CLOCK"] = clock
+    slow = mapping(sqs, url, clock, _invoker(function))
+
+    result = slow.poll()
+
+    assert result is not None
+    assert result.crashed is None, result.crashed
+    assert result.failed == []
+
+
+def test_a_timeout_the_mapping_sees_starts_the_next_invocation_cold(
+    queue: tuple[Any, str, VirtualClock], tmp_path: Any
+) -> None:
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    (tmp_path / "late.py").write_text(
+        "def handler(event, context):\n    CLOCK.advance(11)\n    return {'batchItemFailures': []}\n"
+    )
+    function = LocalFunction("late", "late.handler", tmp_path, timedelta(seconds=10), {}, clock)
+    warm = function._resolve()
+    warm.__globals__["CLOCK"] = clock
+
+    result = mapping(sqs, url, clock, _invoker(function)).poll()
+
+    assert result is not None
+    assert isinstance(result.crashed, InvocationTimedOut)
+    assert function._handler is None, "Lambda resets the execution environment after a timeout"

@@ -51,6 +51,7 @@ GUARANTEE_MODULES = {
     "outbox.ops.reconcile",
     "outbox.ops.status",
     "outbox.canonical",
+    "outbox.local.runtime",
 }
 
 

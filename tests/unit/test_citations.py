@@ -43,3 +43,41 @@ def test_nothing_points_outside_the_repository() -> None:
     outside = sorted(str(path.relative_to(ROOT)) for path in project_files() if OUTSIDE.search(path.read_text()))
 
     assert outside == []
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    found = set()
+    for line in page.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_link_of_the_readme_and_the_docs_leads_somewhere() -> None:
+    """A page moved or a heading renamed breaks the links to it: each relative link names a file of the
+    repository, and each #anchor a heading of its page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    dead = []
+    for page in pages:
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            if not resolved.exists():
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                dead.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert dead == []
+
+
+def test_the_link_check_can_fail(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# A title\n\nSee [there](missing.md) and [here](#a-title) and [not](#nothing).\n")
+    assert _anchors(page) == {"a-title"}
+    assert not (tmp_path / "missing.md").exists()

@@ -1,8 +1,8 @@
-"""The README's figures come from their sources: the benchmarks' report and the mutation catalogue.
+"""The figures of the README and docs/ come from their sources: the benchmarks' report and the mutation catalogue.
 
-A figure in the README carries, in an HTML comment right after it, the row of ``benchmarks/RESULTS.md`` it
+A figure in a page carries, in an HTML comment right after it, the row of ``benchmarks/RESULTS.md`` it
 quotes (``0.91x<!-- figure: <the row's first cell> -->``); it must read as that row's figure (its median). The
-mutation score the README and docs/simulation.md state must be the catalogue's, and every seed the score table
+mutation score docs/simulation.md states must be the catalogue's, and every seed the score table
 lists must be the one ``simulation/mutants.py`` records.
 """
 
@@ -16,7 +16,8 @@ import pytest
 from simulation.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+# The README and every page of docs/, as one text: a figure may move between them.
+PAGES = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text()
 SIMULATION_DOC = (ROOT / "docs" / "simulation.md").read_text()
 FIGURE = re.compile(r"(?P<value>\$?\d[\d,]*(?:\.\d+)?)x?<!-- figure: (?P<label>.+?)\s*-->", re.DOTALL)
@@ -39,7 +40,7 @@ def results_rows() -> dict[str, str]:
 
 
 def quoted_figures() -> list[tuple[str, str]]:
-    return [(match["value"], _spaced(match["label"])) for match in FIGURE.finditer(README)]
+    return [(match["value"], _spaced(match["label"])) for match in FIGURE.finditer(PAGES)]
 
 
 def test_the_readme_quotes_figures_of_the_report() -> None:
@@ -54,7 +55,7 @@ def test_each_figure_of_the_readme_is_the_reports(value: str, label: str) -> Non
     quoted = value.lstrip("$")
     decimals = len(quoted.partition(".")[2])
     assert round(float(reported.replace(",", "")), decimals) == float(quoted.replace(",", "")), (
-        f"the README says {value} for {label!r}; RESULTS.md says {rows[label]} (make bench rewrote it: "
+        f"the docs say {value} for {label!r}; RESULTS.md says {rows[label]} (make bench rewrote it: "
         "copy the new figure)"
     )
 
@@ -62,8 +63,8 @@ def test_each_figure_of_the_readme_is_the_reports(value: str, label: str) -> Non
 def test_the_mutation_score_is_the_catalogues() -> None:
     telling = [m for m in MUTANTS if not m.equivalent]
     equivalent = len(MUTANTS) - len(telling)
-    assert f"catches all {len(telling)} mutants that a run can" in _spaced(README)
-    assert f"{WORDS[equivalent]} more are equivalent" in _spaced(README)
+    assert f"catches all {len(telling)} mutants that a run can" in _spaced(SIMULATION_DOC)
+    assert f"{WORDS[equivalent]} more are equivalent" in _spaced(SIMULATION_DOC)
     assert f"All {len(telling)} mutants a run can tell from the engine are caught (100%); {len(telling)} of all" in (
         SIMULATION_DOC
     )

@@ -67,7 +67,7 @@ class AlarmTopic(Construct):
                 id="Serverless::Serverless-SNSRedrivePolicy",
                 reason="An e-mail subscription to the alarm topic: SNS retries the delivery to the mail server under "
                 "its delivery policy, and a redrive queue would keep the alarm notifications where nobody reads "
-                "them. That the mail arrives is proved after each deploy (README: prove notifications).",
+                "them. That the mail arrives is proved after each deploy (docs/operating.md: prove notifications).",
             )
         )
 

@@ -19,7 +19,8 @@ from outbox_cdk.table_defaults import protected_table
 EVENT_ROW_PARTITION_PATTERN = "TENANT#*#EVENT"
 
 # Every API that can change or remove an existing event row. PutItem is not here: appending is how
-# emit() works, and IAM cannot tell an append from an overwrite (see README, "Append-only by policy").
+# emit() works, and IAM cannot tell an append from an overwrite (docs/concepts.md, "Append-only, and what
+# happens when it is not").
 EVENT_ROW_MUTATIONS = [
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",

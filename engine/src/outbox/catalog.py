@@ -153,7 +153,7 @@ class Catalog:
         if spec is None:
             raise InvalidEventError(
                 f"event type {event_type!r} is not declared by any module; declare it in the owning module's "
-                "event_types (see README, Adding an event type)"
+                "event_types (docs/concepts.md, Adding an event type)"
             )
         if schema_version is not None and schema_version != spec.version:
             raise InvalidEventError(

@@ -73,7 +73,7 @@ class ChainHeadContentionError(OutboxError):
         self.attempts = attempts
         super().__init__(
             f"emit for tenant {tenant!r} lost the race for the chain head {attempts} times; nothing was "
-            "committed. Retry the request, or spread the tenant's writes (see README, emit under contention)."
+            "committed. Retry the request, or spread the tenant's writes (docs/concepts.md, Using emit())."
         )
 
 

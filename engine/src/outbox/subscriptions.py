@@ -19,7 +19,7 @@ SUBSCRIPTION_NAME_MAX_LENGTH = 100
 
 
 class Lane(StrEnum):
-    """Where a subscription runs. Each lane has exactly one dispatcher (see README, Lanes)."""
+    """Where a subscription runs. Each lane has exactly one dispatcher (docs/concepts.md, Lanes)."""
 
     INLINE = "INLINE"  # in emit()'s caller, awaited, fail-closed
     LOCAL = "LOCAL"  # same process after commit, best effort

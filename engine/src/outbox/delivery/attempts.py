@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, checked_result
-from outbox.delivery.timing import LeasePolicy, RunTimes
+from outbox.delivery.timing import RUN_MARGIN_MS, LeasePolicy, RunTimes
 from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, LeaseLostError, TerminalError
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
@@ -75,7 +75,9 @@ class Attempts:
         envelope, subscription = pair.envelope, pair.subscription
         lease = self.lease_policy.lease_for(remaining_ms())
         creates = pair.may_create if may_create is None else may_create
-        result = self.inbox.claim(envelope, subscription.name, lease, pair.digest, may_create=creates)
+        result = self.inbox.claim(
+            envelope, subscription.name, lease, pair.digest, may_create=creates, budget_ms=remaining_ms()
+        )
         if result.outcome is ClaimOutcome.CONFLICT:
             return self.conflict(envelope, subscription, result.existing or {}, pair.receive_count)
         if result.outcome is ClaimOutcome.UNVERIFIABLE:
@@ -93,7 +95,41 @@ class Attempts:
             self.count(Metric.SKIPS)
             return DeliveryOutcome.SKIPPED
         self.count(Metric.CLAIMS)
+        if result.claim.unfinished_with_ms is not None:
+            return self._after_unfinished(result.claim, pair, remaining_ms)
         return result.claim
+
+    def _after_unfinished(self, claim: Claim, pair: Pair, remaining_ms: RemainingMs) -> Claim | DeliveryOutcome:
+        """The previous attempt started with ``claim.unfinished_with_ms`` of its invocation left and never ended:
+        the deadline cut it off, or its worker died. A container that timed out is replaced, and what it learnt of
+        the handler's time with it, so the claim row is where this is remembered.
+
+        An attempt that started with less than a whole invocation left (other records of its batch, most likely
+        other tenants', had taken the rest) is forgiven, once, by the claim that runs the pair again: one tenant's
+        work never costs another its attempts. That claim needs more time than the unfinished attempt had; until
+        one has it, each comes back with its group, its own attempt given back."""
+        had = claim.unfinished_with_ms or 0
+        whole = self.times.invocation_budget_ms()
+        if whole is None or had + RUN_MARGIN_MS >= whole:
+            return claim  # that attempt had a whole invocation: it counts, and no invocation has more time
+        try:
+            if remaining_ms() > had + RUN_MARGIN_MS:
+                return self.inbox.forgive(claim)
+            # Its own attempt given back, and the unfinished one kept for the claim that will run it.
+            why = f"its last attempt did not end with {had} ms left; it runs with more"
+            self.inbox.release(claim, why, 1, still_unfinished=had)
+        except LeaseLostError:
+            self.count(Metric.LEASES_LOST)
+            return DeliveryOutcome.RETRY
+        logger.info(
+            "not running %s with %d ms left: its last attempt had %d ms and did not end",
+            pair.subscription.name,
+            remaining_ms(),
+            had,
+            extra=pair.log,
+        )
+        self.count(Metric.NO_TIME_LEFT)
+        return DeliveryOutcome.RETRY
 
     def conflict(
         self, envelope: Envelope, subscription: Subscription, existing: Mapping[str, Any], receive_count: int

@@ -56,6 +56,10 @@ class RunTimes:
         finally:
             self._invocation_ms = outer
 
+    def invocation_budget_ms(self) -> int | None:
+        """What the invocation under way had when it started (None outside one)."""
+        return self._invocation_ms
+
     def has_time_for(self, subscription: Subscription, remaining_ms: RemainingMs, *, in_place: bool = False) -> bool:
         """Whether a run of ``subscription`` fits in what is left of the invocation: its slowest run seen in this
         container and ``RUN_MARGIN_MS``; ``in_place`` (optional work, done with the batch's own records done),

@@ -8,6 +8,7 @@ left it claimable (REPLAYING, DEFERRED). What finishes a claim is fenced on its 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,8 +57,13 @@ class ClaimBook(InboxTable):
         digest: str | None = None,
         *,
         may_create: bool = True,
+        budget_ms: int = 0,
     ) -> ClaimResult:
         """One conditional write: take the row if absent (and ``may_create``) or if its lease has expired.
+
+        ``budget_ms``: what is left of the invocation as this attempt starts. The row keeps it until the attempt
+        ends (every write that ends one removes it), so the next claim learns whether the previous attempt ended
+        and, if not, how much time it had (``Claim.unfinished_with_ms``).
 
         ``may_create`` is False for a message issued longer ago than the inbox remembers completions: its
         row may be missing because the pair completed and the row expired, so absence proves nothing and
@@ -68,7 +74,7 @@ class ClaimBook(InboxTable):
         digest = digest or envelope_digest(envelope)
         lease_expires_at = now + lease
         if may_create:
-            created = self._create(envelope, subscription, owner, digest, now, lease_expires_at)
+            created = self._create(envelope, subscription, owner, digest, now, lease_expires_at, budget_ms)
             if created is not None:
                 return created
         claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"
@@ -82,7 +88,9 @@ class ClaimBook(InboxTable):
                     "SET #status = :pending, #owner = :owner, lease_expires_at = :lease, "
                     "attempts = if_not_exists(attempts, :zero) + :one, digest = :digest, tenant = :tenant, "
                     "event_type = :event_type, event_seq = :event_seq, "
-                    "created_at = if_not_exists(created_at, :now_iso), updated_at = :now_iso"
+                    "created_at = if_not_exists(created_at, :now_iso), updated_at = :now_iso, "
+                    # Read before this update sets it: the previous attempt's, if it never ended.
+                    "unfinished_with_ms = if_not_exists(started_with_ms, :zero), started_with_ms = :budget"
                 ),
                 ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})",
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
@@ -100,6 +108,7 @@ class ClaimBook(InboxTable):
                     ":tenant": {"S": envelope.tenant},
                     ":event_type": {"S": envelope.type},
                     ":event_seq": {"N": str(envelope.seq)},
+                    ":budget": {"N": str(budget_ms)},
                 },
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -118,6 +127,7 @@ class ClaimBook(InboxTable):
         digest: str,
         now: datetime,
         lease_expires_at: datetime,
+        budget_ms: int = 0,
     ) -> ClaimResult | None:
         """The first claim of a pair that has no row: a PutItem conditioned on absence, lighter than the update
         (no expression, no row to send back: this worker wrote all of it). None when a row exists: the update
@@ -127,6 +137,7 @@ class ClaimBook(InboxTable):
         row["owner"] = {"S": owner}
         row["attempts"] = {"N": "1"}
         row["lease_expires_at"] = {"N": _epoch_ms(lease_expires_at)}
+        row["started_with_ms"] = {"N": str(budget_ms)}
         try:
             self.client.put_item(
                 TableName=self.table_name,
@@ -161,6 +172,7 @@ class ClaimBook(InboxTable):
             lease_expires_at=_from_epoch(row["lease_expires_at"]["N"], per_second=1000),
             open_dead_letter=_string(row, "open_dead_letter"),
             waits_for=_number(row, "waits_for"),
+            unfinished_with_ms=_number(row, "unfinished_with_ms") or None,
         )
 
     @staticmethod
@@ -187,7 +199,7 @@ class ClaimBook(InboxTable):
                 "Key": keys.claim_key(claim.event_id, claim.subscription),
                 "UpdateExpression": (
                     "SET #status = :completed, completed_at = :now_iso, updated_at = :now_iso, "
-                    "expires_at = :expires REMOVE lease_expires_at, open_dead_letter"
+                    "expires_at = :expires REMOVE lease_expires_at, started_with_ms, open_dead_letter"
                     + (", waits_for, deferred_at" if claim.waits_for is not None else "")
                 ),
                 "ConditionExpression": "#owner = :owner AND #status = :pending",
@@ -288,7 +300,7 @@ class ClaimBook(InboxTable):
             {
                 "UpdateExpression": (
                     "SET #status = :deferred, waits_for = :waits_for, deferred_at = :now_iso, "
-                    "attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at"
+                    "attempts = attempts - :one, updated_at = :now_iso REMOVE lease_expires_at, started_with_ms"
                 ),
                 "ExpressionAttributeValues": {
                     ":deferred": {"S": DEFERRED},
@@ -346,13 +358,32 @@ class ClaimBook(InboxTable):
             return existing
         return None
 
-    def release(self, claim: Claim, error: str, give_back: int = 0) -> None:
+    def release(self, claim: Claim, error: str, give_back: int = 0, *, still_unfinished: int | None = None) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries.
         ``give_back`` attempts are not counted (a claim taken only to be handed to another path); the count is
-        set, not decremented, so a resend of this write after a lost answer gives back nothing twice."""
+        set, not decremented, so a resend of this write after a lost answer gives back nothing twice.
+        ``still_unfinished``: a claim given back unrun keeps the previous attempt's unfinished time for the next
+        claim (``Claim.unfinished_with_ms``)."""
         update = "SET lease_expires_at = :zero, last_error = :error, updated_at = :now_iso"
         values: dict[str, Any] = {":zero": {"N": "0"}, ":error": {"S": error[:2000]}}
         if give_back:
             update += ", attempts = :attempts"
             values[":attempts"] = {"N": str(max(claim.attempts - give_back, 0))}
+        if still_unfinished is None:
+            update += " REMOVE started_with_ms"  # the attempt ended
+        else:
+            update += ", started_with_ms = :unfinished"
+            values[":unfinished"] = {"N": str(still_unfinished)}
         self._fenced_update(claim, "release", {"UpdateExpression": update, "ExpressionAttributeValues": values})
+
+    def forgive(self, claim: Claim) -> Claim:
+        """Count the attempt before this claim's as never made (it was cut off for time other work took): the
+        claim with one attempt less. The count is set, not decremented, so a resend after a lost answer
+        forgives nothing twice."""
+        attempts = max(claim.attempts - 1, 1)
+        update = {
+            "UpdateExpression": "SET attempts = :attempts, updated_at = :now_iso",
+            "ExpressionAttributeValues": {":attempts": {"N": str(attempts)}},
+        }
+        self._fenced_update(claim, "forgive", update)
+        return replace(claim, attempts=attempts)

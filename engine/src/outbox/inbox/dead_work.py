@@ -43,7 +43,7 @@ class DeadWork(InboxTable):
             {
                 "UpdateExpression": (
                     "SET #status = :dead, last_error = :error, dead_reason = :reason, "
-                    "dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at"
+                    "dead_at = :now_iso, updated_at = :now_iso REMOVE lease_expires_at, started_with_ms"
                 ),
                 "ExpressionAttributeValues": {
                     ":dead": {"S": DEAD},

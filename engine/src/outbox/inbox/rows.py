@@ -61,6 +61,9 @@ class Claim:
     open_dead_letter: str | None = None
     # The seq of the event an ordered subscription deferred this pair behind (None: never deferred).
     waits_for: int | None = None
+    # What was left of its invocation when the previous attempt started, if that attempt never ended (no
+    # completion, release, dead mark or deferral: the deadline cut it off, or its worker died); None otherwise.
+    unfinished_with_ms: int | None = None
 
     @property
     def idempotency_key(self) -> str:

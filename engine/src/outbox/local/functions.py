@@ -10,7 +10,7 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -103,9 +103,14 @@ class LocalFunction:
     log: FunctionLog = field(default_factory=FunctionLog, repr=False)
     _handler: LambdaHandler | None = field(default=None, repr=False)
 
-    def invoke(self, event: dict[str, Any]) -> Any:
+    def invoke(self, event: dict[str, Any], context: LocalLambdaContext | None = None) -> Any:
+        """Run the handler on ``event``. ``context``: the invocation's, when its caller (an event source
+        mapping) made it and runs the invocation's deadline; else this call is the invocation, with its own."""
         self.invocations += 1
-        context = LocalLambdaContext(self.name, self.timeout, self.clock)
+        # One deadline per invocation: a fault that moves it (``deadline.extend``) moves the one its caller
+        # judges the invocation by, so the two never disagree on whether it timed out.
+        own = context is None
+        context = context or LocalLambdaContext(self.name, self.timeout, self.clock)
         # stdout goes to the function's log, as Lambda sends it to CloudWatch Logs; the module is first
         # imported inside this redirect, so loggers created at import write there too.
         deadline.install()
@@ -113,7 +118,7 @@ class LocalFunction:
             environment(self.env),
             code_on_path(self.code_root),
             function_output(self.log),
-            deadline.invocation(context.deadline, self.clock, self.name),
+            deadline.invocation(context.deadline, self.clock, self.name) if own else nullcontext(),
         ):
             try:
                 response = self._resolve()(event, context)

@@ -429,7 +429,7 @@ class LocalRuntime:
 
 
 def _invoker(function: LocalFunction) -> LambdaHandler:
-    def invoke(event: dict[str, Any], _context: Any) -> Any:
-        return function.invoke(event)
+    def invoke(event: dict[str, Any], context: Any) -> Any:
+        return function.invoke(event, context)
 
     return invoke

@@ -34,7 +34,7 @@ from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import ContractViolationError, EnvelopeParseError, OutboxValidationError
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
-from outbox.ordering import WakeUps, Watermark
+from outbox.ordering import OrderBook, WakeUps, Watermark
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
@@ -130,7 +130,7 @@ class DurableConsumer:
         return self.ordered.wake_ups
 
     @property
-    def order(self) -> Any:
+    def order(self) -> OrderBook:
         """The ordered subscriptions' watermarks and deferrals (``outbox.ordering.OrderBook``)."""
         return self.ordered.order
 

@@ -454,18 +454,23 @@ class SimulatedApp:
         self._take_time(delivery)
 
     def _take_time(self, delivery: Delivery) -> None:
-        """The time this pair's handler takes on every run (the ``slow_handler`` fault, or the schedule's slow
-        ordered ledger), drawn at its first slow run: most fit the function's timeout, some take just what is
-        left of the invocation or just more, some never fit. The virtual clock moves on while it runs; Lambda
-        stops the invocation at its deadline."""
+        """The time this pair's handler takes on every run (the ``slow_handler`` fault, the schedule's slow
+        ordered ledger, or its crowded batches), drawn at its first slow run: most fit the function's timeout,
+        some take just what is left of the invocation or just more, some never fit. The virtual clock moves on
+        while it runs; Lambda stops the invocation at its deadline."""
         key, chaos = delivery.idempotency_key, self.world.chaos
         if not chaos.active or self.world.sleep is None:
             return
         duration = self.world.durations.get(key)
         if duration is None:
             slow_ledger = self.world.schedule.slow_ledger
+            crowded = self.world.schedule.crowded
             if slow_ledger is not None and delivery.subscription == LEDGER:
                 duration = slow_ledger
+            elif crowded and (delivery.subscription, delivery.envelope.tenant) == (LEDGER, crowded.busy):
+                duration = crowded.ledger_takes
+            elif crowded and (delivery.subscription, delivery.envelope.tenant) == (CHARGE, crowded.neighbour):
+                duration = crowded.charge_takes
             elif chaos.fires(Fault.SLOW_HANDLER, key):
                 duration = self._drawn_duration(key, timedelta(milliseconds=delivery.remaining_time_ms()))
             else:

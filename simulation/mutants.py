@@ -176,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the handler's writes commit in their own call before the COMPLETED mark",
         what_should_catch_it="a lost lease or a throttle between the two calls: the writes apply twice (2)",
-        seeds=(10, 11, 23),
+        seeds=(5, 11, 17),
     ),
     # -- the consumer: completion and classification --------------------------------------------------------
     Mutant(
@@ -187,7 +187,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.inbox.mark_completed(claim, (), order)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
-        seeds=(14, 37, 58),
+        seeds=(14, 46, 58),
     ),
     Mutant(
         id="every-error-terminal",
@@ -259,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="self.count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
-        seeds=(31, 51, 62),
+        seeds=(17, 31, 51),
     ),
     Mutant(
         id="log-refusal-unrecorded",
@@ -589,7 +589,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "before a skip moved it writes the old seq back",
         what_should_catch_it="the operator skips the event a delivery waits for between its watermark read and its "
         "write (watermark_race): the watermark goes back, the follower is deferred for ever (14)",
-        seeds=(11, 27, 74),
+        seeds=(11, 27, 37),
     ),
     Mutant(
         id="defer-spends-attempt",
@@ -601,7 +601,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="a deferral keeps the attempt it was claimed with: waiting for a predecessor spends attempts",
         what_should_catch_it="an event deferred behind its predecessor (a reordered batch, a dead predecessor): its "
         "claim counts an attempt no run took (14), and enough waits kill it unrun (2)",
-        seeds=(2, 7, 11),
+        seeds=(2, 10, 11),
     ),
     Mutant(
         id="predecessor-ignored",
@@ -612,7 +612,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "no event waits for another, and each runs as it arrives",
         what_should_catch_it="an event delivered before its predecessor is applied (a reordered batch, a dead "
         "predecessor, a replay): applied out of seq order (14)",
-        seeds=(2, 7, 11),
+        seeds=(2, 10, 11),
     ),
     Mutant(
         id="wake-up-skipped",
@@ -625,7 +625,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "behind them nor send it back to the queue): that event stays deferred",
         what_should_catch_it="an event deferred behind a predecessor that then completes (a replay of a dead one, a "
         "reordered batch): left DEFERRED when the run settles (14)",
-        seeds=(2, 12, 19),
+        seeds=(2, 10, 12),
     ),
     Mutant(
         id="skip-wakes-nothing",
@@ -651,7 +651,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "one tenant's backlog spends the time the batch's later records (other tenants') need",
         what_should_catch_it="a late or replayed predecessor with followers deferred behind it, and more records "
         "after it in the same batch: they run after in-place work (15)",
-        seeds=(2, 7, 11),
+        seeds=(2, 11, 12),
     ),
     Mutant(
         id="unfinished-attempt-forgotten",
@@ -660,9 +660,9 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="            return result.claim\n",
         description="the claim ignores an attempt that never ended: a container that timed out is replaced and "
         "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
-        what_should_catch_it="a tenant's pair behind another tenant's slow ordered ledger in each batch: cut off "
-        "every time, then dead as exhausted (15)",
-        seeds=(2623998, 2624269),  # soak seeds: 1..80 do not draw this shape yet
+        what_should_catch_it="crowded batches: a tenant's charge behind another tenant's slow ordered backlog in "
+        "each batch, cut off every time, then dead as exhausted (15)",
+        seeds=(62, 66, 74),
     ),
     Mutant(
         id="mapping-judges-its-own-deadline",
@@ -750,7 +750,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "hold: a genuine event is refused as not in the log",
         what_should_catch_it="DynamoDB leaving keys of the consumer's read of its batch unprocessed "
         "(unprocessed_keys): a conflict dead letter for an event the log holds, its pair never run (2)",
-        seeds=(10, 21, 41),
+        seeds=(21, 33, 41),
     ),
     Mutant(
         id="wake-up-refusal-swallowed",

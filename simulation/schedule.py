@@ -62,6 +62,20 @@ class Fault(StrEnum):
 
 
 @dataclass(frozen=True)
+class Crowding:
+    """One tenant's backlog of slow ordered work (its ledger is a slow remote one) shares batches with another
+    tenant's healthy charge: each batch runs a ledger run of the busy tenant first, and what it leaves of the
+    invocation is a few seconds short of the neighbour's charge. A timeout replaces the container (as Lambda
+    does), so no consumer remembers how long the charge takes: only the inbox can tell that its attempts were
+    cut off for another tenant's work, until the backlog is through."""
+
+    busy: str
+    neighbour: str
+    ledger_takes: timedelta  # each of the busy tenant's ledger runs
+    charge_takes: timedelta  # each of the neighbour's charges
+
+
+@dataclass(frozen=True)
 class FaultRate:
     """Fire with ``probability`` at each opportunity, at most ``budget`` times in the schedule."""
 
@@ -135,7 +149,13 @@ _PARTIAL_ANSWERS: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]
 # The slow ordered ledger of a schedule whose sends may be refused: how often, and how long each run takes (the
 # durable consumer's timeout is 60 s: one run fits an invocation, two do not).
 _SLOW_LEDGER_CHANCE = 0.8
+_DURABLE_TIMEOUT = timedelta(seconds=60)  # the template's; the simulator's world reads it from there
 _SLOW_LEDGER_SECONDS = (31.0, 45.0)
+# A crowded batch, in a two-tenant ordered schedule without the slow ledger: one tenant's backlog of slow ledger
+# runs, and the other tenant's charge taking just more than such a run leaves of the invocation.
+_CROWDED_CHANCE = 0.5
+_CROWDED_BACKLOG = (5, 7)  # more items of the busy tenant, emitted first
+_CROWDED_PAST_THE_LEDGER = (3.0, 9.0)  # seconds the neighbour's charge takes beyond what a ledger run leaves
 # Read-only passes while the pipeline runs, and emits landing inside them: a stream of their own.
 _CHECKS_CHANCE = 0.5
 _CHECKS_RATE = ((0.4, 0.9), (2, 5))
@@ -299,6 +319,8 @@ class Schedule:
     # whose SQS may refuse a send: too slow to run deferred events in place after a batch, so each wake-up is a
     # message the consumer sends, and the refusals meet them.
     slow_ledger: timedelta | None = None
+    # Batches crowded by one tenant's slow ordered work (with the slow ledger and two tenants): see Crowding.
+    crowded: Crowding | None = None
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -338,6 +360,11 @@ class Schedule:
             lines.append(f"  the ordered ledger refuses {self.ledger_refuses}'s item once (terminal)")
         if self.slow_ledger:
             lines.append(f"  the ordered ledger is slow: each run takes {self.slow_ledger.total_seconds():.1f} s")
+        if self.crowded:
+            busy, ledger = self.crowded.busy, self.crowded.ledger_takes.total_seconds()
+            neighbour, charge = self.crowded.neighbour, self.crowded.charge_takes.total_seconds()
+            lines.append(f"  {busy} has a backlog first, each of its ledger runs {ledger:.1f} s; {neighbour}'s charges")
+            lines.append(f"    take {charge:.1f} s each")
         return lines
 
 
@@ -401,6 +428,9 @@ def generate(seed: int) -> Schedule:
     actions, racing = _with_read_only_passes(checks, actions)
     if racing is not None:
         faults[Fault.EMIT_DURING_CHECK] = racing
+    slow_ledger = _slow_ledger(random.Random(f"schedule:{seed}:slow-ledger"), ordered, faults)
+    crowding = random.Random(f"schedule:{seed}:crowded")
+    actions, crowded = _crowded(crowding, actions, tenants, ordered, slow_ledger)
     return Schedule(
         seed=seed,
         tenants=tenants,
@@ -426,7 +456,8 @@ def generate(seed: int) -> Schedule:
         ledger_refuses=refused,
         force_replay=forced,
         deploy=deploy,
-        slow_ledger=_slow_ledger(random.Random(f"schedule:{seed}:slow-ledger"), ordered, faults),
+        slow_ledger=slow_ledger,
+        crowded=crowded,
     )
 
 
@@ -487,6 +518,26 @@ def _slow_ledger(rng: random.Random, ordered: bool, faults: dict[Fault, FaultRat
     if not ordered or Fault.SEND_REFUSED not in faults or rng.random() >= _SLOW_LEDGER_CHANCE:
         return None
     return timedelta(seconds=round(rng.uniform(*_SLOW_LEDGER_SECONDS), 1))
+
+
+def _crowded(
+    rng: random.Random, actions: list[Action], tenants: tuple[str, ...], ordered: bool, slow_ledger: timedelta | None
+) -> tuple[list[Action], Crowding | None]:
+    """In some two-tenant ordered schedules without the slow ledger (whose ledger is slow for every tenant), a
+    crowded batch (``Crowding``): the busy tenant's backlog and then one item of its neighbour are emitted
+    before anything else, so that the busy tenant's messages lead each batch. A stream of its own."""
+    if not ordered or slow_ledger is not None or len(tenants) < 2 or rng.random() >= _CROWDED_CHANCE:
+        return actions, None
+    busy, neighbour = rng.sample(tenants, 2)
+    ledger_takes = timedelta(seconds=round(rng.uniform(*_SLOW_LEDGER_SECONDS), 1))
+    past_the_ledger = timedelta(seconds=round(rng.uniform(*_CROWDED_PAST_THE_LEDGER), 1))
+    crowding = Crowding(busy, neighbour, ledger_takes, _DURABLE_TIMEOUT - ledger_takes + past_the_ledger)
+    backlog = [_extra_emit(rng, busy, f"backlog{n}") for n in range(1, rng.randint(*_CROWDED_BACKLOG) + 1)]
+    return [*backlog, _extra_emit(rng, neighbour, "neighbour1"), *actions], crowding
+
+
+def _extra_emit(rng: random.Random, tenant: str, name: str) -> Emit:
+    return Emit(operation=name, tenant=tenant, emitter=0, item_id=name, amount=rng.randint(1, 99), reject=False)
 
 
 def _ledger_refuses(rng: random.Random, actions: list[Action]) -> str | None:

@@ -45,6 +45,7 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.UNPROCESSED_KEYS: "unprocessed-key-is-no-row",
     Fault.SEND_REFUSED: "wake-up-refusal-swallowed",
     "a slow ordered ledger (every wake-up a message of its own)": "wake-up-refusal-swallowed",
+    "crowded batches (one tenant's slow ordered backlog ahead of another's charge)": "unfinished-attempt-forgotten",
     "malformed bodies": "altered-envelope-accepted",
     "backlogs behind a failing head": "dead-by-receive-count",
     "redeliveries after the deduplication window": "claim-ignores-may-create",

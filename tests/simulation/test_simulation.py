@@ -16,7 +16,7 @@ from simulation.catalog import catalog_for
 from simulation.chaos import Chaos
 from simulation.cli import Outcome, regression_seeds, run_many
 from simulation.runner import run_seed
-from simulation.schedule import Fault, FaultRate, generate
+from simulation.schedule import Emit, Fault, FaultRate, generate
 from simulation.trace import Trace
 from simulation.world import DeterministicIds, World
 from tests.conftest import PROJECT_ROOT, Synthesized
@@ -132,3 +132,22 @@ def test_a_slow_ordered_ledger_comes_only_with_refused_sends() -> None:
     assert slow, "no seed of 1..200 has a slow ordered ledger: wake-up-refusal-swallowed has nothing to meet"
     assert all(s.ordered and Fault.SEND_REFUSED in s.faults for s in slow)
     assert all(timedelta(seconds=30) < s.slow_ledger < timedelta(seconds=58) for s in slow if s.slow_ledger)
+
+
+def test_a_crowded_batch_puts_a_charge_just_past_what_a_ledger_run_leaves() -> None:
+    schedules = [generate(seed) for seed in range(1, 201)]
+
+    crowded = [s for s in schedules if s.crowded is not None]
+    assert crowded, "no seed of 1..200 has crowded batches: unfinished-attempt-forgotten has nothing to meet"
+    for schedule in crowded:
+        assert schedule.crowded is not None
+        assert schedule.ordered
+        assert schedule.slow_ledger is None
+        assert len(schedule.tenants) == 2
+        busy, neighbour = schedule.crowded.busy, schedule.crowded.neighbour
+        assert busy != neighbour
+        left = timedelta(seconds=60) - schedule.crowded.ledger_takes
+        assert left < schedule.crowded.charge_takes < timedelta(seconds=60), "the charge fits the function alone"
+        emits = [a for a in schedule.actions if isinstance(a, Emit)]
+        assert emits[0].tenant == busy, "the busy tenant's backlog leads each batch"
+        assert any(e.tenant == neighbour for e in emits), "the neighbour has a charge to be crowded out"

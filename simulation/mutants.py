@@ -31,6 +31,7 @@ class Mutant:
 CONSUMER, MESSAGES = "outbox.consumer", "outbox.messages"
 CLAIMS, INBOX_TABLE, DEAD_WORK = "outbox.inbox.claims", "outbox.inbox.table", "outbox.inbox.dead_work"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
+SEALING, EMIT_TRANSACTION, LANES = "outbox.sealing", "outbox.emit_transaction", "outbox.lanes"
 SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
@@ -323,7 +324,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- emit: the head and the chain ----------------------------------------------------------------------
     Mutant(
         id="local-error-escapes",
-        module=STORE,
+        module=LANES,
         original="except BaseException:  # best effort by contract: the caller must learn that its event committed",
         replacement="except ValueError:",
         description="an error of a LOCAL handler other than a ValueError escapes emit() after the commit",
@@ -332,8 +333,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="event-put-unconditional",
-        module=STORE,
-        original='"Item": envelope.to_item(),\n                "ConditionExpression": "attribute_not_exists(pk)",',
+        module=EMIT_TRANSACTION,
+        original='"Item": envelope.to_item(),\n            "ConditionExpression": "attribute_not_exists(pk)",',
         replacement='"Item": envelope.to_item(),',
         description="the event row is put without attribute_not_exists: it may replace an event at its seq",
         what_should_catch_it="a head and log out of step (only a bug elsewhere): the head condition covers it",
@@ -341,7 +342,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="head-condition-without-hash",
-        module=STORE,
+        module=EMIT_TRANSACTION,
         original='"ConditionExpression": "last_seq = :prev AND last_hash = :prev_hash",',
         replacement='"ConditionExpression": "last_seq = :prev OR last_hash = :prev_hash",',
         description="the head condition ORs in last_hash: in effect it checks last_seq only",
@@ -357,10 +358,10 @@ MUTANTS: tuple[Mutant, ...] = (
         id="inline-writes-not-resealed",
         module=STORE,
         original=(
-            "envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)\n"
+            "envelopes = attempted[head.last_seq + len(drafts)] = seal_all(drafts, head)\n"
             "                writes = self._sealed_writes(own, envelopes, caller_writes, inline)"
         ),
-        replacement="envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)",
+        replacement="envelopes = attempted[head.last_seq + len(drafts)] = seal_all(drafts, head)",
         description="after a lost head race the event is re-sealed, but the INLINE writes of the first seal are sent",
         what_should_catch_it="a rival emit: the audit row names a seal that never committed, the counter loses "
         "an item (invariant 1)",
@@ -368,7 +369,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="relay-bound-unchecked",
-        module=STORE,
+        module=SEALING,
         original="if body > MAX_RELAY_BODY_BYTES:",
         replacement="if body > 4 * MAX_RELAY_BODY_BYTES:",
         description="emit() bounds the event row only, not the relay body: it accepts events the relay cannot send",
@@ -399,7 +400,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="seal-hash-without-prev",
-        module=STORE,
+        module=SEALING,
         original="chain_hash(head.last_hash, unsealed.hashed_body())",
         replacement="chain_hash(GENESIS_HASH, unsealed.hashed_body())",
         description="the event's hash leaves out the previous hash (the genesis hash instead)",
@@ -667,8 +668,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="mapping-judges-its-own-deadline",
         module=RUNTIME,
-        original="        return function.invoke(event, context)\n",
-        replacement="        return function.invoke(event)\n",
+        original="                handler=function.invoke,\n",
+        replacement="                handler=lambda event, _context, function=function: function.invoke(event),\n",
         description="the event source mapping judges the invocation by a deadline of its own, which a fault that "
         "keeps the worker alive through a time jump does not move: a batch finished in time fails, warm",
         what_should_catch_it="a second worker after a visibility timeout inside a slow handler: the container "
@@ -792,9 +793,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- emit_many, and old versions on the DynamoDB-only path -------------------------------------------
     Mutant(
         id="emit-many-links-to-the-head",
-        module=STORE,
-        original="            head = ChainHead(head.tenant, envelope.seq, envelope.hash, envelope.id)\n",
-        replacement="            head = ChainHead(head.tenant, envelope.seq, head.last_hash, envelope.id)\n",
+        module=SEALING,
+        original="        head = ChainHead(head.tenant, envelope.seq, envelope.hash, envelope.id)\n",
+        replacement="        head = ChainHead(head.tenant, envelope.seq, head.last_hash, envelope.id)\n",
         description="emit_many links every event of the batch to the chain head it read, not each to the event "
         "before it: the second event's prev_hash is not the first one's hash",
         what_should_catch_it="an import (several items in one emit_many): the log's chain is broken at the "

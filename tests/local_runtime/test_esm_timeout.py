@@ -16,7 +16,6 @@ from outbox.local.clock import VirtualClock
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LocalFunction
-from outbox.local.runtime import _invoker
 from outbox.testing.services import FakeService
 
 
@@ -319,7 +318,7 @@ def test_a_deadline_a_fault_moved_is_the_one_the_mapping_judges_the_invocation_b
     )
     function = LocalFunction("jumping", "jumping.handler", tmp_path, timedelta(seconds=10), {}, clock)
     function._resolve().__globals__["CLOCK"] = clock
-    slow = mapping(sqs, url, clock, _invoker(function))
+    slow = mapping(sqs, url, clock, function.invoke)
 
     result = slow.poll()
 
@@ -340,7 +339,7 @@ def test_a_timeout_the_mapping_sees_starts_the_next_invocation_cold(
     warm = function._resolve()
     warm.__globals__["CLOCK"] = clock
 
-    result = mapping(sqs, url, clock, _invoker(function)).poll()
+    result = mapping(sqs, url, clock, function.invoke).poll()
 
     assert result is not None
     assert isinstance(result.crashed, InvocationTimedOut)

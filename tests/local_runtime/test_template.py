@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.local.runtime import LocalResources
+from outbox.local.resources import LocalResources
 from outbox.local.template import Reference, TemplateError, load_stack
 from outbox_cdk import timing
 from tests.conftest import Synthesized

@@ -17,7 +17,6 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,12 @@ from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LambdaHandler, LocalFunction
 from outbox.local.pipe import PipeConfig, PipeEmulator
+from outbox.local.resources import ACCOUNT, LocalResources, create_queues, create_tables
 from outbox.local.template import Reference, StackSpec, TemplateError, load_stack
 from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
 
-ACCOUNT = "123456789012"
 # What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
 FUNCTION_BASE_ENV = {
     "AWS_DEFAULT_REGION": REGION,
@@ -45,52 +44,6 @@ FUNCTION_BASE_ENV = {
     "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
     "POWERTOOLS_TRACE_DISABLED": "true",
 }
-
-
-@dataclass
-class LocalResources:
-    """Local names of what the template declares, by logical id."""
-
-    table_names: dict[str, str] = field(default_factory=dict)
-    stream_arns: dict[str, str] = field(default_factory=dict)
-    queue_urls: dict[str, str] = field(default_factory=dict)
-    queue_arns: dict[str, str] = field(default_factory=dict)
-    function_names: dict[str, str] = field(default_factory=dict)
-    pipe_names: dict[str, str] = field(default_factory=dict)
-
-    def resolve(self, reference: Reference) -> str:
-        """The local value of a Ref / Fn::GetAtt, as CloudFormation would resolve it."""
-        logical_id, attribute = reference.logical_id, reference.attribute
-        if logical_id in self.table_names:
-            if attribute is None:
-                return self.table_names[logical_id]
-            if attribute == "StreamArn":
-                return self.stream_arns[logical_id]
-            if attribute == "Arn":
-                return f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{self.table_names[logical_id]}"
-        if logical_id in self.function_names and attribute is None:
-            return self.function_names[logical_id]
-        if logical_id in self.pipe_names and attribute is None:
-            return self.pipe_names[logical_id]
-        if logical_id in self.queue_urls:
-            if attribute is None:
-                return self.queue_urls[logical_id]
-            if attribute == "Arn":
-                return self.queue_arns[logical_id]
-            if attribute == "QueueName":
-                return self.queue_urls[logical_id].rsplit("/", 1)[1]
-        raise TemplateError(f"the local runtime cannot resolve {reference} (not a table or queue it created)")
-
-    def value(self, raw: Any) -> str:
-        reference = Reference.parse(raw)
-        if reference is not None:
-            return self.resolve(reference)
-        if isinstance(raw, dict) and set(raw) == {"Fn::Join"}:
-            separator, parts = raw["Fn::Join"]
-            return str(separator).join(self.value(part) for part in parts)
-        if isinstance(raw, (str, int, float, bool)):
-            return str(raw).lower() if isinstance(raw, bool) else str(raw)
-        raise TemplateError(f"the local runtime cannot resolve the value {raw!r}")
 
 
 class LocalRuntime:
@@ -252,48 +205,10 @@ class LocalRuntime:
     # -- creating what the template declares --------------------------------------------------------
 
     def _create_tables(self) -> None:
-        dynamodb = self.client("dynamodb")
-        for spec in self.stack.tables.values():
-            request: dict[str, Any] = {
-                "TableName": spec.logical_id,
-                "KeySchema": spec.key_schema,
-                "AttributeDefinitions": spec.attribute_definitions,
-                "BillingMode": "PAY_PER_REQUEST",
-            }
-            if spec.stream_view_type:
-                request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": spec.stream_view_type}
-            description = dynamodb.create_table(**request)["TableDescription"]
-            if spec.ttl_attribute:
-                dynamodb.update_time_to_live(
-                    TableName=spec.logical_id,
-                    TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
-                )
-            self.resources.table_names[spec.logical_id] = spec.logical_id
-            if spec.stream_view_type:
-                self.resources.stream_arns[spec.logical_id] = description["LatestStreamArn"]
+        create_tables(self.client("dynamodb"), self.stack, self.resources)
 
     def _create_queues(self) -> None:
-        sqs = self.client("sqs")
-        # Dead-letter queues first: a redrive policy names its target's ARN.
-        ordered = sorted(self.stack.queues.values(), key=lambda q: q.dead_letter_queue is not None)
-        for spec in ordered:
-            attributes = {
-                "VisibilityTimeout": str(spec.visibility_timeout),
-                "MessageRetentionPeriod": str(spec.retention_seconds),
-                "MaximumMessageSize": str(spec.maximum_message_size),
-            }
-            if spec.fifo:
-                attributes["FifoQueue"] = "true"
-                attributes["ContentBasedDeduplication"] = str(spec.content_based_deduplication).lower()
-            if spec.dead_letter_queue:
-                attributes["RedrivePolicy"] = (
-                    f'{{"deadLetterTargetArn": "{self.resources.queue_arns[spec.dead_letter_queue]}", '
-                    f'"maxReceiveCount": "{spec.max_receive_count}"}}'
-                )
-            url = sqs.create_queue(QueueName=spec.name, Attributes=attributes)["QueueUrl"]
-            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-            self.resources.queue_urls[spec.logical_id] = url
-            self.resources.queue_arns[spec.logical_id] = arn
+        create_queues(self.client("sqs"), self.stack, self.resources)
 
     def _build_functions(self) -> None:
         for spec in self.stack.functions.values():
@@ -369,7 +284,9 @@ class LocalRuntime:
                 sqs=sqs,
                 queue_url=self.resources.queue_urls[spec.queue],
                 queue_arn=self.resources.queue_arns[spec.queue],
-                handler=_invoker(function),
+                # The function's own invoke, with the mapping's context: one invocation, one deadline, which a
+                # fault that moves it (``deadline.extend``) moves for the mapping's judgement too.
+                handler=function.invoke,
                 function_name=function.name,
                 function_timeout=function.timeout,
                 visibility_timeout=timedelta(seconds=queue.visibility_timeout),
@@ -426,10 +343,3 @@ class LocalRuntime:
                 return step
             self.clock.advance(max(timedelta(0), min(waiting) - self.clock()))
         raise RuntimeError(f"the pipeline did not settle in {max_steps} steps")
-
-
-def _invoker(function: LocalFunction) -> LambdaHandler:
-    def invoke(event: dict[str, Any], context: Any) -> Any:
-        return function.invoke(event, context)
-
-    return invoke

@@ -49,7 +49,8 @@ from collections.abc import Callable
 
 from outbox.local.aws_fixes._patching import Clock, PatchSet
 from outbox.local.aws_fixes.dynamodb import DYNAMODB_LOCK, DynamoDBFixes
-from outbox.local.aws_fixes.sqs import SQS_LOCK, SqsFixes
+from outbox.local.aws_fixes.sqs import SqsFixes
+from outbox.local.aws_fixes.sqs_messages import SQS_LOCK
 from outbox.local.clock import VirtualClock
 
 __all__ = ["DYNAMODB_LOCK", "SQS_LOCK", "install", "installed"]

@@ -21,18 +21,13 @@ timestamps, visibility, delays, retention), and a message becomes visible again 
 clock reaches its deadline. Group blocking (M15) and ApproximateReceiveCount are kept. A long poll
 (WaitTimeSeconds) returns at once: on virtual time nothing arrives while a caller waits.
 
-Rule 9, StartMessageMoveTask (M18; R5.6). StartMessageMoveTask, ListMessageMoveTasks and
-CancelMessageMoveTask are implemented; a task moves every visible message synchronously (oldest first,
-MessageGroupId kept, a new message id and a fresh deduplication id) and is COMPLETED when it returns.
+Rule 9, StartMessageMoveTask (M18; R5.6): ``outbox.local.aws_fixes.sqs_move_tasks``.
 
 Rule 10, visibility changes (M20; R5.5). A message's visibility can be extended up to 12 hours from the
 receive that put it in flight, and setting it to 0 (visible now) is always allowed; moto counted the 12
 hours from when the message was sent.
 
-Rule 12, message size (M21). SQS measures a message in bytes, its body (UTF-8) and its message attributes
-(each name, data type and value) together, against the queue's MaximumMessageSize; moto counts the body's
-characters alone, so a body of multi-byte text, or a repair message's attributes, would fit locally and be
-refused by AWS.
+Rule 12, message size (M21): ``outbox.local.aws_fixes.sqs_messages``.
 
 ReceiveRequestAttemptId (M16; R5.3). On a FIFO queue, a retry with the same id within five minutes
 returns the same messages and receipt handles and restarts their visibility timeout, unless one of
@@ -41,40 +36,39 @@ them was deleted or had its visibility changed since; then it is a new receive.
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
-import string
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import ModuleType
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from moto.core.responses import ActionResult
-from moto.moto_api._internal import mock_random
 from moto.sqs import models as sqs_models
-from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid, SQSException
+from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
 from moto.sqs.models import Message, Queue, SQSBackend, _filter_message_attributes
 from moto.sqs.responses import SQSResponse
 
 from outbox.local.aws_fixes._patching import Clock, Patch
-
-# One lock for every SQS backend call of the process: each call sees and leaves whole queues.
-SQS_LOCK = threading.RLock()
+from outbox.local.aws_fixes.sqs_messages import (
+    ENQUEUED_AT,
+    RECEIVED_AT,
+    SOURCE_ARN,
+    SQS_LOCK,
+    append,
+    check_size,
+    enqueued_at,
+    source_arn,
+)
+from outbox.local.aws_fixes.sqs_move_tasks import MoveTasks
 
 DEDUPLICATION_INTERVAL = timedelta(minutes=5)  # R5.1
 RECEIVE_ATTEMPT_LIFETIME = timedelta(minutes=5)  # R5.3
 DEAD_LETTER_SOURCE_ATTRIBUTE = "DeadLetterQueueSourceArn"
 
-# What moto's Message does not model, kept on the message itself so that it follows every copy.
-_SOURCE_ARN = "_aws_fixes_dead_letter_queue_source_arn"
-_ENQUEUED_AT = "_aws_fixes_enqueued_at_ms"
-_RECEIVED_AT = "_aws_fixes_received_at_ms"
 MAX_VISIBILITY_MS = 12 * 60 * 60 * 1000
 
 _RECEIVE_ATTEMPT: ContextVar[str | None] = ContextVar("receive_request_attempt_id", default=None)
@@ -127,48 +121,14 @@ class _Attempt:
     deliveries: list[_Delivery]
 
 
-@dataclass
-class _MoveTask:
-    handle: str
-    source_arn: str
-    destination_arn: str | None
-    max_per_second: int | None
-    started_ms: int
-    to_move: int
-    moved: int = 0
-    status: str = "COMPLETED"
-    failure: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {
-            "Status": self.status,
-            "SourceArn": self.source_arn,
-            "ApproximateNumberOfMessagesMoved": self.moved,
-            "ApproximateNumberOfMessagesToMove": self.to_move,
-            "StartedTimestamp": self.started_ms,
-        }
-        if self.destination_arn:
-            described["DestinationArn"] = self.destination_arn
-        if self.max_per_second is not None:
-            described["MaxNumberOfMessagesPerSecond"] = self.max_per_second
-        if self.failure:
-            described["FailureReason"] = self.failure
-        return described
-
-
-class ResourceNotFound(SQSException):
-    def __init__(self, message: str) -> None:
-        super().__init__("ResourceNotFoundException", message)
-
-
 class SqsFixes:
-    """Rules 6 to 9 and ReceiveRequestAttemptId. The originals are captured when this is built."""
+    """Rules 6 to 10, 12 and ReceiveRequestAttemptId. The originals are captured when this is built."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._windows: WeakKeyDictionary[Queue, _DedupWindow] = WeakKeyDictionary()
         self._attempts: WeakKeyDictionary[Queue, dict[str, _Attempt]] = WeakKeyDictionary()
-        self._tasks: WeakKeyDictionary[SQSBackend, list[_MoveTask]] = WeakKeyDictionary()
+        self._move_tasks = MoveTasks(clock)
         self._add_message = Queue.add_message
 
     def patches(self) -> list[Patch]:
@@ -210,7 +170,7 @@ class SqsFixes:
             return fixes._receive_request(self, original_receive_request)
 
         def start_message_move_task(self: SQSResponse) -> ActionResult:
-            task = fixes._start_move_task(
+            task = fixes._move_tasks.start(
                 self.sqs_backend,
                 self._get_param("SourceArn"),
                 self._get_param("DestinationArn"),
@@ -219,24 +179,24 @@ class SqsFixes:
             return ActionResult({"TaskHandle": task.handle})
 
         def list_message_move_tasks(self: SQSResponse) -> ActionResult:
-            tasks = fixes._list_move_tasks(
+            tasks = fixes._move_tasks.list(
                 self.sqs_backend, self._get_param("SourceArn"), self._get_param("MaxResults")
             )
             return ActionResult({"Results": [task.describe() for task in tasks]})
 
         def cancel_message_move_task(self: SQSResponse) -> ActionResult:
-            fixes._cancel_move_task(self.sqs_backend, self._get_param("TaskHandle"))
+            fixes._move_tasks.cancel(self.sqs_backend, self._get_param("TaskHandle"))
 
         def send_message(self: SQSBackend, queue_name: str, message_body: str, *args: Any, **kwargs: Any) -> Message:
             attributes = kwargs.get("message_attributes", args[0] if args else None)
-            _check_size(self.get_queue(queue_name), message_body, attributes or {})
+            check_size(self.get_queue(queue_name), message_body, attributes or {})
             return original_send_message(self, queue_name, message_body, *args, **kwargs)
 
         def send_message_batch(self: SQSBackend, queue_name: str, entries: dict[str, dict[str, Any]]) -> Any:
             # Every entry is measured before any is sent, as moto validates the rest: no half-sent batch.
             queue = self.get_queue(queue_name)
             for entry in entries.values():
-                _check_size(queue, entry["MessageBody"], entry.get("MessageAttributes") or {})
+                check_size(queue, entry["MessageBody"], entry.get("MessageAttributes") or {})
             return original_send_message_batch(self, queue_name, entries)
 
         def change_message_visibility(
@@ -277,7 +237,7 @@ class SqsFixes:
                 window = self._windows.setdefault(queue, _DedupWindow())
                 if not window.admits(key, self._clock.now_ms()):
                     return  # R5.1: accepted, not delivered
-            _append(queue, message)
+            append(queue, message)
 
     # Rules 7 and 8: receive on the virtual clock, with redrive, and ReceiveRequestAttemptId.
 
@@ -324,7 +284,7 @@ class SqsFixes:
             if not message.visible or message.delayed:
                 blocked.add(group)
                 continue
-            if _enqueued_at(message) + retention_ms <= now:
+            if enqueued_at(message) + retention_ms <= now:
                 queue._messages.remove(message)  # past the retention period: SQS deletes it
                 continue
             if redrive and message.approximate_receive_count >= int(redrive["maxReceiveCount"]):
@@ -332,7 +292,7 @@ class SqsFixes:
                 continue
             queue.pending_messages.add(message)
             message.mark_received(visibility_timeout=visibility_timeout)
-            setattr(message, _RECEIVED_AT, now)
+            setattr(message, RECEIVED_AT, now)
             received.append(message)
         return received
 
@@ -367,7 +327,7 @@ class SqsFixes:
             message = next((m for m in queue._messages if m.had_receipt_handle(receipt_handle)), None)
             if message is None:
                 raise ReceiptHandleIsInvalid()
-            received_at = getattr(message, _RECEIVED_AT, None) or _enqueued_at(message)
+            received_at = getattr(message, RECEIVED_AT, None) or enqueued_at(message)
             if timeout > 0 and self._clock.now_ms() + timeout * 1000 - received_at > MAX_VISIBILITY_MS:
                 raise InvalidParameterValue(
                     f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout "
@@ -383,9 +343,9 @@ class SqsFixes:
         source.pending_messages.discard(message)
         if dead_letter_queue.fifo_queue:
             message.deduplication_id = message.id  # R5.4: the dedup id becomes the message id
-            setattr(message, _ENQUEUED_AT, now)  # R5.4: a FIFO DLQ restarts the retention period
-        setattr(message, _SOURCE_ARN, source.queue_arn)
-        _append(dead_letter_queue, message)
+            setattr(message, ENQUEUED_AT, now)  # R5.4: a FIFO DLQ restarts the retention period
+        setattr(message, SOURCE_ARN, source.queue_arn)
+        append(dead_letter_queue, message)
 
     def _receive_request(self, handler: SQSResponse, original: Callable[[SQSResponse], ActionResult]) -> ActionResult:
         token = _RECEIVE_ATTEMPT.set(handler._get_param("ReceiveRequestAttemptId"))
@@ -401,129 +361,9 @@ class SqsFixes:
             return result
         with SQS_LOCK:
             queue = handler.sqs_backend.get_queue(handler._get_queue_name())
-            sources = {m.id: arn for m in queue._messages if (arn := _source_arn(m))}
+            sources = {m.id: arn for m in queue._messages if (arn := source_arn(m))}
         for message in response.get("Messages", []):
             arn = sources.get(message["MessageId"])
             if arn:
                 message.setdefault("Attributes", {})[DEAD_LETTER_SOURCE_ATTRIBUTE] = arn
         return result
-
-    # Rule 9: StartMessageMoveTask, ListMessageMoveTasks, CancelMessageMoveTask.
-
-    def _start_move_task(
-        self, backend: SQSBackend, source_arn: str, destination_arn: str | None, max_per_second: int | None
-    ) -> _MoveTask:
-        with SQS_LOCK:
-            source = _queue_by_arn(backend, source_arn)
-            if not any(queue.dead_letter_queue is source for queue in backend.queues.values()):
-                raise InvalidParameterValue("Source queue must be configured as a Dead Letter Queue.")
-            destination = _queue_by_arn(backend, destination_arn) if destination_arn else None
-            if destination is not None and destination.fifo_queue != source.fifo_queue:
-                raise InvalidParameterValue("The source queue and the destination queue must be of the same type.")
-            now = self._clock.now_ms()
-            candidates = [m for m in source._messages if m.visible and not m.delayed]
-            task = _MoveTask(
-                handle=_task_handle(source_arn),
-                source_arn=source_arn,
-                destination_arn=destination_arn,
-                max_per_second=max_per_second,
-                started_ms=int(now),
-                to_move=len(candidates),
-            )
-            for message in candidates:
-                target = destination or _find_queue(backend, _source_arn(message))
-                if target is None:
-                    task.status = "FAILED"
-                    task.failure = (
-                        f"Message {message.id} has no DeadLetterQueueSourceArn and no DestinationArn was given"
-                    )
-                    break
-                source._messages.remove(message)
-                source.pending_messages.discard(message)
-                target.add_message(_redriven(message, target))
-                task.moved += 1
-            self._tasks.setdefault(backend, []).append(task)
-            return task
-
-    def _list_move_tasks(self, backend: SQSBackend, source_arn: str, max_results: int | None) -> list[_MoveTask]:
-        with SQS_LOCK:
-            _queue_by_arn(backend, source_arn)
-            tasks = [task for task in self._tasks.get(backend, []) if task.source_arn == source_arn]
-            return list(reversed(tasks))[: max_results or 1]
-
-    def _cancel_move_task(self, backend: SQSBackend, handle: str) -> NoReturn:
-        """Tasks run synchronously, so none is ever RUNNING, the only state that can be cancelled."""
-        with SQS_LOCK:
-            task = next((task for task in self._tasks.get(backend, []) if task.handle == handle), None)
-        if task is None:
-            raise ResourceNotFound("The task handle does not match any message movement task.")
-        raise ResourceNotFound(f"Only a RUNNING message movement task can be cancelled; this one is {task.status}.")
-
-
-def _append(queue: Queue, message: Message) -> None:
-    with queue._messages_lock:
-        queue._messages.append(message)
-        queue._messages_lock.notify_all()
-
-
-def _enqueued_at(message: Message) -> float:
-    enqueued_at: float = getattr(message, _ENQUEUED_AT, None) or cast(float, message.sent_timestamp)
-    return enqueued_at
-
-
-def _source_arn(message: Message) -> str | None:
-    arn: str | None = getattr(message, _SOURCE_ARN, None)
-    return arn
-
-
-def _find_queue(backend: SQSBackend, arn: str | None) -> Queue | None:
-    return next((queue for queue in backend.queues.values() if queue.queue_arn == arn), None)
-
-
-def _queue_by_arn(backend: SQSBackend, arn: str) -> Queue:
-    queue = _find_queue(backend, arn)
-    if queue is None:
-        raise ResourceNotFound(f"The resource that you specified for the ARN {arn} does not exist.")
-    return queue
-
-
-def _task_handle(source_arn: str) -> str:
-    task = {"taskId": str(mock_random.uuid4()), "sourceArn": source_arn}
-    return base64.b64encode(json.dumps(task).encode()).decode()
-
-
-def _redriven(message: Message, target: Queue) -> Message:
-    """R5.6: a redriven message is a new message (new id, enqueue time); its group is kept."""
-    moved = Message(str(mock_random.uuid4()), message.body, copy.deepcopy(message.system_attributes))
-    moved.message_attributes = copy.deepcopy(message.message_attributes)
-    if target.fifo_queue:
-        moved.group_id = message.group_id
-        moved.deduplication_id = moved.id  # fresh, so the five-minute window cannot swallow it
-        moved.sequence_number = "".join(mock_random.choice(string.digits) for _ in range(20))
-    moved.mark_sent()
-    return moved
-
-
-# Rule 12: the size of a message.
-
-
-def message_size(body: str, attributes: dict[str, Any]) -> int:
-    """Bytes SQS counts for a message: the UTF-8 body plus each attribute's name, data type and value."""
-    size = len(body.encode("utf-8"))
-    for name, attribute in attributes.items():
-        size += len(name.encode("utf-8"))
-        for value in attribute.values():
-            if isinstance(value, str):
-                size += len(value.encode("utf-8"))
-            elif isinstance(value, bytes):
-                size += len(value)
-    return size
-
-
-def _check_size(queue: Queue, body: str, attributes: dict[str, Any]) -> None:
-    limit = int(queue.maximum_message_size)  # type: ignore[attr-defined]
-    size = message_size(body, attributes)
-    if size > limit:
-        raise InvalidParameterValue(
-            f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."
-        )

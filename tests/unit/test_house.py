@@ -112,3 +112,37 @@ def test_the_circle_finder_finds_a_circle() -> None:
     """The check above can fail: two modules importing each other are a circle, a chain is not."""
     assert _circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# A module longer than this is split by concern, or says in its docstring, in a paragraph that starts "One
+# file:", why it reads best as one.
+MODULE_LINES = 400
+PACKAGES = (ENGINE / "outbox", ROOT / "cdk" / "src" / "outbox_cdk")
+
+
+def _oversized(base: Path, root: Path = ROOT) -> list[str]:
+    """The modules under ``base`` longer than MODULE_LINES whose docstring gives no "One file:" reason."""
+    found = []
+    for path in sorted(base.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") <= MODULE_LINES:
+            continue
+        docstring = ast.get_docstring(ast.parse(text, str(path))) or ""
+        if not any(paragraph.startswith("One file:") for paragraph in docstring.split("\n\n")):
+            found.append(f"{path.relative_to(root)} ({text.count(chr(10))} lines)")
+    return found
+
+
+@pytest.mark.parametrize("base", PACKAGES, ids=lambda base: base.name)
+def test_a_long_module_is_split_or_says_why_not(base: Path) -> None:
+    oversized = _oversized(base)
+    assert not oversized, f"split by concern, or give a 'One file:' reason in the docstring: {oversized}"
+
+
+def test_the_size_rule_sees_a_long_module_without_a_reason(tmp_path: Path) -> None:
+    body = "\n".join(f"X{n} = {n}" for n in range(MODULE_LINES + 1))
+    (tmp_path / "long.py").write_text(f'"""A long module."""\n{body}\n')
+    (tmp_path / "excused.py").write_text(f'"""A long module.\n\nOne file: a table read top to bottom."""\n{body}\n')
+    (tmp_path / "short.py").write_text('"""A short module."""\nX = 1\n')
+
+    assert [name.split(" ")[0] for name in _oversized(tmp_path, root=tmp_path)] == ["long.py"]

@@ -14,7 +14,8 @@ from outbox import Envelope, keys
 from outbox.audit import AuditLog, Finding
 from outbox.chain import ChainReport, read_events, verify_chain
 from outbox.local.clients import REGION
-from outbox.local.runtime import ACCOUNT, LocalRuntime
+from outbox.local.resources import ACCOUNT
+from outbox.local.runtime import LocalRuntime
 from outbox.ops import Status
 
 

@@ -1,0 +1,47 @@
+"""The run's writers: each an ``EventStore`` of its own, as a separate process has, whose ids are remembered so
+that a failed emit's ids are known."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from outbox import EventStore
+from outbox.catalog import Catalog
+from simulation.world import World
+
+IDS_KEPT = 8  # an emitter's recent ids: more than an import's events
+
+
+class RecordingIds:
+    """An emitter's id source that remembers the ids it gave, so a failed emit's ids are known."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.given = 0
+        self.recent: list[str] = []  # the ids of the last emit (emit_many draws several)
+
+    @property
+    def last(self) -> str:
+        return self.recent[-1] if self.recent else ""
+
+    def __call__(self) -> str:
+        event_id = self._world.ids()
+        self.given += 1
+        self.recent = [*self.recent[-(IDS_KEPT - 1) :], event_id]
+        return event_id
+
+
+class Emitter:
+    """One writer process of one tenant, with an EventStore of its own."""
+
+    def __init__(self, name: str, world: World, events_table: str, client: Any, catalog: Catalog) -> None:
+        self.name = name
+        self.ids = RecordingIds(world)
+        self.store = EventStore(
+            events_table,
+            client=client,
+            catalog=catalog,
+            new_event_id=self.ids,
+            rng=random.Random(f"{world.seed}:{name}"),
+        )

@@ -1,0 +1,253 @@
+"""The operator of a run: the repairs the runbook gives (redrive, replay, skip, reconcile, reset), run through
+clients whose process may die mid-action, answered to alarms while the pipeline runs, and settling at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+from unittest import mock
+
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.ops import OperationRefusedError
+from outbox.ops import ordering as ordering_ops
+from simulation.catalog import ITEM_CREATED, LEDGER
+from simulation.driver_state import (
+    MAX_DEATH_CALL,
+    MAX_REDRIVE_WAITS,
+    OPERATOR,
+    RECONCILE_WAIT,
+    REDRIVE_RECEIVE_VISIBILITY,
+    SCHEDULED_EVENT,
+    DriverState,
+)
+from simulation.operator_clients import OperatorInterrupted
+from simulation.recorder import brief
+from simulation.schedule import Fault
+from simulation.world import EmitRecord
+
+
+class OperatorActions(DriverState):
+    def operator(self, name: str, action: Callable[[], str]) -> None:
+        """Run an operator action with the pipeline's faults paused. If the operator's process dies in the
+        middle, they run the same command again until it completes, as the runbook says (the fault's budget
+        bounds the deaths)."""
+        with self.chaos.paused(), self._armed():
+            while True:
+                self._plan_death(name)
+                try:
+                    self.trace.add("operator", f"{name}: {action()}")
+                    return
+                except OperatorInterrupted as exc:
+                    self.trace.add("operator", f"{name} interrupted: {exc}, runs it again")
+                except ClientError as exc:  # what AWS answered the operator's tool: they read it and run it again
+                    self.trace.add("operator", f"{name} failed: {brief(str(exc))}, runs it again")
+                except OperationRefusedError as exc:
+                    self.trace.add("operator", f"{name} refused: {exc}")
+                    return
+
+    def _plan_death(self, name: str) -> None:
+        """Whether the operator's process dies during this run of the action, and before which of its calls
+        that change something: any of the first few, or the first message it sends (after a repair marked its
+        pairs and before it handed them to the queue)."""
+
+        def plan() -> tuple[int | None, bool]:
+            if not self.chaos.fires(Fault.OPERATOR_INTERRUPTED, name, while_paused=True):
+                return None, False
+            draw = self.chaos.draw(Fault.OPERATOR_INTERRUPTED)
+            if draw.random() < 0.5:
+                return None, True
+            return draw.randint(1, MAX_DEATH_CALL), False
+
+        death = self._death
+        death.calls, death.at, death.at_first_send, death.sent, death.plan = 0, None, False, False, plan
+
+    @contextmanager
+    def _armed(self) -> Iterator[None]:
+        for client in self._operator_clients:
+            client.armed = True
+        try:
+            yield
+        finally:
+            for client in self._operator_clients:
+                client.armed = False
+
+    def redrive(self, method: str) -> None:
+        def run() -> str:
+            result = self.operations.redrive(method=method)
+            return f"moved {result.moved}, {result.remaining} left in the DLQ"
+
+        self.operator(f"redrive ({method})", run)
+        # As the CLI says when a DLQ's messages are all in flight (an interrupted redrive received them): they
+        # are visible again within a minute, run it again then.
+        for _ in range(MAX_REDRIVE_WAITS):
+            visible, in_flight = self.durable_dlq_counts()
+            if visible or not in_flight:
+                return
+            self.runtime.clock.advance(REDRIVE_RECEIVE_VISIBILITY)
+            self.trace.add("operator", f"the DLQ's {in_flight} message(s) are in flight: waits a minute and redrives")
+            self.operator(f"redrive ({method})", run)
+
+    def replay(self) -> None:
+        for tenant in self.world.schedule.tenants:
+            self.operator(f"replay {tenant}", partial(self._replay_tenant, tenant))
+
+    def _replay_tenant(self, tenant: str) -> str:
+        if not self.operations.dead_letters(tenant):
+            return "no dead letters"
+        items = self.operations.plan_replay(tenant=tenant)
+        self._record_repair([f"{item.event_id}:{item.subscription}" for item in items], replay=True)
+        self.operations.replay(items)
+        return ", ".join(self.trace.key(f"{item.event_id}:{item.subscription}") for item in items)
+
+    def _record_repair(self, keys: list[str], *, replay: bool = False) -> None:
+        """``keys`` repaired now; a ``replay`` gives their claims every attempt back (a reconcile of a stale
+        claim leaves its count as it is)."""
+        now, position = self.runtime.clock(), len(self.world.handler_runs)
+        self.world.replays.extend((key, now) for key in keys)
+        self.world.replay_positions.extend((key, position) for key in keys)
+        if replay:
+            self.world.replay_serials.extend((key, self.world.claims_recorded) for key in keys)
+
+    def skip(self, tenant: str, seq: int, reason: str) -> None:
+        """The operator skips the event the ordered ledger waits for (``outbox skip``), recorded before it runs:
+        an interrupted skip may have committed."""
+
+        def run() -> str:
+            self.world.skips.append((tenant, seq))
+            result = ordering_ops.skip(self.operations, tenant, LEDGER, seq, by=OPERATOR, reason=reason)
+            woke = f", woke seq {result.woke_seq}" if result.woke_seq is not None else ""
+            return f"{'already skipped' if result.already else 'skipped'}{woke}"
+
+        self.operator(f"skip {tenant} seq {seq} for {LEDGER}", run)
+
+    def skip_dead(self) -> None:
+        """The runbook for a blocked ordered subscription, the skip way: each dead event it waits for is skipped."""
+        with self.chaos.paused():
+            blocked = ordering_ops.blocked(self.operations, list(self.world.schedule.tenants))
+        for waiting in blocked:
+            if waiting.subscription == LEDGER and waiting.waits_for_state == "DEAD":
+                self.skip(waiting.tenant, waiting.waits_for_seq, "dead, and not worth replaying")
+
+    def reconcile(self, since: datetime | None, subscription: str | None = None) -> None:
+        """``outbox reconcile --since``, or ``--subscription S`` alone for an ordered S (from its watermark)."""
+        publish = self.operations.publish
+
+        def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any) -> None:
+            # Recorded as it is sent: a reconcile cut short has still repaired what it sent.
+            self._record_repair([f"{image['event_id']['S']}:{name}" for name in targets])
+            publish(image, tenant, dedup_id, targets=targets)
+
+        def run() -> str:
+            result = self.operations.reconcile(since, subscription=subscription)
+            sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
+            return f"scanned {result.scanned}, re-sent {sent}"
+
+        with mock.patch.object(self.operations, "publish", recorded):
+            self.operator("reconcile" + (f" --subscription {subscription}" if subscription else ""), run)
+
+    def settle(self) -> None:
+        """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
+        self.chaos.heal()
+        self.trace.add("operator", "the causes are fixed: no more faults")
+        for round_ in range(3):
+            if self.durable_dlq_depth() > 0:
+                self.redrive("receive-send-delete")
+            if round_ == 0 and self.world.schedule.skip_dead:
+                self.skip_dead()
+            if round_ == 0 and self.world.schedule.replay_at_the_end:
+                self.replay()
+            if round_ == 0 and self.chaos.fired[Fault.MESSAGE_LOST]:
+                self.runtime.clock.advance(RECONCILE_WAIT)
+                self.reconcile(self._start)
+                if self.world.schedule.ordered:
+                    self.reconcile(None, LEDGER)  # a lost wake-up: what the status's hint for a DEFERRED wait says
+            self.runtime.run_until_idle()
+            if self.durable_dlq_depth() == 0:
+                return
+
+    def age(self) -> None:
+        """Days later (``Schedule.aged``): old messages arrive again and the operator repairs; nothing
+        that completed may run again."""
+        for action in self.world.schedule.aged:
+            self.perform(action)
+            self.runtime.run_until_idle()
+
+    def durable_dlq_counts(self) -> tuple[int, int]:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.durable_dlq_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def durable_dlq_depth(self) -> int:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.durable_dlq_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
+    def repair(self) -> None:
+        """The runbook for a rewritten log: the anchoring pass records the break; the operator restores the rows
+        as they were (from a backup) and the head with them, then resets the tenant's anchor, recorded with who
+        and why. Status must be healthy again, the findings kept as history (invariants 7, 12)."""
+        anchoring = self.runtime.function("AnchoringFunctionName")
+        table = self.runtime.output("EventsTableName")
+        for tenant, originals in self.world.rewritten.items():
+            with self.chaos.paused():
+                anchoring.invoke(SCHEDULED_EVENT)
+                for envelope in originals:
+                    self.operations.dynamodb.put_item(TableName=table, Item=envelope.to_item())
+                head = self.operations.dynamodb.get_item(
+                    TableName=table, Key=keys.head_key(tenant), ConsistentRead=True
+                )["Item"]
+                last = originals[-1]
+                restored = {**head, "last_hash": {"S": last.hash}}
+                self.operations.dynamodb.put_item(TableName=table, Item=restored)
+            self.runtime.run_until_idle()  # the restore's own MODIFYs reach the tamper recorder
+            self.runtime.clock.advance(timedelta(seconds=1))
+            self.operator(f"anchor --reset {tenant}", partial(self._reset_anchor, tenant))
+            with self.chaos.paused():
+                anchoring.invoke(SCHEDULED_EVENT)
+            self.world.repaired.add(tenant)
+            self.trace.add("log", f"{tenant}'s rewritten rows restored and its anchor reset")
+
+    def force_replay(self) -> None:
+        """The operator forces a replay of an event the ordered ledger applied (by id, ``--force``). If the
+        engine takes it, the pair is recorded as repaired and must run again (invariant 2)."""
+        for record in self.world.emits:
+            if (
+                record.envelope is None
+                or record.envelope.type != ITEM_CREATED
+                or not self.world.in_order(record.envelope)
+            ):
+                continue
+            claim = self.operations.inbox.read_claim(record.envelope.id, LEDGER)
+            if claim is not None and claim.status == "COMPLETED":
+                self.operator(f"replay --force {self.trace.event(record.envelope.id)}", partial(self._force, record))
+                return
+
+    def _force(self, record: EmitRecord) -> str:
+        assert record.envelope is not None
+        items = self.operations.plan_replay(event_ids=[record.envelope.id], subscription=LEDGER, force=True)
+        keys = [f"{item.event_id}:{item.subscription}" for item in items]
+        self._record_repair(keys, replay=True)
+        self.world.forced.extend((key, len(self.world.handler_runs)) for key in keys)
+        result = self.operations.replay(items)
+        return f"republished {', '.join(map(self.trace.event, result.republished))}"
+
+    def _reset_anchor(self, tenant: str) -> str:
+        anchor = self.operations.reset_anchor(tenant, who=OPERATOR, reason="rows restored from the backup")
+        return f"anchored at seq {anchor.seq}"
+
+    def _repair_head(self, tenant: str) -> None:
+        """The operator, told by ChainIntegrityError to run verify_chain, sets the head to the log's last event."""
+        with self.chaos.paused():
+            log = list(self.emitters[tenant][0].store.events(tenant))
+            self._write_head(tenant, log)
+        self.world.rolled_back.discard(tenant)
+        self.trace.add("log", f"the operator sets {tenant}'s chain head to the log's last event, seq {len(log)}")

@@ -24,6 +24,10 @@ read only version 2, so each of its events must reach them through the upcaster.
 Every DynamoDB effect is an ``ADD applied :one`` on a ledger row per (event, subscription): applied twice
 reads 2, so a doubled effect cannot hide behind an idempotent write. The row also keeps the amount it was
 computed from, so an effect of other content than the logged event's shows.
+
+One file: the simulated application, as a user's catalog module is one: its event types, schemas,
+handlers and subscriptions side by side, so that what each handler does to the data is read with what
+delivers to it.
 """
 
 from __future__ import annotations

@@ -170,8 +170,8 @@ def soak_command(first: int, count: int) -> str:
 
 
 def replay(seed: int, stack: StackSpec) -> int:
+    from simulation.drawing import generate
     from simulation.runner import run_seed
-    from simulation.schedule import generate
 
     print("\n".join(generate(seed).describe()))
     print()

@@ -20,8 +20,8 @@ from outbox.local.runtime import LocalRuntime
 from outbox.ops import Operations
 from simulation.catalog import legacy_catalog_for
 from simulation.emitters import Emitter
+from simulation.observations import Observations, Send
 from simulation.operator_clients import Interrupting, OperatorDeath
-from simulation.recorder import Observations, Send
 from simulation.schedule import Action, Emit, Fault
 from simulation.world import EmitRecord, World
 

@@ -4,6 +4,9 @@ Each one replaces a snippet that must occur exactly once in its module's source 
 on: ``python -m simulation.mutation --check`` says which snippets went stale). A fencing condition is
 loosened with an OR rather than cut, because DynamoDB refuses an expression value the expression does
 not use; the bug is the same: a PENDING claim of another owner satisfies it.
+
+One file: the catalogue, read top to bottom, grouped by the guarantee each mutant breaks; every entry is
+data, and ``make mutants`` and docs/simulation.md list them in this order.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ could not be measured (a stale mutant, a failed worker, a baseline without a cle
 
 This module imports nothing of the project at the top: the worker loads it by file path before the engine
 is imported (``import simulation`` alone would import the engine).
+
+One file: the worker process loads this module by its path before anything of the project is imported
+(the import hook must be installed first), so the hook, the worker and the parent that starts it stay in it.
 """
 
 from __future__ import annotations

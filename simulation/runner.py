@@ -20,10 +20,11 @@ from outbox.ops import Topology
 from simulation.catalog import RUN_VARIABLE, WATCHED_ENTITIES, catalog_for
 from simulation.chaos import Chaos
 from simulation.determinism import seeded
+from simulation.drawing import generate
 from simulation.driver import Driver, client
 from simulation.invariants import Violation, check_all, check_status
-from simulation.recorder import Observations, recording
-from simulation.schedule import generate
+from simulation.observations import Observations
+from simulation.recorder import recording
 from simulation.state import read_alarm_state, read_state
 from simulation.trace import Trace
 from simulation.world import DeterministicIds, World, register, unregister

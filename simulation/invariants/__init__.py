@@ -73,7 +73,7 @@ from simulation.invariants.operations import (
     check_status,
 )
 from simulation.invariants.ordering import check_fifo_order, check_ordered_subscriptions
-from simulation.recorder import Observations
+from simulation.observations import Observations
 from simulation.state import State
 from simulation.world import World
 

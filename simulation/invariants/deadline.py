@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import timedelta
 
 from simulation.invariants.base import Violation, name_of
-from simulation.recorder import Observations
+from simulation.observations import Observations
 from simulation.state import State
 from simulation.world import World
 

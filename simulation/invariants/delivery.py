@@ -17,7 +17,7 @@ from simulation.catalog import (
 )
 from simulation.invariants.base import Violation, name_of
 from simulation.invariants.log import rewritten_ids
-from simulation.recorder import DIRECT, Observations
+from simulation.observations import DIRECT, Observations
 from simulation.state import State
 from simulation.world import World
 

@@ -20,7 +20,7 @@ from simulation.catalog import (
     item_key,
 )
 from simulation.invariants.base import Violation, key_of, name_of
-from simulation.recorder import Observations
+from simulation.observations import Observations
 from simulation.state import State
 from simulation.world import EmitRecord, World
 

@@ -14,7 +14,7 @@ from simulation.catalog import (
     applied_order_key,
 )
 from simulation.invariants.base import Violation, key_of, name_of
-from simulation.recorder import DIRECT, Observations, Send
+from simulation.observations import DIRECT, Observations, Send
 from simulation.state import State
 from simulation.world import World
 

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from outbox.local.deadline import InvocationTimedOut
-from simulation.recorder import Invocation, Observations, Recorder
+from simulation.observations import Invocation, Observations
+from simulation.recorder import Recorder
 from simulation.trace import Trace
 
 START = datetime(2026, 12, 4, 12, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from simulation.invariants import check_runtime_as_strict_as_aws
-from simulation.recorder import Observations, PipeDeadLetter, PipeSend
+from simulation.observations import Observations, PipeDeadLetter, PipeSend
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 TWELVE_HOURS = 12 * 3600

@@ -15,8 +15,9 @@ from outbox.local.template import StackSpec
 from simulation.catalog import catalog_for
 from simulation.chaos import Chaos
 from simulation.cli import Outcome, regression_seeds, run_many
+from simulation.drawing import generate
 from simulation.runner import run_seed
-from simulation.schedule import Emit, Fault, FaultRate, generate
+from simulation.schedule import Emit, Fault, FaultRate
 from simulation.trace import Trace
 from simulation.world import DeterministicIds, World
 from tests.conftest import PROJECT_ROOT, Synthesized

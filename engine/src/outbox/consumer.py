@@ -150,8 +150,11 @@ class DurableConsumer:
             event.get("Records") or [], lambda message: bool(self._subscriptions(message))
         )
 
+        # The wake-ups the batch's ordered completions owe, run once its records are done (``wake_owed``).
+        owed: list[OwedWake] = []
+
         def record_handler(record: SQSRecord) -> None:
-            self.process_record(record, remaining, ahead)
+            self.process_record(record, remaining, ahead, owed)
 
         try:
             response = process_partial_response(
@@ -165,13 +168,21 @@ class DurableConsumer:
         # Only now, with every record of the batch done: the time in-place work spends is time no other record
         # (another tenant's group, most likely) needs.
         reported = {failure["itemIdentifier"] for failure in failures}
-        unwoken = self.ordered.wake_owed(ahead.owed, remaining)
+        unwoken = self.ordered.wake_owed(owed, remaining)
         failures += [{"itemIdentifier": i} for i in unwoken if i not in reported]
         return {"batchItemFailures": failures}
 
     # -- one message ----------------------------------------------------------------------------------
 
-    def process_record(self, record: SQSRecord, remaining_ms: RemainingMs, ahead: ReadAhead | None = None) -> None:
+    def process_record(
+        self,
+        record: SQSRecord,
+        remaining_ms: RemainingMs,
+        ahead: ReadAhead | None = None,
+        owed_wakes: list[OwedWake] | None = None,
+    ) -> None:
+        """One record of a batch (``ahead``: what the batch read of it; ``owed_wakes``: where its ordered
+        completions leave the wake-ups they owe the batch), or alone, its wake-ups run at once."""
         try:
             message = ahead.message(record) if ahead is not None else None
             if message is None:
@@ -197,7 +208,7 @@ class DurableConsumer:
         repair = message.targets is not None  # a replay or reconcile: its pairs have rows already
         # Ordered completions of this message whose deferred followers are woken after the batch's records (with
         # no batch around it, right after each completion).
-        owed: list[tuple[Subscription, Watermark]] | None = [] if ahead is not None else None
+        owed: list[tuple[Subscription, Watermark]] | None = [] if owed_wakes is not None else None
         retry = [
             s.name
             for s in subscriptions
@@ -213,8 +224,8 @@ class DurableConsumer:
             )
             is DeliveryOutcome.RETRY
         ]
-        if ahead is not None and owed:
-            ahead.owed += [OwedWake(str(record.message_id), subscription, mark) for subscription, mark in owed]
+        if owed_wakes is not None and owed:
+            owed_wakes += [OwedWake(str(record.message_id), subscription, mark) for subscription, mark in owed]
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
 

@@ -17,7 +17,6 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
-from outbox.delivery.ordered import OwedWake
 from outbox.envelope import Envelope
 from outbox.messages import Message, read_message
 from outbox.store import EventStore
@@ -31,12 +30,10 @@ BATCH_GET_KEYS = 100
 @dataclass
 class ReadAhead:
     """What one invocation read before processing its records: each readable record's message (by message
-    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row); and, as its
-    records are processed, the wake-ups their ordered completions owe (``OrderedGate.wake_owed``)."""
+    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row)."""
 
     messages: dict[str, Message] = field(default_factory=dict)
     logged: dict[tuple[str, int], str] = field(default_factory=dict)
-    owed: list[OwedWake] = field(default_factory=list)
 
     def message(self, record: SQSRecord) -> Message | None:
         return self.messages.get(str(record.message_id))

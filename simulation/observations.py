@@ -73,6 +73,32 @@ class CutOff:
     fits_without_others: bool = False
 
 
+@dataclass(frozen=True)
+class AttemptCounts:
+    """What a pair's attempts came to at one moment: its claims (and those that raised, maybe committed), the
+    attempts given back or forgiven, and the runs the deadline cut off that would have fit without other
+    tenants' work. A replay starts the count over; invariant 15 reads it between a replay and a dead mark."""
+
+    claims: int = 0
+    uncertain: int = 0
+    given_back: int = 0
+    forgiven: int = 0
+    cut_for_others: int = 0
+
+    def since(self, start: AttemptCounts) -> AttemptCounts:
+        return AttemptCounts(
+            self.claims - start.claims,
+            self.uncertain - start.uncertain,
+            self.given_back - start.given_back,
+            self.forgiven - start.forgiven,
+            self.cut_for_others - start.cut_for_others,
+        )
+
+    @property
+    def claimed(self) -> int:
+        return self.claims + self.uncertain - self.given_back
+
+
 @dataclass
 class Run:
     """A delivery of one (event, subscription) in progress, and the deadline of the invocation it runs in:
@@ -90,6 +116,10 @@ class Observations:
     uncertain_claims: Counter[str] = field(default_factory=Counter)  # claims that raised (maybe committed)
     uncertain_completers: dict[str, set[str]] = field(default_factory=dict)  # completions that raised
     dead_calls: list[tuple[str, int, str]] = field(default_factory=list)  # (key, attempt, reason), fenced or not
+    # The pair's attempt counts at each dead call (in step with ``dead_calls``), and at each replay: (key, how
+    # many dead calls came before it, counts).
+    dead_call_counts: list[AttemptCounts] = field(default_factory=list)
+    replay_counts: list[tuple[str, int, AttemptCounts]] = field(default_factory=list)
     # (key, handler runs before the mark, claims recorded before it)
     dead_positions: list[tuple[str, int, int]] = field(default_factory=list)
     # (key, claims recorded before the mark) of each committed dead mark as exhausted
@@ -130,6 +160,13 @@ class Observations:
     records_after_in_place: list[str] = field(default_factory=list)
     # Pairs the deadline cut off that started with less time left than their subscription was known to need.
     started_too_late: list[str] = field(default_factory=list)
+
+    def attempt_counts(self, key: str) -> AttemptCounts:
+        """``key``'s attempt counts now."""
+        cut = sum(1 for one in self.cut_offs if one.key == key and one.fits_without_others)
+        return AttemptCounts(
+            self.claims[key], self.uncertain_claims[key], self.given_back[key], self.forgiven[key], cut
+        )
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,8 @@ class OperatorActions(DriverState):
         self.world.replay_positions.extend((key, position) for key in keys)
         if replay:
             self.world.replay_serials.extend((key, self.world.claims_recorded) for key in keys)
+            calls = len(self.observations.dead_calls)
+            self.observations.replay_counts.extend((key, calls, self.observations.attempt_counts(key)) for key in keys)
 
     def skip(self, tenant: str, seq: int, reason: str) -> None:
         """The operator skips the event the ordered ledger waits for (``outbox skip``), recorded before it runs:

@@ -261,9 +261,10 @@ class Recorder:
             self.observations.unclaimed_direct_failures.add(key)
             raise
         # A mark for the direct run's failure judges attempt 1 (the run), whatever attempt its late claim counted.
-        self.observations.dead_calls.extend(
-            (k, 1, why) for k, _, why in self.observations.dead_calls[marks:] if k == key
-        )
+        calls, counts = self.observations.dead_calls, self.observations.dead_call_counts
+        added = [index for index in range(marks, len(calls)) if calls[index][0] == key]
+        calls.extend((key, 1, calls[index][2]) for index in added)
+        counts.extend(counts[index] for index in added)  # in step with the calls
         if self.observations.claims[key] == claims:
             self.observations.unclaimed_direct_failures.add(key)
             self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")
@@ -292,6 +293,7 @@ class Recorder:
     def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
         error, _error_type, reason, receive_count = details
         self.observations.dead_calls.append((claim.idempotency_key, claim.attempts, reason.value))
+        self.observations.dead_call_counts.append(self.observations.attempt_counts(claim.idempotency_key))
         self._mark_dead(inbox, claim, envelope, *details)
         self.observations.dead_marks.append(self._fenced(claim))
         self.observations.dead_positions.append(

@@ -3,11 +3,10 @@ and Lambda's deadline never lets one tenant's work cost another tenant its time 
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import timedelta
 
 from simulation.invariants.base import Violation, name_of
-from simulation.observations import Observations
+from simulation.observations import AttemptCounts, Observations
 from simulation.state import State
 from simulation.world import World
 
@@ -56,20 +55,29 @@ def check_deadline(world: World, observations: Observations, state: State) -> li
         Violation(15, f"a pair the deadline cut off should not have started: {what}")
         for what in observations.started_too_late
     ]
-    cut_for_others = Counter(cut.key for cut in observations.cut_offs if cut.fits_without_others)
-    for key, attempt, reason in observations.dead_calls:
-        if reason != "exhausted" or key in world.too_slow or not cut_for_others[key]:
+    for index, (key, attempt, reason) in enumerate(observations.dead_calls):
+        if reason != "exhausted" or key in world.too_slow:
             continue
-        claimed = observations.claims[key] + observations.uncertain_claims[key] - observations.given_back[key]
+        counts = _since_the_last_replay(observations, key, index)
+        if not counts.cut_for_others:
+            continue
         # A cut-off the engine forgave is given back already (in ``claimed``): not to be taken off twice.
-        own = claimed - max(cut_for_others[key] - observations.forgiven[key], 0)
+        own = counts.claimed - max(counts.cut_for_others - counts.forgiven, 0)
         if own < state.max_attempts:
             found.append(
                 Violation(
                     15,
-                    f"{name_of(world, key)}: dead as exhausted at attempt {attempt}, but {cut_for_others[key]} of its "
-                    f"{claimed} attempt(s) were cut off by the deadline for other tenants' work (its handler fits "
-                    "the function's timeout)",
+                    f"{name_of(world, key)}: dead as exhausted at attempt {attempt}, but {counts.cut_for_others} of "
+                    f"its {counts.claimed} attempt(s) were cut off by the deadline for other tenants' work (its "
+                    "handler fits the function's timeout)",
                 )
             )
     return found
+
+
+def _since_the_last_replay(observations: Observations, key: str, index: int) -> AttemptCounts:
+    """The attempt counts of the dead call at ``index`` since the replay before it (a replay starts the pair's
+    attempts over), or since the start."""
+    at_the_call = observations.dead_call_counts[index]
+    replays = [counts for k, calls_before, counts in observations.replay_counts if k == key and calls_before <= index]
+    return at_the_call.since(replays[-1]) if replays else at_the_call

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from outbox.local.deadline import InvocationTimedOut
-from simulation.observations import Invocation, Observations
+from simulation.invariants.deadline import check_deadline
+from simulation.observations import CutOff, Invocation, Observations
 from simulation.recorder import Recorder
 from simulation.trace import Trace
 
@@ -101,3 +102,54 @@ def test_a_run_nested_inside_another_is_charged_to_its_own_tenant_only() -> None
 
     [cut] = observations.cut_offs
     assert not cut.fits_without_others  # globex's own 40 s and the ledger's 25 s do not fit in 60
+
+
+# -- exhaustion is judged per replay: a replay starts a pair's attempts over --------------------------------
+
+KEY = "e1:charge"
+MAX_ATTEMPTS = 5
+
+
+def _claims(observations: Observations, count: int, *, cut_for_others: bool) -> None:
+    for _ in range(count):
+        observations.claims[KEY] += 1
+        if cut_for_others:
+            observations.cut_offs.append(CutOff(KEY, "acme", fits_without_others=True))
+
+
+def _dead_as_exhausted(observations: Observations, attempt: int) -> None:
+    observations.dead_calls.append((KEY, attempt, "exhausted"))
+    observations.dead_call_counts.append(observations.attempt_counts(KEY))
+
+
+def _replayed(observations: Observations) -> None:
+    observations.replay_counts.append((KEY, len(observations.dead_calls), observations.attempt_counts(KEY)))
+
+
+def _judged(observations: Observations) -> list[str]:
+    world = SimpleNamespace(too_slow=set(), trace=Trace(_Clock()))
+    state = SimpleNamespace(max_attempts=MAX_ATTEMPTS)
+    return [violation.message for violation in check_deadline(world, observations, state)]  # type: ignore[arg-type]
+
+
+def test_a_replayed_pair_cut_off_for_others_every_time_is_blamed_though_it_failed_on_its_own_before() -> None:
+    observations = Observations()
+    _claims(observations, MAX_ATTEMPTS, cut_for_others=False)  # its own failures: dead, rightly
+    _dead_as_exhausted(observations, MAX_ATTEMPTS)
+    _replayed(observations)
+    _claims(observations, MAX_ATTEMPTS, cut_for_others=True)  # then cut off for another tenant every time
+    _dead_as_exhausted(observations, MAX_ATTEMPTS)
+
+    [violation] = _judged(observations)
+    assert f"{MAX_ATTEMPTS} of its {MAX_ATTEMPTS} attempt(s) were cut off" in violation
+
+
+def test_a_pair_cut_off_for_others_then_replayed_and_failing_on_its_own_is_blamed_for_the_first_death_only() -> None:
+    observations = Observations()
+    _claims(observations, MAX_ATTEMPTS, cut_for_others=True)
+    _dead_as_exhausted(observations, MAX_ATTEMPTS)
+    _replayed(observations)
+    _claims(observations, MAX_ATTEMPTS, cut_for_others=False)
+    _dead_as_exhausted(observations, MAX_ATTEMPTS)
+
+    assert len(_judged(observations)) == 1

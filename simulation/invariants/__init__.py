@@ -37,7 +37,8 @@
     needs; no pair starts with less of the invocation left than its subscription's slowest run in the container
     needs; and a pair whose handler fits the function's timeout is never dead as exhausted for runs the
     deadline cut off because of other tenants' work (runs that would have fit without the time it took): its own
-    failures, and its own tenant's work, alone use up its attempts.
+    failures, and its own tenant's work, alone use up its attempts (counted since the replay before the dead
+    mark, if any: a replay starts the attempts over).
 16. Read-only passes: the anchoring pass, status and verify-chain, run while other writers emit, never report a
     break of a log nobody altered (and invariant 12: the anchoring pass records no finding for it).
 

@@ -96,7 +96,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement='"attempts = if_not_exists(attempts, :one) + :zero, digest = :digest, tenant = :tenant, "',
         description="the claim's attempts stay at 1 (placeholders swapped): a failing pair is retried forever",
         what_should_catch_it="a dependency down or repeated crashes: never dead-lettered (invariant 2)",
-        seeds=(2, 3, 8),
+        seeds=(2, 8, 11),
     ),
     Mutant(
         id="own-claim-not-recognised",
@@ -132,7 +132,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="the COMPLETED mark holds for any PENDING claim: a worker whose lease was taken completes",
         what_should_catch_it="a lease expiry while the handler runs (invariant 4: completed by a non-owner)",
-        seeds=(14, 40, 46),
+        seeds=(14, 17, 40),
     ),
     Mutant(
         id="release-unfenced",
@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="release is a plain update by key: a worker whose lease was taken ends the new owner's lease",
         what_should_catch_it="a lease expiry, then a retryable error of the old owner (invariant 4: releases)",
-        seeds=(2, 22, 44),
+        seeds=(2, 3, 10),
     ),
     Mutant(
         id="mark-dead-unfenced",
@@ -245,7 +245,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair is dead one attempt early",
         what_should_catch_it="retryable errors on max_attempts - 1 attempts: dead, not earned (invariant 2)",
-        seeds=(2, 11, 15),
+        seeds=(2, 3, 11),
     ),
     Mutant(
         id="crash-check-off-by-one",
@@ -313,7 +313,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="",
         description="the consumer does not check an envelope against its own hash",
         what_should_catch_it="a body that is a genuine event image with one field altered (a poison pill, 9)",
-        seeds=(25, 34, 35),
+        seeds=(25, 26, 34),
     ),
     Mutant(
         id="repair-targets-ignored",
@@ -575,7 +575,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="the watermark is advanced in a write of its own after the completion's transaction",
         what_should_catch_it="a crash after the completion (or a throttled watermark write): the pair is applied, "
         "the watermark stays behind it, and its followers wait for ever (14)",
-        seeds=(5, 39),
+        seeds=(39, 44, 64),
     ),
     Mutant(
         id="watermark-unversioned",
@@ -688,7 +688,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "spent for what the records before it took",
         what_should_catch_it="slow handlers of two tenants in one batch (slow_handler): the later one is cut off "
         "at the deadline again and again, then dead as exhausted (15)",
-        seeds=(21, 38, 41),
+        seeds=(3, 6, 7),
     ),
     # -- deploys ---------------------------------------------------------------------------------------
     Mutant(

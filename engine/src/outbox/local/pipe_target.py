@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -116,8 +115,8 @@ class SqsTarget:
                 "shardId": shard_id,
                 "startSequenceNumber": first.sequence_number,
                 "endSequenceNumber": last.sequence_number,
-                "approximateArrivalOfFirstRecord": _arrival(first.created),
-                "approximateArrivalOfLastRecord": _arrival(last.created),
+                "approximateArrivalOfFirstRecord": iso8601(first.created),
+                "approximateArrivalOfLastRecord": iso8601(last.created),
                 "batchSize": len(records),
                 "streamArn": self.config.stream_arn,
             },
@@ -170,10 +169,6 @@ def _dynamic(value: str | None, record: PipeRecord) -> str | None:
 def _queue_arn(sqs: Any, queue_url: str) -> str:
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
     return str(attributes["QueueArn"])
-
-
-def _arrival(created: datetime) -> str:
-    return iso8601(created)
 
 
 def _refused_for_content(exc: Exception) -> bool:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import typer
-from typer.testing import Result
+from rich.console import Console
+from typer.testing import CliRunner, Result
 
 from outbox import TerminalError
-from outbox.cli import app
+from outbox.cli import CliContext, app
 from outbox.local import faults
+from outbox.ops import Operations
 from tests.e2e.backends import LocalBackend
 from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
@@ -124,11 +126,9 @@ def test_the_question_goes_to_stderr_and_stdout_keeps_the_document(
 ) -> None:
     result = outbox(local, "replay", "--tenant", troubled["tenant"], "--json", answer="y\n")
     assert result.exit_code == 0, result.output
-    assert "clear 1 claims" in result.stderr
-    # CliRunner echoes the typed answer into stdout (a terminal would show it on the tty): skip it.
-    answered, document = result.stdout.split("\n", 1)
-    assert answered.strip() == "y"
-    assert json.loads(document)["result"]["cleared"][0]["subscription"] == "pet_tag.mark_ordered"
+    assert "clear 1 claim and re-send their events? [y/N]" in result.stderr
+    # Nothing of the question or the answer on stdout: not even click's space after the prompt.
+    assert json.loads(result.stdout)["result"]["cleared"][0]["subscription"] == "pet_tag.mark_ordered"
 
 
 @pytest.mark.parametrize(
@@ -149,10 +149,16 @@ def test_a_refusal_with_json_is_an_error_document_and_exit_2(local: LocalBackend
     assert document["error"]["message"] in " ".join(result.stderr.split())
 
 
-def test_a_redrive_of_an_empty_dlq_with_json_is_refused_as_a_document(local: LocalBackend) -> None:
+def test_a_redrive_of_an_empty_dlq_finds_nothing_to_do_and_exits_0(local: LocalBackend) -> None:
+    # A rerun of a redrive that moved everything is not an error
     result = outbox(local, "--json", "redrive", "--dlq", "record-change-dlq", "--yes")
-    assert result.exit_code == 2
-    assert "is empty" in only_json(result)["error"]["message"]
+    assert result.exit_code == 0, result.output
+    document = only_json(result)
+    assert (document["status"], document["moved"], document["done"]) == ("NOTHING_TO_DO", 0, True)
+    assert (
+        "record-change-dlq is empty: nothing to redrive"
+        in outbox(local, "redrive", "--dlq", "record-change-dlq").stdout
+    )
 
 
 def test_status_names_the_services_the_functions_call(local: LocalBackend) -> None:
@@ -160,3 +166,76 @@ def test_status_names_the_services_the_functions_call(local: LocalBackend) -> No
     report = only_json(outbox(local, "status", "--json"))
     assert report["application"]["COMMERCE_SERVICES"] == local.fakes.url
     assert f"COMMERCE_SERVICES={local.fakes.url}" in outbox(local, "status").stdout
+
+
+# Each command's refusal: input it cannot act on. Commands that take no input the engine could refuse are
+# named below it, with why.
+REFUSALS: dict[str, list[str]] = {
+    "verify-chain": ["verify-chain", "--tenant", "nobody"],
+    "dead-letters list": ["dead-letters", "list", "--tenant", "nobody"],
+    "dead-letters show": ["dead-letters", "show", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--tenant", "nobody"],
+    "replay": ["replay", "--tenant", "nobody", "--yes"],
+    "redrive": ["redrive", "--dlq", "relay-pipe-dlq", "--yes"],
+    "reconcile": ["reconcile", "--since", "1h", "--tenant", "nobody", "--yes"],
+    "skip": ["skip", "--tenant", "nobody", "--subscription", JOURNAL, "--seq", "1", "--reason", "r", "--yes"],
+    "findings": ["findings", "--tenant", "nobody"],
+    "anchor": ["anchor", "--tenant", "nobody"],
+}
+NOTHING_TO_REFUSE = {
+    "status": "reads everything, takes no input",
+    "catalog": "reads the catalog; a catalog that cannot be built is a usage error (tests/unit/test_cli_offline.py)",
+    "dead-letters poison": "its one input, --day, is a usage error if not a day (tests/unit/test_cli_offline.py)",
+}
+
+
+def test_the_refusal_table_names_every_command_that_answers_json() -> None:
+    assert set(REFUSALS) | set(NOTHING_TO_REFUSE) == set(INVOCATIONS)
+
+
+@pytest.mark.parametrize("command", sorted(REFUSALS))
+def test_every_refusal_with_json_is_one_error_document_and_exit_2(local: LocalBackend, command: str) -> None:
+    result = outbox(local, *REFUSALS[command], "--json")
+    assert result.exit_code == 2, result.output
+    document = only_json(result)
+    assert (document["exit_code"], document["error"]["kind"]) == (2, "refused")
+
+
+# The commands that change something, as they ask before they do.
+ASKING = {
+    command: [arguments for arguments in INVOCATIONS[command] if "--yes" in arguments]
+    for command in INVOCATIONS
+    if any("--yes" in arguments for arguments in INVOCATIONS[command])
+}
+
+
+@pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "closed-stdin"])
+@pytest.mark.parametrize("command", sorted(ASKING))
+def test_every_question_declined_with_json_is_one_document_and_exit_1(
+    local: LocalBackend, troubled: dict[str, str], command: str, answer: str
+) -> None:
+    for arguments in ASKING[command]:
+        asked = [argument.format(**troubled) for argument in arguments if argument != "--yes"]
+        result = outbox(local, *asked, "--json", answer=answer)
+        assert result.exit_code == 1, (asked, result.output)
+        assert (only_json(result)["error"]["kind"], only_json(result)["exit_code"]) == ("declined", 1)
+
+
+class Exploding:
+    """Operations whose every use fails as nobody expected: a bug, or the application's catalog code raising."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"{name} exploded")
+
+
+@pytest.mark.parametrize("command", sorted(INVOCATIONS))
+def test_every_crash_with_json_is_one_error_document_exit_2_and_no_traceback(command: str) -> None:
+    placeholders = {"tenant": "acme", "event": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "journaled": "acme", "seq": "1"}
+    for arguments in INVOCATIONS[command]:
+        context = CliContext.of(cast(Operations, Exploding()), console=Console(width=250))
+        filled = [argument.format(**placeholders) for argument in arguments]
+        result = CliRunner().invoke(app, [*filled, "--json"], obj=context, input="y\n")
+        assert result.exit_code == 2, (filled, result.output)
+        document = only_json(result)
+        assert document["error"]["kind"] == "crash", (filled, document)
+        assert "exploded" in document["error"]["message"]
+        assert "Traceback" not in result.output

@@ -145,6 +145,28 @@ def test_every_help_works_offline(project: Path) -> None:
         assert "Usage:" in result.output
 
 
+def test_every_command_s_help_shows_an_example_of_itself_and_flags_without_values(project: Path) -> None:
+    root = typer.main.get_command(app)
+    commands = [
+        command for command in every_command(root) if command and not hasattr(lookup(root, command), "commands")
+    ]
+    for command in commands:
+        text = CliRunner().invoke(app, [*command, "--help"]).output
+        example = " ".join(text.split("Example:", 1)[1].split()) if "Example:" in text else ""
+        assert example.startswith("outbox "), (command, text)
+        assert f" {' '.join(command)} " in f"{example} ", (command, example)
+        # A flag takes no value, and no option is shown by its Python type (typer shows an argument's: EVENT_ID <str>)
+        options = text.split("Options:", 1)[1]
+        for shown_wrongly in ("<bool>", "<str>", "<int>", "[default: no-"):
+            assert shown_wrongly not in options, (command, text)
+
+
+def lookup(group: Any, words: list[str]) -> Any:
+    for word in words:
+        group = group.commands[word]
+    return group
+
+
 def test_the_application_environment_output_is_read_as_the_functions_environment() -> None:
     outputs = {StackOutput.APPLICATION_ENVIRONMENT.value: '{"DATA_TABLE_NAME": "t-1", "MODE": "live"}'}
     assert application_environment(outputs) == {"DATA_TABLE_NAME": "t-1", "MODE": "live"}
@@ -172,7 +194,7 @@ def test_a_day_that_is_not_a_date_is_a_usage_error_not_a_traceback(project: Path
 OUTBOX = Path(sys.executable).parent / "outbox"
 
 
-def run_outbox(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+def run_outbox(cwd: Path, *arguments: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console script, as a person runs it: no AWS configuration of this machine."""
     env = {
         "PATH": os.environ["PATH"],
@@ -182,7 +204,8 @@ def run_outbox(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
         "OUTBOX_CATALOG": "modules:build_catalog",
         "DATA_TABLE_NAME": "data",
         "COMMERCE_SERVICES": "fake",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # where the example's modules are
+        "PYTHONPATH": f"{Path(__file__).resolve().parents[2]}:{cwd}",  # the example's modules, and the folder's
+        **(extra or {}),
     }
     return subprocess.run([str(OUTBOX), *arguments], cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
@@ -239,3 +262,29 @@ def test_with_json_even_a_failure_is_one_json_document_on_stdout(
     document = json.loads(result.stdout)
     assert (document["error"]["kind"], document["exit_code"]) == (kind, 2)
     assert result.stderr.strip(), "the person at the terminal is told too"
+
+
+def test_both_places_at_once_is_named_as_such(tmp_path: Path) -> None:
+    result = run_outbox(tmp_path, "--stack", "Shop", "--local", "status")
+    assert result.returncode == 2
+    assert "--stack Shop and --local both given: name one" in flat(result.stderr)
+
+
+def test_a_bad_time_names_the_option_it_was_given_to(project: Path) -> None:
+    result = run_outbox(project, "--local", "replay", "--tenant", "t", "--until", "soon")
+    assert result.returncode == 2
+    assert "Invalid value for --until: 'soon' is neither an ISO 8601 time nor a duration" in flat(result.stderr)
+
+
+def test_a_catalog_whose_code_crashes_is_one_line_and_with_json_one_document(project: Path) -> None:
+    (project / "crashing.py").write_text("def build():\n    raise RuntimeError('the builder fell over')\n")
+    result = run_outbox(project, "--json", "--catalog", "crashing:build", "catalog")
+    assert result.returncode == 2, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["error"]["kind"], document["exit_code"]) == ("crash", 2)
+    assert "RuntimeError: the builder fell over" in document["error"]["message"]
+    assert "Traceback" not in result.stderr
+    # Asked for, the traceback is there for a bug report
+    debug = run_outbox(project, "--json", "--catalog", "crashing:build", "catalog", extra={"OUTBOX_DEBUG": "1"})
+    assert "Traceback" in debug.stderr
+    assert json.loads(debug.stdout)["error"]["kind"] == "crash"

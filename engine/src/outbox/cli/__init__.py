@@ -5,8 +5,9 @@ fails; prompts, progress and messages go to stderr. Every command that changes s
 unless ``--yes``.
 
 The commands by group: ``reading`` (status and verification), ``dead_work`` (dead letters, poison pills),
-``repairs``, ``catalog``, ``local``; each is a thin layer over ``outbox.ops``. ``app`` holds the root options
-and ``CliContext``; ``output`` the tables, JSON documents, questions and exit codes they share.
+``repairs``, ``catalog``, ``local``; each is a thin layer over ``outbox.ops``. ``app`` holds the root options;
+``context`` what the commands work on (``CliContext``: the operations and the catalog); ``output`` the tables,
+JSON documents, questions and exit codes they share; ``failures`` how a failure is said.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError
 
 # Each command module registers its commands on the app when imported.
 from outbox.cli import catalog, dead_work, local, reading, repairs  # noqa: F401
-from outbox.cli.app import CliContext, app
+from outbox.cli.app import app
+from outbox.cli.context import CliContext
+from outbox.cli.failures import describe_failure
 from outbox.cli.output import error_document, explain_aws_error, fail, parse_moment
-from outbox.exceptions import OutboxError
+
+INTERRUPTED = (
+    "interrupted: what ran before it stays done, and a repair run again goes on from there (outbox status shows "
+    "the state)"
+)
 
 __all__ = ["CliContext", "app", "error_document", "explain_aws_error", "parse_moment", "run"]
 
@@ -38,10 +44,9 @@ def run(argv: Sequence[str] | None = None) -> None:
         usage: Any = exc  # typer's (vendored) click ClickException, whose type typer does not export
         usage.show()
         fail(args, "usage", usage.format_message(), usage.exit_code)
-    except typer.Abort:
-        fail(args, "aborted", "nothing was changed", 1, prefix="aborted")
-    except (BotoCoreError, ClientError) as exc:
-        fail(args, "aws", explain_aws_error(exc), 2, prefix="error")
-    except OutboxError as exc:  # refused before anything changed (a stack that is not a pipeline's, say)
-        fail(args, "refused", str(exc), 2, prefix="refused")
+    except typer.Abort:  # Ctrl-C: at a question nothing changed; during a repair, what it did stays done
+        fail(args, "aborted", INTERRUPTED, 1, prefix="aborted")
+    except Exception as exc:
+        kind, prefix, message = describe_failure(exc)
+        fail(args, kind, message, 2, prefix=prefix)
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -7,10 +7,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from outbox.cli.app import app
-from outbox.cli.output import JsonFlag, command_context, show
+from outbox.cli.output import JsonFlag, command_context, example, show
 
 
-@app.command()
+@app.command(epilog=example("outbox --catalog shop.catalog:build catalog --json"))
 def catalog(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every event type, its owner and producers, and every subscription with its lane and glob; then the
     catalog's contract problems (exit 1 when there are any). Works offline: without --stack, a variable the

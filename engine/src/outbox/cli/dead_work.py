@@ -8,17 +8,24 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from outbox.cli.app import CliContext, dead_letters_app
-from outbox.cli.output import JsonFlag, command_context, parse_day, print_records, refuse, show
+from outbox.cli.app import dead_letters_app
+from outbox.cli.context import CliContext
+from outbox.cli.output import JsonFlag, command_context, example, parse_day, print_records, refuse, show
 from outbox.ops import DeadLetter, OperationRefusedError
+from outbox.ops.wording import plural
 
 
-@dead_letters_app.command("list")
+@dead_letters_app.command("list", epilog=example("outbox --local dead-letters list --tenant acme --include-resolved"))
 def dead_letters_list(
     ctx: typer.Context,
-    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
-    subscription: Annotated[str | None, typer.Option()] = None,
-    include_resolved: Annotated[bool, typer.Option(help="also rows already replayed or redriven")] = False,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="one tenant (default: all)")] = None,
+    subscription: Annotated[
+        str | None,
+        typer.Option(metavar="SUBSCRIPTION", help="one subscription (default: all)"),
+    ] = None,
+    include_resolved: Annotated[
+        bool, typer.Option("--include-resolved", help="also rows already replayed or redriven")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Dead letters per tenant and subscription, with error, attempts and time."""
@@ -32,13 +39,14 @@ def dead_letters_list(
         for name in tenants
         for row in context.operations.dead_letters(name, subscription=subscription, include_resolved=include_resolved)
     ]
-    show(context, rows, lambda: _print_dead_letters(context, rows))
+    show(context, rows, lambda: _print_dead_letters(context, rows, resolved_column=include_resolved))
 
 
-def _print_dead_letters(context: CliContext, rows: list[DeadLetter]) -> None:
-    table = Table("tenant", "event", "seq", "subscription", "reason", "attempts", "dead at", "error")
+def _print_dead_letters(context: CliContext, rows: list[DeadLetter], *, resolved_column: bool) -> None:
+    columns = ["tenant", "event", "seq", "subscription", "reason", "attempts", "dead at", "error"]
+    table = Table(*columns, *(["resolved"] if resolved_column else []))
     for row in rows:
-        table.add_row(
+        cells = [
             row.tenant,
             row.event_id,
             str(row.event_seq),
@@ -47,15 +55,25 @@ def _print_dead_letters(context: CliContext, rows: list[DeadLetter]) -> None:
             str(row.attempts or "-"),
             row.dead_at,
             row.error[:80],
-        )
+        ]
+        table.add_row(*cells, *([row.resolved or "open"] if resolved_column else []))
     context.out.print(table)
     pills = context.operations.poison_pills()
-    context.out.print(f"{len(rows)} dead letters; {len(pills)} poison pills today (outbox dead-letters poison)")
+    still_open = f" ({sum(row.resolved is None for row in rows)} open)" if resolved_column else ""
+    context.out.print(
+        f"{plural(len(rows), 'dead letter')}{still_open}; {plural(len(pills), 'poison pill')} today "
+        "(outbox dead-letters poison)"
+    )
 
 
-@dead_letters_app.command("show")
+@dead_letters_app.command(
+    "show", epilog=example("outbox --stack OutboxEngine dead-letters show 01JB8Z3Q4K5M6N7P8R9S0T1V2W --tenant acme")
+)
 def dead_letters_show(
-    ctx: typer.Context, event_id: str, tenant: Annotated[str, typer.Option()], as_json: JsonFlag = False
+    ctx: typer.Context,
+    event_id: Annotated[str, typer.Argument(metavar="EVENT_ID", help="the event's id (a ULID)")],
+    tenant: Annotated[str, typer.Option(metavar="TENANT", help="the event's tenant")],
+    as_json: JsonFlag = False,
 ) -> None:
     """Every dead letter of one event, with the full error."""
     context = command_context(ctx, as_json)
@@ -69,10 +87,10 @@ def dead_letters_show(
     show(context, rows, lambda: print_records(context, rows))
 
 
-@dead_letters_app.command("poison")
+@dead_letters_app.command("poison", epilog=example("outbox --local dead-letters poison --day 2026-12-01 --json"))
 def poison(
     ctx: typer.Context,
-    day: Annotated[str | None, typer.Option(help="YYYY-MM-DD, default today")] = None,
+    day: Annotated[str | None, typer.Option(metavar="YYYY-MM-DD", help="YYYY-MM-DD, default today")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Poison pills: messages that were not events at all (kept under a global partition per day)."""
@@ -88,6 +106,6 @@ def poison(
                 pill.message_id, pill.recorded_at, pill.attributes.get("MessageGroupId", "-"), pill.error, body
             )
         context.out.print(table)
-        context.out.print(f"{len(pills)} poison pills (the whole body: --json)")
+        context.out.print(f"{plural(len(pills), 'poison pill')} (the whole body: --json)")
 
     show(context, pills, human)

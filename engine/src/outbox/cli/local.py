@@ -9,20 +9,24 @@ from typing import Annotated, Any
 import typer
 
 from outbox.cli.app import local_app
+from outbox.cli.output import example
 
 
-@local_app.command("serve")
+@local_app.command("serve", epilog=example("outbox local serve --port 4566 -c alarmEmail=ops@example.com"))
 def local_serve(
     app_command: Annotated[
         str | None,
-        typer.Option("--app", help='the app\'s command (default: "app" of ./cdk.json), e.g. "python app.py"'),
+        typer.Option(
+            "--app", metavar="COMMAND", help='the app\'s command (default: "app" of ./cdk.json), e.g. "python app.py"'
+        ),
     ] = None,
-    port: Annotated[int, typer.Option(help="serve the AWS APIs (moto) on 127.0.0.1:PORT")] = 4566,
+    port: Annotated[int, typer.Option(metavar="PORT", help="serve the AWS APIs (moto) on 127.0.0.1:PORT")] = 4566,
     stack: Annotated[
-        str | None, typer.Option("--stack", help="the stack to boot (default: the app's only one)")
+        str | None, typer.Option("--stack", metavar="STACK", help="the stack to boot (default: the app's only one)")
     ] = None,
     context: Annotated[
-        list[str] | None, typer.Option("--context", "-c", help="KEY=VALUE, as cdk synth -c (repeatable)")
+        list[str] | None,
+        typer.Option("--context", "-c", metavar="KEY=VALUE", help="KEY=VALUE, as cdk synth -c (repeatable)"),
     ] = None,
 ) -> None:
     """Synthesize your app, boot it on the local runtime served at 127.0.0.1:PORT, and keep its pipes and
@@ -32,7 +36,8 @@ def local_serve(
         from outbox.local.serve import ServeError, serve
     except ImportError as exc:  # the [local] extra is missing
         raise typer.BadParameter(
-            f'the local runtime needs the [local] extra: pip install "chained-outbox[local]" ({exc})'
+            f'the local runtime needs the [local] extra: pip install "chained-outbox[local]" ({exc})',
+            param_hint="local serve",
         ) from exc
     command = app_command or _cdk_json_app(Path("cdk.json"))
     values = dict(_key_value(pair) for pair in context or [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
@@ -25,11 +26,17 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from outbox.cli.app import CliContext
+from outbox.cli.context import CliContext
 from outbox.ops.context import ProgressCallback
 
 # Every command takes --json after its name too (`outbox status --json`), as well as before it.
 JsonFlag = Annotated[bool, typer.Option("--json", help="exactly one JSON document on stdout")]
+YesFlag = Annotated[bool, typer.Option("--yes", help="do not ask: go ahead (for scripts)")]
+
+
+def example(command: str) -> str:
+    """A command's --help epilog: one example, printed as written (click rewraps other paragraphs)."""
+    return f"\b\nExample:\n  {command}"
 
 
 def command_context(ctx: typer.Context, as_json: bool = False) -> CliContext:
@@ -71,10 +78,26 @@ def error_document(kind: str, message: str, exit_code: int = 2) -> dict[str, Any
     return {"error": {"kind": kind, "message": message}, "exit_code": exit_code}
 
 
-def confirm(yes: bool, question: str) -> None:
-    # The question goes to stderr, so that stdout holds only the command's result.
-    if not yes and not typer.confirm(question, default=False, err=True):
-        raise typer.Exit(code=1)
+def decline(context: CliContext, message: str) -> NoReturn:
+    """The operator said no (or nobody could answer): nothing was changed, exit 1."""
+    context.err.print(f"[bold]declined:[/] {message}", highlight=False)
+    if context.json:
+        emit_json(context, error_document("declined", message, 1))
+    raise typer.Exit(code=1)
+
+
+def confirm(context: CliContext, yes: bool, question: str) -> None:
+    """Ask on stderr and read the answer from stdin; anything but yes changes nothing. Not ``typer.confirm``:
+    click's prompt writes a space to stdout after the question, which breaks --json's one document."""
+    if yes:
+        return
+    context.err.print(f"{question} [y/N]: ", end="", highlight=False, markup=False)
+    answer = sys.stdin.readline()
+    if not answer:  # end of input: a script or a pipe with nobody to answer
+        context.err.print()
+        decline(context, "no answer (standard input is closed): nothing was changed; pass --yes to run without asking")
+    if answer.strip().lower() not in ("y", "yes"):
+        decline(context, "nothing was changed")
 
 
 @contextmanager
@@ -89,19 +112,24 @@ def progress(context: CliContext, description: str, total: int | None = None) ->
         yield report
 
 
-def parse_moment(value: str | None, now: datetime | None = None) -> datetime | None:
-    """An ISO 8601 time, or a duration back from ``now`` (the operations' clock): 30m, 24h, 7d."""
+def parse_moment(
+    value: str | None, now: Callable[[], datetime] | None = None, *, option: str = "--since"
+) -> datetime | None:
+    """An ISO 8601 time, or a duration back from ``now()`` (the operations' clock, asked only for a duration):
+    30m, 24h, 7d. ``option``: the option it was given to, named in the error."""
     if value is None:
         return None
     match = re.fullmatch(r"(\d+)([mhd])", value)
     if match:
         amount, unit = int(match[1]), match[2]
         delta = {"m": timedelta(minutes=amount), "h": timedelta(hours=amount), "d": timedelta(days=amount)}[unit]
-        return (now or datetime.now(UTC)) - delta
+        return (now() if now else datetime.now(UTC)) - delta
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is neither an ISO 8601 time nor a duration like 24h") from None
+        raise typer.BadParameter(
+            f"{value!r} is neither an ISO 8601 time nor a duration like 24h", param_hint=option
+        ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 

@@ -12,12 +12,14 @@ from rich.table import Table
 from outbox.audit import Finding
 from outbox.auditor import AnchorPass
 from outbox.chain import ChainReport
-from outbox.cli.app import CliContext, app
-from outbox.cli.output import JsonFlag, command_context, confirm, progress, refuse, show
+from outbox.cli.app import app
+from outbox.cli.context import CliContext
+from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, progress, refuse, show
 from outbox.ops import OperationRefusedError, Status
+from outbox.ops.wording import plural
 
 
-@app.command()
+@app.command(epilog=example("outbox --stack OutboxEngine status --json"))
 def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Queue and DLQ depths, pipe states, and per tenant: chain intact, dead letters, ordered subscriptions waiting.
 
@@ -65,10 +67,10 @@ def _print_status(context: CliContext, report: Status) -> None:
         context.out.print(f"[bold red]needs attention:[/] {problem}")
 
 
-@app.command("verify-chain")
+@app.command("verify-chain", epilog=example("outbox --local verify-chain --tenant acme"))
 def verify_chain_command(
     ctx: typer.Context,
-    tenant: Annotated[str | None, typer.Option(help="one tenant")] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="one tenant")] = None,
     all_tenants: Annotated[bool, typer.Option("--all", help="every tenant")] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -92,10 +94,10 @@ def verify_chain_command(
         raise typer.Exit(code=1)
 
 
-@app.command()
+@app.command(epilog=example("outbox --local findings --tenant acme"))
 def findings(
     ctx: typer.Context,
-    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="one tenant (default: all)")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Tamper findings: every change or deletion of an event row the stream showed, every broken chain the
@@ -122,16 +124,18 @@ def _print_findings(context: CliContext, found: list[Finding]) -> None:
     context.out.print(table if found else "no findings")
 
 
-@app.command()
+@app.command(
+    epilog=example('outbox --local anchor --tenant acme --reset --reason "restored from backup, ticket 42" --by alice')
+)
 def anchor(
     ctx: typer.Context,
-    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="one tenant (default: all)")] = None,
     reset: Annotated[
-        bool, typer.Option(help="after a documented repair: verify in full and anchor the repaired head")
+        bool, typer.Option("--reset", help="after a documented repair: verify in full and anchor the repaired head")
     ] = False,
-    reason: Annotated[str | None, typer.Option(help="why the anchor is reset (recorded)")] = None,
-    by: Annotated[str | None, typer.Option(help="who resets it: a name or a ticket (recorded)")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    reason: Annotated[str | None, typer.Option(metavar="TEXT", help="why the anchor is reset (recorded)")] = None,
+    by: Annotated[str | None, typer.Option(metavar="WHO", help="who resets it: a name or a ticket (recorded)")] = None,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Run the hourly anchoring pass now (verify each tenant since its anchor and advance it), or --reset one
@@ -142,7 +146,7 @@ def anchor(
             if tenant is None or not reason or not by:
                 raise OperationRefusedError("--reset needs --tenant T, --reason '...' and --by NAME (all recorded)")
             name = context.operations.require_tenant(tenant)
-            confirm(yes, f"re-anchor tenant {name} at its current head?")
+            confirm(context, yes, f"re-anchor tenant {name} at its current head?")
             new = context.operations.reset_anchor(name, who=by, reason=reason)
             show(context, asdict(new), lambda: context.out.print(f"{name}: anchored at seq {new.seq}"))
             return
@@ -159,7 +163,7 @@ def _print_anchor_pass(context: CliContext, result: AnchorPass) -> None:
         context.out.print(f"{tenant}: anchored at seq {seq}")
     for tenant, report in result.broken.items():
         context.out.print(f"[bold red]{tenant}: BROKEN at seq {report.first_broken_seq}[/] ({report.detail})")
-    context.out.print(f"{len(result.unchanged)} unchanged, {result.events_read} events read")
+    context.out.print(f"{len(result.unchanged)} unchanged, {plural(result.events_read, 'event')} read")
 
 
 def _print_chain_reports(context: CliContext, reports: list[ChainReport]) -> None:

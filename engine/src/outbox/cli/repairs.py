@@ -8,42 +8,46 @@ import getpass
 import itertools
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from outbox.cli.app import app
-from outbox.cli.output import JsonFlag, command_context, confirm, parse_moment, progress, refuse, show
+from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, parse_moment, progress, refuse, show
 from outbox.exceptions import OutboxError
-from outbox.ops import OperationRefusedError
+from outbox.ops import OperationRefusedError, RedriveResult
+from outbox.ops.wording import plural
 
 
-@app.command()
+@app.command(epilog=example("outbox --local replay --tenant acme --since 24h --dry-run"))
 def replay(
     ctx: typer.Context,
-    tenant: Annotated[str | None, typer.Option(help="replay this tenant's dead work")] = None,
-    event_id: Annotated[list[str] | None, typer.Option("--event-id", help="one event (repeatable)")] = None,
-    subscription: Annotated[str | None, typer.Option(help="only this subscription")] = None,
-    since: Annotated[str | None, typer.Option(help="dead since (ISO time or 24h)")] = None,
-    until: Annotated[str | None, typer.Option(help="dead until (ISO time or 24h)")] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="replay this tenant's dead work")] = None,
+    event_id: Annotated[
+        list[str] | None, typer.Option("--event-id", metavar="EVENT_ID", help="one event (repeatable)")
+    ] = None,
+    subscription: Annotated[str | None, typer.Option(metavar="SUBSCRIPTION", help="only this subscription")] = None,
+    since: Annotated[str | None, typer.Option(metavar="WHEN", help="dead since (ISO time or 24h)")] = None,
+    until: Annotated[str | None, typer.Option(metavar="WHEN", help="dead until (ISO time or 24h)")] = None,
     force: Annotated[
-        bool, typer.Option(help="also rerun COMPLETED or unverifiable pairs (may run their effect again)")
+        bool, typer.Option("--force", help="also rerun COMPLETED or unverifiable pairs (may run their effect again)")
     ] = False,
-    dry_run: Annotated[bool, typer.Option(help="show what would run, change nothing")] = False,
-    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would run, change nothing")] = False,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Rerun the selected dead (event, subscription) pairs: clear their claims and re-send each event from the
     events table to those subscriptions only. With --json: {"dry_run", "plan", "result"}."""
     context = command_context(ctx, as_json)
+    window = parse_moment(since, context.now), parse_moment(until, context.now, option="--until")
     try:
         plan = context.operations.plan_replay(
             tenant=tenant,
             event_ids=event_id or (),
             subscription=subscription,
-            since=parse_moment(since, context.operations.now()),
-            until=parse_moment(until, context.operations.now()),
+            since=window[0],
+            until=window[1],
             force=force,
         )
     except OperationRefusedError as exc:
@@ -56,10 +60,17 @@ def replay(
         return
     # The plan is what the question is about: shown where the person answering it looks.
     (context.err if context.json else context.out).print(table)
-    confirm(yes, f"clear {len(plan)} claims and re-send their events?")
+    confirm(context, yes, f"clear {plural(len(plan), 'claim')} and re-send their events?")
     with progress(context, "replaying", len(plan)) as report_progress:
         result = context.operations.replay(plan, on_progress=report_progress)
-    summary = f"replayed: cleared {len(result.cleared)} claims, re-sent {len(result.republished)} events"
+    summary = (
+        f"replayed: cleared {plural(len(result.cleared), 'claim')}, re-sent {plural(len(result.republished), 'event')}"
+    )
+    if len(result.cleared) < len(plan):
+        summary += (
+            f"; {len(plan) - len(result.cleared)} of the plan had been picked up again meanwhile and were left to "
+            "the inbox (outbox dead-letters list shows what is still open)"
+        )
     show(context, {"dry_run": False, "plan": plan, "result": result}, lambda: context.out.print(summary))
 
 
@@ -71,15 +82,19 @@ class RedriveMethod(StrEnum):
     RECEIVE_SEND_DELETE = "receive-send-delete"
 
 
-@app.command()
+@app.command(
+    epilog=example('outbox --local skip --tenant acme --subscription ledger.journal --seq 42 --reason "booked by hand"')
+)
 def skip(
     ctx: typer.Context,
-    tenant: Annotated[str, typer.Option(help="the tenant whose ordered subscription is blocked")],
-    subscription: Annotated[str, typer.Option(help="the ordered subscription")],
-    seq: Annotated[int, typer.Option(help="the seq it waits for (outbox status shows it)")],
-    reason: Annotated[str, typer.Option(help="why it may go on without this event (recorded)")],
-    by: Annotated[str | None, typer.Option(help="who decides (recorded; default: your login name)")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    tenant: Annotated[str, typer.Option(metavar="TENANT", help="the tenant whose ordered subscription is blocked")],
+    subscription: Annotated[str, typer.Option(metavar="SUBSCRIPTION", help="the ordered subscription")],
+    seq: Annotated[int, typer.Option(metavar="SEQ", help="the seq it waits for (outbox status shows it)")],
+    reason: Annotated[str, typer.Option(metavar="TEXT", help="why it may go on without this event (recorded)")],
+    by: Annotated[
+        str | None, typer.Option(metavar="WHO", help="who decides (recorded; default: your login name)")
+    ] = None,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Let an ordered subscription go on without one event: the next in its order, not applied and not
@@ -87,7 +102,7 @@ def skip(
     for it back to the queue. Running it again for the same seq only sends that again."""
     context = command_context(ctx, as_json)
     decided_by = by or getpass.getuser()
-    confirm(yes, f"skip seq {seq} of {tenant} for {subscription}? It will never run there.")
+    confirm(context, yes, f"skip seq {seq} of {tenant} for {subscription}? It will never run there.")
     try:
         result = context.operations.skip(tenant, subscription, seq, by=decided_by, reason=reason)
     except OperationRefusedError as exc:
@@ -97,13 +112,15 @@ def skip(
     show(context, result.as_dict(), lambda: context.out.print(f"seq {seq} of {tenant} for {subscription} {done}{woke}"))
 
 
-@app.command()
+@app.command(epilog=example("outbox --local redrive --dlq durable-dlq --method receive-send-delete"))
 def redrive(
     ctx: typer.Context,
-    dlq: Annotated[str, typer.Option(help="durable-dlq, record-change-dlq or tamper-dlq")] = "durable-dlq",
-    max_messages: Annotated[int | None, typer.Option("--max", help="stop after this many")] = None,
+    dlq: Annotated[
+        str, typer.Option(metavar="DLQ", help="durable-dlq, record-change-dlq or tamper-dlq")
+    ] = "durable-dlq",
+    max_messages: Annotated[int | None, typer.Option("--max", metavar="N", help="stop after this many")] = None,
     method: Annotated[RedriveMethod, typer.Option(help="how the messages move")] = RedriveMethod.AUTO,
-    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Move a DLQ's messages back to their queue. Nothing is cleared: each subscription runs, is skipped as
@@ -114,17 +131,19 @@ def redrive(
     except OperationRefusedError as exc:
         refuse(context, exc)
     depth = context.operations.queue_depths()[dlq]
-    if depth.visible + depth.in_flight == 0:
-        refuse(context, OperationRefusedError(f"{dlq} is empty: nothing to redrive"))
+    if depth.visible + depth.in_flight == 0:  # a rerun of a redrive that moved everything: nothing to do
+        result = RedriveResult(method="none", status="NOTHING_TO_DO")
+        show(context, _redrive_document(result, None), lambda: context.out.print(f"{dlq} is empty: nothing to redrive"))
+        return
     if depth.visible == 0:
         refuse(
             context,
             OperationRefusedError(
-                f"{dlq}'s {depth.in_flight} messages are in flight (an interrupted redrive?); they become "
+                f"{dlq}'s {plural(depth.in_flight, 'message')} in flight (an interrupted redrive?); they become "
                 "visible again within a minute: run this again then"
             ),
         )
-    confirm(yes, f"redrive {depth.visible} messages from {dlq}?")
+    confirm(context, yes, f"redrive {plural(depth.visible, 'message')} from {dlq}?")
     try:
         with progress(context, f"redriving {dlq}", depth.visible) as report_progress:
             moved = itertools.count(1)
@@ -136,26 +155,47 @@ def redrive(
             )
     except (OperationRefusedError, OutboxError) as exc:
         refuse(context, exc)
-    summary = (
-        f"redrive ({result.method}, {result.status}): moved {result.moved} messages, {result.remaining} left in {dlq}"
-    )
-    show(context, result, lambda: context.out.print(summary, highlight=False))
+    shortfall = result.shortfall(dlq)
+
+    def human() -> None:
+        context.out.print(
+            f"redrive ({result.method}, {result.status}): moved {plural(result.moved, 'message')}, "
+            f"{plural(result.remaining, 'message')} left in {dlq}",
+            highlight=False,
+        )
+        if result.failure and not shortfall:
+            context.out.print(f"the move task failed ({result.failure}): the rest moved one by one", highlight=False)
+
+    show(context, _redrive_document(result, shortfall), human)
+    if shortfall:
+        context.err.print(f"[bold red]not done:[/] {shortfall}", highlight=False)
+        raise typer.Exit(code=1)
 
 
-@app.command()
+def _redrive_document(result: RedriveResult, shortfall: str | None) -> dict[str, Any]:
+    """The result, whether it did what was asked, and if not why and what to try next."""
+    return {**asdict(result), "done": shortfall is None, "shortfall": shortfall}
+
+
+@app.command(epilog=example("outbox --local reconcile --since 7d --dry-run"))
 def reconcile(
     ctx: typer.Context,
     since: Annotated[
         str | None,
-        typer.Option(help="from this time (ISO, or a duration back like 7d); not for an ordered --subscription"),
+        typer.Option(
+            metavar="WHEN", help="from this time (ISO, or a duration back like 7d); not for an ordered --subscription"
+        ),
     ] = None,
-    tenant: Annotated[str | None, typer.Option(help="one tenant (default: all)")] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="one tenant (default: all)")] = None,
     subscription: Annotated[
         str | None,
-        typer.Option(help="this durable subscription only; an ordered one is sent what lies above its watermark"),
+        typer.Option(
+            metavar="SUBSCRIPTION",
+            help="this durable subscription only; an ordered one is sent what lies above its watermark",
+        ),
     ] = None,
-    dry_run: Annotated[bool, typer.Option(help="show what would be re-published")] = False,
-    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would be re-published")] = False,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Re-send events whose durable subscriptions have no claim, to those subscriptions only (beyond the stream's
@@ -163,10 +203,10 @@ def reconcile(
     order it has not applied, at any age (its watermark remembers what it applied): the backfill of a new
     ordered subscription over an existing log."""
     context = command_context(ctx, as_json)
-    moment = parse_moment(since, context.operations.now())
+    moment = parse_moment(since, context.now)
     scope = f"since {moment.isoformat()}" if moment else f"of {subscription} above its watermark"
     if not dry_run and (moment or subscription):  # without either, the operations refuse: nothing to confirm
-        confirm(yes, f"re-publish unhandled events {scope}?")
+        confirm(context, yes, f"re-publish unhandled events {scope}?")
     try:
         with progress(context, "reconciling") as report_progress:
             result = context.operations.reconcile(
@@ -182,7 +222,7 @@ def reconcile(
         context.out.print(table)
         verb = "would re-publish" if dry_run else "re-published"
         context.out.print(
-            f"reconcile: scanned {result.scanned} events, {verb} {len(result.republished)}, "
+            f"reconcile: scanned {plural(result.scanned, 'event')}, {verb} {len(result.republished)}, "
             f"{result.already_handled} already handled"
         )
 

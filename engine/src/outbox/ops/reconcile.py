@@ -108,9 +108,17 @@ def _check_window(context: OperatorContext, since: datetime | None) -> datetime:
         raise OperationRefusedError(
             f"the inbox remembers completions for {context.topology.inbox_retention_days} days, so reconcile can "
             f"vouch only for events since {format_timestamp(horizon)}: an older event without a claim may "
-            "have completed and been forgotten. Use a later --since; rerun older work with replay --force."
+            f"have completed and been forgotten. Reconcile what it can vouch for: outbox reconcile --since "
+            f"{_widest_window(context)}. An older event you know did not run: outbox replay --event-id ID "
+            "--subscription NAME --force reruns that one pair."
         )
     return since
+
+
+def _widest_window(context: OperatorContext) -> str:
+    """The longest --since, as a duration back from now, that reconcile accepts (whole days, else hours)."""
+    usable = context.topology.inbox_retention - VOUCH_MARGIN
+    return f"{usable.days}d" if usable.days else f"{max(1, int(usable.total_seconds() // 3600))}h"
 
 
 def _durable(context: OperatorContext, name: str) -> Subscription:

@@ -21,9 +21,35 @@ MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "Acces
 @dataclass
 class RedriveResult:
     moved: int = 0
-    method: str = "receive-send-delete"
-    status: str = "COMPLETED"  # the move task's status (RUNNING when it outlived the wait)
+    method: str = "receive-send-delete"  # "move-task, then receive-send-delete" when auto fell back
+    status: str = "COMPLETED"  # the move task's status (RUNNING when it outlived the wait, FAILED)
     remaining: int = 0  # messages still in the DLQ afterwards (in flight ones included)
+    failure: str | None = None  # why SQS's move task failed, in SQS's words (its FailureReason)
+    max_messages: int | None = None  # what the operator asked for: all, or at most this many
+
+    def shortfall(self, dlq: str) -> str | None:
+        """Why the redrive did not do what was asked, and what to try next; None when it did. Moving
+        ``max_messages`` is done, whatever is left; so is a DLQ that was empty (a rerun of a repair)."""
+        if self.status == "FAILED":
+            return (
+                f"SQS's move task failed after moving {self.moved}: {self.failure or 'no reason given'}. "
+                f"outbox redrive --dlq {dlq} --method receive-send-delete sends each message to the queue "
+                "the DLQ belongs to, whatever its origin"
+            )
+        if self.status == "RUNNING":
+            return (
+                f"SQS's move task is still RUNNING after moving {self.moved}: it goes on without this command; "
+                "outbox status shows the DLQ's depth as it drains"
+            )
+        if self.status != "COMPLETED":
+            return f"SQS's move task ended {self.status} after moving {self.moved}: run this again"
+        if self.remaining and (self.max_messages is None or self.moved < self.max_messages):
+            return (
+                f"{self.remaining} left in {dlq} that could not be received: in flight (another redrive, or "
+                "messages that failed again and came back) or held behind an in-flight message of their group; "
+                "they are visible again within the visibility timeout: run this again then"
+            )
+        return None
 
 
 def redrive(
@@ -38,20 +64,28 @@ def redrive(
     """Move a DLQ's messages back to their source queue, unchanged; clear nothing.
 
     ``method``: "receive-send-delete" (works everywhere, resumable), "move-task" (SQS
-    StartMessageMoveTask), or "auto" (the move task, falling back to the loop where SQS refuses it).
+    StartMessageMoveTask), or "auto" (the move task; where SQS refuses it, or the task fails, say on
+    messages that were never dead-lettered by SQS and so have no source queue, the loop moves the rest).
     A move task is followed until it ends or ``wait`` passes; the result says how many messages moved.
     """
     url, target = redrive_route(context, dlq)
+    result: RedriveResult | None = None
     if method in ("auto", "move-task") and max_messages is None:
         try:
             result = _redrive_with_move_task(context, url, wait)
         except ClientError as exc:
             if method == "move-task" or exc.response["Error"]["Code"] not in MOVE_TASK_UNSUPPORTED:
                 raise
-        else:
-            result.remaining = sum(context.message_counts(url))
-            return result
-    result = _redrive_loop(context, url, target, max_messages, on_message)
+    if result is None:
+        result = _redrive_loop(context, url, target, max_messages, on_message)
+    elif method == "auto" and result.status == "FAILED":
+        rest = _redrive_loop(context, url, target, None, on_message)
+        result = RedriveResult(
+            moved=result.moved + rest.moved,
+            method="move-task, then receive-send-delete",
+            failure=result.failure,
+        )
+    result.max_messages = max_messages
     result.remaining = sum(context.message_counts(url))
     return result
 
@@ -125,5 +159,5 @@ def _redrive_with_move_task(context: OperatorContext, url: str, wait: timedelta)
         status = str(task.get("Status", "UNKNOWN"))
         if status != "RUNNING" or context.now() >= deadline:
             moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
-            return RedriveResult(moved=moved, method="move-task", status=status)
+            return RedriveResult(moved=moved, method="move-task", status=status, failure=task.get("FailureReason"))
         context.sleep(2)

@@ -157,22 +157,38 @@ def _replay_by_ids(
         owner = claims[0].tenant
         if tenant is not None and owner != tenant:
             raise OperationRefusedError(f"event {event_id} belongs to tenant {owner!r}, not {tenant!r}")
-        for claim in claims:
-            if subscription is not None and claim.subscription != subscription:
-                continue
-            risky = claim.status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE
-            if risky and not force:
-                what = "is COMPLETED" if claim.status == COMPLETED else "may have completed (unverifiable)"
-                raise OperationRefusedError(
-                    f"{event_id}:{claim.subscription} {what}; replaying it could run the effect again (use --force)"
-                )
+        selected = [claim for claim in claims if subscription is None or claim.subscription == subscription]
+        risky = [claim for claim in selected if _risky(claim)]
+        if risky and not force:
+            raise OperationRefusedError(_risky_refusal(event_id, risky, claims, subscription))
+        for claim in selected:
             if claim.status == PENDING:
                 continue  # in progress: the inbox will finish or take it over
             seq = _event_seq(context, claim)
             if claim.status == COMPLETED:
                 _refuse_if_applied_in_order(context, claim, seq)
-            items.append(ReplayItem(owner, event_id, seq, claim.subscription, claim.status, forced=risky))
+            items.append(ReplayItem(owner, event_id, seq, claim.subscription, claim.status, forced=_risky(claim)))
     return items
+
+
+def _risky(claim: ClaimRecord) -> bool:
+    """A pair whose effect may have run: replaying it may run it again."""
+    return claim.status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE
+
+
+def _risky_refusal(event_id: str, risky: list[ClaimRecord], claims: list[ClaimRecord], subscription: str | None) -> str:
+    """Why the replay is refused, and the narrowest command that does what the operator needs: the event's
+    dead pairs alone where it has any; --force only with what it would run again."""
+    names = ", ".join(claim.subscription for claim in risky)
+    what = "completed" if all(claim.status == COMPLETED for claim in risky) else "may have completed"
+    message = f"event {event_id}: {names} {what}, and a replay would run {'it' if len(risky) == 1 else 'them'} again."
+    dead = [c.subscription for c in claims if c.status in (DEAD, REPLAYING) and not _risky(c)]
+    if dead and subscription is None:
+        commands = "; ".join(f"outbox replay --event-id {event_id} --subscription {name}" for name in dead)
+        message += f" To rerun only its dead work: {commands}."
+    elif not dead:
+        message += " Nothing of it is dead."
+    return f"{message} Only if its effect must run again: add --force (reruns {names})."
 
 
 def _refuse_if_applied_in_order(context: OperatorContext, claim: ClaimRecord, seq: int) -> None:

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from outbox.chain import ChainReport, verify_chain
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import Blocked, blocked
+from outbox.ops.wording import plural
 
 
 @dataclass(frozen=True)
@@ -55,31 +56,68 @@ class Status:
     blocked: list[Blocked] = field(default_factory=list)
 
     def problems(self) -> list[str]:
-        """What needs an operator, one line each: messages in a dead-letter queue, a broken chain, dead
-        letters, poison pills today, a pipe that is not running, an ordered subscription whose events wait.
-        Empty: healthy."""
+        """What needs an operator, one line each, ending with the command that looks closer or repairs it:
+        messages in a dead-letter queue, a broken chain, dead letters, poison pills today, a pipe that is not
+        running, an ordered subscription whose events wait. Empty: healthy."""
         found = [
-            f"{name}: {depth.visible + depth.in_flight} messages"
+            f"{name}: {plural(depth.visible + depth.in_flight, 'message')}. {DLQ_NEXT.get(name, DLQ_NEXT_DEFAULT)}"
             for name, depth in self.queues.items()
             if name.endswith("dlq") and depth.visible + depth.in_flight
         ]
-        found += [f"pipe {name} is {state}" for name, state in self.pipes.items() if state not in HEALTHY_PIPE_STATES]
+        found += [
+            f"pipe {name} is {state}: start it (aws pipes start-pipe --name {name}); events the stream trimmed "
+            "meanwhile: outbox reconcile --since <when it stopped> --dry-run"
+            for name, state in self.pipes.items()
+            if state not in HEALTHY_PIPE_STATES
+        ]
         for tenant in self.tenants:
-            if not tenant.chain_intact:
-                found.append(
-                    f"tenant {tenant.tenant}: chain broken at seq {tenant.first_broken_seq} ({tenant.break_reason})"
-                )
-            if tenant.tamper_findings:
-                found.append(f"tenant {tenant.tenant}: {tenant.tamper_findings} tamper findings (outbox findings)")
-            if tenant.dead_letters:
-                found.append(f"tenant {tenant.tenant}: {tenant.dead_letters} dead letters")
+            found += _tenant_problems(tenant)
         found += [waiting.line for waiting in self.blocked]
         if self.poison_pills_today:
-            found.append(f"{self.poison_pills_today} poison pills today")
+            found.append(
+                f"{plural(self.poison_pills_today, 'poison pill')} today (not events: recorded and acknowledged): "
+                "outbox dead-letters poison"
+            )
         return found
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "problems": self.problems()}
+
+
+# What to do about a dead-letter queue's messages (docs/operating.md, the runbook, says more).
+DLQ_NEXT = {
+    "durable-dlq": "The consumer could not process them: fix it, then outbox redrive",
+    "record-change-dlq": "Row changes failed every receive: fix the handler, then outbox redrive --dlq "
+    "record-change-dlq",
+    "record-change-pipe-dlq": "Row changes the record-change pipe could not deliver: no command re-sends them; "
+    "rebuild the affected projections from the source table",
+    "tamper-dlq": "Findings the recorder could not write: outbox redrive --dlq tamper-dlq",
+    "relay-pipe-dlq": "Batches the relay pipe could not deliver (metadata, not events): outbox reconcile --since "
+    "<when it broke> --dry-run",
+    "tamper-pipe-dlq": "Row changes the tamper pipe could not deliver: outbox verify-chain --all",
+    "anchoring-dlq": "The anchoring pass failed (its log says why): outbox anchor",
+}
+DLQ_NEXT_DEFAULT = "See the runbook (docs/operating.md) for this queue"
+
+
+def _tenant_problems(tenant: TenantStatus) -> list[str]:
+    found = []
+    name = tenant.tenant
+    if not tenant.chain_intact:
+        found.append(
+            f"tenant {name}: chain broken at seq {tenant.first_broken_seq} ({tenant.break_reason}): outbox "
+            f"verify-chain --tenant {name}; outbox findings --tenant {name}"
+        )
+    if tenant.tamper_findings:
+        found.append(
+            f"tenant {name}: {plural(tenant.tamper_findings, 'tamper finding')}: outbox findings --tenant {name}"
+        )
+    if tenant.dead_letters:
+        found.append(
+            f"tenant {name}: {plural(tenant.dead_letters, 'dead letter')}: outbox dead-letters list --tenant {name}; "
+            f"after the fix, outbox replay --tenant {name}"
+        )
+    return found
 
 
 def read_status(context: OperatorContext) -> Status:

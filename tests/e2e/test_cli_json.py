@@ -20,7 +20,7 @@ from outbox.ops import Operations
 from tests.e2e.backends import LocalBackend
 from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tests.e2e.test_runbook import broken_consumer, outbox
+from tests.e2e.test_runbook import broken_consumer, operations, outbox
 
 # Each command with the arguments that make it do real work on the scenario below ({tenant}, {event}, and
 # {journaled} whose journal waits for the dead line at {seq}).
@@ -31,7 +31,12 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     "dead-letters list": [["dead-letters", "list"], ["dead-letters", "list", "--tenant", "{tenant}"]],
     "dead-letters show": [["dead-letters", "show", "{event}", "--tenant", "{tenant}"]],
     "dead-letters poison": [["dead-letters", "poison"]],
-    "replay": [["replay", "--tenant", "{tenant}", "--dry-run"], ["replay", "--tenant", "{tenant}", "--yes"]],
+    "dead-letters groups": [["dead-letters", "groups"], ["dead-letters", "groups", "--tenant", "{tenant}"]],
+    "replay": [
+        ["replay", "--tenant", "{tenant}", "--dry-run"],
+        ["replay", "--group", "{group}", "--dry-run"],
+        ["replay", "--tenant", "{tenant}", "--yes"],
+    ],
     "redrive": [["redrive", "--yes"]],
     "reconcile": [
         ["reconcile", "--since", "1h", "--dry-run"],
@@ -39,6 +44,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
         ["reconcile", "--subscription", JOURNAL, "--dry-run"],
     ],
     "skip": [
+        ["skip", "--group", "{group}", "--reason", "r", "--dry-run"],
         ["skip", "--tenant", "{journaled}", "--subscription", JOURNAL, "--seq", "{seq}", "--reason", "r", "--yes"],
     ],
     "findings": [["findings"], ["findings", "--tenant", "{tenant}"]],
@@ -78,7 +84,8 @@ def troubled(local: LocalBackend) -> dict[str, str]:
         local.settle()
     placed(local, journaled)
     local.settle()
-    return {"tenant": tenant, "event": payment, "journaled": journaled, "seq": str(dead_line.seq)}
+    [group] = operations(local).failure_groups(tenant=tenant)
+    return {"tenant": tenant, "event": payment, "journaled": journaled, "seq": str(dead_line.seq), "group": group.id}
 
 
 def only_json(result: Result) -> Any:
@@ -174,6 +181,7 @@ REFUSALS: dict[str, list[str]] = {
     "verify-chain": ["verify-chain", "--tenant", "nobody"],
     "dead-letters list": ["dead-letters", "list", "--tenant", "nobody"],
     "dead-letters show": ["dead-letters", "show", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--tenant", "nobody"],
+    "dead-letters groups": ["dead-letters", "groups", "--tenant", "nobody"],
     "replay": ["replay", "--tenant", "nobody", "--yes"],
     "redrive": ["redrive", "--dlq", "relay-pipe-dlq", "--yes"],
     "reconcile": ["reconcile", "--since", "1h", "--tenant", "nobody", "--yes"],
@@ -229,7 +237,13 @@ class Exploding:
 
 @pytest.mark.parametrize("command", sorted(INVOCATIONS))
 def test_every_crash_with_json_is_one_error_document_exit_2_and_no_traceback(command: str) -> None:
-    placeholders = {"tenant": "acme", "event": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "journaled": "acme", "seq": "1"}
+    placeholders = {
+        "tenant": "acme",
+        "event": "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        "journaled": "acme",
+        "seq": "1",
+        "group": "g-0000000000",
+    }
     for arguments in INVOCATIONS[command]:
         context = CliContext.of(cast(Operations, Exploding()), console=Console(width=250))
         filled = [argument.format(**placeholders) for argument in arguments]

@@ -166,6 +166,11 @@ def test_the_operator_endpoint_reports_chain_intact_and_dead_letters(local: Loca
     assert body["queues"]["durable-dlq"]["visible"] == 0, "dead work is acknowledged: its record is the dead letter"
     assert json.loads(chain["body"])["intact"] is True
     assert missing["statusCode"] == 404
+    groups = json.loads(endpoint.invoke(function_url_event("/dead-letters/groups"))["body"])
+    assert [(group["subscription"], group["count"], group["tenants"]) for group in groups] == [
+        ("notify.buyer", 1, [tenant]),
+        ("notify.shipment_booked", 1, [tenant]),
+    ]
 
 
 def function_url_event(path: str) -> dict[str, object]:

@@ -33,6 +33,7 @@ from outbox.delivery.timing import WAKE_HERE_MIN_REMAINING_MS
 from outbox.local import faults
 from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
+from outbox.ops import FailureGroup
 from outbox.ordering import OrderBook
 from outbox_cdk import operator_endpoint
 from outbox_cdk.queue_consumer import DATA_TABLE_ACTIONS
@@ -43,7 +44,7 @@ from tests.e2e.backends import LocalBackend, event_image, local_backend, send_ra
 from tests.e2e.test_lanes_and_modes import function_url_event
 from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tests.e2e.test_runbook import broken_consumer
+from tests.e2e.test_runbook import broken_consumer, operations
 from tests.e2e.test_tamper_evidence import SCHEDULED_EVENT, rewrite_with_recomputed_hashes
 from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied, iam_requests, unused_grants
 
@@ -89,6 +90,7 @@ RUNBOOK_COMMANDS = (
     "dead-letters list",
     "dead-letters show",
     "dead-letters poison",
+    "dead-letters groups",
     "replay",
     "redrive",
     "reconcile",
@@ -192,7 +194,7 @@ def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
     local.settle()
     local.runtime.function(ANCHORING).invoke(SCHEDULED_EVENT)  # the anchor contradicted: a finding
     [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
-    for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain"):
+    for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain", "/dead-letters/groups"):
         assert endpoint.invoke(function_url_event(path))["statusCode"] in (200, 404)
     return {"tenant": tenant, "dead": dead, "journaled": journaled}
 
@@ -233,6 +235,11 @@ def _publish_the_outputs(local: LocalBackend) -> str:
     return stack_id
 
 
+def failure_groups(local: LocalBackend, tenant: str) -> list[FailureGroup]:
+    """The tenant's failure groups, read outside the recorder (only the commands' calls are measured)."""
+    return operations(local).failure_groups(tenant=tenant)
+
+
 def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict[str, str]) -> dict[str, list[int]]:
     tenant = troubled["tenant"]
     commands: list[list[str]] = [
@@ -243,6 +250,8 @@ def _run_the_runbook(local: LocalBackend, recorder: CallRecorder, troubled: dict
         ["dead-letters", "list", "--tenant", tenant],
         ["dead-letters", "show", troubled["dead"], "--tenant", tenant],
         ["dead-letters", "poison"],
+        ["dead-letters", "groups"],
+        *(["replay", "--group", group.id, "--dry-run"] for group in failure_groups(local, tenant)),
         ["replay", "--tenant", tenant, "--dry-run"],
         ["replay", "--tenant", tenant, "--yes"],
         ["replay", "--event-id", troubled["dead"], "--subscription", "pet_tag.mark_ordered", "--force", "--yes"],

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from outbox import TerminalError
+from outbox import Envelope, TerminalError
 from outbox.keys import dead_letter_partition
 from outbox.local import faults
 from outbox.local.pipe import PipeFaults
@@ -102,17 +102,19 @@ def test_a_body_that_is_not_json_is_a_recorded_poison_pill_and_the_group_moves_o
     assert set(claim_statuses(backend, payment_event).values()) == {"COMPLETED"}
 
 
+def send_a_conflicting_copy(backend: Backend, tenant: str, *, seq: int) -> None:
+    """Another content under the id of the tenant's event at ``seq`` (its hash recomputed), sent to the queue."""
+    original = Envelope.from_item(event_image(backend, tenant, seq))
+    forged = original.model_copy(update={"payload": {**original.payload, "total_cents": 1}})
+    forged = forged.model_copy(update={"hash": forged.computed_hash()})
+    send_raw(backend, json.dumps(forged.to_item()), tenant, unique("forged"))
+
+
 def test_a_conflicting_payload_under_a_known_event_id_is_dead_lettered_not_run(backend: Backend) -> None:
     tenant = unique("tenant")
     order_and_pay(backend, tenant)
     backend.settle()
-    from outbox import Envelope
-
-    original = Envelope.from_item(event_image(backend, tenant, 1))
-    forged = original.model_copy(update={"payload": {**original.payload, "total_cents": 1}})
-    forged = forged.model_copy(update={"hash": forged.computed_hash()})
-
-    send_raw(backend, json.dumps(forged.to_item()), tenant, unique("forged"))
+    send_a_conflicting_copy(backend, tenant, seq=1)
     backend.settle()
 
     rows = inbox_rows(backend, dead_letter_partition(tenant))

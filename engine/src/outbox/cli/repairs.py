@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from outbox.cli.app import app
+from outbox.cli.groups import repair_group
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, parse_moment, progress, refuse, show
 from outbox.exceptions import OutboxError
 from outbox.ops import OperationRefusedError, RedriveResult
@@ -30,6 +31,9 @@ def replay(
     subscription: Annotated[str | None, typer.Option(metavar="SUBSCRIPTION", help="only this subscription")] = None,
     since: Annotated[str | None, typer.Option(metavar="WHEN", help="dead since (ISO time or 24h)")] = None,
     until: Annotated[str | None, typer.Option(metavar="WHEN", help="dead until (ISO time or 24h)")] = None,
+    group: Annotated[
+        str | None, typer.Option(metavar="GROUP", help="every pair of one failure group (outbox dead-letters groups)")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="also rerun COMPLETED or unverifiable pairs (may run their effect again)")
     ] = False,
@@ -38,8 +42,20 @@ def replay(
     as_json: JsonFlag = False,
 ) -> None:
     """Rerun the selected dead (event, subscription) pairs: clear their claims and re-send each event from the
-    events table to those subscriptions only. With --json: {"dry_run", "plan", "result"}."""
+    events table to those subscriptions only. With --json: {"dry_run", "plan", "result"}; with --group, the
+    group's counts of what was planned, sent, skipped (no longer dead) and refused (exit 1 if any was)."""
     context = command_context(ctx, as_json)
+    if group is not None:
+        if tenant or event_id or subscription or since or until:
+            refuse(context, OperationRefusedError("--group selects the pairs itself: leave out the other selectors"))
+        repair_group(
+            context,
+            lambda dry, report: context.operations.replay_group(group, force=force, dry_run=dry, on_progress=report),
+            question="clear the claims of {pairs} and re-send their events?",
+            dry_run=dry_run,
+            yes=yes,
+        )
+        return
     window = parse_moment(since, context.now), parse_moment(until, context.now, option="--until")
     try:
         plan = context.operations.plan_replay(
@@ -87,21 +103,49 @@ class RedriveMethod(StrEnum):
 )
 def skip(
     ctx: typer.Context,
-    tenant: Annotated[str, typer.Option(metavar="TENANT", help="the tenant whose ordered subscription is blocked")],
-    subscription: Annotated[str, typer.Option(metavar="SUBSCRIPTION", help="the ordered subscription")],
-    seq: Annotated[int, typer.Option(metavar="SEQ", help="the seq it waits for (outbox status shows it)")],
     reason: Annotated[str, typer.Option(metavar="TEXT", help="why it may go on without this event (recorded)")],
+    tenant: Annotated[
+        str | None, typer.Option(metavar="TENANT", help="the tenant whose ordered subscription is blocked")
+    ] = None,
+    subscription: Annotated[str | None, typer.Option(metavar="SUBSCRIPTION", help="the ordered subscription")] = None,
+    seq: Annotated[
+        int | None, typer.Option(metavar="SEQ", help="the seq it waits for (outbox status shows it)")
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(metavar="GROUP", help="every pair of one failure group (outbox dead-letters groups)")
+    ] = None,
     by: Annotated[
         str | None, typer.Option(metavar="WHO", help="who decides (recorded; default: your login name)")
     ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="with --group: show what would be skipped")] = False,
     yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Let an ordered subscription go on without one event: the next in its order, not applied and not
-    running (a dead one, typically). Final: a replay never runs a skipped event. Sends the event that waited
-    for it back to the queue. Running it again for the same seq only sends that again."""
+    """Let an ordered subscription go on without one event (--tenant, --subscription, --seq): the next in its
+    order, not applied and not running (a dead one, typically). Final: a replay never runs a skipped event.
+    Sends the event that waited for it back to the queue. Running it again for the same seq only sends that
+    again. With --group: every dead pair of one failure group, each recorded and final (an ordered pair only
+    when it is next in its order: run it again for the rest); exit 1 if any was refused."""
     context = command_context(ctx, as_json)
     decided_by = by or getpass.getuser()
+    if group is not None:
+        if tenant or subscription or seq is not None:
+            refuse(
+                context,
+                OperationRefusedError("--group selects the pairs itself: leave out --tenant, --subscription and --seq"),
+            )
+        repair_group(
+            context,
+            lambda dry, report: context.operations.skip_group(
+                group, by=decided_by, reason=reason, dry_run=dry, on_progress=report
+            ),
+            question="skip {pairs}? They will never run.",
+            dry_run=dry_run,
+            yes=yes,
+        )
+        return
+    if tenant is None or subscription is None or seq is None:
+        refuse(context, OperationRefusedError("say what to skip: --tenant, --subscription and --seq, or --group"))
     confirm(context, yes, f"skip seq {seq} of {tenant} for {subscription}? It will never run there.")
     try:
         result = context.operations.skip(tenant, subscription, seq, by=decided_by, reason=reason)

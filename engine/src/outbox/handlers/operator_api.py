@@ -1,5 +1,6 @@
 """Operator endpoint (Function URL, IAM auth): per tenant, chain_intact next to the dead-letter count,
-and the queue and DLQ depths. Read only."""
+and the queue and DLQ depths (``/status``); one tenant's chain (``/tenants/<t>/chain``); the open dead letters
+grouped by failure (``/dead-letters/groups``, as ``outbox dead-letters groups``). Read only."""
 
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ def operations() -> Operations:
 @tracer.capture_method
 def status() -> dict[str, Any]:
     return operations().status().as_dict()
+
+
+@app.get("/dead-letters/groups")
+@tracer.capture_method
+def failure_groups() -> list[dict[str, Any]]:
+    return [group.as_dict() for group in operations().failure_groups()]
 
 
 @app.get("/tenants/<tenant>/chain")

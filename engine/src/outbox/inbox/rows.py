@@ -139,6 +139,16 @@ class DeadLetter:
     attempts: int | None
     dead_at: str
     resolved: str | None  # "replayed at ..." once an operator acted on it
+    # A conflict's: the digest of the content that arrived (one dead letter per content: its row's key says so).
+    received_digest: str | None = None
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The dead letter's row key in the inbox table."""
+        key = keys.dead_letter_key(self.tenant, self.event_id, self.subscription)
+        if self.received_digest is not None:
+            key["sk"] = {"S": keys.conflict_sort_key(self.event_id, self.subscription, self.received_digest)}
+        return key
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> DeadLetter:
@@ -154,6 +164,7 @@ class DeadLetter:
             attempts=_number(item, "attempts"),
             dead_at=item["dead_at"]["S"],
             resolved=_string(item, "resolved"),
+            received_digest=_string(item, "received_digest"),
         )
 
 

@@ -18,14 +18,17 @@ The rules every repair follows, so that none can rerun work that completed, at a
 - Put back before removing the old copy: an interruption leaves a duplicate, which the inbox absorbs.
 
 Modules: ``topology`` (where everything is), ``context`` (the clients, the clock and what the actions
-share), ``status``, ``replay``, ``redrive``, ``reconcile`` (one action each, with its result type), and
-``facade`` (``Operations``, every action as a method).
+share), ``status``, ``replay``, ``redrive``, ``reconcile`` (one action each, with its result type),
+``groups`` (open dead letters grouped by failure, and the repairs of a whole group), ``ordering`` (ordered
+subscriptions: what waits, and ``skip``), ``audit``, and ``facade`` (``Operations``, every action as a
+method).
 """
 
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops.context import OperatorContext
 from outbox.ops.facade import Operations
+from outbox.ops.groups import FailureGroup, GroupRepair
 from outbox.ops.reconcile import ReconcileResult
 from outbox.ops.redrive import RedriveResult
 from outbox.ops.replay import ReplayItem, ReplayResult
@@ -35,6 +38,8 @@ from outbox.ops.topology import Topology
 __all__ = [
     "ClaimRecord",
     "DeadLetter",
+    "FailureGroup",
+    "GroupRepair",
     "OperationRefusedError",
     "Operations",
     "OperatorContext",

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from outbox import clock as engine_clock
 from outbox import keys
 from outbox.audit import AuditLog
@@ -114,6 +116,29 @@ class OperatorContext:
             MessageDeduplicationId=dedup_id[:128],
             MessageAttributes=repair_attributes(targets),
         )
+
+
+def resolved_letter_update(context: OperatorContext, key: dict[str, Any], decision: str) -> dict[str, Any]:
+    """The update that resolves the dead letter at ``key`` with an operator's ``decision`` (who, when, why),
+    refused by DynamoDB if it is gone or was resolved meanwhile."""
+    return {
+        "TableName": context.topology.inbox_table,
+        "Key": key,
+        "UpdateExpression": "SET resolved = :decision",
+        "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(resolved)",
+        "ExpressionAttributeValues": {":decision": {"S": decision[:2000]}},
+    }
+
+
+def transact_or_refuse(context: OperatorContext, items: list[dict[str, Any]], refusal: str) -> None:
+    """Write ``items`` in one transaction; if a condition refuses it (what it acts on changed meanwhile),
+    nothing was written, and the operator is told ``refusal``."""
+    try:
+        context.dynamodb.transact_write_items(TransactItems=items)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            raise
+        raise OperationRefusedError(refusal) from exc
 
 
 def repair_dedup_id(repair: str, event_id: str) -> str:

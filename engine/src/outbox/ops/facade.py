@@ -2,7 +2,7 @@
 endpoint, the local runtime and the tests hold one of these.
 
 Each action is a function of the module that holds its rules (``status``, ``replay``, ``redrive``,
-``reconcile``) that takes the context first: set on this class, it is a method of the operations."""
+``reconcile``, ``groups``) that takes the context first: set on this class, it is a method of the operations."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops import audit as auditing
+from outbox.ops import groups as grouping
 from outbox.ops import ordering as ordering
 from outbox.ops import reconcile as reconciling
 from outbox.ops import redrive as redriving
@@ -31,6 +32,7 @@ class Operations(OperatorContext):
     findings = auditing.findings
     blocked = ordering.blocked
     skip = ordering.skip
+    failure_groups = grouping.failure_groups
 
     def dead_letters(self, tenant: str, **selection: Any) -> list[DeadLetter]:
         """The tenant's dead letters, selected as ``InboxReader.dead_letters`` selects them (subscription,
@@ -49,6 +51,8 @@ class Operations(OperatorContext):
 
     plan_replay = replaying.plan_replay
     replay = replaying.replay
+    replay_group = grouping.replay_group
+    skip_group = grouping.skip_group
     redrive = redriving.redrive
     redrive_route = redriving.redrive_route
     reconcile_horizon = reconciling.reconcile_horizon

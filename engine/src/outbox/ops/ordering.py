@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
-from outbox.ops.context import OperatorContext
+from outbox.ops.context import OperatorContext, resolved_letter_update, transact_or_refuse
 from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
 from outbox.subscriptions import Subscription
 
@@ -150,16 +148,13 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
     ]
     letter = context.inbox.dead_letter(tenant, envelope.id, subscription)
     if letter is not None and letter.resolved is None:
-        items.append({"Update": _resolved_letter(context, tenant, envelope.id, subscription, decision)})
-    try:
-        context.dynamodb.transact_write_items(TransactItems=items)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-            raise
-        raise OperationRefusedError(
-            f"seq {seq} changed while skipping it (it started running, or the watermark moved): run outbox "
-            "status and try again"
-        ) from exc
+        items.append({"Update": resolved_letter_update(context, letter.key, decision)})
+    transact_or_refuse(
+        context,
+        items,
+        f"seq {seq} changed while skipping it (it started running, or the watermark moved): run outbox status "
+        "and try again",
+    )
     after = book.watermark(tenant, subscription)
     return SkipResult(tenant, subscription, seq, envelope.id, False, _woken_seq(wake(context, book, after)))
 
@@ -202,18 +197,6 @@ def _skipped_claim(context: OperatorContext, envelope: Envelope, subscription: s
             ":now_iso": {"S": format_timestamp(now)},
             ":now": {"N": str(int(now.timestamp() * 1000))},
         },
-    }
-
-
-def _resolved_letter(
-    context: OperatorContext, tenant: str, event_id: str, subscription: str, decision: str
-) -> dict[str, Any]:
-    return {
-        "TableName": context.topology.inbox_table,
-        "Key": keys.dead_letter_key(tenant, event_id, subscription),
-        "UpdateExpression": "SET resolved = :how",
-        "ConditionExpression": "attribute_exists(pk)",
-        "ExpressionAttributeValues": {":how": {"S": decision[:2000]}},
     }
 
 

@@ -21,7 +21,7 @@ from outbox import keys
 from outbox.chain import read_event_rows
 from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, ClaimRecord, DeadReason
+from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book
 
@@ -125,25 +125,43 @@ def _replay_dead_letters(
 ) -> list[ReplayItem]:
     items, unverifiable = [], 0
     for letter in context.inbox.dead_letters(tenant, subscription=subscription, since=since, until=until):
-        if letter.reason == DeadReason.CONFLICT:
-            continue  # not dead work: the original content already ran
-        claim = context.inbox.read_claim(letter.event_id, letter.subscription)
-        status = None if claim is None else claim.status
-        if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:
+        work = dead_work(context, letter, force=force, deployed_only=False)
+        if isinstance(work, ReplayItem):
+            items.append(work)
+        elif work == UNVERIFIABLE:
             unverifiable += 1
-            continue
-        if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
-            forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE
-            items.append(
-                ReplayItem(letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced)
-            )
-        # Anything else is not dead any more (a take-over completed it) or cannot be vouched for.
     if not items and unverifiable:
         raise OperationRefusedError(
             f"{unverifiable} dead letter(s) of {tenant} are unverifiable: the inbox had forgotten whether they "
             "completed. Replay them with --force only if you know they did not run."
         )
     return items
+
+
+UNVERIFIABLE = "unverifiable: the inbox had forgotten whether it completed (--force reruns it, if you know it did not)"
+CONFLICT = "a conflict, not dead work: the event's original content already ran (skip acknowledges it)"
+
+
+def dead_work(
+    context: OperatorContext, letter: DeadLetter, *, force: bool, deployed_only: bool = True
+) -> ReplayItem | str | None:
+    """What a replay would do with one open dead letter: the pair to rerun; or why it refuses (a conflict, an
+    unverifiable pair without ``force``, a subscription the deployed catalog lacks); or None when the pair is
+    no longer dead (a take-over completed it, or it was skipped)."""
+    if letter.reason == DeadReason.CONFLICT:
+        return CONFLICT
+    if deployed_only and letter.subscription not in _deployed(context):
+        return f"{letter.subscription} is not in the deployed catalog: no consumer would run it (deploy it again)"
+    claim = context.inbox.read_claim(letter.event_id, letter.subscription)
+    status = None if claim is None else claim.status
+    unverifiable = _dead_reason(claim) == DeadReason.UNVERIFIABLE
+    if status == DEAD and unverifiable and not force:
+        return UNVERIFIABLE
+    if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
+        return ReplayItem(
+            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced=unverifiable
+        )
+    return None
 
 
 def _replay_by_ids(
@@ -162,8 +180,8 @@ def _replay_by_ids(
         if risky and not force:
             raise OperationRefusedError(_risky_refusal(event_id, risky, claims, subscription))
         for claim in selected:
-            if claim.status == PENDING:
-                continue  # in progress: the inbox will finish or take it over
+            if claim.status in (PENDING, SKIPPED):
+                continue  # in progress (the inbox will finish or take it over), or skipped: final
             seq = _event_seq(context, claim)
             if claim.status == COMPLETED:
                 _refuse_if_applied_in_order(context, claim, seq)

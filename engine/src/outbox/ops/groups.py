@@ -1,0 +1,290 @@
+"""Failure groups: open dead letters grouped the way an operator thinks of them, by subscription, failure
+(the dead letter's reason and error type) and where it was raised (the recorded, redacted description),
+across tenants; and the repairs of a whole group, ``replay_group`` and ``skip_group``.
+
+A group's id is a digest of what defines it, not a row anywhere: the same failure has the same id in every
+listing, from the CLI or the operator endpoint, today and next week, so ``outbox replay --group ID`` acts on
+what ``outbox dead-letters groups`` showed. A repair of a group reruns or skips each of its pairs by the
+rules of one pair (``outbox.ops.replay``, ``outbox.ops.ordering.skip``); run again, it finds the pairs it
+already repaired resolved and leaves them alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from outbox import keys
+from outbox.envelope import format_timestamp
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import DEAD, SKIPPED, DeadLetter, DeadReason
+from outbox.ops.context import (
+    OperatorContext,
+    ProgressCallback,
+    no_progress,
+    resolved_letter_update,
+    transact_or_refuse,
+)
+from outbox.ops.ordering import skip as skip_in_order
+from outbox.ops.replay import ReplayItem, dead_work, replay
+
+GROUP_ID_PREFIX: Final = "g-"
+GROUP_ID_HEX: Final = 10
+# What varies from one event to the next inside a message written for the operator (a TerminalError's: "no
+# capacity for order 4711"): ids, then numbers. A failure's place (file.py:41 in book) is kept as it is.
+EVENT_ID: Final = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+UUID: Final = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+NUMBER: Final = re.compile(r"\d+")
+PLACE: Final = re.compile(r" at \S+:\d+ in \S+")
+
+
+@dataclass(frozen=True)
+class FailureKey:
+    """What makes two dead letters one failure."""
+
+    subscription: str
+    reason: str  # exhausted, terminal, conflict, unverifiable
+    error_type: str
+    where: str  # the recorded description with what varies per event blanked
+
+    @property
+    def id(self) -> str:
+        text = "\0".join((self.subscription, self.reason, self.error_type, self.where))
+        return GROUP_ID_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:GROUP_ID_HEX]
+
+
+def failure_key(letter: DeadLetter) -> FailureKey:
+    return FailureKey(letter.subscription, letter.reason, letter.error_type, _blank_what_varies(letter.error))
+
+
+def _blank_what_varies(description: str) -> str:
+    places = PLACE.findall(description)
+    text = NUMBER.sub("#", UUID.sub("<id>", EVENT_ID.sub("<event>", PLACE.sub("\0", description))))
+    for place in places:  # the place where it was raised, line number included, stays as recorded
+        text = text.replace("\0", place, 1)
+    return text
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    id: str
+    subscription: str
+    reason: str
+    error_type: str
+    where: str
+    count: int
+    tenants: list[str]
+    first_seen: str
+    last_seen: str
+    example: DeadLetter
+
+    @property
+    def repair(self) -> str:
+        """The command that looks at what a repair of the group would do."""
+        return f"outbox replay --group {self.id} --dry-run"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "repair": self.repair}
+
+
+def failure_groups(context: OperatorContext, *, tenant: str | None = None) -> list[FailureGroup]:
+    """The open dead letters of every tenant (or one), grouped; the largest group first."""
+    tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
+    return _grouped(letter for name in tenants for letter in context.inbox.dead_letters(name))
+
+
+def _grouped(letters: Iterable[DeadLetter]) -> list[FailureGroup]:
+    by_key: dict[FailureKey, list[DeadLetter]] = {}
+    for letter in letters:
+        by_key.setdefault(failure_key(letter), []).append(letter)
+    groups = [_group(key, rows) for key, rows in by_key.items()]
+    return sorted(groups, key=lambda group: (-group.count, group.subscription, group.id))
+
+
+def _group(key: FailureKey, rows: list[DeadLetter]) -> FailureGroup:
+    rows = sorted(rows, key=lambda row: (row.dead_at, row.tenant, row.event_seq))
+    return FailureGroup(
+        id=key.id,
+        subscription=key.subscription,
+        reason=key.reason,
+        error_type=key.error_type,
+        where=key.where,
+        count=len(rows),
+        tenants=sorted({row.tenant for row in rows}),
+        first_seen=rows[0].dead_at,
+        last_seen=rows[-1].dead_at,
+        example=rows[-1],
+    )
+
+
+def group_letters(context: OperatorContext, group_id: str) -> list[DeadLetter]:
+    """The open dead letters of ``group_id``. Empty when every one of them was repaired (a rerun of a group's
+    repair); refused when no dead letter, open or resolved, was ever of that group."""
+    letters = [row for name in context.tenants() for row in context.inbox.dead_letters(name, include_resolved=True)]
+    members = [row for row in letters if failure_key(row).id == group_id]
+    if not members:
+        raise OperationRefusedError(
+            f"no failure group {group_id!r}: outbox dead-letters groups lists the groups and their ids"
+        )
+    return sorted((row for row in members if row.resolved is None), key=lambda row: (row.tenant, row.event_seq))
+
+
+@dataclass(frozen=True)
+class GroupPair:
+    tenant: str
+    event_id: str
+    event_seq: int
+    subscription: str
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> GroupPair:
+        return cls(letter.tenant, letter.event_id, letter.event_seq, letter.subscription)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    pair: GroupPair
+    why: str
+
+
+@dataclass
+class GroupRepair:
+    """What a repair of a group did (or, dry, would do): ``planned`` the pairs it acts on; ``sent`` those it
+    sent to the queue (replay: re-sent; skip: the deferred events a skip let go on); ``skipped`` those it did
+    not run (replay: no longer dead by the time it came to them; skip: recorded as skipped, final);
+    ``refused`` those it would not touch, each with why."""
+
+    group: str
+    action: str
+    dry_run: bool
+    planned: list[GroupPair] = field(default_factory=list)
+    sent: list[GroupPair] = field(default_factory=list)
+    skipped: list[GroupPair] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.planned and not self.refused
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "planned": len(self.planned),
+            "sent": len(self.sent),
+            "skipped": len(self.skipped),
+            "refused": len(self.refused),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "counts": self.counts()}
+
+
+def replay_group(
+    context: OperatorContext,
+    group_id: str,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    on_progress: ProgressCallback = no_progress,
+) -> GroupRepair:
+    """Rerun every dead pair of the group, by replay's rules: an unverifiable pair is refused unless ``force``,
+    a conflict is no dead work, a pair of a subscription the deployed catalog lacks would run nowhere."""
+    outcome = GroupRepair(group_id, "replay", dry_run)
+    items: list[ReplayItem] = []
+    for letter in group_letters(context, group_id):
+        work = dead_work(context, letter, force=force)
+        if isinstance(work, ReplayItem):
+            items.append(work)
+            outcome.planned.append(GroupPair.of(letter))
+        elif work is not None:
+            outcome.refused.append(Refusal(GroupPair.of(letter), work))
+        # None: no longer dead (a take-over completed it); nothing to do
+    if dry_run or not items:
+        return outcome
+    result = replay(context, items, on_progress=on_progress)
+    cleared = {(item.event_id, item.subscription) for item in result.cleared}
+    for pair in outcome.planned:
+        (outcome.sent if (pair.event_id, pair.subscription) in cleared else outcome.skipped).append(pair)
+    return outcome
+
+
+def skip_group(
+    context: OperatorContext,
+    group_id: str,
+    *,
+    by: str,
+    reason: str,
+    dry_run: bool = False,
+    on_progress: ProgressCallback = no_progress,
+) -> GroupRepair:
+    """Let every dead pair of the group go without running: recorded with who and why, final (a replay never
+    runs a skipped pair). An ordered subscription's pair is skipped as ``outbox skip`` skips it, in seq order,
+    and only when it is next in its order (run again later for the rest: each skip sends the deferred event
+    that waited for it back to the queue)."""
+    if not by.strip() or not reason.strip():
+        raise OperationRefusedError("a skip records who decided it and why: give --by and --reason")
+    outcome = GroupRepair(group_id, "skip", dry_run)
+    letters = group_letters(context, group_id)
+    outcome.planned = [GroupPair.of(letter) for letter in letters]
+    if dry_run:
+        return outcome
+    ordered = {s.name for s in context.catalog.registry.subscriptions if s.ordered}
+    for done, letter in enumerate(letters, start=1):
+        pair = GroupPair.of(letter)
+        decision = f"skipped by {by} at {format_timestamp(context.now())}: {reason}"
+        try:
+            if letter.reason == DeadReason.CONFLICT:  # a record, not dead work: acknowledged
+                _resolve_letter_only(context, letter, decision)
+            elif pair.subscription in ordered:
+                woke = skip_in_order(context, pair.tenant, pair.subscription, pair.event_seq, by=by, reason=reason)
+                if woke.woke_seq is not None:
+                    outcome.sent.append(pair)
+            else:
+                _skip_dead_pair(context, pair, decision)
+            outcome.skipped.append(pair)
+        except OperationRefusedError as exc:
+            outcome.refused.append(Refusal(pair, str(exc)))
+        on_progress("skipping", done, len(letters))
+    return outcome
+
+
+def _resolve_letter_only(context: OperatorContext, letter: DeadLetter, decision: str) -> None:
+    try:
+        context.dynamodb.update_item(**resolved_letter_update(context, letter.key, decision))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        raise OperationRefusedError(f"{letter.event_id}:{letter.subscription} was resolved meanwhile") from exc
+
+
+def _skip_dead_pair(context: OperatorContext, pair: GroupPair, decision: str) -> None:
+    """The pair's DEAD claim becomes SKIPPED (final, like COMPLETED) and its dead letter is resolved with the
+    decision, in one transaction; refused if the claim is no longer DEAD (a replay or a take-over got there
+    first)."""
+    letter_key = keys.dead_letter_key(pair.tenant, pair.event_id, pair.subscription)
+    items = [
+        {
+            "Update": {
+                "TableName": context.topology.inbox_table,
+                "Key": keys.claim_key(pair.event_id, pair.subscription),
+                "UpdateExpression": "SET #status = :skipped, skipped = :decision",
+                "ConditionExpression": "#status = :dead",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": {
+                    ":skipped": {"S": SKIPPED},
+                    ":dead": {"S": DEAD},
+                    ":decision": {"S": decision[:2000]},
+                },
+            }
+        },
+        {"Update": resolved_letter_update(context, letter_key, decision)},
+    ]
+    transact_or_refuse(
+        context,
+        items,
+        f"{pair.event_id}:{pair.subscription} is no longer dead (a replay or a take-over got there first)",
+    )

@@ -14,6 +14,8 @@ from moto import mock_aws
 from outbox.auditor import Metric
 from outbox.exceptions import OutboxValidationError
 from outbox.liveness import RUNNING, PipeWatch, not_running, pipe_states
+from outbox.local import aws_fixes
+from outbox.local.clock import VirtualClock
 from outbox.settings import AuditorSettings
 
 REGION = "us-east-1"
@@ -32,7 +34,9 @@ class PublishedMetrics:
 
 @pytest.fixture
 def pipes() -> Iterator[Any]:
+    # With the runtime's fixes: moto as shipped walks a stopped pipe on to RUNNING as it is read (M24).
     with mock_aws():
+        uninstall = aws_fixes.install(VirtualClock())
         client = boto3.client("pipes", region_name=REGION)
         for name in PIPES:
             client.create_pipe(
@@ -42,7 +46,10 @@ def pipes() -> Iterator[Any]:
                 RoleArn=f"arn:aws:iam::123456789012:role/{name}",
                 DesiredState=RUNNING,
             )
-        yield client
+        try:
+            yield client
+        finally:
+            uninstall()
 
 
 @pytest.mark.parametrize("stopped", [(), ("relay",), ("relay", "tamper"), PIPES])

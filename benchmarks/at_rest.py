@@ -1,7 +1,8 @@
 """What a deployed stack costs a month with no traffic at all, read off its synthesized template.
 
 Idle, Lambda, Pipes, SNS and on-demand DynamoDB cost nothing; what is left is billed per resource per month
-(alarms, dashboards, customer managed keys) and the SQS requests of Lambda's idle pollers: an SQS event
+(alarms, dashboards, customer managed keys, the custom metrics published even with no traffic) and the SQS
+requests of Lambda's idle pollers: an SQS event
 source mapping with MaximumConcurrency set keeps five long-polling connections open (it scales down to
 two only without it, https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html), each waiting
 up to 20 s per ReceiveMessage. Storage is per GB and grows with the log, so it is priced per GB, not guessed.
@@ -42,6 +43,23 @@ def resources(template: Mapping[str, Any], resource_type: str) -> list[dict[str,
     return [resource for resource in template["Resources"].values() if resource["Type"] == resource_type]
 
 
+def heartbeat_metrics(template: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+    """The custom metrics published with no traffic at all: those an alarm treats silence on as breaching
+    (``outbox_cdk.liveness``: the anchoring pass publishes them every hour, or the alarm fires). Each is
+    (namespace, name, dimensions); the engine's other metrics count traffic and are not published idle."""
+    found = set()
+    for alarm in resources(template, "AWS::CloudWatch::Alarm"):
+        properties = alarm["Properties"]
+        if properties.get("TreatMissingData") != "breaching":
+            continue
+        queries = [query["MetricStat"]["Metric"] for query in properties.get("Metrics", []) if "MetricStat" in query]
+        for metric in [properties] if "MetricName" in properties else queries:
+            if not metric["Namespace"].startswith("AWS/"):
+                dimensions = json.dumps(metric.get("Dimensions", []), sort_keys=True)
+                found.add((metric["Namespace"], metric["MetricName"], dimensions))
+    return found
+
+
 def idle_receives_per_month() -> float:
     return IDLE_POLLERS_PER_MAPPING * SECONDS_PER_MONTH / LONG_POLL_SECONDS
 
@@ -60,6 +78,11 @@ def monthly_bill(template: Mapping[str, Any], prices: Mapping[str, Any]) -> list
             "CloudWatch alarms",
             len(resources(template, "AWS::CloudWatch::Alarm")),
             _price(prices, "cloudwatch_alarm_month"),
+        ),
+        Line(
+            "CloudWatch custom metrics, hourly",
+            len(heartbeat_metrics(template)),
+            _price(prices, "cloudwatch_custom_metric_month"),
         ),
         Line(
             "CloudWatch dashboards",

@@ -20,6 +20,8 @@ def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> No
     lines = {line.item: line for line in monthly_bill(template, load_prices())}
     assert lines["CloudWatch alarms"].count == len(resources(template, "AWS::CloudWatch::Alarm")) > 0
     assert lines["CloudWatch dashboards"].count == 1
+    # The anchoring pass's liveness metrics, published every hour, traffic or not: PipesNotRunning, AnchoringPasses
+    assert lines["CloudWatch custom metrics, hourly"].count == 2
     # One FIFO mapping (the durable consumer) and two standard (the record-change consumer, the tamper recorder),
     # five pollers each
     assert lines["SQS idle polls, FIFO queues"].count == idle_receives_per_month() == 648_000

@@ -1,6 +1,10 @@
-"""The one alarm shape of the app: datapoints above a threshold notify the alarm topic."""
+"""The alarm shapes of the app, each notifying the alarm topic of ALARM and OK: ``alarm_above`` for a count of
+something that happened (silence is health), ``liveness_alarm`` for a metric published on a schedule (silence
+is the failure)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
@@ -31,16 +35,65 @@ def alarm_above(
     -------
     >>> alarm_above(self, "Errors", function.metric_errors(), threshold=0, description="...", alarm_topic=topic)
     """
+    above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+    silence = cloudwatch.TreatMissingData.NOT_BREACHING
+    shape = _Shape(above, threshold, evaluation_periods, datapoints_to_alarm, silence)
+    return _notifying_alarm(scope, construct_id, metric, description, alarm_topic, shape)
+
+
+def liveness_alarm(
+    scope: Construct,
+    construct_id: str,
+    metric: cloudwatch.IMetric,
+    *,
+    comparison: cloudwatch.ComparisonOperator,
+    threshold: float,
+    periods: int,
+    description: str,
+    alarm_topic: sns.ITopic,
+) -> cloudwatch.Alarm:
+    """An alarm on a metric that code publishes on a schedule, every time (``outbox.liveness``): it fires when
+    each of the last ``periods`` datapoints compares to ``threshold`` as ``comparison`` says, and notifies
+    ``alarm_topic`` of ALARM and OK.
+
+    Missing data is breaching: a publisher that stopped publishes nothing, and that silence is what this alarm
+    is for. A new stack is therefore in ALARM until the schedule first runs. CloudWatch applies it only when
+    fewer than ``periods`` real datapoints are left in its evaluation range (docs/aws-behaviour.md R9.6): a
+    heartbeat whose every period counts fills its gaps with zeros (``outbox_cdk.liveness``).
+    """
+    shape = _Shape(comparison, threshold, periods, periods, cloudwatch.TreatMissingData.BREACHING)
+    return _notifying_alarm(scope, construct_id, metric, description, alarm_topic, shape)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """When an alarm fires: how its datapoints compare, how many must, and what a missing one counts as."""
+
+    comparison: cloudwatch.ComparisonOperator
+    threshold: float
+    evaluation_periods: int
+    datapoints_to_alarm: int
+    missing: cloudwatch.TreatMissingData
+
+
+def _notifying_alarm(
+    scope: Construct,
+    construct_id: str,
+    metric: cloudwatch.IMetric,
+    description: str,
+    alarm_topic: sns.ITopic,
+    shape: _Shape,
+) -> cloudwatch.Alarm:
     alarm = cloudwatch.Alarm(
         scope,
         construct_id,
         alarm_description=description,
         metric=metric,
-        threshold=threshold,
-        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        evaluation_periods=evaluation_periods,
-        datapoints_to_alarm=datapoints_to_alarm,
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        threshold=shape.threshold,
+        comparison_operator=shape.comparison,
+        evaluation_periods=shape.evaluation_periods,
+        datapoints_to_alarm=shape.datapoints_to_alarm,
+        treat_missing_data=shape.missing,
     )
     action = cloudwatch_actions.SnsAction(alarm_topic)
     alarm.add_alarm_action(action)

@@ -6,7 +6,9 @@
   MODIFY and REMOVE records of event rows, which emit() never writes, and sends each whole record (old and new
   image) to the tamper queue. ``TamperAlarm`` fires on the first message the queue receives.
 - ``Auditor``: ``recorder`` turns each tamper message into a finding; ``anchoring`` verifies each tenant's
-  log from its anchor every hour, advances the anchor, and records a broken chain (alarmed at zero).
+  log from its anchor every hour, advances the anchor, and records a broken chain (alarmed at zero). Each
+  pass also reports the stack's pipes that are not running and that it ran, alarmed when either stops
+  (``outbox_cdk.liveness``).
 
 Both functions run the engine only (``engine_only/`` as code, the handlers from the engine layer).
 """
@@ -34,7 +36,8 @@ from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
-from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, UNRESERVED_POOL, ApplicationCode, EngineFunction
+from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction, engine_metric
+from outbox_cdk.liveness import anchoring_stopped_alarm, pipes_not_running_alarm, watch_pipes
 from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
@@ -213,23 +216,37 @@ class Auditor(Construct):
         self.chain_break_alarm = alarm_above(
             self,
             "ChainBreakAlarm",
-            cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE,
-                metric_name=Metric.CHAIN_BREAKS.value,
-                dimensions_map={"service": ANCHOR_SERVICE},
-                statistic=cloudwatch.Stats.SUM,
-                period=ANCHOR_SCHEDULE,
+            engine_metric(
+                ANCHOR_SERVICE, Metric.CHAIN_BREAKS.value, statistic=cloudwatch.Stats.SUM, period=ANCHOR_SCHEDULE
             ),
             threshold=0,
             description="The hourly verification found a tenant's chain broken or its anchor contradicted: the "
             "log was rewritten. `outbox findings` and `outbox verify-chain --full`; see the runbook (Chain broken).",
             alarm_topic=alarm_topic,
         )
+        self.pipes_not_running_alarm = pipes_not_running_alarm(
+            self, service=ANCHOR_SERVICE, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
+        )
+        self.anchoring_stopped_alarm = anchoring_stopped_alarm(
+            self, service=ANCHOR_SERVICE, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
+        )
+
+    def watch_pipes(self, pipes: Sequence[StreamPipe]) -> None:
+        """Each anchoring pass publishes how many of ``pipes`` are not running (``PipesNotRunningAlarm``): call
+        it once, with every pipe of the stack (``OutboxPipeline`` does, once the last pipe exists)."""
+        watch_pipes(self.anchoring, pipes)
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
         """Every alarm but the dead-letter queues' (``dead_letters`` has those)."""
-        return [self.tamper_alarm, self.chain_break_alarm, *self.recorder.alarms, self.anchoring_errors_alarm]
+        return [
+            self.tamper_alarm,
+            self.chain_break_alarm,
+            *self.recorder.alarms,
+            self.anchoring_errors_alarm,
+            self.pipes_not_running_alarm,
+            self.anchoring_stopped_alarm,
+        ]
 
     @property
     def dead_letters(self) -> list[tuple[str, AlarmedDeadLetterQueue]]:

@@ -29,6 +29,9 @@ ITEM_READ_ACTIONS: Final = frozenset({"dynamodb:GetItem", "dynamodb:Query"})
 # Reading a queue's attributes, or a move task's state, needs no key.
 QUEUE_RECEIVE_ACTIONS: Final = frozenset({"sqs:ReceiveMessage", "sqs:StartMessageMoveTask"})
 QUEUE_SEND_ACTIONS: Final = frozenset({"sqs:SendMessage"})
+# A pipe's state (CurrentState): what the operator endpoint and `outbox status` report, and what each anchoring
+# pass publishes (outbox.liveness).
+PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 
 
 def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable, actions: Iterable[str]) -> None:
@@ -51,6 +54,11 @@ def grant_messages(queue: sqs.IQueue, grantee: iam.IGrantable, actions: Iterable
         key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey")
     elif QUEUE_RECEIVE_ACTIONS & set(actions):
         key.grant_decrypt(grantee)
+
+
+def grant_pipe_status(grantee: iam.IGrantable, pipe_arns: Iterable[str]) -> None:
+    """DescribePipe on exactly these pipes (a pipe has no key to grant: its state is not encrypted)."""
+    iam.Grant.add_to_principal(grantee=grantee, actions=list(PIPE_STATUS_ACTIONS), resource_arns=list(pipe_arns))
 
 
 def trusting(operators: Sequence[iam.IPrincipal]) -> iam.IPrincipal:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -40,6 +41,18 @@ UNRESERVED_POOL: Final = (
     "minimum (100 in a default account), and would fail the deployment in an account whose quota has no "
     "room above that minimum."
 )
+
+
+def engine_metric(service: str, metric_name: str, *, statistic: str, period: Duration) -> cloudwatch.Metric:
+    """One of the Powertools metrics a function of ``service`` publishes (its ``POWERTOOLS_SERVICE_NAME``)."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric_name,
+        # Powertools adds the service as a dimension to every metric it publishes.
+        dimensions_map={"service": service},
+        statistic=statistic,
+        period=period,
+    )
 
 
 @dataclass(frozen=True)

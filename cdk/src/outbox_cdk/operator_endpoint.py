@@ -24,7 +24,7 @@ from constructs import Construct
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.events_table import EventsTable
-from outbox_cdk.grants import grant_items
+from outbox_cdk.grants import grant_items, grant_pipe_status
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction
 from outbox_cdk.queue_consumer import ALARM_PERIOD
@@ -45,7 +45,6 @@ MAX_RESERVED_CONCURRENCY: Final = 50
 # The inbox's dead letters and poison pills, each a partition read page by page (outbox.inbox.InboxReader).
 INBOX_READ_ACTIONS: Final = ("dynamodb:Query",)
 QUEUE_STATUS_ACTIONS: Final = ("sqs:GetQueueAttributes",)
-PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 # ApproximateAgeOfOldestMessage is a CloudWatch metric, not a queue attribute.
 METRIC_READ_ACTIONS: Final = ("cloudwatch:GetMetricData",)
 
@@ -164,7 +163,7 @@ class OperatorEndpoint(Construct):
         grant_items(inbox.table, self.function, INBOX_READ_ACTIONS)
         operated.audit.grant_read(self.function)  # anchors and findings; it writes neither
         self._grant_queue_status(list(queues.values()))
-        self._grant_pipe_status(list(pipes.values()))
+        grant_pipe_status(self.function, [pipe.pipe.attr_arn for pipe in pipes.values()])
         self._grant_metric_read()
 
         self.errors_alarm = alarm_above(
@@ -193,13 +192,6 @@ class OperatorEndpoint(Construct):
     def _grant_queue_status(self, queues: Sequence[sqs.IQueue]) -> None:
         for queue in queues:
             queue.grant(self.function, *QUEUE_STATUS_ACTIONS)
-
-    def _grant_pipe_status(self, pipes: Sequence[StreamPipe]) -> None:
-        iam.Grant.add_to_principal(
-            grantee=self.function,
-            actions=list(PIPE_STATUS_ACTIONS),
-            resource_arns=[pipe.pipe.attr_arn for pipe in pipes],
-        )
 
     def _grant_metric_read(self) -> None:
         policy = grant_metric_read(self, self.role, "the operator API")

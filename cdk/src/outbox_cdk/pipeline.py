@@ -290,6 +290,7 @@ class OutboxPipeline(Construct):
             record_change_queue=self.record_changes,
             record_change_pipe=self.record_change_pipe,
         )
+        self.auditor.watch_pipes(list(operated.pipes().values()))  # liveness: each pass reports their states
         # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
         self.operator_endpoint = OperatorEndpoint(
             self,

@@ -16,7 +16,7 @@ from constructs import Construct
 from outbox_cdk import checkov
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.grants import grant_items, grant_messages
-from outbox_cdk.lambda_defaults import METRICS_NAMESPACE, ApplicationCode, EngineFunction
+from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction, engine_metric
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.timing import CONSUMER_BATCH_SIZE, PERSISTENT_FAILURE_PERIODS, persistent_failure_period_seconds
 
@@ -154,14 +154,7 @@ class QueueConsumer(Construct):
 
     def outcome_metric(self, metric_name: str, period: Duration) -> cloudwatch.Metric:
         """One of the function's own Powertools counts (e.g. ``DEAD_WORK_METRICS``), summed."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=metric_name,
-            # Powertools adds the service as a dimension to every metric it publishes.
-            dimensions_map={"service": self.service_name},
-            statistic=cloudwatch.Stats.SUM,
-            period=period,
-        )
+        return engine_metric(self.service_name, metric_name, statistic=cloudwatch.Stats.SUM, period=period)
 
     def persistent_failure_alarm(self, construct_id: str, metric_name: str, description: str) -> cloudwatch.Alarm:
         """An alarm on one of the function's failure counts that fires when it is above zero in each of

@@ -18,9 +18,8 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from outbox_cdk.grants import grant_items, grant_messages, trusting
+from outbox_cdk.grants import grant_items, grant_messages, grant_pipe_status, trusting
 from outbox_cdk.operator_endpoint import (
-    PIPE_STATUS_ACTIONS,
     QUEUE_STATUS_ACTIONS,
     OperatedPipeline,
     grant_metric_read,
@@ -87,10 +86,6 @@ class RunbookRole(Construct):
         for lane in operated.lanes():
             grant_messages(lane.dead_letter_queue, self.role, REDRIVE_SOURCE_ACTIONS)
             grant_messages(lane.queue, self.role, REPAIR_SEND_ACTIONS)
-        iam.Grant.add_to_principal(
-            grantee=self.role,
-            actions=list(PIPE_STATUS_ACTIONS),
-            resource_arns=[pipe.pipe.attr_arn for pipe in operated.pipes().values()],
-        )
+        grant_pipe_status(self.role, [pipe.pipe.attr_arn for pipe in operated.pipes().values()])
         # status and redrive read each queue's ApproximateAgeOfOldestMessage.
         grant_metric_read(self, self.role, "the runbook role (outbox status)")

@@ -9,7 +9,8 @@ role that may write the audit table (``outbox.audit``). Two entry points, one fu
   and the anchor moves to the verified head; a chain still broken when it is read again (emits go on while
   the pass reads) is recorded as a finding and counted as ``ChainBreaks``. Both counts are alarmed at zero.
   The oldest anchors go first, and a pass about to run out of time stops and leaves the rest
-  (``AnchorsDeferred``) to the next one, which starts with them.
+  (``AnchorsDeferred``) to the next one, which starts with them. A pass that ends counts
+  ``AnchoringPasses``: the heartbeat whose absence is alarmed (with the pipes' states, ``outbox.liveness``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Metric(StrEnum):
     CHAIN_BREAKS = "ChainBreaks"  # a scheduled verification found a tenant's chain broken
     ANCHORS_ADVANCED = "AnchorsAdvanced"
     ANCHORS_DEFERRED = "AnchorsDeferred"  # tenants a pass left to the next for lack of time
+    # Liveness (outbox.liveness): each pass publishes both, so their alarms treat silence as breaching.
+    PIPES_NOT_RUNNING = "PipesNotRunning"  # the stack's pipes not in state RUNNING
+    ANCHORING_PASSES = "AnchoringPasses"  # 1 for a pass that ran to its end
 
 
 # A pass stops when less than this is left of its invocation: a tenant's verification (from its anchor, an
@@ -136,6 +140,7 @@ class Auditor:
             result.deferred += unread
         if result.deferred:
             self._count(Metric.ANCHORS_DEFERRED, len(result.deferred))
+        self._count(Metric.ANCHORING_PASSES)  # last: a pass that raised did not run (its alarm waits for this)
         return result
 
     def _read_again(self, tenant: str) -> ChainReport | None:

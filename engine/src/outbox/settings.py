@@ -109,7 +109,17 @@ class AuditorSettings(BaseModel):
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     audit_table_name: str = Field(alias="AUDIT_TABLE_NAME", min_length=3)
+    # The stack's pipes, comma-separated, whose state each anchoring pass publishes (outbox.liveness). Set on
+    # the anchoring function only: the tamper recorder watches nothing.
+    watched_pipe_names: str | None = Field(default=None, alias="WATCHED_PIPE_NAMES")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> AuditorSettings:
         return _from_env(cls, environ)
+
+    def watched_pipes(self) -> tuple[str, ...]:
+        """The pipes to watch; refused when none are named, since a watch of nothing would report all is well."""
+        names = tuple(name.strip() for name in (self.watched_pipe_names or "").split(",") if name.strip())
+        if not names:
+            raise OutboxValidationError("the anchoring function's environment names no pipe (WATCHED_PIPE_NAMES)")
+        return names

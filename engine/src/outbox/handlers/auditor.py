@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from outbox import clock
 from outbox.audit import AuditLog
 from outbox.auditor import Auditor
+from outbox.liveness import PipeWatch
 from outbox.settings import AuditorSettings
 
 logger = Logger()
@@ -38,6 +39,12 @@ def auditor() -> Auditor:
     return Auditor(settings.events_table_name, AuditLog(settings.audit_table_name, client), client, metrics=metrics)
 
 
+@cache
+def pipe_watch() -> PipeWatch:
+    settings = AuditorSettings.from_env(os.environ)
+    return PipeWatch(boto3.client("pipes"), settings.watched_pipes(), metrics=metrics)
+
+
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
@@ -50,9 +57,12 @@ def record_findings(event: dict[str, Any], context: LambdaContext) -> dict[str, 
 @metrics.log_metrics
 def anchor(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Any invocation runs one pass (the schedule's event carries nothing the pass needs); it stops in time
-    and leaves what it did not reach to the next."""
+    and leaves what it did not reach to the next. The pipes' states come first, so a pass that fails still
+    publishes them (``log_metrics`` flushes on the way out); ``AnchoringPasses`` only when the pass ends."""
+    pipes = pipe_watch().check()
     result = (
         auditor().anchor_all(clock.now(), time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
     )
+    result["pipes"] = pipes
     logger.info("anchoring pass", extra=result)
     return result

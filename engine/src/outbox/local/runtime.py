@@ -21,6 +21,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from moto.pipes.models import pipes_backends
+
 from outbox import clock as engine_clock
 from outbox.local import aws_fixes
 from outbox.local.aws_fixes.ttl import sweep_expired_items
@@ -34,6 +36,8 @@ from outbox.local.template import Reference, StackSpec, TemplateError, load_stac
 from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
+
+STOPPED = "STOPPED"  # a pipe's DesiredState after StopPipe
 
 # What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
 FUNCTION_BASE_ENV = {
@@ -320,10 +324,21 @@ class LocalRuntime:
 
     # -- driving the pipeline -----------------------------------------------------------------------
 
+    def running_pipes(self) -> list[PipeEmulator]:
+        """The pipes that read their stream: not those StopPipe stopped (moto keeps each pipe's desired state)
+        until StartPipe, which resumes each from its checkpoint, as in AWS (a stopped pipe reads nothing)."""
+        registered = pipes_backends[ACCOUNT][REGION].pipes
+        return [
+            pipe
+            for name, pipe in self.pipes.items()
+            if name not in registered or registered[name].desired_state != STOPPED
+        ]
+
     def step(self) -> bool:
-        """One round: every pipe polls once, every event source mapping polls once. True if work was done."""
+        """One round: every running pipe polls once, every event source mapping polls once. True if work was
+        done."""
         progressed = False
-        for pipe in self.pipes.values():
+        for pipe in self.running_pipes():
             progressed = pipe.poll() is not None or progressed
         for mapping in self.mappings.values():
             progressed = mapping.poll() is not None or progressed
@@ -338,7 +353,7 @@ class LocalRuntime:
             if self.step():
                 continue
             waiting = [entry.visible_at for m in self.mappings.values() for entry in m.in_flight]
-            waiting += [p.next_retry_at for p in self.pipes.values() if p.next_retry_at is not None]
+            waiting += [p.next_retry_at for p in self.running_pipes() if p.next_retry_at is not None]
             if not waiting:
                 return step
             self.clock.advance(max(timedelta(0), min(waiting) - self.clock()))

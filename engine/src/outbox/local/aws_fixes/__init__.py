@@ -21,6 +21,7 @@ Rule   AWS behaviour                                                moto gap / r
 11     TTL deletes expired items (a later sweep, REMOVE record      moto never expires an item (``ttl``:
        by the Service ``dynamodb.amazonaws.com``)                   a function, not a patch)
 12     Message size in bytes: UTF-8 body plus attributes            M21 (``sqs``)
+13     A stopped pipe stays STOPPED until StartPipe                 M24; R11.1 (``pipes``)
 -      ReceiveRequestAttemptId                                      M16; R5.3 (``sqs``)
 =====  ===========================================================  ==================================
 
@@ -49,6 +50,7 @@ from collections.abc import Callable
 
 from outbox.local.aws_fixes._patching import Clock, PatchSet
 from outbox.local.aws_fixes.dynamodb import DYNAMODB_LOCK, DynamoDBFixes
+from outbox.local.aws_fixes.pipes import PipesFixes
 from outbox.local.aws_fixes.sqs import SqsFixes
 from outbox.local.aws_fixes.sqs_messages import SQS_LOCK
 from outbox.local.clock import VirtualClock
@@ -60,7 +62,7 @@ _active: tuple[Clock, PatchSet, Callable[[], None]] | None = None
 
 
 def install(clock: VirtualClock) -> Callable[[], None]:
-    """Make moto behave like AWS (rules 1 to 9) on ``clock``; return the function that undoes it.
+    """Make moto behave like AWS (rules 1 to 10, 12 and 13) on ``clock``; return the function that undoes it.
 
     Idempotent: while installed, a second call only rebinds the clock and returns the same uninstall
     function. Uninstalling twice is harmless.
@@ -72,7 +74,7 @@ def install(clock: VirtualClock) -> Callable[[], None]:
             bound.clock = clock
             return uninstall
         bound = Clock(clock)
-        patches = PatchSet([*DynamoDBFixes(bound).patches(), *SqsFixes(bound).patches()])
+        patches = PatchSet([*DynamoDBFixes(bound).patches(), *SqsFixes(bound).patches(), *PipesFixes().patches()])
         patches.apply()
 
         def uninstall() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox.chain import ChainReport, verify_chain
+from outbox.liveness import pipe_states as read_pipe_states
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import Blocked, blocked
 from outbox.ops.wording import plural
@@ -207,10 +208,4 @@ def pipe_states(context: OperatorContext) -> dict[str, str]:
     names = [name for name in pipes if name]
     if context.pipes is None:
         return dict.fromkeys(names, "unknown")
-    states = {}
-    for name in names:
-        try:
-            states[name] = context.pipes.describe_pipe(Name=name)["CurrentState"]
-        except ClientError as exc:
-            states[name] = f"unknown ({exc.response['Error']['Code']})"
-    return states
+    return read_pipe_states(context.pipes, names)  # as the hourly liveness check reads them

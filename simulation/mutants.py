@@ -446,13 +446,15 @@ MUTANTS: tuple[Mutant, ...] = (
         id="replay-reruns-completed",
         module=REPLAY,
         original=(
-            "        if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent"
-            " the event\n"
-            "            forced = _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+            "    if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event\n"
+            "        return ReplayItem(\n"
+            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced=unverifiable\n"
         ),
         replacement=(
-            "        if status in (DEAD, REPLAYING, COMPLETED):\n"
-            "            forced = status == COMPLETED or _dead_reason(claim) == DeadReason.UNVERIFIABLE"
+            "    if status in (DEAD, REPLAYING, COMPLETED):\n"
+            "        return ReplayItem(\n"
+            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status,\n"
+            "            forced=unverifiable or status == COMPLETED,\n"
         ),
         description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
         what_should_catch_it="a replay interrupted after the re-send, then run again: the pair runs twice (2)",
@@ -465,8 +467,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="replay-unverifiable-without-force",
         module=REPLAY,
-        original="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and not force:",
-        replacement="if status == DEAD and _dead_reason(claim) == DeadReason.UNVERIFIABLE and force:",
+        original="if status == DEAD and unverifiable and not force:",
+        replacement="if status == DEAD and unverifiable and force:",
         description="the tenant replay reruns unverifiable pairs without --force",
         what_should_catch_it="a redelivery after the retention, then a replay: a forgotten completion reruns (2)",
         seeds=(13, 16, 19),

@@ -145,3 +145,22 @@ def test_a_failure_is_placed_where_it_left_the_application_not_deep_in_a_library
         described = describe_failure(exc)
     assert described.startswith("JSONDecodeError at test_no_personal_data.py:")
     assert "in parse_the_carrier_answer" in described
+
+
+def test_a_poison_pill_s_error_and_log_line_name_the_field_never_its_input(
+    make_harness: HarnessFactory, logged: Callable[[], str]
+) -> None:
+    # An event row whose time is not a time, and repeats what a person typed: pydantic's message would say
+    # input_value='not-a-time jane.doe@example.com'
+    h = make_harness(one_subscription)
+    item = h.store.emit("order.created", {"n": 1}, tenant="acme", actor="test").to_item()
+    item["occurred_at"] = {"S": f"not-a-time {EMAIL}"}
+    h.send(json.dumps(item), "acme", "poison-with-an-email")
+
+    h.esm.drain()
+
+    [pill] = h.poison_pills()
+    assert pill["error"]["S"] == "event row is not a valid envelope: 1 invalid: occurred_at: datetime_from_date_parsing"
+    assert EMAIL not in pill["error"]["S"]
+    assert EMAIL not in logged()
+    assert EMAIL in pill["body"]["S"], "the body itself is kept, as received, for diagnosis"

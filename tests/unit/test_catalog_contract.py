@@ -142,6 +142,11 @@ def test_emit_refuses_an_undeclared_type_and_a_payload_its_schema_rejects() -> N
         store.emit("widget.unknown", {"id": "1"}, tenant="acme", actor="t")
     with pytest.raises(InvalidEventError, match="does not match its schema"):
         store.emit("widget.made", {"name": "no id"}, tenant="acme", actor="t")
+    # The refusal names the field and what is wrong with it, never the value (which may be a person's data)
+    with pytest.raises(InvalidEventError) as refused:
+        store.emit("widget.made", {"id": ["jane.doe@example.com"]}, tenant="acme", actor="t")
+    assert "id: string_type" in str(refused.value)
+    assert "jane.doe@example.com" not in str(refused.value)
 
 
 @pytest.mark.parametrize("name", ["Upper.case", "has space", "x" * 101, "trailing.", ""])

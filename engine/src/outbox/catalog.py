@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from outbox.exceptions import InvalidEventError
 from outbox.record_changes import OPERATIONS, ROW_CHANGE_PREFIX, row_change_type
+from outbox.redaction import validation_summary
 from outbox.schemas import Upcaster, check_versions, upcast_payload
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 
@@ -164,7 +165,9 @@ class Catalog:
         try:
             spec.payload.model_validate(dict(payload))
         except ValidationError as exc:
-            raise InvalidEventError(f"payload of {event_type!r} does not match its schema: {exc}") from exc
+            raise InvalidEventError(
+                f"payload of {event_type!r} does not match its schema: {validation_summary(exc)}"
+            ) from exc
         return spec.version
 
     def delivered_payload(self, event_type: str, stored_version: int, payload: Any) -> Any:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from outbox import keys
 from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
+from outbox.redaction import validation_summary
 
 ULID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
@@ -122,7 +123,8 @@ class Envelope(BaseModel):
         try:
             return cls.model_validate(plain)
         except ValidationError as exc:
-            raise EnvelopeParseError(f"event row is not a valid envelope: {exc}") from exc
+            # Fields and error kinds only: pydantic's own text repeats the input, which may be personal data.
+            raise EnvelopeParseError(f"event row is not a valid envelope: {validation_summary(exc)}") from exc
 
 
 def _non_finite(value: Any, path: str = "payload") -> str | None:

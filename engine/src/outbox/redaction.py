@@ -1,6 +1,7 @@
 """What a failure may say in logs and dead-letter rows: by default its type and where it was raised, never
 its text, which can hold the personal data a handler was working on (a pydantic error repeats the input:
-``buyer_email``, ``shipping_address``; the engine's own InvalidEventError repeats the offending value). A
+``buyer_email``, ``shipping_address``). The engine's own validation errors (an event's payload against its
+schema, a delivered row against the envelope) are said with ``validation_summary`` for the same reason. A
 validation error keeps each field's location and error type; a ``TerminalError`` keeps its message, which
 the handler's author wrote for the operator (put no personal data in it), as does a contract violation.
 ``ErrorDetail.FULL`` (the pipeline's ``error_detail`` prop) keeps every message, for stacks that hold no

@@ -419,6 +419,12 @@ def test_the_evaluator_refuses_what_the_policy_refuses(recorded: Recorded) -> No
     assert policy.denial(Request("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:Other", "SendMessage"))
     runbook = recorded.runbook_policy()
     assert runbook.denial(rewrite) == "denied by DenyEventRowMutation", "the runbook never changes an event row"
+    # On the inbox it queries and deletes an ordered subscription's rows only, never a dead letter or a claim
+    inbox = recorded.arns.table(recorded.arns.runtime.output("InboxTableName"))
+    deferred = Request("dynamodb:DeleteItem", inbox, "DeleteItem", ("TENANT#acme#ORDER#ledger.journal",))
+    letter = Request("dynamodb:DeleteItem", inbox, "DeleteItem", ("TENANT#acme#DEAD",))
+    assert policy.denial(deferred) is None
+    assert policy.denial(letter) is not None
 
 
 # -- the runbook role -------------------------------------------------------------------------------------

@@ -45,7 +45,9 @@ __all__ = [
     "MAX_MAX_CONCURRENCY",
     "MIN_MAX_CONCURRENCY",
     "ORDERED_INBOX_ACTIONS",
+    "ORDERED_INBOX_CONDITIONS",
     "ORDERED_LOG_ACTIONS",
+    "ORDER_PARTITION_PATTERN",
     "RETRIES_METRIC",
     "SERVICE_NAME",
     "DurableConsumer",
@@ -83,6 +85,14 @@ INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
 # and the deferred row deleted in the completion's transaction; on the log, the query that finds a
 # predecessor; and sending a deferred event back to the durable queue when it may run.
 ORDERED_INBOX_ACTIONS: Final = ("dynamodb:Query", "dynamodb:DeleteItem")
+# ... and only on an ordered subscription's partitions of the inbox (outbox.keys.order_partition: its
+# watermark, deferred and skipped events): a claim, a dead letter or a poison pill is never queried or
+# deleted by the consumer, so a compromised consumer cannot delete the record of dead work.
+ORDER_PARTITION_PATTERN: Final = "TENANT#*#ORDER#*"
+ORDERED_INBOX_CONDITIONS: Final = {
+    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [ORDER_PARTITION_PATTERN]},
+    "Null": {"dynamodb:LeadingKeys": "false"},
+}
 ORDERED_LOG_ACTIONS: Final = ("dynamodb:Query",)
 
 
@@ -143,7 +153,7 @@ class DurableConsumer(QueueConsumer):
         # Handlers commit their writes to the application's tables in the same transaction as the completion.
         self.grant_data_tables(data_tables)
         if ordered_subscriptions:
-            grant_items(inbox.table, self.function, ORDERED_INBOX_ACTIONS)
+            grant_items(inbox.table, self.function, ORDERED_INBOX_ACTIONS, conditions=ORDERED_INBOX_CONDITIONS)
             iam.Grant.add_to_principal(
                 grantee=self.function, actions=list(ORDERED_LOG_ACTIONS), resource_arns=[events.table.table_arn]
             )

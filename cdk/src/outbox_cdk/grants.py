@@ -10,8 +10,8 @@ constructs name their actions instead, next to the code that calls them, and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -34,10 +34,22 @@ QUEUE_SEND_ACTIONS: Final = frozenset({"sqs:SendMessage"})
 PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 
 
-def grant_items(table: dynamodb.ITable, grantee: iam.IGrantable, actions: Iterable[str]) -> None:
-    """``actions`` on the items of ``table``, and on its key the read or the read-write key actions."""
+def grant_items(
+    table: dynamodb.ITable,
+    grantee: iam.IGrantable,
+    actions: Iterable[str],
+    *,
+    conditions: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """``actions`` on the items of ``table`` (where ``conditions`` hold: partitions by ``dynamodb:LeadingKeys``,
+    say), and on its key the read or the read-write key actions."""
     actions = list(actions)
-    iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=[table.table_arn])
+    if conditions is None:
+        iam.Grant.add_to_principal(grantee=grantee, actions=actions, resource_arns=[table.table_arn])
+    else:
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(actions=actions, resources=[table.table_arn], conditions=dict(conditions))
+        )
     if table.encryption_key is not None:
         reads_only = set(actions) <= ITEM_READ_ACTIONS
         table.encryption_key.grant(grantee, *(ITEM_READ_KEY_ACTIONS if reads_only else ITEM_KEY_ACTIONS))

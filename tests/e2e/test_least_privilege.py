@@ -425,6 +425,11 @@ def test_the_evaluator_refuses_what_the_policy_refuses(recorded: Recorded) -> No
     letter = Request("dynamodb:DeleteItem", inbox, "DeleteItem", ("TENANT#acme#DEAD",))
     assert policy.denial(deferred) is None
     assert policy.denial(letter) is not None
+    # The tamper recorder adds findings, and cannot move an anchor
+    recorder = recorded.policy(recorded.role_of(recorded.principals[TAMPER_RECORDER]))
+    audit = recorded.arns.table(recorded.arns.runtime.output("AuditTableName"))
+    assert recorder.denial(Request("dynamodb:PutItem", audit, "PutItem", ("TENANT#acme#FINDING",))) is None
+    assert recorder.denial(Request("dynamodb:PutItem", audit, "PutItem", ("TENANT#acme#ANCHOR",))) is not None
 
 
 # -- the runbook role -------------------------------------------------------------------------------------

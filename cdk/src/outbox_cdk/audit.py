@@ -68,6 +68,13 @@ TAMPER_FILTER_PATTERN: Final = {"dynamodb": {"OldImage": {KIND_ATTRIBUTE: {"S": 
 AUDIT_RECORD_ACTIONS: Final = ["dynamodb:PutItem"]
 AUDIT_ANCHOR_ACTIONS: Final = ["dynamodb:BatchGetItem", "dynamodb:PutItem"]  # anchors read 100 at a time
 AUDIT_READ_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:Query"]
+# The recorder's writes are bound to the findings' partitions (outbox.keys.finding_partition): it can add a
+# finding, never move an anchor (TENANT#<t>#ANCHOR), which is what a rewrite of the log would need.
+FINDING_PARTITION_PATTERN: Final = "TENANT#*#FINDING"
+AUDIT_RECORD_CONDITIONS: Final = {
+    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [FINDING_PARTITION_PATTERN]},
+    "Null": {"dynamodb:LeadingKeys": "false"},
+}
 
 
 class AuditTable(Construct):
@@ -78,7 +85,7 @@ class AuditTable(Construct):
         self.table = protected_table(self, "Table", encryption_key=encryption_key)
 
     def grant_record(self, grantee: iam.IGrantable) -> None:
-        self._grant(grantee, AUDIT_RECORD_ACTIONS)
+        grant_items(self.table, grantee, AUDIT_RECORD_ACTIONS, conditions=AUDIT_RECORD_CONDITIONS)
 
     def grant_anchor(self, grantee: iam.IGrantable) -> None:
         self._grant(grantee, AUDIT_ANCHOR_ACTIONS)

@@ -96,10 +96,11 @@ class ChainReport:
     detail: str = ""
     # The first seq read: 1 for a full verification, the anchor's seq + 1 for an incremental one.
     verified_from_seq: int = 1
-    # The anchor the log was checked against, if the tenant had one.
+    # The anchor the log was checked against, if the tenant had one: its seq, and when it was set.
     anchor_seq: int | None = None
     # The hash at head_seq (the last hash verified), for advancing the anchor; "" when broken.
     head_hash: str = ""
+    anchored_at: str | None = None
 
 
 def verify_chain(
@@ -178,6 +179,7 @@ class _ChainWalk:
             detail,
             verified_from_seq=self.from_seq,
             anchor_seq=self.anchor.seq if self.anchor else None,
+            anchored_at=(self.anchor.anchored_at or None) if self.anchor else None,
         )
 
     def start_at_anchor(self, item: dict[str, Any] | None) -> ChainReport | None:
@@ -249,6 +251,7 @@ class _ChainWalk:
             verified_from_seq=self.from_seq,
             anchor_seq=self.anchor.seq if self.anchor else None,
             head_hash=head.last_hash,
+            anchored_at=(self.anchor.anchored_at or None) if self.anchor else None,
         )
 
     def _envelope(self, item: dict[str, Any], row_seq: int) -> Envelope | ChainReport:

@@ -29,11 +29,15 @@ class Blocked:
     hint: str  # what the operator can do
 
     @property
-    def line(self) -> str:
+    def what(self) -> str:
         return (
             f"tenant {self.tenant}: ordered subscription {self.subscription} waits for seq {self.waits_for_seq} "
-            f"({self.waits_for_state}); {self.waiting} events deferred behind it. {self.hint}"
+            f"({self.waits_for_state}); {self.waiting} events deferred behind it."
         )
+
+    @property
+    def line(self) -> str:
+        return f"{self.what} {self.hint}"
 
 
 @dataclass(frozen=True)

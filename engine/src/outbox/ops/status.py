@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -43,6 +44,34 @@ class TenantStatus:
     break_reason: str | None = None
     # The latest anchor reset: when, by whom and why ("<when>: re-anchored at seq N by WHO: WHY").
     last_reset: str | None = None
+    # When its anchor was set (by the hourly anchoring pass, or a reset); None without one.
+    anchored_at: str | None = None
+
+
+class Concern(StrEnum):
+    """What a problem is about: its ``Problem.subject`` is a queue, a pipe or a tenant's name."""
+
+    QUEUE = "queue"
+    PIPE = "pipe"
+    TENANT = "tenant"
+    ORDER = "order"  # an ordered subscription whose events wait (subject: the tenant)
+    POISON = "poison"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that needs an operator: what it is, and what to do about it, ending with the command that looks
+    closer or repairs it. ``line`` says both in one sentence, as ``outbox status`` prints it."""
+
+    concern: Concern
+    subject: str
+    what: str
+    repair: str
+    separator: str = ": "
+
+    @property
+    def line(self) -> str:
+        return f"{self.what}{self.separator}{self.repair}"
 
 
 @dataclass(frozen=True)
@@ -60,24 +89,46 @@ class Status:
         """What needs an operator, one line each, ending with the command that looks closer or repairs it:
         messages in a dead-letter queue, a broken chain, dead letters, poison pills today, a pipe that is not
         running, an ordered subscription whose events wait. Empty: healthy."""
+        return [problem.line for problem in self.needs_attention()]
+
+    def needs_attention(self) -> list[Problem]:
+        """``problems()``, each as what it is and what to do about it."""
         found = [
-            f"{name}: {plural(depth.visible + depth.in_flight, 'message')}. {DLQ_NEXT.get(name, DLQ_NEXT_DEFAULT)}"
+            Problem(
+                Concern.QUEUE,
+                name,
+                f"{name}: {plural(depth.visible + depth.in_flight, 'message')}",
+                DLQ_NEXT.get(name, DLQ_NEXT_DEFAULT),
+                separator=". ",
+            )
             for name, depth in self.queues.items()
             if name.endswith("dlq") and depth.visible + depth.in_flight
         ]
         found += [
-            f"pipe {name} is {state}: start it (aws pipes start-pipe --name {name}); events the stream trimmed "
-            "meanwhile: outbox reconcile --since <when it stopped> --dry-run"
+            Problem(
+                Concern.PIPE,
+                name,
+                f"pipe {name} is {state}",
+                f"start it (aws pipes start-pipe --name {name}); events the stream trimmed meanwhile: outbox "
+                "reconcile --since <when it stopped> --dry-run",
+            )
             for name, state in self.pipes.items()
             if state not in HEALTHY_PIPE_STATES
         ]
         for tenant in self.tenants:
             found += _tenant_problems(tenant)
-        found += [waiting.line for waiting in self.blocked]
+        found += [
+            Problem(Concern.ORDER, waiting.tenant, waiting.what, waiting.hint, separator=" ")
+            for waiting in self.blocked
+        ]
         if self.poison_pills_today:
             found.append(
-                f"{plural(self.poison_pills_today, 'poison pill')} today (not events: recorded and acknowledged): "
-                "outbox dead-letters poison"
+                Problem(
+                    Concern.POISON,
+                    "today",
+                    f"{plural(self.poison_pills_today, 'poison pill')} today (not events: recorded and acknowledged)",
+                    "outbox dead-letters poison",
+                )
             )
         return found
 
@@ -101,22 +152,35 @@ DLQ_NEXT = {
 DLQ_NEXT_DEFAULT = "See the runbook (docs/operating.md) for this queue"
 
 
-def _tenant_problems(tenant: TenantStatus) -> list[str]:
+def _tenant_problems(tenant: TenantStatus) -> list[Problem]:
     found = []
     name = tenant.tenant
     if not tenant.chain_intact:
         found.append(
-            f"tenant {name}: chain broken at seq {tenant.first_broken_seq} ({tenant.break_reason}): outbox "
-            f"verify-chain --tenant {name}; outbox findings --tenant {name}"
+            Problem(
+                Concern.TENANT,
+                name,
+                f"tenant {name}: chain broken at seq {tenant.first_broken_seq} ({tenant.break_reason})",
+                f"outbox verify-chain --tenant {name}; outbox findings --tenant {name}",
+            )
         )
     if tenant.tamper_findings:
         found.append(
-            f"tenant {name}: {plural(tenant.tamper_findings, 'tamper finding')}: outbox findings --tenant {name}"
+            Problem(
+                Concern.TENANT,
+                name,
+                f"tenant {name}: {plural(tenant.tamper_findings, 'tamper finding')}",
+                f"outbox findings --tenant {name}",
+            )
         )
     if tenant.dead_letters:
         found.append(
-            f"tenant {name}: {plural(tenant.dead_letters, 'dead letter')}: outbox dead-letters list --tenant {name}; "
-            f"after the fix, outbox replay --tenant {name}"
+            Problem(
+                Concern.TENANT,
+                name,
+                f"tenant {name}: {plural(tenant.dead_letters, 'dead letter')}",
+                f"outbox dead-letters list --tenant {name}; after the fix, outbox replay --tenant {name}",
+            )
         )
     return found
 
@@ -148,6 +212,7 @@ def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:
         tamper_findings=audit.finding_count(tenant, after=reset.observed_at if reset else None) if audit else 0,
         break_reason=report.reason.value if report.reason else None,
         last_reset=f"{reset.observed_at}: {reset.detail}" if reset else None,
+        anchored_at=report.anchored_at,
     )
 
 

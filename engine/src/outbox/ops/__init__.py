@@ -20,8 +20,9 @@ The rules every repair follows, so that none can rerun work that completed, at a
 Modules: ``topology`` (where everything is), ``context`` (the clients, the clock and what the actions
 share), ``status``, ``replay``, ``redrive``, ``reconcile`` (one action each, with its result type),
 ``groups`` (open dead letters grouped by failure, and the repairs of a whole group), ``ordering`` (ordered
-subscriptions: what waits, and ``skip``), ``audit``, and ``facade`` (``Operations``, every action as a
-method).
+subscriptions: what waits, and ``skip``), ``audit``, ``facade`` (``Operations``, every action as a
+method), and ``status_view`` and ``status_html`` (status and the failure groups as one HTML page sized to a
+box: the dashboard's status widget and ``outbox status --html``).
 """
 
 from outbox.exceptions import OperationRefusedError

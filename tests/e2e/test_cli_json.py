@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -25,7 +26,7 @@ from tests.e2e.test_runbook import broken_consumer, operations, outbox
 # Each command with the arguments that make it do real work on the scenario below ({tenant}, {event}, and
 # {journaled} whose journal waits for the dead line at {seq}).
 INVOCATIONS: dict[str, list[list[str]]] = {
-    "status": [["status"]],
+    "status": [["status"], ["status", "--html", "{html}"]],
     "verify-chain": [["verify-chain", "--all"], ["verify-chain", "--tenant", "{tenant}"]],
     "catalog": [["catalog"]],
     "dead-letters list": [["dead-letters", "list"], ["dead-letters", "list", "--tenant", "{tenant}"]],
@@ -69,7 +70,7 @@ def test_the_table_names_every_command_of_the_cli() -> None:
 
 
 @pytest.fixture
-def troubled(local: LocalBackend) -> dict[str, str]:
+def troubled(local: LocalBackend, tmp_path: Path) -> dict[str, str]:
     """A tenant with a dead pet-tag mark (a dead letter) and a payment in the durable DLQ; another whose order
     journal (an ordered subscription) waits behind a dead line."""
     tenant, journaled = unique("tenant"), unique("tenant")
@@ -85,7 +86,14 @@ def troubled(local: LocalBackend) -> dict[str, str]:
     placed(local, journaled)
     local.settle()
     [group] = operations(local).failure_groups(tenant=tenant)
-    return {"tenant": tenant, "event": payment, "journaled": journaled, "seq": str(dead_line.seq), "group": group.id}
+    return {
+        "tenant": tenant,
+        "event": payment,
+        "journaled": journaled,
+        "seq": str(dead_line.seq),
+        "group": group.id,
+        "html": str(tmp_path / "status.html"),
+    }
 
 
 def only_json(result: Result) -> Any:
@@ -106,6 +114,19 @@ def test_every_command_with_json_writes_one_document_on_stdout(
             result = outbox(local, *placement)
             assert result.exit_code in (0, 1), (placement, result.output)
             only_json(result)
+
+
+def test_status_writes_the_widgets_page_to_the_html_file_and_its_document_on_stdout(
+    local: LocalBackend, troubled: dict[str, str]
+) -> None:
+    result = outbox(local, "status", "--html", troubled["html"], "--json")
+    assert result.exit_code == 1, result.output  # dead work: something needs an operator
+    assert only_json(result)["problems"]
+    page = Path(troubled["html"]).read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert f"outbox dead-letters list --tenant {troubled['tenant']}" in page
+    assert "<script" not in page
+    assert f"wrote {troubled['html']}" in " ".join(result.stderr.split())
 
 
 def test_without_json_a_command_prints_tables_not_json(local: LocalBackend, troubled: dict[str, str]) -> None:
@@ -236,13 +257,14 @@ class Exploding:
 
 
 @pytest.mark.parametrize("command", sorted(INVOCATIONS))
-def test_every_crash_with_json_is_one_error_document_exit_2_and_no_traceback(command: str) -> None:
+def test_every_crash_with_json_is_one_error_document_exit_2_and_no_traceback(command: str, tmp_path: Path) -> None:
     placeholders = {
         "tenant": "acme",
         "event": "01ARZ3NDEKTSV4RRFFQ69G5FAV",
         "journaled": "acme",
         "seq": "1",
         "group": "g-0000000000",
+        "html": str(tmp_path / "status.html"),
     }
     for arguments in INVOCATIONS[command]:
         context = CliContext.of(cast(Operations, Exploding()), console=Console(width=250))

@@ -4,6 +4,7 @@ read needs an operator."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,13 +15,26 @@ from outbox.auditor import AnchorPass
 from outbox.chain import ChainReport
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
-from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, progress, refuse, show
+from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, note, progress, refuse, show
 from outbox.ops import OperationRefusedError, Status
+from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
 
 
-@app.command(epilog=example("outbox --stack OutboxEngine status --json"))
-def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+@app.command(epilog=example("outbox --stack OutboxEngine status --html status.html --json"))
+def status(
+    ctx: typer.Context,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="also write the dashboard's status widget, as a page of its own, to FILE",
+            dir_okay=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """Queue and DLQ depths, pipe states, and per tenant: chain intact, dead letters, ordered subscriptions waiting.
 
     Exit code 0: healthy; 1: something needs an operator (a DLQ message, a broken chain, a dead letter, a
@@ -28,6 +42,11 @@ def status(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     "problems"; 2: the command could not run."""
     context = command_context(ctx, as_json)
     report = context.operations.status()
+    if html is not None:
+        box = Box()
+        page = render(report, context.operations.failure_groups(), now=context.now(), box=box)
+        html.write_text(document(page), encoding="utf-8")
+        note(context, f"wrote {html}: the dashboard's status widget, {box.width}x{box.height} pixels")
     show(context, report.as_dict(), lambda: _print_status(context, report))
     if report.problems():
         raise typer.Exit(code=1)

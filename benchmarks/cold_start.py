@@ -165,6 +165,7 @@ def targets(assembly: Path) -> list[Target]:
         "outbox.handlers.durable_consumer": "consumer",
         "outbox.handlers.record_change_consumer": "consumer",
         "outbox.handlers.operator_api": "operations",
+        "outbox.handlers.status_widget": "operations",
     }
     for spec in stack.functions.values():
         module = spec.handler.rsplit(".", 1)[0]

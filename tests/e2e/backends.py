@@ -18,6 +18,7 @@ from modules.commerce import Commerce
 from modules.profile import Profile
 from modules.services import SERVICE_NAMES, SERVICES_VARIABLE, Services
 from outbox import EventStore
+from outbox.local.functions import LocalFunction
 from outbox.local.runtime import LocalRuntime
 from outbox.testing.pipeline import LocalPipeline
 from outbox.testing.services import FakeService, FakeServiceServer
@@ -65,6 +66,11 @@ class LocalBackend:
 
     def service(self, name: str) -> FakeService:
         return self.fakes.services[name]
+
+    def function_running(self, handler: str) -> LocalFunction:
+        """The one function of the template that runs ``handler``: those without a stack output naming them."""
+        [function] = [f for f in self.runtime.functions.values() if f.handler_path == handler]
+        return function
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
 from outbox.ops import FailureGroup
 from outbox.ordering import OrderBook
-from outbox_cdk import operator_endpoint
+from outbox_cdk import operator_endpoint, status_widget
 from outbox_cdk.queue_consumer import DATA_TABLE_ACTIONS
 from stacks.app_factory import STACK_NAME
 from stacks.outbox_stack import CATALOG
@@ -52,12 +52,21 @@ from tests.iam_calls import CallRecorder, LocalArns, Request, RolePolicy, denied
 DURABLE_CONSUMER = "DurableConsumerFunctionName"
 RECORD_CHANGE_CONSUMER = "RecordChangeConsumerFunctionName"
 OPERATOR_ENDPOINT = "operator endpoint"
+STATUS_WIDGET = "status widget"
 TAMPER_RECORDER = "TamperRecorderFunctionName"
 ANCHORING = "AnchoringFunctionName"
 PLACE_ORDER = "PlaceOrderFunctionName"  # the example's producer: a user copies its grants
 # The functions that run the application's handlers: granted what a handler may ask (DATA_TABLE_ACTIONS).
 HANDLER_RUNNERS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER)
-FUNCTIONS = (DURABLE_CONSUMER, RECORD_CHANGE_CONSUMER, OPERATOR_ENDPOINT, TAMPER_RECORDER, ANCHORING, PLACE_ORDER)
+FUNCTIONS = (
+    DURABLE_CONSUMER,
+    RECORD_CHANGE_CONSUMER,
+    OPERATOR_ENDPOINT,
+    STATUS_WIDGET,
+    TAMPER_RECORDER,
+    ANCHORING,
+    PLACE_ORDER,
+)
 
 # The services whose calls are recorded and compared; what a function's policy holds besides is the Lambda
 # runtime's: it writes the function's logs and traces with the function's role, no code of ours calls those.
@@ -141,11 +150,11 @@ def recorded(synthesized: Synthesized) -> Iterator[Recorded]:
         stack_id = _publish_the_outputs(local)
         exit_codes = _run_the_runbook(local, recorder, troubled)
         _redeliver_after_the_inbox_forgot(local, troubled["tenant"])
-        [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
         principals = {
             DURABLE_CONSUMER: local.output(DURABLE_CONSUMER),
             RECORD_CHANGE_CONSUMER: local.output(RECORD_CHANGE_CONSUMER),
-            OPERATOR_ENDPOINT: endpoint.name,
+            OPERATOR_ENDPOINT: local.function_running(operator_endpoint.HANDLER).name,
+            STATUS_WIDGET: local.function_running(status_widget.HANDLER).name,
             TAMPER_RECORDER: local.output(TAMPER_RECORDER),
             ANCHORING: local.output(ANCHORING),
             PLACE_ORDER: local.output(PLACE_ORDER),
@@ -198,9 +207,10 @@ def _drive_the_functions(local: LocalBackend) -> dict[str, str]:
     local.client("sqs").send_message(QueueUrl=local.output("TamperQueueUrl"), MessageBody="not a stream record")
     local.settle()
     local.runtime.function(ANCHORING).invoke(SCHEDULED_EVENT)  # the anchor contradicted: a finding
-    [endpoint] = [f for f in local.runtime.functions.values() if f.handler_path == operator_endpoint.HANDLER]
+    endpoint = local.function_running(operator_endpoint.HANDLER)
     for path in ("/status", f"/tenants/{tenant}/chain", "/tenants/nobody/chain", "/dead-letters/groups"):
         assert endpoint.invoke(function_url_event(path))["statusCode"] in (200, 404)
+    assert "need attention" in local.function_running(status_widget.HANDLER).invoke({"widgetContext": {}})
     return {"tenant": tenant, "dead": dead, "journaled": journaled}
 
 

@@ -69,12 +69,13 @@ def test_only_the_auditor_and_the_operator_role_may_write_the_audit_table(stack_
         role_of_function(stack_template, "AuditorAnchoring"),
         only_resource(stack_template, "AWS::IAM::Role", "OutboxEventsOperatorRole")[0],
     }
-    # ... and no producer, consumer or pipe role has anything at all on it; the endpoint reads
+    # ... and no producer, consumer or pipe role has anything at all on it; the endpoint and the widget read
     readers = roles_allowed(
         stack_template, table_arn(stack_template, "AuditTable"), ("dynamodb:GetItem", "dynamodb:Query", *WRITE_ACTIONS)
     )
     assert readers - writers == {
         role_of_function(stack_template, "OperatorEndpoint"),
+        role_of_function(stack_template, "StatusWidget"),
         only_resource(stack_template, "AWS::IAM::Role", "OutboxRunbookRole")[0],
     }
 

@@ -45,6 +45,7 @@ PRINCIPALS: Final = {
     "OutboxDurableConsumerLambdaRole": READ_WRITE,  # the durable queue; the inbox; emit() into the events
     "OutboxRecordChangeConsumerLambdaRole": READ,  # the record-change queue (the data table is the app's)
     "OutboxOperatorEndpointLambdaRole": READ,  # the events and inbox tables
+    "OutboxStatusWidgetLambdaRole": READ,  # the same
     "OutboxRelayRole": READ_WRITE,  # the events stream; the durable queue and the relay DLQ
     "OutboxRecordChangePipeRole": READ_WRITE,  # the record-change queue and its pipe DLQ
     "OutboxEventsOperatorRole": READ_WRITE,  # repair: every item of the events table
@@ -148,8 +149,9 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
 
 def test_every_log_group_of_the_pipeline_uses_the_key(keyed_template: dict[str, Any], key_id: str) -> None:
     log_groups = resources_of_type(keyed_template, "AWS::Logs::LogGroup")
-    # Five functions (two consumers, the operator endpoint, the tamper recorder, the anchoring) and three pipes.
-    assert len(log_groups) == 8, sorted(log_groups)
+    # Six functions (two consumers, the operator endpoint, the status widget, the tamper recorder, the anchoring)
+    # and three pipes.
+    assert len(log_groups) == 9, sorted(log_groups)
     for logical_id, log_group in log_groups.items():
         assert log_group["Properties"]["KmsKeyId"] == key_arn(key_id), logical_id
 
@@ -289,7 +291,7 @@ def test_without_a_key_every_table_queue_and_log_group_keeps_its_aws_key_and_say
     expected = {
         "AWS::DynamoDB::Table": ("CKV_AWS_119", 4),
         "AWS::SQS::Queue": ("CKV_AWS_27", 10),
-        "AWS::Logs::LogGroup": ("CKV_AWS_158", 9),  # the example's producer has one too
+        "AWS::Logs::LogGroup": ("CKV_AWS_158", 10),  # the example's producer has one too
     }
     for resource_type, (check_id, count) in expected.items():
         resources = resources_of_type(stack_template, resource_type)

@@ -42,6 +42,10 @@ OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS = {
     # cloudwatch:GetMetricData has no resource-level permissions; it is the one statement of this policy.
     ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
 }
+# The status widget: what the operator endpoint acknowledges but the metric read, which it does not have.
+STATUS_WIDGET_ACKNOWLEDGEMENTS = OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS - {
+    ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource")
+}
 # The anchoring function: an EngineFunction invoked by its schedule (with a DLQ, so LambdaDLQ passes).
 ANCHORING_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-IAM5[Resource::*]", "Role/DefaultPolicy/Resource"),
@@ -70,6 +74,7 @@ EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER
         ("RecordChangeConsumer", CONSUMER_ACKNOWLEDGEMENTS),
         ("Runbook", RUNBOOK_ACKNOWLEDGEMENTS),
         ("OperatorEndpoint", OPERATOR_ENDPOINT_ACKNOWLEDGEMENTS),
+        ("StatusWidget", STATUS_WIDGET_ACKNOWLEDGEMENTS),
         ("Auditor/Pipe", PIPE_ACKNOWLEDGEMENTS),
         ("Auditor/Findings", QUEUE_ACKNOWLEDGEMENTS),
         ("Auditor/Recorder", CONSUMER_ACKNOWLEDGEMENTS),

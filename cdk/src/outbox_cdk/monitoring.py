@@ -5,7 +5,8 @@ pipe, one age alarm a queue, one dashboard), and the library would add a depende
 pins) to every synth, plus its own defaults to review, for what a few explicit widgets say directly.
 The DLQ alarms are not here: they belong to ``AlarmedDeadLetterQueue``, so no DLQ exists without one;
 nor are the consumers' (errors, dead work, persistent failures) or the operator endpoint's, which belong to
-each function. The dashboard's status widget shows all of them.
+each function. The dashboard's alarm widget shows all of them; under it, the status widget (``status_widget``)
+says what needs an operator and the command for it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ class PipelineMonitoring(Construct):
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
         operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
         audit_alarms: Sequence[cloudwatch.IAlarm] = (),
+        status: cloudwatch.IWidget | None = None,
+        status_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
@@ -139,11 +142,14 @@ class PipelineMonitoring(Construct):
             *(record_change.consumer.alarms if record_change is not None else []),
             *operator_endpoint_alarms,
             *audit_alarms,
+            *status_alarms,
         ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
         self.dashboard.add_widgets(
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=3 * WIDGET_WIDTH)
         )
+        if status is not None:
+            self.dashboard.add_widgets(status)
         self.dashboard.add_widgets(
             _relayed_widget(relay_pipe_name, durable_queue),
             *_pipe_widgets("Relay pipe", relay_pipe_name),

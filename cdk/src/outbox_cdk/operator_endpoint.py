@@ -8,9 +8,8 @@ reads all of that and may change none of it: repairs go through the operator rol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -95,25 +94,54 @@ class OperatedPipeline:
         lanes = [self.durable_queue, self.auditor.queue]
         return lanes + ([self.record_change_queue] if self.record_change_queue is not None else [])
 
+    def reader_environment(self) -> dict[str, str]:
+        """Where everything is, for a function that reads status: exactly the names ``OperatorSettings`` reads."""
+        return {
+            "EVENTS_TABLE_NAME": self.events.table.table_name,
+            "INBOX_TABLE_NAME": self.inbox.table.table_name,
+            "AUDIT_TABLE_NAME": self.audit.table.table_name,
+            **{name: queue.queue_url for name, queue in self.queues().items()},
+            **{name: pipe.pipe_name for name, pipe in self.pipes().items()},
+        }
 
-class OperatorEndpoint(Construct):
-    """``self.function`` behind ``self.url`` (AWS_IAM, no CORS); ``self.errors_alarm`` fires on its
-    first failed invocation.
+    def grant_status_read(self, function: lambda_.IFunction) -> None:
+        """What status and the failure groups read: the chains (with the deny on mutating event rows), the
+        inbox's dead letters, the anchors and findings, every queue's depth, every pipe's state. Nothing written."""
+        self.events.grant_read(function)
+        grant_items(self.inbox.table, function, INBOX_READ_ACTIONS)
+        self.audit.grant_read(function)
+        for queue in self.queues().values():
+            queue.grant(function, *QUEUE_STATUS_ACTIONS)
+        grant_pipe_status(function, [pipe.pipe.attr_arn for pipe in self.pipes().values()])
 
-    Callers need a SigV4-signed request and ``grant_invoke_url``; the stack grants it to the operator role.
+
+class StatusReader(Construct):
+    """A read-only function of the operators' (``self.function``, ``self.role``, ``self.log_group``): the
+    environment of ``OperatorSettings``, what status reads, at most ``reserved_concurrency`` calls at once, and
+    ``self.errors_alarm`` on its first failed invocation. The operator endpoint and the status widget are two:
+    each names its handler and says where a failed call goes instead of a DLQ (both are only ever invoked
+    synchronously), what its alarm means and who calls it (what bounds it without a reservation), and adds what
+    is its own in ``_complete``.
 
     Parameters
     ----------
     operated
         Read: the chains (events) and the dead-letter rows (inbox); each lane's queue and its redrive DLQ, their
-        depth (``GetQueueAttributes``) and age (``GetMetricData``); each pipe's state (``DescribePipe``) and its
-        DLQ's depth; each tenant's anchor and tamper findings (audit).
+        depth (``GetQueueAttributes``); each pipe's state (``DescribePipe``) and its DLQ's depth; each tenant's
+        anchor and tamper findings (audit).
     reserved_concurrency
         The function's reserved concurrency (2 by default): how many calls run at once; None reserves none.
     encryption_key
         The pipeline's customer-managed key, for the function's log group; ``None`` for the key CloudWatch
         Logs manages. (The tables' key, if any, is granted with the tables.)
     """
+
+    HANDLER: ClassVar[str]
+    SERVICE_NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    FAILURES: ClassVar[str]
+    ERRORS: ClassVar[str]
+    CALLERS: ClassVar[str]
 
     def __init__(
         self,
@@ -128,24 +156,15 @@ class OperatorEndpoint(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         _check_reserved_concurrency(reserved_concurrency)
-        events, inbox = operated.events, operated.inbox
-        queues, pipes = operated.queues(), operated.pipes()
         engine_function = EngineFunction(
             self,
             "Lambda",
-            handler=HANDLER,
-            service_name=SERVICE_NAME,
-            description="Operator API: per tenant, chain_intact next to the dead letters and the DLQ depths",
+            handler=self.HANDLER,
+            service_name=self.SERVICE_NAME,
+            description=self.DESCRIPTION,
             timeout=Duration.seconds(TIMEOUT_SECONDS),
             application=application,
-            # Exactly the names the operator API's settings model reads.
-            environment={
-                "EVENTS_TABLE_NAME": events.table.table_name,
-                "INBOX_TABLE_NAME": inbox.table.table_name,
-                "AUDIT_TABLE_NAME": operated.audit.table.table_name,
-                **{name: queue.queue_url for name, queue in queues.items()},
-                **{name: pipe.pipe_name for name, pipe in pipes.items()},
-            },
+            environment=operated.reader_environment(),
             encryption_key=encryption_key,
         )
         self.function = engine_function.function
@@ -155,31 +174,61 @@ class OperatorEndpoint(Construct):
             function_resource.reserved_concurrent_executions = reserved_concurrency
         self.role = engine_function.role
         self.log_group = engine_function.log_group
-        # AWS_IAM: only signed requests from principals granted below get in. No CORS: operators call it
-        # from a shell or a script, never from a browser page.
-        self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
-
-        events.grant_read(self.function)  # carries the deny on mutating event rows
-        grant_items(inbox.table, self.function, INBOX_READ_ACTIONS)
-        operated.audit.grant_read(self.function)  # anchors and findings; it writes neither
-        self._grant_queue_status(list(queues.values()))
-        grant_pipe_status(self.function, [pipe.pipe.attr_arn for pipe in pipes.values()])
-        self._grant_metric_read()
-
+        operated.grant_status_read(self.function)
         self.errors_alarm = alarm_above(
             self,
             "ErrorsAlarm",
             self.function.metric_errors(period=ALARM_PERIOD, statistic=cloudwatch.Stats.SUM),
             threshold=0,
-            description="The operator API failed an invocation (crash, timeout or out of memory): the caller "
-            "got an error response. Its log group has the error.",
+            description=self.ERRORS,
             alarm_topic=alarm_topic,
         )
-        self._acknowledge_synchronous_invocation(engine_function, reserved_concurrency)
+        unreserved = (
+            "Reserved concurrency switched off (OutboxPipeline(operator_endpoint_concurrency=None)): called only "
+            f"{self.CALLERS}. {UNRESERVED_POOL}"
+        )
+        engine_function.acknowledge_synchronous_invocation(
+            failures=self.FAILURES,
+            concurrency=None if reserved_concurrency is not None else unreserved,  # with one, CKV_AWS_115 passes
+        )
+        self._complete()
+
+    def _complete(self) -> None:
+        """What the function is for besides reading: its URL, its widget."""
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
         return [self.errors_alarm]
+
+
+class OperatorEndpoint(StatusReader):
+    """``self.function`` behind ``self.url`` (AWS_IAM, no CORS), which reads the queues' age too
+    (``GetMetricData``); ``self.errors_alarm`` fires on its first failed invocation.
+
+    Callers need a SigV4-signed request and ``grant_invoke_url``; the stack grants it to the operator role.
+    """
+
+    HANDLER = HANDLER
+    SERVICE_NAME = SERVICE_NAME
+    DESCRIPTION = "Operator API: per tenant, chain_intact next to the dead letters and the DLQ depths"
+    FAILURES = (
+        "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is invoked synchronously "
+        "through its function URL, the caller sees every failure as the HTTP response, and the Errors alarm fires "
+        "on the first one."
+    )
+    ERRORS = (
+        "The operator API failed an invocation (crash, timeout or out of memory): the caller got an error response. "
+        "Its log group has the error."
+    )
+    CALLERS = "through its AWS_IAM function URL, by the few principals granted grant_invoke_url"
+
+    def _complete(self) -> None:
+        # AWS_IAM: only signed requests from principals granted below get in. No CORS: operators call it
+        # from a shell or a script, never from a browser page.
+        self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
+        policy = grant_metric_read(self, self.role, "the operator API")
+        # Present before the first call, like the grants in the role's default policy.
+        self.function.node.add_dependency(policy)
 
     def grant_invoke_url(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` call the endpoint with a SigV4-signed request.
@@ -188,33 +237,6 @@ class OperatorEndpoint(Construct):
         ``lambda:InvokeFunction`` that a new function URL also requires (only via the URL).
         """
         return self.url.grant_invoke_url(grantee)
-
-    def _grant_queue_status(self, queues: Sequence[sqs.IQueue]) -> None:
-        for queue in queues:
-            queue.grant(self.function, *QUEUE_STATUS_ACTIONS)
-
-    def _grant_metric_read(self) -> None:
-        policy = grant_metric_read(self, self.role, "the operator API")
-        # Present before the first call, like the grants in the role's default policy.
-        self.function.node.add_dependency(policy)
-
-    def _acknowledge_synchronous_invocation(
-        self, engine_function: EngineFunction, reserved_concurrency: int | None
-    ) -> None:
-        failures = (
-            "Lambda's DeadLetterConfig applies to asynchronous invocations only; this function is "
-            "invoked synchronously through its function URL, the caller sees every failure as the HTTP "
-            "response, and the Errors alarm fires on the first one."
-        )
-        if reserved_concurrency is not None:  # checkov's CKV_AWS_115 passes
-            engine_function.acknowledge_synchronous_invocation(failures=failures, concurrency=None)
-            return
-        engine_function.acknowledge_synchronous_invocation(
-            failures=failures,
-            concurrency="Reserved concurrency switched off (OutboxPipeline(operator_endpoint_concurrency=None)): "
-            "called only through its AWS_IAM function URL, by the few principals granted grant_invoke_url. "
-            + UNRESERVED_POOL,
-        )
 
 
 def _check_reserved_concurrency(value: int | None) -> None:

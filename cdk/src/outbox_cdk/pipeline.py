@@ -15,10 +15,10 @@
 DURABLE lane: events table stream -> relay pipe -> FIFO queue -> durable consumer (the inbox's claims).
 BEST_EFFORT lane, when ``record_changes_from`` is given: that table's stream -> record-change pipe ->
 standard queue -> record-change consumer. Every queue has a dead-letter queue with an alarm at zero;
-pipes, queues and consumers have alarms and one dashboard; an IAM-signed operator endpoint reports the
-chains and the dead work. Two roles for people: the operator role repairs event rows, the runbook role runs the
-``outbox`` CLI's runbook (``outbox_cdk.runbook_role``). The stack outputs are ``outbox.outputs.StackOutput``,
-which the ``outbox`` CLI reads: one pipeline per stack.
+pipes, queues and consumers have alarms and one dashboard, whose status widget says what needs an operator;
+an IAM-signed operator endpoint reports the chains and the dead work. Two roles for people: the operator role
+repairs event rows, the runbook role runs the ``outbox`` CLI's runbook (``outbox_cdk.runbook_role``). The stack
+outputs are ``outbox.outputs.StackOutput``, which the ``outbox`` CLI reads: one pipeline per stack.
 
 One file: the construct a user reads first, its parameters documented where they are declared, and the
 wiring of the parts, each a construct of its own module; what it refuses at synth is
@@ -66,6 +66,7 @@ from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.record_change_queue import RecordChangeQueue
 from outbox_cdk.relay_pipe import RelayPipe
 from outbox_cdk.runbook_role import RunbookRole
+from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
 
 
@@ -140,10 +141,11 @@ class OutboxPipeline(Construct):
         other exception, which may repeat the personal data the handler was given. ``FULL``: every message,
         for stacks that hold no real people's data.
     operator_endpoint_concurrency
-        The operator endpoint's reserved concurrency (2): a caller looping on ``GET /status`` is throttled
-        instead of taking the account's concurrency. It comes out of the account's unreserved pool, which
-        Lambda keeps at 100 or more: in an account with no room above that, the deployment fails; pass None
-        there (no reservation) or raise the account's concurrency quota.
+        The reserved concurrency of the operator endpoint and of the dashboard's status widget, each (2): a
+        caller looping on ``GET /status``, or a dashboard refreshing for many viewers, is throttled instead of
+        taking the account's concurrency. It comes out of the account's unreserved pool, which Lambda keeps at
+        100 or more: in an account with no room above that, the deployment fails; pass None there (no
+        reservation) or raise the account's concurrency quota.
     ordered_subscriptions
         True when the catalog declares a ``Subscription(..., ordered=True)``: the durable consumer may then
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
@@ -302,6 +304,17 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
         )
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
+        # The same, as HTML with the command for each problem, at the top of the dashboard.
+        self.status_widget = StatusWidget(
+            self,
+            "StatusWidget",
+            operated=operated,
+            application=self.application,
+            alarm_topic=self.alarm_topic,
+            reserved_concurrency=operator_endpoint_concurrency,
+            encryption_key=encryption_key,
+        )
+        self.status_widget.grant_view(self.events.operator_role)
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
         self.runbook = RunbookRole(self, "Runbook", operators=operators, operated=operated)
         self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
@@ -442,6 +455,8 @@ class OutboxPipeline(Construct):
             dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
             operator_endpoint_alarms=self.operator_endpoint.alarms,
             audit_alarms=self.auditor.alarms,
+            status=self.status_widget.widget,
+            status_alarms=self.status_widget.alarms,
         )
 
     def _declare_outputs(self, environment: Mapping[str, str]) -> None:

@@ -8,14 +8,13 @@ import os
 from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from outbox.ops import OperationRefusedError, Operations, Topology
-from outbox.settings import OperatorSettings, load_catalog
+from outbox.handlers.operator_reads import read_only_operations
+from outbox.ops import OperationRefusedError, Operations
 
 logger = Logger()
 tracer = Tracer()
@@ -24,33 +23,7 @@ app = LambdaFunctionUrlResolver()
 
 @cache
 def operations() -> Operations:
-    settings = OperatorSettings.from_env(os.environ)
-    topology = Topology(
-        events_table=settings.events_table_name,
-        inbox_table=settings.inbox_table_name,
-        durable_queue_url=settings.durable_queue_url,
-        durable_dlq_url=settings.durable_dlq_url,
-        relay_dlq_url=settings.relay_dlq_url,
-        audit_table=settings.audit_table_name,
-        tamper_pipe_name=settings.tamper_pipe_name,
-        tamper_queue_url=settings.tamper_queue_url,
-        tamper_dlq_url=settings.tamper_dlq_url,
-        tamper_pipe_dlq_url=settings.tamper_pipe_dlq_url,
-        anchoring_dlq_url=settings.anchoring_dlq_url,
-        record_change_queue_url=settings.record_change_queue_url,
-        record_change_dlq_url=settings.record_change_dlq_url,
-        record_change_pipe_dlq_url=settings.record_change_pipe_dlq_url,
-        relay_pipe_name=settings.relay_pipe_name,
-        record_change_pipe_name=settings.record_change_pipe_name,
-    )
-    return Operations(
-        topology,
-        dynamodb=boto3.client("dynamodb"),
-        sqs=boto3.client("sqs"),
-        pipes=boto3.client("pipes"),
-        cloudwatch=boto3.client("cloudwatch"),
-        catalog=load_catalog(settings.subscriptions),
-    )
+    return read_only_operations(os.environ)
 
 
 @app.get("/status")

@@ -9,6 +9,9 @@ CDK := node_modules/.bin/cdk
 # checkov pins boto3 and more to versions constraints.txt does not allow: it gets a virtual environment of its own.
 CHECKOV_VENV := .venv-checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
+# The dashboard widget's browser test looks at the page in Debian's Chromium, driven by its chromedriver.
+CHROMIUM := /usr/bin/chromium
+CHROMEDRIVER := /usr/bin/chromedriver
 
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
@@ -43,6 +46,19 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed ## Create the virtual environment and install the CDK CLI
 
+.PHONY: browser
+browser: ## Install headless Chromium and its driver for the widget's browser test (Debian, as root: apt-get)
+	@if [ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ]; then \
+		echo "browser: $(CHROMIUM) and $(CHROMEDRIVER) are installed"; \
+	elif [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "browser: not installed, and this needs root and apt-get (apt-get install chromium chromium-driver):" \
+			"the dashboard widget's browser test will skip"; \
+	else \
+		echo "browser: installing chromium and chromium-driver (apt-get, a minute or two)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
+			>/dev/null; } || echo "browser: apt-get could not install it: the dashboard widget's browser test will skip"; \
+	fi
+
 .PHONY: checkov-env
 checkov-env: $(CHECKOV_VENV)/.installed ## Create checkov's own virtual environment (make test runs checkov from it)
 
@@ -65,12 +81,14 @@ soak: setup ## Seeds from a random first seed, the failing ones grouped by kind 
 mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..80 (SEEDS=n; ARGS="--only ID", "--check")
 	$(PY) -m simulation.mutation --seeds $(or $(SEEDS),80) $(ARGS)
 
-test: setup checkov-env ## Run the whole test suite (lint, types, unit, functional, infrastructure)
+test: setup checkov-env browser ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	@# Named here, checkov must run: the infrastructure test fails instead of skipping if it is missing.
-	OUTBOX_CHECKOV=$(CHECKOV) $(PY) -m pytest
+	@# Named here, checkov must run: the infrastructure test fails instead of skipping if it is missing. So must the
+	@# browser test, once the browser is installed (OUTBOX_BROWSER=required): a browser it cannot start is a failure.
+	OUTBOX_CHECKOV=$(CHECKOV) \
+		OUTBOX_BROWSER=$$([ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ] && echo required) $(PY) -m pytest
 
 unit: setup ## Run only the fast tests (no synth)
 	$(PY) -m pytest tests/unit

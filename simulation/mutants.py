@@ -448,7 +448,8 @@ MUTANTS: tuple[Mutant, ...] = (
         original=(
             "    if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event\n"
             "        return ReplayItem(\n"
-            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced=unverifiable\n"
+            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, "
+            "forced=unverifiable\n"
         ),
         replacement=(
             "    if status in (DEAD, REPLAYING, COMPLETED):\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -71,7 +71,7 @@ AUDIT_READ_ACTIONS: Final = ["dynamodb:GetItem", "dynamodb:Query"]
 # The recorder's writes are bound to the findings' partitions (outbox.keys.finding_partition): it can add a
 # finding, never move an anchor (TENANT#<t>#ANCHOR), which is what a rewrite of the log would need.
 FINDING_PARTITION_PATTERN: Final = "TENANT#*#FINDING"
-AUDIT_RECORD_CONDITIONS: Final = {
+AUDIT_RECORD_CONDITIONS: Final[dict[str, dict[str, Any]]] = {
     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [FINDING_PARTITION_PATTERN]},
     "Null": {"dynamodb:LeadingKeys": "false"},
 }

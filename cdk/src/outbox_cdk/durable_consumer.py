@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
@@ -89,7 +89,7 @@ ORDERED_INBOX_ACTIONS: Final = ("dynamodb:Query", "dynamodb:DeleteItem")
 # watermark, deferred and skipped events): a claim, a dead letter or a poison pill is never queried or
 # deleted by the consumer, so a compromised consumer cannot delete the record of dead work.
 ORDER_PARTITION_PATTERN: Final = "TENANT#*#ORDER#*"
-ORDERED_INBOX_CONDITIONS: Final = {
+ORDERED_INBOX_CONDITIONS: Final[dict[str, dict[str, Any]]] = {
     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [ORDER_PARTITION_PATTERN]},
     "Null": {"dynamodb:LeadingKeys": "false"},
 }

@@ -107,7 +107,7 @@ def test_the_alarm_email_subscribes_to_the_topic() -> None:
     )
 
 
-@pytest.mark.parametrize("pipe_prefix", ["RelayPipe", "RecordChangePipe"])
+@pytest.mark.parametrize("pipe_prefix", ["RelayPipe", "RecordChangePipe", "AuditorPipe"])
 @pytest.mark.parametrize(
     "metric_name", ["ExecutionFailed", "TargetStageFailed", "ExecutionPartiallyFailed", "TargetStagePartiallyFailed"]
 )

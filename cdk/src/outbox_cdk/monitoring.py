@@ -106,6 +106,7 @@ class PipelineMonitoring(Construct):
         dead_letter_alarms: Sequence[cloudwatch.IAlarm],
         operator_endpoint_alarms: Sequence[cloudwatch.IAlarm],
         audit_alarms: Sequence[cloudwatch.IAlarm] = (),
+        tamper_pipe_name: str | None = None,
         status: cloudwatch.IWidget | None = None,
         status_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
@@ -116,6 +117,8 @@ class PipelineMonitoring(Construct):
         self.pipe_alarms = self._pipe_alarms("Pipe", "relay pipe", relay_pipe_name)
         if record_change is not None:
             self.pipe_alarms += self._pipe_alarms("RecordChangePipe", "record-change pipe", record_change.pipe_name)
+        if tamper_pipe_name is not None:  # a detector that fails quietly leaves rewrites unseen: the same four
+            self.pipe_alarms += self._pipe_alarms("TamperPipe", "tamper pipe", tamper_pipe_name)
         self.queue_age_alarms = [
             self._queue_age_alarm(
                 "QueueAge",

@@ -455,6 +455,7 @@ class OutboxPipeline(Construct):
             dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
             operator_endpoint_alarms=self.operator_endpoint.alarms,
             audit_alarms=self.auditor.alarms,
+            tamper_pipe_name=self.auditor.pipe.pipe_name,
             status=self.status_widget.widget,
             status_alarms=self.status_widget.alarms,
         )

@@ -17,7 +17,7 @@ from outbox_cdk import operator_endpoint
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_lanes_and_modes import function_url_event
 from tests.e2e.test_pipeline import order_and_pay, send_a_conflicting_copy, unique
-from tests.e2e.test_runbook import as_json, outbox
+from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag
 
 TENANTS = 5
 PAYMENTS = 100  # each leaves two dead letters: 200
@@ -185,3 +185,22 @@ def test_the_operator_endpoint_serves_the_same_groups(local: LocalBackend, failu
 
     assert served["statusCode"] == 200
     assert json.loads(served["body"]) == groups(local)
+
+
+def test_a_group_repair_runs_the_pairs_it_showed_not_one_that_died_after_the_question(local: LocalBackend) -> None:
+    # The plan shows one dead pet tag; while the operator reads it, another payment's tag dies the same way
+    tenant = unique("tenant")
+    shown = paid_with_a_dead_pet_tag(local, tenant)
+    ops = operations(local)
+    [group] = ops.failure_groups(tenant=tenant)
+    plan = ops.replay_group(group.id, dry_run=True)
+    later = paid_with_a_dead_pet_tag(local, tenant)
+
+    done = ops.replay_group(group.id, only=plan.planned)
+    local.settle()
+
+    assert [pair.event_id for pair in done.sent] == [shown]
+    assert claim_statuses(local, shown)[TAG] == "COMPLETED"
+    assert claim_statuses(local, later)[TAG] == "DEAD", "not approved: it waits for the next run, and is shown then"
+    [still] = ops.failure_groups(tenant=tenant)
+    assert (still.id, still.count) == (group.id, 1)

@@ -15,6 +15,7 @@ from outbox.cli.context import CliContext
 from outbox.cli.output import JsonFlag, command_context, confirm, example, progress, refuse, show
 from outbox.ops import FailureGroup, GroupRepair, OperationRefusedError
 from outbox.ops.context import ProgressCallback
+from outbox.ops.groups import GroupPair
 from outbox.ops.wording import plural
 
 TENANTS_SHOWN = 3
@@ -63,16 +64,18 @@ def _print_groups(context: CliContext, groups: list[FailureGroup]) -> None:
 
 def repair_group(
     context: CliContext,
-    run: Callable[[bool, ProgressCallback], GroupRepair],
+    run: Callable[[bool, ProgressCallback, list[GroupPair] | None], GroupRepair],
     *,
     question: str,
     dry_run: bool,
     yes: bool,
 ) -> None:
-    """Plan (a dry run), show it, ask, repair, and say what happened. ``run(dry_run, on_progress)``. Exit
-    code 0 when every pair planned was dealt with, or there was nothing to do; 1 when some were refused."""
+    """Plan (a dry run), show it, ask, repair the pairs shown, and say what happened: ``run(dry_run,
+    on_progress, only)``. A dead letter that joins the group after the question waits for the next run, it is
+    not repaired unseen. Exit code 0 when every pair planned was dealt with, or there was nothing to do; 1
+    when some were refused."""
     try:
-        plan = run(True, lambda *_: None)
+        plan = run(True, lambda *_: None, None)
     except OperationRefusedError as exc:
         refuse(context, exc)
     if plan.nothing_to_do:
@@ -93,7 +96,7 @@ def repair_group(
         confirm(context, yes, question.format(pairs=plural(len(plan.planned), "pair")))
         try:
             with progress(context, f"{plan.action} {plan.group}", len(plan.planned)) as report_progress:
-                outcome = run(False, report_progress)
+                outcome = run(False, report_progress, plan.planned)
         except OperationRefusedError as exc:
             refuse(context, exc)
     known = {(refusal.pair, refusal.why) for refusal in plan.refused}

@@ -50,7 +50,9 @@ def replay(
             refuse(context, OperationRefusedError("--group selects the pairs itself: leave out the other selectors"))
         repair_group(
             context,
-            lambda dry, report: context.operations.replay_group(group, force=force, dry_run=dry, on_progress=report),
+            lambda dry, report, only: context.operations.replay_group(
+                group, force=force, dry_run=dry, only=only, on_progress=report
+            ),
             question="clear the claims of {pairs} and re-send their events?",
             dry_run=dry_run,
             yes=yes,
@@ -136,8 +138,8 @@ def skip(
             )
         repair_group(
             context,
-            lambda dry, report: context.operations.skip_group(
-                group, by=decided_by, reason=reason, dry_run=dry, on_progress=report
+            lambda dry, report, only: context.operations.skip_group(
+                group, by=decided_by, reason=reason, dry_run=dry, only=only, on_progress=report
             ),
             question="skip {pairs}? They will never run.",
             dry_run=dry_run,

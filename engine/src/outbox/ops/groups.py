@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -122,16 +122,23 @@ def _group(key: FailureKey, rows: list[DeadLetter]) -> FailureGroup:
     )
 
 
-def group_letters(context: OperatorContext, group_id: str) -> list[DeadLetter]:
-    """The open dead letters of ``group_id``. Empty when every one of them was repaired (a rerun of a group's
-    repair); refused when no dead letter, open or resolved, was ever of that group."""
+def group_letters(
+    context: OperatorContext, group_id: str, only: Collection[GroupPair] | None = None
+) -> list[DeadLetter]:
+    """The open dead letters of ``group_id`` (of the pairs ``only`` names, where given: what an operator
+    approved, not what died since). Empty when every one of them was repaired (a rerun of a group's repair);
+    refused when no dead letter, open or resolved, was ever of that group."""
     letters = [row for name in context.tenants() for row in context.inbox.dead_letters(name, include_resolved=True)]
     members = [row for row in letters if failure_key(row).id == group_id]
     if not members:
         raise OperationRefusedError(
             f"no failure group {group_id!r}: outbox dead-letters groups lists the groups and their ids"
         )
-    return sorted((row for row in members if row.resolved is None), key=lambda row: (row.tenant, row.event_seq))
+    approved = None if only is None else {(pair.event_id, pair.subscription) for pair in only}
+    open_ = [
+        r for r in members if r.resolved is None and (approved is None or (r.event_id, r.subscription) in approved)
+    ]
+    return sorted(open_, key=lambda row: (row.tenant, row.event_seq))
 
 
 @dataclass(frozen=True)
@@ -189,13 +196,15 @@ def replay_group(
     *,
     force: bool = False,
     dry_run: bool = False,
+    only: Collection[GroupPair] | None = None,
     on_progress: ProgressCallback = no_progress,
 ) -> GroupRepair:
-    """Rerun every dead pair of the group, by replay's rules: an unverifiable pair is refused unless ``force``,
-    a conflict is no dead work, a pair of a subscription the deployed catalog lacks would run nowhere."""
+    """Rerun every dead pair of the group (of ``only``: the pairs a dry run showed), by replay's rules: an
+    unverifiable pair is refused unless ``force``, a conflict is no dead work, a pair of a subscription the
+    deployed catalog lacks would run nowhere."""
     outcome = GroupRepair(group_id, "replay", dry_run)
     items: list[ReplayItem] = []
-    for letter in group_letters(context, group_id):
+    for letter in group_letters(context, group_id, only):
         work = dead_work(context, letter, force=force)
         if isinstance(work, ReplayItem):
             items.append(work)
@@ -219,16 +228,17 @@ def skip_group(
     by: str,
     reason: str,
     dry_run: bool = False,
+    only: Collection[GroupPair] | None = None,
     on_progress: ProgressCallback = no_progress,
 ) -> GroupRepair:
-    """Let every dead pair of the group go without running: recorded with who and why, final (a replay never
-    runs a skipped pair). An ordered subscription's pair is skipped as ``outbox skip`` skips it, in seq order,
-    and only when it is next in its order (run again later for the rest: each skip sends the deferred event
-    that waited for it back to the queue)."""
+    """Let every dead pair of the group (of ``only``) go without running: recorded with who and why, final (a
+    replay never runs a skipped pair). An ordered subscription's pair is skipped as ``outbox skip`` skips it,
+    in seq order, and only when it is next in its order (run again later for the rest: each skip sends the
+    deferred event that waited for it back to the queue)."""
     if not by.strip() or not reason.strip():
         raise OperationRefusedError("a skip records who decided it and why: give --by and --reason")
     outcome = GroupRepair(group_id, "skip", dry_run)
-    letters = group_letters(context, group_id)
+    letters = group_letters(context, group_id, only)
     outcome.planned = [GroupPair.of(letter) for letter in letters]
     if dry_run:
         return outcome

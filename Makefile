@@ -93,7 +93,7 @@ test: setup checkov-env browser ## Run the whole test suite (lint, types, unit, 
 unit: setup ## Run only the fast tests (no synth)
 	$(PY) -m pytest tests/unit
 
-synth: setup ## Synthesize offline with cdk-nag, bundling the layer with pip (CONTEXT="-c commerceServices=fake -c alarmEmail=...")
+synth: setup ## Synthesize offline with cdk-nag, bundling the layer with pip (CONTEXT="-c commerceServices=fake -c alarmEmail=... -c operatorArns=...")
 	$(CDK) synth --no-notices --quiet $(CONTEXT)
 
 catalog: setup ## Regenerate catalog.json from the modules (the contract test checks it is current)

@@ -58,9 +58,8 @@ class OutboxStack(Stack):
             },
             alarm_email=settings.alarm_email,
             no_alarm_subscriber=settings.no_alarm_subscriber,
-            # The example's choice, on purpose: without -c operatorArns=..., any principal of the account whose
-            # own IAM policy allows sts:AssumeRole on the operator role may assume it. Name your on-call role.
-            operators=[iam.ArnPrincipal(arn) for arn in settings.operator_arns] or [iam.AccountRootPrincipal()],
+            # Named, never the whole account: the operator role is the one role the event-row Deny exempts.
+            operators=[iam.ArnPrincipal(arn) for arn in settings.operator_arns],
             inbox_retention_days=settings.inbox_retention_days,
             consumer_max_concurrency=settings.consumer_max_concurrency,
             record_change_max_concurrency=settings.record_change_max_concurrency,

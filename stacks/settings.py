@@ -18,7 +18,8 @@ from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 COMMERCE_SERVICES_CONTEXT: Final = "commerceServices"
 ALARM_EMAIL_CONTEXT: Final = "alarmEmail"
 IAM_PRINCIPAL_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+")
-# Who may assume the operator role: IAM role or user ARNs, comma-separated (default: the account, said so).
+# Required: who may assume the operator and runbook roles, IAM role or user ARNs, comma-separated. No default:
+# the operator role is the one role the event-row Deny exempts, so the example will not trust the whole account.
 OPERATOR_ARNS_CONTEXT: Final = "operatorArns"
 # Instead of alarmEmail: why nobody subscribes to the alarm topic here (one of the two is required).
 NO_ALARM_SUBSCRIBER_CONTEXT: Final = "noAlarmSubscriber"
@@ -41,10 +42,10 @@ class ExampleSettings:
 
     # "fake" or a base URL (modules.services): which services the deployed functions call.
     commerce_services: str
+    # Who may assume the operator and runbook roles (IAM role or user ARNs): your on-call role.
+    operator_arns: tuple[str, ...]
     alarm_email: str | None = None
     no_alarm_subscriber: str | None = None
-    # Empty: the example lets the whole account (its IAM policies decide) assume the operator role.
-    operator_arns: tuple[str, ...] = ()
     pipe_log_level: PipeLogLevel = "ERROR"
     pipe_log_execution_data: bool = False
     inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS
@@ -116,8 +117,13 @@ def _no_alarm_subscriber(node: Node, email: object) -> str | None:
 
 
 def _operator_arns(value: Any) -> tuple[str, ...]:
+    """Required: the operator role may rewrite event rows, so the example names who may assume it."""
     if value is None:
-        return ()
+        raise ValueError(
+            f"context {OPERATOR_ARNS_CONTEXT} is missing: say who may assume the operator role (the one role that may "
+            f"repair event rows) and the runbook role, -c {OPERATOR_ARNS_CONTEXT}=arn:aws:iam::123456789012:role/"
+            "oncall (IAM role or user ARNs, comma-separated)"
+        )
     arns = value.split(",") if isinstance(value, str) else value
     if not isinstance(arns, list | tuple) or not arns:
         raise ValueError(

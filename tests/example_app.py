@@ -10,15 +10,20 @@ from stacks.settings import (
     ALARM_EMAIL_CONTEXT,
     COMMERCE_SERVICES_CONTEXT,
     NO_ALARM_SUBSCRIBER_CONTEXT,
+    OPERATOR_ARNS_CONTEXT,
     ExampleSettings,
 )
 
-# What `cdk deploy -c commerceServices=fake -c noAlarmSubscriber=...` gives: the example's functions book into
-# in-memory fakes (the local runtime points them at a FakeServiceServer instead: its environment wins over
-# the template's), and its alarms go to a topic nobody here subscribes to, which the template records.
+# The on-call role a trial names (the local runtime enforces no IAM; a real deploy names a role that exists).
+TRIAL_OPERATOR: Final = "arn:aws:iam::123456789012:role/oncall"
+# What `cdk deploy -c commerceServices=fake -c noAlarmSubscriber=... -c operatorArns=...` gives: the example's
+# functions book into in-memory fakes (the local runtime points them at a FakeServiceServer instead: its
+# environment wins over the template's), its alarms go to a topic nobody here subscribes to, which the template
+# records, and its operator and runbook roles trust one named role.
 TRIAL_CONTEXT: Final[dict[str, Any]] = {
     COMMERCE_SERVICES_CONTEXT: "fake",
     NO_ALARM_SUBSCRIBER_CONTEXT: "a test synth: nothing is deployed, nobody reads its alarms",
+    OPERATOR_ARNS_CONTEXT: TRIAL_OPERATOR,
 }
 
 

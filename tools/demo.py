@@ -29,6 +29,7 @@ from outbox import EventStore, Lane, TerminalError
 from outbox.local import faults
 from outbox.local.clock import VirtualClock
 from outbox.local.pipe import PipeFaults
+from outbox.local.resources import ACCOUNT as LOCAL_ACCOUNT
 from outbox.local.runtime import LocalRuntime
 from outbox.testing.services import FakeServiceServer
 
@@ -41,7 +42,7 @@ STACK_NAME = "OutboxEngine"
 def synthesize(outdir: Path) -> Path:
     """The same synth as `make synth`, in-process and without bundling (the runtime runs the source)."""
     from stacks.app_factory import build_app
-    from stacks.settings import COMMERCE_SERVICES_CONTEXT, NO_ALARM_SUBSCRIBER_CONTEXT
+    from stacks.settings import COMMERCE_SERVICES_CONTEXT, NO_ALARM_SUBSCRIBER_CONTEXT, OPERATOR_ARNS_CONTEXT
 
     context = json.loads((PROJECT_ROOT / "cdk.json").read_text())["context"]
     # A trial deployment says so (commerceServices=fake); the runtime then points the functions at the
@@ -49,6 +50,8 @@ def synthesize(outdir: Path) -> Path:
     trial = {
         COMMERCE_SERVICES_CONTEXT: FAKE,
         NO_ALARM_SUBSCRIBER_CONTEXT: "the local demo: CloudWatch is not emulated, nobody reads its alarms",
+        # The local runtime enforces no IAM: a placeholder on-call role, never assumed.
+        OPERATOR_ARNS_CONTEXT: f"arn:aws:iam::{LOCAL_ACCOUNT}:role/oncall",
     }
     build_app({**context, **trial, "aws:cdk:bundling-stacks": []}, outdir=str(outdir)).synth()
     return outdir

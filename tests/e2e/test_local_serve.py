@@ -27,6 +27,7 @@ from outbox.local.clients import local_client
 from outbox.messages import relay_body
 from outbox.store import EventStore
 from tests.e2e.test_pipeline import unique
+from tests.example_app import TRIAL_OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTBOX = Path(sys.executable).parent / "outbox"
@@ -54,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST", "PYTHONPATH"))}
     command = [
         str(OUTBOX), "local", "serve", "--app", f"{sys.executable} {ROOT / 'app.py'}", "--port", str(free_port()),
-        "-c", "commerceServices=fake", "-c", "alarmEmail=ops@example.com",
+        "-c", "commerceServices=fake", "-c", "alarmEmail=ops@example.com", "-c", f"operatorArns={TRIAL_OPERATOR}",
     ]  # fmt: skip
     server = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     topology = folder / ".local" / "topology.json"

@@ -13,7 +13,7 @@ from modules.services import HttpService, Services, ServicesNotConfiguredError
 from outbox.testing.services import FakeService
 from stacks.app_factory import build_app
 from stacks.settings import RECORD_CHANGE_ENTITIES_CONTEXT, WATCHED_ENTITIES
-from tests.example_app import settings_from
+from tests.example_app import TRIAL_OPERATOR, settings_from
 from tests.infrastructure.conftest import resources_of_type
 
 
@@ -71,8 +71,17 @@ def test_the_example_says_who_reads_its_alarms_or_why_nobody() -> None:
     assert settings_from({"alarmEmail": "ops@example.com"}).no_alarm_subscriber is None
 
 
-def test_the_example_names_its_operators_or_says_it_trusts_the_account() -> None:
-    assert settings_from({}).operator_arns == ()
+def test_the_example_names_its_operators_and_never_trusts_the_whole_account() -> None:
+    from aws_cdk import App
+
+    from stacks.settings import ExampleSettings
+
+    # The operator role is the one role the event-row Deny exempts: a synth without operatorArns stops.
+    without = {"commerceServices": "fake", "noAlarmSubscriber": "a test"}
+    with pytest.raises(ValueError, match=r"context operatorArns is missing: .*-c operatorArns=arn:aws:iam::"):
+        ExampleSettings.from_context(App(context=without).node)
+    with pytest.raises(ValueError, match="context operatorArns is missing"):
+        build_app({**without, "aws:cdk:bundling-stacks": []})
     arns = "arn:aws:iam::123456789012:role/oncall, arn:aws:iam::123456789012:user/ops"
     assert settings_from({"operatorArns": arns}).operator_arns == (
         "arn:aws:iam::123456789012:role/oncall",
@@ -80,6 +89,17 @@ def test_the_example_names_its_operators_or_says_it_trusts_the_account() -> None
     )
     with pytest.raises(ValueError, match="not an IAM role or user ARN: oncall"):
         settings_from({"operatorArns": "oncall"})
+
+
+def test_the_trial_template_trusts_its_named_operator_and_not_the_account(stack_template: dict[str, Any]) -> None:
+    roles = resources_of_type(stack_template, "AWS::IAM::Role")
+    trusted = {
+        logical_id: [s["Principal"] for s in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]]
+        for logical_id, role in roles.items()
+        if logical_id.startswith(("OutboxEventsOperatorRole", "OutboxRunbookRole"))
+    }
+    assert len(trusted) == 2, trusted
+    assert all(principals == [{"AWS": TRIAL_OPERATOR}] for principals in trusted.values()), trusted
 
 
 def test_a_services_url_with_credentials_is_refused_before_it_reaches_the_outputs() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from outbox_cdk import relay_pipe
 from stacks.settings import ExampleSettings
-from tests.example_app import TRIAL_CONTEXT, settings_from
+from tests.example_app import TRIAL_CONTEXT, TRIAL_OPERATOR, settings_from
 from tests.infrastructure.template_queries import only_resource
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -98,6 +98,7 @@ def test_the_relay_constants_match_the_engines_event_rows() -> None:
 def test_settings_default_to_error_logs_without_execution_data_and_no_email() -> None:
     assert settings_from({}) == ExampleSettings(
         commerce_services="fake",
+        operator_arns=(TRIAL_OPERATOR,),
         alarm_email=None,
         no_alarm_subscriber=TRIAL_CONTEXT["noAlarmSubscriber"],
         pipe_log_level="ERROR",
@@ -108,7 +109,11 @@ def test_settings_default_to_error_logs_without_execution_data_and_no_email() ->
 def test_settings_read_the_context_keys() -> None:
     settings = settings_from({"pipeLogLevel": "TRACE", "pipeLogExecutionData": "true", "alarmEmail": "ops@example.com"})
     assert settings == ExampleSettings(
-        commerce_services="fake", alarm_email="ops@example.com", pipe_log_level="TRACE", pipe_log_execution_data=True
+        commerce_services="fake",
+        operator_arns=(TRIAL_OPERATOR,),
+        alarm_email="ops@example.com",
+        pipe_log_level="TRACE",
+        pipe_log_execution_data=True,
     )
 
 

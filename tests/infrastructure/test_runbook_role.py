@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from outbox.outputs import StackOutput
+from outbox_cdk import OperatorTrust
 from outbox_cdk.events_table import EVENT_ROW_MUTATIONS
 from tests.infrastructure.template_queries import actions_on, listed, only_resource, role_statements
 from tests.infrastructure.test_pipeline import pipeline_stack
@@ -27,6 +29,42 @@ def test_the_operators_who_may_assume_the_operator_role_and_no_one_else_may_assu
         template = Template.from_stack(pipeline_stack(operators=[iam.ArnPrincipal(a) for a in operators])).to_json()
         assert trust(template, "OutboxRunbookRole") == trust(template, "OutboxEventsOperatorRole")
         assert oncall in json.dumps(trust(template, "OutboxRunbookRole"))
+
+
+@pytest.mark.parametrize(
+    ("trust_options", "conditions"),
+    [
+        ({"require_mfa": True}, {"Bool": {"aws:MultiFactorAuthPresent": "true"}}),
+        ({"principal_tag": ("team", "oncall")}, {"StringEquals": {"aws:PrincipalTag/team": "oncall"}}),
+        (
+            {"require_mfa": True, "principal_tag": ("team", "oncall")},
+            {"Bool": {"aws:MultiFactorAuthPresent": "true"}, "StringEquals": {"aws:PrincipalTag/team": "oncall"}},
+        ),
+    ],
+)
+def test_operator_trust_conditions_bind_every_operator_of_both_roles(
+    trust_options: dict[str, Any], conditions: dict[str, Any]
+) -> None:
+    oncall, deputy = "arn:aws:iam::123456789012:role/oncall", "arn:aws:iam::123456789012:role/deputy"
+    stack = pipeline_stack(
+        operators=[iam.ArnPrincipal(oncall), iam.ArnPrincipal(deputy)], operator_trust=OperatorTrust(**trust_options)
+    )
+    template = Template.from_stack(stack).to_json()
+    for prefix in ("OutboxRunbookRole", "OutboxEventsOperatorRole"):
+        statements = trust(template, prefix)["Statement"]
+        assert sorted(s["Principal"]["AWS"] for s in statements) == [deputy, oncall]
+        assert [s["Condition"] for s in statements] == [conditions, conditions], prefix
+
+
+def test_without_operator_trust_the_operators_alone_decide() -> None:
+    template = Template.from_stack(pipeline_stack()).to_json()
+    assert all("Condition" not in s for s in trust(template, "OutboxEventsOperatorRole")["Statement"])
+
+
+@pytest.mark.parametrize("tag", [("", "oncall"), ("team", ""), ("bad*key", "x")])
+def test_a_principal_tag_that_is_not_a_tag_is_refused(tag: tuple[str, str]) -> None:
+    with pytest.raises(ValueError, match=r"principal_tag must be \(key, value\)"):
+        OperatorTrust(principal_tag=tag)
 
 
 def test_the_stack_outputs_the_runbook_role(stack_template: dict[str, Any]) -> None:

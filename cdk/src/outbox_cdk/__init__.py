@@ -1,6 +1,7 @@
 """AWS CDK constructs of the outbox: ``OutboxPipeline`` adds the whole pipeline to a stack of yours."""
 
 from outbox_cdk.catalog_check import AcceptedCatalogProblem, CatalogContractError
+from outbox_cdk.grants import OperatorTrust
 from outbox_cdk.pipeline import OutboxPipeline
 
-__all__ = ["AcceptedCatalogProblem", "CatalogContractError", "OutboxPipeline"]
+__all__ = ["AcceptedCatalogProblem", "CatalogContractError", "OperatorTrust", "OutboxPipeline"]

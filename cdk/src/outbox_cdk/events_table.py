@@ -11,7 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from outbox_cdk.encryption import acknowledge_key_wildcards
-from outbox_cdk.grants import grant_items, trusting
+from outbox_cdk.grants import OperatorTrust, grant_items, trusting
 from outbox_cdk.table_defaults import protected_table
 
 # Key layout shared with the engine (outbox.keys): the partition key of every
@@ -81,6 +81,7 @@ class EventsTable(Construct):
         construct_id: str,
         *,
         operators: Sequence[iam.IPrincipal],
+        operator_trust: OperatorTrust | None = None,
         encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -91,7 +92,7 @@ class EventsTable(Construct):
             self,
             "OperatorRole",
             # Only the principals the pipeline was given: the whole account only if it was given that.
-            assumed_by=trusting(operators),
+            assumed_by=trusting(operators, operator_trust),
             description="The only role that may repair (update, delete, overwrite) event rows. Assume it "
             "deliberately, for a documented repair; every other role is denied.",
         )

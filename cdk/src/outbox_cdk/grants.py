@@ -10,7 +10,9 @@ constructs name their actions instead, next to the code that calls them, and the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aws_cdk import aws_dynamodb as dynamodb
@@ -73,6 +75,51 @@ def grant_pipe_status(grantee: iam.IGrantable, pipe_arns: Iterable[str]) -> None
     iam.Grant.add_to_principal(grantee=grantee, actions=list(PIPE_STATUS_ACTIONS), resource_arns=list(pipe_arns))
 
 
-def trusting(operators: Sequence[iam.IPrincipal]) -> iam.IPrincipal:
-    """The principal a role for people trusts: the one operator given, or all of them."""
+# An IAM tag key (of a user or role, or a session tag): letters, digits, spaces and _.:/=+-@, up to 128.
+TAG_KEY: Final = re.compile(r"[\w.:/=+@ -]{1,128}")
+
+
+@dataclass(frozen=True)
+class OperatorTrust:
+    """What every assumption of the operator and runbook roles must show, besides coming from ``operators``.
+
+    require_mfa
+        The caller signed in with MFA (``aws:MultiFactorAuthPresent`` true; absent counts as false). Fits IAM
+        users who assume with ``--serial-number``; a session of IAM Identity Center or of another role does
+        not carry the key, so for those use ``principal_tag``.
+    principal_tag
+        ``(key, value)``: the calling principal (its user or role, or a session tag) carries this tag
+        (``aws:PrincipalTag/<key>``), say ``("team", "oncall")``. Whoever may tag principals may then grant
+        the roles: keep ``iam:TagRole``/``iam:TagUser`` on that key to the administrators.
+    """
+
+    require_mfa: bool = False
+    principal_tag: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.principal_tag is not None:
+            key, value = self.principal_tag
+            if not TAG_KEY.fullmatch(key) or not value:
+                raise ValueError(
+                    f"OperatorTrust principal_tag must be (key, value) with an IAM tag key and a value, like "
+                    f"('team', 'oncall'); got {self.principal_tag!r}"
+                )
+
+    def conditions(self) -> dict[str, dict[str, str]]:
+        """The trust statement's conditions (all must hold)."""
+        conditions: dict[str, dict[str, str]] = {}
+        if self.require_mfa:
+            conditions["Bool"] = {"aws:MultiFactorAuthPresent": "true"}
+        if self.principal_tag is not None:
+            key, value = self.principal_tag
+            conditions["StringEquals"] = {f"aws:PrincipalTag/{key}": value}
+        return conditions
+
+
+def trusting(operators: Sequence[iam.IPrincipal], trust: OperatorTrust | None = None) -> iam.IPrincipal:
+    """The principal a role for people trusts: the one operator given, or all of them, each under ``trust``'s
+    conditions (one trust statement per operator, every one with all of them)."""
+    conditions = trust.conditions() if trust is not None else {}
+    if conditions:
+        operators = [iam.PrincipalWithConditions(operator, conditions) for operator in operators]
     return operators[0] if len(operators) == 1 else iam.CompositePrincipal(*operators)

@@ -49,6 +49,7 @@ from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
+from outbox_cdk.grants import OperatorTrust
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
@@ -106,6 +107,11 @@ class OutboxPipeline(Construct):
         role, say, ``[iam.ArnPrincipal("arn:aws:iam::123456789012:role/oncall")]``.
         Required: ``[iam.AccountRootPrincipal()]`` lets every principal of the account that its own IAM policy
         allows ``sts:AssumeRole``, and is a choice to make on purpose.
+    operator_trust
+        What every assumption of those two roles must show besides coming from ``operators``
+        (``outbox_cdk.OperatorTrust``): ``require_mfa=True`` (IAM users signed in with MFA), or
+        ``principal_tag=("team", "oncall")`` (the caller's user, role or session carries that tag). None: the
+        ``operators`` alone decide.
     no_alarm_subscriber
         Why nobody subscribes to the created topic here (you subscribe it outside this app, say), recorded
         on the topic in the template. One of ``alarm_topic``, ``alarm_email`` and this is required: alarms
@@ -173,6 +179,7 @@ class OutboxPipeline(Construct):
         alarm_email: str | None = None,
         no_alarm_subscriber: str | None = None,
         operators: Sequence[iam.IPrincipal] | None = None,
+        operator_trust: OperatorTrust | None = None,
         inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
         consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
         record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
@@ -201,7 +208,9 @@ class OutboxPipeline(Construct):
             self._admit_cloudwatch_logs(encryption_key)
 
         operators = operators_of(operators)
-        self.events = EventsTable(self, "Events", operators=operators, encryption_key=encryption_key)
+        self.events = EventsTable(
+            self, "Events", operators=operators, operator_trust=operator_trust, encryption_key=encryption_key
+        )
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
         accepted = check_catalog(code, catalog, environment, accept_catalog_problems)
@@ -316,7 +325,9 @@ class OutboxPipeline(Construct):
         )
         self.status_widget.grant_view(self.events.operator_role)
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
-        self.runbook = RunbookRole(self, "Runbook", operators=operators, operated=operated)
+        self.runbook = RunbookRole(
+            self, "Runbook", operators=operators, operated=operated, operator_trust=operator_trust
+        )
         self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
         self.monitoring = self._monitor()
         self._declare_outputs(environment)

@@ -18,7 +18,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from outbox_cdk.grants import grant_items, grant_messages, grant_pipe_status, trusting
+from outbox_cdk.grants import OperatorTrust, grant_items, grant_messages, grant_pipe_status, trusting
 from outbox_cdk.operator_endpoint import (
     QUEUE_STATUS_ACTIONS,
     OperatedPipeline,
@@ -53,6 +53,8 @@ class RunbookRole(Construct):
     ----------
     operators
         Who may assume it: the principals ``OutboxPipeline(operators=...)`` was given.
+    operator_trust
+        What each assumption must show besides (MFA, a principal tag), as for the operator role.
     operated
         The log (read, with the event-row Deny), the inbox (read and written as repairs do), each lane's queue
         (sent to) and DLQ (redriven), each pipe (its state) and its DLQ (its depth).
@@ -65,12 +67,13 @@ class RunbookRole(Construct):
         *,
         operators: Sequence[iam.IPrincipal],
         operated: OperatedPipeline,
+        operator_trust: OperatorTrust | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=trusting(operators),
+            assumed_by=trusting(operators, operator_trust),
             description="The outbox CLI's runbook (status, replay, redrive, reconcile): reads the log, repairs the "
             "inbox and the queues; may change no event row (the operator role repairs those).",
         )

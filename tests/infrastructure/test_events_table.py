@@ -135,3 +135,57 @@ def test_emit_and_read_grants_carry_the_event_row_deny() -> None:
     emitter_id = next(rid for rid in statements if rid.startswith("Emitter"))
     allowed = set().union(*(_actions(s) for s in statements[emitter_id] if s["Effect"] == "Allow"))
     assert allowed == set(EMIT_ACTIONS), "emit needs exactly GetItem and the transaction's item actions"
+
+
+def _put_exemptions(stack: Any) -> list[Any]:
+    from outbox_cdk.events_table import PUT_DENY_SID
+
+    stack_template = Template.from_stack(stack).to_json()  # the same template each time: synthesis is pure
+    policy = stack_template["Resources"][events_table_id(stack_template)]["Properties"]["ResourcePolicy"]
+    [put_deny] = [s for s in policy["PolicyDocument"]["Statement"] if s["Sid"] == PUT_DENY_SID]
+    exempt: list[Any] = put_deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+    return exempt
+
+
+def test_grant_emit_admits_each_role_or_user_once_by_the_arn_its_requests_carry() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+
+    from outbox_cdk.events_table import EventsTable
+
+    stack = Stack(App(), "EmitterProbe")
+    events = EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()])
+    emitter = iam.Role(stack, "Emitter", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    imported = iam.Role.from_role_arn(stack, "Imported", "arn:aws:iam::123456789012:role/ci-emitter")
+    user = iam.User(stack, "Batch")
+    for grantee in (emitter, imported, emitter, user):
+        events.grant_emit(grantee)
+    stack_template = Template.from_stack(stack).to_json()
+    logical = {
+        prefix: next(rid for rid in stack_template["Resources"] if rid.startswith(prefix))
+        for prefix in ("EventsOperatorRole", "Emitter", "Batch")
+    }
+    # The operator role first, then each emitter once, in the order granted.
+    assert _put_exemptions(stack) == [
+        {"Fn::GetAtt": [logical["EventsOperatorRole"], "Arn"]},
+        {"Fn::GetAtt": [logical["Emitter"], "Arn"]},
+        "arn:aws:iam::123456789012:role/ci-emitter",
+        {"Fn::GetAtt": [logical["Batch"], "Arn"]},
+    ]
+
+
+def test_grant_emit_refuses_what_it_cannot_name_by_arn_and_a_role_of_another_stack() -> None:
+    import pytest
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+
+    from outbox_cdk.events_table import EventsTable
+
+    app = App()
+    stack = Stack(app, "Pipeline")
+    events = EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()])
+    with pytest.raises(ValueError, match="grant_emit needs a role or a user"):
+        events.grant_emit(iam.ServicePrincipal("lambda.amazonaws.com"))
+    elsewhere = iam.Role(Stack(app, "Api"), "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    with pytest.raises(ValueError, match=r"Api/Producer is in stack Api, the events table in Pipeline.*from_role_arn"):
+        events.grant_emit(elsewhere)

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from outbox_cdk.events_table import EVENT_ROW_CONDITIONS, EVENT_ROW_MUTATIONS, RESOURCE_DENY_SID
+from outbox_cdk.events_table import (
+    EVENT_ROW_CONDITIONS,
+    EVENT_ROW_MUTATIONS,
+    EVENT_ROW_PUT,
+    PUT_DENY_SID,
+    RESOURCE_DENY_SID,
+)
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.policy_evaluation import (
     EVERYTHING,
@@ -55,7 +61,7 @@ def test_the_events_table_denies_event_row_mutations_to_all_but_the_operator_rol
     operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "EventsOperatorRole")
     policy = table_policy(stack_template, "EventsTable")
     assert policy is not None
-    assert policy["Statement"] == [
+    assert policy["Statement"][0] == (
         {
             "Sid": RESOURCE_DENY_SID,
             "Effect": "Deny",
@@ -68,8 +74,34 @@ def test_the_events_table_denies_event_row_mutations_to_all_but_the_operator_rol
                 "ArnNotEquals": {"aws:PrincipalArn": [{"Fn::GetAtt": [operator_id, "Arn"]}]},
             },
         }
-    ]
+    )
     assert "dynamodb:PutItem" not in EVENT_ROW_MUTATIONS, "every emitter appends with PutItem"
+
+
+def test_the_events_table_denies_putting_event_rows_to_all_but_the_operator_role_and_the_emitters(
+    stack_template: dict[str, Any],
+) -> None:
+    policy = table_policy(stack_template, "EventsTable")
+    assert policy is not None
+    [put_deny] = [statement for statement in policy["Statement"] if statement["Sid"] == PUT_DENY_SID]
+    exempt = put_deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+    # The operator role, then each role granted grant_emit, once: the durable consumer and the example's producer.
+    assert [arn["Fn::GetAtt"][0] for arn in exempt] == [
+        only_resource(stack_template, "AWS::IAM::Role", prefix)[0]
+        for prefix in (
+            "OutboxEventsOperatorRole",
+            "OutboxDurableConsumerLambdaRole",
+            "PlaceOrderRole",
+        )
+    ]
+    assert put_deny == {
+        "Sid": PUT_DENY_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": EVENT_ROW_PUT[0],
+        "Resource": "*",
+        "Condition": {**EVENT_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": exempt}},
+    }
 
 
 def test_no_other_table_has_a_resource_policy(stack_template: dict[str, Any]) -> None:
@@ -80,14 +112,29 @@ def test_no_other_table_has_a_resource_policy(stack_template: dict[str, Any]) ->
     assert "EventsTable" in with_policy[0]
 
 
-def test_the_policy_stays_far_under_dynamodb_s_size_limit(stack_template: dict[str, Any]) -> None:
-    # With the longest role ARN IAM allows (a 512-character path and a 64-character name), pretty-printed.
-    arns = template_arns(stack_template)
-    operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "EventsOperatorRole")
-    arns[operator_id] = role_arn("p" * 511 + "/" + "r" * 64)
-    policy = resolve(table_policy(stack_template, "EventsTable"), arns)
+# The longest role ARN IAM allows: a 512-character path and a 64-character name.
+LONGEST_ROLE_ARN = role_arn("p" * 511 + "/" + "r" * 64)
+
+
+def test_the_policy_stays_under_dynamodb_s_size_limit_with_every_emitter_it_admits() -> None:
+    # The most emitters grant_emit admits, every role's ARN as long as IAM allows, pretty-printed.
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    from outbox_cdk.events_table import MAX_EMITTERS, EventsTable
+
+    stack = Stack(App(), "Emitters")
+    events = EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()])
+    for number in range(MAX_EMITTERS):
+        events.grant_emit(iam.Role(stack, f"Emitter{number}", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    template = Template.from_stack(stack).to_json()
+    arns = {logical_id: LONGEST_ROLE_ARN for logical_id in template_arns(template)}
+    policy = resolve(table_policy(template, "EventsTable"), arns)
     size = len(json.dumps(policy, indent=4).encode())
-    assert size < RESOURCE_POLICY_MAX_BYTES / 10, size
+    assert size < RESOURCE_POLICY_MAX_BYTES, size
+    with pytest.raises(ValueError, match=f"at most {MAX_EMITTERS} roles"):
+        events.grant_emit(iam.Role(stack, "OneTooMany", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
 
 
 # --- what AWS would decide, asked of the synthesized policies ----------------------------------------------
@@ -123,6 +170,29 @@ def test_nobody_but_the_operator_role_may_change_or_remove_an_event_row(
     assert decision(stack_template, principal, action, EVENT_ROW, identity=list(EVERYTHING)) is Decision.EXPLICIT_DENY
 
 
+@pytest.mark.parametrize(
+    "principal",
+    [
+        "an administrator",
+        "the root user",
+        "OutboxRunbookRole",
+        "OutboxAuditorRecorderLambdaRole",
+        "OutboxOperatorEndpointLambdaRole",
+    ],
+)
+def test_nobody_but_the_operator_role_and_the_emitters_may_put_an_event_row(
+    stack_template: dict[str, Any], principal: str
+) -> None:
+    # An overwrite by an administrator, a CI role or a role of this app that does not emit is refused, not only
+    # detected; whatever their own policy allows.
+    everything = list(EVERYTHING)
+    assert decision(stack_template, principal, "dynamodb:PutItem", EVENT_ROW, identity=everything) is (
+        Decision.EXPLICIT_DENY
+    )
+    # Rows that are not event rows are not this statement's business (the head, an index row, other tables').
+    assert decision(stack_template, principal, "dynamodb:PutItem", HEAD_ROW, identity=everything) is Decision.ALLOWED
+
+
 @pytest.mark.parametrize("action", EVENT_ROW_MUTATIONS)
 def test_the_operator_role_may(stack_template: dict[str, Any], action: str) -> None:
     if action.startswith("dynamodb:PartiQL"):
@@ -143,6 +213,9 @@ def test_an_emitter_still_appends_and_moves_the_head(stack_template: dict[str, A
     # emit() is one transaction: PutItem of the event row, UpdateItem of the head, both authorised per item.
     # IAM cannot tell this PutItem from an overwrite of an existing row: not prevented here (see tamper evidence).
     assert decision(stack_template, principal, "dynamodb:PutItem", EVENT_ROW) is Decision.ALLOWED
+    assert decision(stack_template, principal, "dynamodb:PutItem", EVENT_ROW, identity=list(EVERYTHING)) is (
+        Decision.ALLOWED
+    )
     assert decision(stack_template, principal, "dynamodb:UpdateItem", HEAD_ROW) is Decision.ALLOWED
     assert decision(stack_template, principal, "dynamodb:GetItem", HEAD_ROW) is Decision.ALLOWED
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from aws_cdk import Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -20,7 +21,7 @@ EVENT_ROW_PARTITION_PATTERN = "TENANT#*#EVENT"
 
 # Every API that can change or remove an existing event row. PutItem is not here: appending is how
 # emit() works, and IAM cannot tell an append from an overwrite (docs/concepts.md, "Append-only, and what
-# happens when it is not").
+# happens when it is not"); it has its own Deny, which exempts the emitters too (EVENT_ROW_PUT).
 EVENT_ROW_MUTATIONS = [
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
@@ -40,6 +41,14 @@ EVENT_ROW_CONDITIONS: Final = {
 }
 # The table's resource policy statement that refuses those mutations to every principal but the operator role.
 RESOURCE_DENY_SID: Final = "DenyEventRowMutationToAllButTheOperatorRole"
+# Writing a whole event row: an append (emit()'s transaction) or an overwrite, which IAM cannot tell apart. The
+# resource policy refuses it to every principal but the operator role and the roles granted ``grant_emit``.
+EVENT_ROW_PUT: Final = ("dynamodb:PutItem",)
+PUT_DENY_SID: Final = "DenyEventRowPutToAllButTheOperatorRoleAndTheEmitters"
+# As many emitters as keep the resource policy under DynamoDB's 20 KB whatever their ARNs (IAM allows a role
+# ARN of about 600 characters; tests/infrastructure/test_events_table_policy.py measures it). Producers can
+# share a role.
+MAX_EMITTERS: Final = 25
 
 # What emit() calls: a consistent GetItem of the chain head, then one TransactWriteItems, authorised per item:
 # PutItem for the event row (and the tenant's index row, with its first event) and the head's first write,
@@ -71,7 +80,9 @@ class EventsTable(Construct):
 
     Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, and the table's
     resource policy carries the same Deny for every principal whose ARN is not the operator role's, so no
-    principal of the account but the operator role can update or delete an event row. With
+    principal of the account but the operator role can update or delete an event row. A second statement of
+    that policy refuses ``PutItem`` on event rows to every principal but the operator role and the roles
+    ``grant_emit`` admitted, so an administrator or a CI role cannot overwrite one either. With
     ``encryption_key`` (a customer-managed key for the table and its stream), every grant grants the key too.
     """
 
@@ -98,6 +109,8 @@ class EventsTable(Construct):
         )
         self.grant_repair(self.operator_role)
         self._deny_event_row_mutation_to_all_but_the_operator_role()
+        self._emitters: list[str] = []
+        self._put_deny = self._deny_event_row_put_to_all_but_the_emitters()
         if encryption_key is not None:
             acknowledge_key_wildcards(self.operator_role, "grant_read_write_data on the events table")
 
@@ -108,7 +121,9 @@ class EventsTable(Construct):
         return arn
 
     def grant_emit(self, grantee: iam.IGrantable) -> None:
-        """Least privilege for code that calls emit(): read the head, write one transaction."""
+        """Least privilege for code that calls emit(): read the head, write one transaction. The grantee's role
+        (or user) is admitted by the resource policy's PutItem Deny, which refuses everyone else."""
+        self._admit_emitter(grantee)
         iam.Grant.add_to_principal(grantee=grantee, actions=EMIT_ACTIONS, resource_arns=[self.table.table_arn])
         # Written by hand, so CDK grants no key with it: the key grant is here.
         if self.table.encryption_key is not None:
@@ -129,6 +144,45 @@ class EventsTable(Construct):
         """Full item access, for the operator role only. No deny: this is the one exempt role."""
         self.table.grant_read_write_data(grantee)  # and the table's key, if any (CDK's key read and write actions)
 
+    def _admit_emitter(self, grantee: iam.IGrantable) -> None:
+        arn = self._principal_arn(grantee)
+        if arn in self._emitters:
+            return
+        if len(self._emitters) == MAX_EMITTERS:
+            raise ValueError(
+                f"grant_emit admits at most {MAX_EMITTERS} roles or users (the events table's resource policy names "
+                "each, and DynamoDB keeps a resource policy under 20 KB): let your producers share a role"
+            )
+        self._emitters.append(arn)
+        # The same operator and key again replaces the value (CDK merges conditions by operator and key).
+        self._put_deny.add_condition(
+            "ArnNotEquals", {"aws:PrincipalArn": [self.operator_role.role_arn, *self._emitters]}
+        )
+
+    def _principal_arn(self, grantee: iam.IGrantable) -> str:
+        """The ARN ``aws:PrincipalArn`` carries for ``grantee``'s requests: its role's (a role session's is its
+        role's, R10.1) or its user's. Anything else cannot be admitted by ARN, and is refused here."""
+        principal = grantee.grant_principal
+        arn = getattr(principal, "role_arn", None) or getattr(principal, "user_arn", None)
+        if not isinstance(arn, str):
+            raise ValueError(
+                f"grant_emit needs a role or a user (a Lambda function, an iam.Role, iam.Role.from_role_arn(...)), "
+                f"got {principal}: the events table's resource policy refuses PutItem on event rows to every "
+                "principal it does not name by ARN"
+            )
+        if not isinstance(principal, Construct):
+            return arn
+        owner = Stack.of(principal)
+        if owner is not Stack.of(self) and Token.is_unresolved(arn):
+            # The table's policy would import the role's ARN and the role's policy the table's ARN: a cycle.
+            raise ValueError(
+                f"grant_emit: {principal.node.path} is in stack {owner.stack_name}, the events table in "
+                f"{Stack.of(self).stack_name}, and the table's resource policy names every emitter's ARN. Give "
+                "the role a role_name and pass iam.Role.from_role_arn(<a scope in the pipeline's stack>, ..., "
+                "its ARN) here, or create the producer in the pipeline's stack"
+            )
+        return arn
+
     def _deny_event_row_mutation(self, grantee: iam.IGrantable) -> None:
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(
@@ -140,6 +194,22 @@ class EventsTable(Construct):
             )
         )
 
+    def _deny_event_row_put_to_all_but_the_emitters(self) -> iam.PolicyStatement:
+        """``PutItem`` of an event row (append or overwrite) for the operator role and the emitters only; the
+        rest of the account (administrators, CI, the root user, this app's other roles) is refused. It binds
+        a transaction's puts too: ``TransactWriteItems`` is authorised per item, as its ``PutItem``. An
+        emitter can still overwrite a row (IAM cannot tell that from an append): the tamper pipe detects it."""
+        statement = iam.PolicyStatement(
+            sid=PUT_DENY_SID,
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=list(EVENT_ROW_PUT),
+            resources=["*"],
+            conditions={**EVENT_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": [self.operator_role.role_arn]}},
+        )
+        self.table.add_to_resource_policy(statement)
+        return statement
+
     def _deny_event_row_mutation_to_all_but_the_operator_role(self) -> None:
         """The same Deny in the table's resource policy, so that it binds every principal, admins, CI and
         the root user included, and not only the roles granted through this construct (R10.3).
@@ -150,8 +220,8 @@ class EventsTable(Construct):
           ``DeleteResourcePolicy``, ``UpdateTimeToLive``, tags, backups), so CloudFormation can still update
           the table and this policy, and neither can lock the other out. DynamoDB's own work (a TTL delete,
           run as the service) is no principal's request; the events table has no TTL anyway.
-        - ``PutItem`` is not denied: IAM cannot tell an append from an overwrite, and every emitter appends
-          with it; an overwrite by a role that may emit is not prevented here (see tamper evidence).
+        - ``PutItem`` is not in this statement: every emitter appends with it, and IAM cannot tell an append
+          from an overwrite. The next statement refuses it to all but the operator role and the emitters.
         - A principal allowed ``dynamodb:PutResourcePolicy`` (an administrator) can lift it, which CloudTrail
           records; denying that too would deny it to CloudFormation's role.
         """

@@ -7,6 +7,7 @@ test_record_change_pipe.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,9 @@ from constructs import Construct
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.stream_pipe import PIPE_NAME_MAX_LENGTH
 from stacks.data_table import DataTable
+from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import allowed_pairs, arn_of, only_resource, role_statements
 
 TWENTY_FOUR_HOURS = 24 * 60 * 60
@@ -80,7 +83,6 @@ def test_the_pipe_reads_its_tables_stream_and_writes_its_queue(
     queue_id, _ = only_resource(stack_template, "AWS::SQS::Queue", case.target)
     assert pipe["Source"] == {"Fn::GetAtt": [table_id, "StreamArn"]}
     assert pipe["Target"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert "Name" not in pipe, "CloudFormation generates the name"
 
 
 def test_the_stream_source_starts_at_the_trim_horizon(stream_parameters: dict[str, Any]) -> None:
@@ -102,6 +104,23 @@ def test_failures_are_bounded_and_end_in_the_pipe_dlq(
     assert dlq["Properties"]["MessageRetentionPeriod"] == 14 * TWENTY_FOUR_HOURS
 
 
+def pipe_arn(name: str) -> dict[str, Any]:
+    """A pipe's ARN as the template builds it from its name (R10.8)."""
+    parts = ["arn:", {"Ref": "AWS::Partition"}, ":pipes:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}]
+    return {"Fn::Join": ["", [*parts, f":pipe/{name}"]]}
+
+
+def test_the_pipe_has_a_name_its_role_can_trust(case: PipeCase, pipe: dict[str, Any]) -> None:
+    # A literal name of the stack and the construct path, in Pipes' alphabet: an ARN the role's trust can name.
+    assert re.fullmatch(r"OutboxEngine-Outbox-[\w.-]+", pipe["Name"]), pipe["Name"]
+    assert len(pipe["Name"]) <= PIPE_NAME_MAX_LENGTH
+
+
+def test_the_pipes_names_differ(stack_template: dict[str, Any]) -> None:
+    names = [p["Properties"]["Name"] for p in resources_of_type(stack_template, "AWS::Pipes::Pipe").values()]
+    assert len(names) == len(set(names)) == 3, names
+
+
 def test_the_pipe_logs_errors_without_execution_data_to_a_retained_log_group(
     stack_template: dict[str, Any], case: PipeCase, pipe: dict[str, Any]
 ) -> None:
@@ -121,7 +140,10 @@ def test_the_pipe_role_may_read_its_stream_send_to_its_queue_and_dlq_and_write_i
     assert role["AssumeRolePolicyDocument"]["Statement"] == [
         {
             "Action": "sts:AssumeRole",
-            "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}},
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+                "ArnEquals": {"aws:SourceArn": pipe_arn(pipe["Name"])},
+            },
             "Effect": "Allow",
             "Principal": {"Service": "pipes.amazonaws.com"},
         }

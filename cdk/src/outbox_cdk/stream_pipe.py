@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from aws_cdk import Acknowledgment, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, Names, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -55,10 +55,20 @@ ON_PARTIAL_BATCH_ITEM_FAILURE: Final = "AUTOMATIC_BISECT"
 LOG_RETENTION: Final = logs.RetentionDays.THREE_MONTHS
 
 PIPES_PRINCIPAL: Final = "pipes.amazonaws.com"
+# Pipes names: 1 to 64 of letters, digits, ".", "-" and "_" (Pipes API reference, Pipe.Name).
+PIPE_NAME_MAX_LENGTH: Final = 64
 
 
 class StreamPipe(Construct):
     """The pipe (``self.pipe``, named ``self.pipe_name``), its role, log group and dead-letter queue.
+
+    The pipe has a name fixed at synth (the stack's name and the construct's path, unique in the account and
+    region, as CDK's ``Names.unique_resource_name`` makes it), so that its role can trust ``pipes.amazonaws.com``
+    only on behalf of this pipe (``aws:SourceArn`` is the pipe's ARN): a pipe someone else creates in the account
+    and passes the role to cannot act as it. The pipe's ARN itself cannot be referenced there (the pipe refers
+    to the role: a cycle), its name can. The price of a fixed name: a change that replaces the pipe (its source
+    table replaced, its starting position) fails the deploy until the name changes too; the name follows the
+    construct's path, so a pipe moved in the tree gets a new one.
 
     The pipe DLQ is a standard queue: for a DynamoDB stream source the pipe writes batch metadata
     (shard and sequence-number range), not the records, and a stream source's DLQ may be any SQS queue
@@ -131,12 +141,14 @@ class StreamPipe(Construct):
         self.log_group = logs.LogGroup(self, "Logs", retention=LOG_RETENTION, encryption_key=encryption_key)
         if encryption_key is None:  # with a customer-managed key, the check passes
             checkov.skip(self.log_group, "CKV_AWS_158", checkov.LOG_GROUP_KEY_REASON)
+        self.name = Names.unique_resource_name(self, max_length=PIPE_NAME_MAX_LENGTH, separator="-")
         self.role = self._role(table, target, role_description)
 
         filters = [pipes.CfnPipe.FilterProperty(pattern=json.dumps(filter_pattern))] if filter_pattern else None
         self.pipe = pipes.CfnPipe(
             self,
             "Pipe",
+            name=self.name,
             description=description,
             role_arn=self.role.role_arn,
             source=stream_arn,
@@ -168,16 +180,24 @@ class StreamPipe(Construct):
         self.pipe.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
         self.pipe_name: str = self.pipe.ref
 
+    @property
+    def arn(self) -> str:
+        """The pipe's ARN, built from its name (no reference to the pipe: its role may name it)."""
+        return Stack.of(self).format_arn(service="pipes", resource="pipe", resource_name=self.name)
+
+    def trust_conditions(self) -> dict[str, dict[str, str]]:
+        """What Pipes must show to assume the role: this account (``aws:SourceAccount``), and this pipe
+        (``aws:SourceArn``, which Pipes sets to the pipe's ARN: docs/aws-behaviour.md R10.8)."""
+        return {"StringEquals": {"aws:SourceAccount": Stack.of(self).account}, "ArnEquals": {"aws:SourceArn": self.arn}}
+
     def _role(self, table: dynamodb.ITable, target: sqs.IQueue, description: str) -> iam.Role:
         """Exactly: read this stream, send to the target and the DLQ, write the pipe's logs."""
         role = iam.Role(
             self,
             "Role",
             description=description,
-            assumed_by=iam.ServicePrincipal(
-                PIPES_PRINCIPAL,
-                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
-            ),
+            # Only this pipe may act as it: another pipe of the account given this role (iam:PassRole) cannot.
+            assumed_by=iam.ServicePrincipal(PIPES_PRINCIPAL, conditions=self.trust_conditions()),
         )
         # With a customer-managed key on the table, kms:Decrypt and kms:DescribeKey on it too, which a pipe
         # needs to read an encrypted source (EventBridge Pipes user guide, "Custom encryption failures").

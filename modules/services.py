@@ -34,21 +34,34 @@ SERVICE_NAMES = ("storefront", "carrier", "notifier")
 
 
 class Service(Protocol):
-    def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def call(
+        self,
+        operation: str,
+        idempotency_key: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
 class HttpService:
-    """POST ``<base_url>/<operation>`` with an ``Idempotency-Key`` header; 5xx and timeouts are retryable."""
+    """POST ``<base_url>/<operation>`` with an ``Idempotency-Key`` header (and the caller's trace headers, so the
+    service's own trace joins the request's); 5xx and timeouts are retryable."""
 
     base_url: str
     timeout_seconds: float = 5.0
 
-    def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def call(
+        self,
+        operation: str,
+        idempotency_key: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         request = urllib.request.Request(
             f"{self.base_url.rstrip('/')}/{operation}",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+            headers={**(headers or {}), "Content-Type": "application/json", "Idempotency-Key": idempotency_key},
             method="POST",
         )
         try:

@@ -268,8 +268,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="log-refusal-unrecorded",
         module=CONSUMER,
-        original="        for subscription in subscriptions:\n            self.inbox.record_refusal(",
-        replacement="        for subscription in ():\n            self.inbox.record_refusal(",
+        original="        for subscription in subscriptions:\n            with observed_pair(",
+        replacement="        for subscription in ():\n            with observed_pair(",
         description="an event the events table does not hold is acknowledged unrun, but no dead letter says so",
         what_should_catch_it="a forged event, or a copy with other content: refused, and no conflict recorded (2)",
         seeds=(1, 2, 4),
@@ -494,12 +494,12 @@ MUTANTS: tuple[Mutant, ...] = (
         id="redrive-deletes-before-send",
         module=REDRIVE,
         original=(
-            "    context.sqs.send_message(**send)  # put back first ...\n"
+            "        context.sqs.send_message(**send)  # put back first ...\n"
             '    context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove'
         ),
         replacement=(
-            '    context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])\n'
-            "    context.sqs.send_message(**send)"
+            '        context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])\n'
+            "        context.sqs.send_message(**send)"
         ),
         description="redrive deletes the DLQ message before sending it back",
         what_should_catch_it="a redrive interrupted between the two calls: the message is lost (2)",
@@ -697,11 +697,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="ordered-since-skips-the-switch",
         module=CONSUMER,
-        original="        return self.path_for(pair).deliver(pair, remaining_ms)\n",
+        original="            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n",
         replacement=(
-            "        if subscription.ordered and not subscription.in_order(format_timestamp(envelope.occurred_at)):\n"
-            "            return DeliveryOutcome.SKIPPED\n"
-            "        return self.path_for(pair).deliver(pair, remaining_ms)\n"
+            "            if subscription.ordered and not subscription.in_order(\n"
+            "                    format_timestamp(envelope.occurred_at)):\n"
+            "                return DeliveryOutcome.SKIPPED\n"
+            "            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n"
         ),
         description="an event that occurred before an ordered subscription's order starts (ordered_since) is "
         "acknowledged as skipped, whatever its pair's state: work in flight when the subscription was made "

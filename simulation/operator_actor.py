@@ -139,10 +139,11 @@ class OperatorActions(DriverState):
         """``outbox reconcile --since``, or ``--subscription S`` alone for an ordered S (from its watermark)."""
         publish = self.operations.publish
 
-        def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any) -> None:
+        def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any, repair: str) -> None:
             # Recorded as it is sent: a reconcile cut short has still repaired what it sent.
+            targets = list(targets)
             self._record_repair([f"{image['event_id']['S']}:{name}" for name in targets])
-            publish(image, tenant, dedup_id, targets=targets)
+            publish(image, tenant, dedup_id, targets=targets, repair=repair)
 
         def run() -> str:
             result = self.operations.reconcile(since, subscription=subscription)

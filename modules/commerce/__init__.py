@@ -211,13 +211,19 @@ class Commerce:
     def mirror_order(self, delivery: Delivery) -> None:
         payment = PaymentCompleted.model_validate(delivery.envelope.payload)
         self.services.storefront.call(
-            "orders", delivery.idempotency_key, {"order_id": payment.order_id, "status": "PAID"}
+            "orders",
+            delivery.idempotency_key,
+            {"order_id": payment.order_id, "status": "PAID"},
+            headers=delivery.trace_headers(),
         )
 
     def book_shipment(self, delivery: Delivery) -> HandlerResult:
         payment = PaymentCompleted.model_validate(delivery.envelope.payload)
         booking = self.services.carrier.call(
-            "shipments", delivery.idempotency_key, {"order_id": payment.order_id, "address": payment.shipping_address}
+            "shipments",
+            delivery.idempotency_key,
+            {"order_id": payment.order_id, "address": payment.shipping_address},
+            headers=delivery.trace_headers(),
         )
         booked = ShipmentBooked(
             order_id=payment.order_id, carrier_reference=str(booking["reference"]), buyer_email=payment.buyer_email
@@ -227,7 +233,10 @@ class Commerce:
     def notify_buyer(self, delivery: Delivery) -> None:
         payment = PaymentCompleted.model_validate(delivery.envelope.payload)
         self.services.notifier.call(
-            "emails", delivery.idempotency_key, {"to": payment.buyer_email, "template": "payment-received"}
+            "emails",
+            delivery.idempotency_key,
+            {"to": payment.buyer_email, "template": "payment-received"},
+            headers=delivery.trace_headers(),
         )
 
     def notify_shipment(self, delivery: Delivery) -> None:
@@ -236,6 +245,7 @@ class Commerce:
             "emails",
             delivery.idempotency_key,
             {"to": shipment.buyer_email, "template": "shipment-booked", "tracking": shipment.carrier_reference},
+            headers=delivery.trace_headers(),
         )
 
     def mark_pet_tag_ordered(self, delivery: Delivery) -> HandlerResult:

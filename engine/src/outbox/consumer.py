@@ -38,6 +38,7 @@ from outbox.ordering import OrderBook, WakeUps, Watermark
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+from outbox.tracing import observed_pair
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class DurableConsumer:
     wake_ups:
         How a deferred event goes back to the durable queue (``outbox.ordering.WakeUps``); required when a
         subscription is ordered.
+    log:
+        Optional Powertools ``Logger``: every line logged while a pair runs carries its tenant, event id,
+        correlation id, subscription and receive count (and its attempt while the handler runs).
     """
 
     def __init__(
@@ -80,8 +84,10 @@ class DurableConsumer:
         metrics: Any | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         wake_ups: WakeUps | None = None,
+        log: Any | None = None,
     ) -> None:
         self.registry = registry
+        self.log = log
         self.inbox = inbox
         self.store = store
         ordered = sorted(s.name for s in registry.subscriptions if s.ordered)
@@ -262,7 +268,12 @@ class DurableConsumer:
         pair = Pair(
             envelope, subscription, receive_count, digest or envelope_digest(envelope), may_create, repair, owed
         )
-        return self.path_for(pair).deliver(pair, remaining_ms)
+        with observed_pair(
+            envelope, subscription.name, lane=Lane.DURABLE.value, receive_count=receive_count, log=self.log
+        ) as observed:
+            outcome = self.path_for(pair).deliver(pair, remaining_ms)
+            observed.outcome(outcome.value)
+        return outcome
 
     def path_for(self, pair: Pair) -> DeliveryPath:
         """The ordered gate for an ordered subscription's event in its order; the direct path for a
@@ -292,6 +303,10 @@ class DurableConsumer:
             "refused event %s: %s", envelope.id, why, extra={"event_id": envelope.id, "tenant": envelope.tenant}
         )
         for subscription in subscriptions:
+            with observed_pair(
+                envelope, subscription.name, lane=Lane.DURABLE.value, receive_count=receive_count, log=self.log
+            ) as observed:
+                observed.outcome("conflict")
             self.inbox.record_refusal(
                 envelope,
                 subscription.name,

@@ -13,6 +13,7 @@ from outbox import keys
 from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
 from outbox.redaction import validation_summary
+from outbox.tracing import TraceContext
 
 ULID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
@@ -46,6 +47,9 @@ class Envelope(BaseModel):
     payload: dict[str, Any]
     prev_hash: str = Field(pattern=HASH_PATTERN)
     hash: str = Field(pattern=HASH_PATTERN)
+    # The emitting code's trace context (outbox.tracing); absent from events stored before it was recorded, and
+    # then absent from the hashed body too, so those keep verifying.
+    trace_context: TraceContext | None = None
 
     @field_validator("tenant")
     @classmethod
@@ -83,15 +87,22 @@ class Envelope(BaseModel):
         return self.model_copy(update={"payload": _json_copy(self.payload)})
 
     def hashed_body(self) -> dict[str, Any]:
-        """Every field except ``hash`` and ``prev_hash`` (the latter is prepended instead)."""
-        return self.model_dump(mode="json", exclude={"hash", "prev_hash"})
+        """Every field except ``hash`` and ``prev_hash`` (the latter is prepended instead); ``trace_context``
+        only when the event has one, and then without an absent ``tracestate``."""
+        return self.model_dump(mode="json", exclude={"hash": True, "prev_hash": True, **self._absent()})
+
+    def _absent(self) -> dict[str, Any]:
+        """What the event does not have, left out of its hash and its row rather than written as null."""
+        if self.trace_context is None:
+            return {"trace_context": True}
+        return {"trace_context": {"tracestate"}} if self.trace_context.tracestate is None else {}
 
     def computed_hash(self) -> str:
         return chain_hash(self.prev_hash, self.hashed_body())
 
     def to_item(self) -> dict[str, Any]:
         """The event row in DynamoDB's typed JSON, keyed for an ordered per-tenant query."""
-        fields = to_dynamodb_numbers(self.model_dump(mode="json"))
+        fields = to_dynamodb_numbers(self.model_dump(mode="json", exclude=self._absent()))
         row = {
             "pk": keys.event_partition(self.tenant),
             "sk": keys.seq_sort_key(self.seq),

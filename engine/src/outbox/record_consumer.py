@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from outbox.record_changes import parse_record_change
+from outbox.record_changes import RecordChange, parse_record_change
 from outbox.subscriptions import Lane, SubscriptionRegistry
+from outbox.tracing import PairSpan, observed
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +35,10 @@ class Metric(StrEnum):
 
 
 class RecordChangeConsumer:
-    def __init__(self, registry: SubscriptionRegistry, metrics: Any | None = None) -> None:
+    def __init__(self, registry: SubscriptionRegistry, metrics: Any | None = None, log: Any | None = None) -> None:
         self.registry = registry
         self.metrics = metrics
+        self.log = log  # a Powertools Logger: each change's lines carry its keys (outbox.tracing.observed)
         self._unmatched_seen: set[str] = set()
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
@@ -60,7 +63,9 @@ class RecordChangeConsumer:
             self._unmatched(change.type)
             return
         for subscription in subscriptions:
-            result = subscription.handler(change)
+            with self._observed(change, subscription.name) as observed:
+                result = subscription.handler(change)
+                observed.outcome("completed")
             if result is not None:
                 logger.error(
                     "BEST_EFFORT subscription %s returned a %s for %s, which is dropped: BEST_EFFORT handlers "
@@ -71,6 +76,19 @@ class RecordChangeConsumer:
                     extra={"subscription": subscription.name, "row_change_event_id": change.event_id},
                 )
         self._count(Metric.HANDLED)
+
+    def _observed(self, change: RecordChange, subscription: str) -> AbstractContextManager[PairSpan]:
+        """A span per (row change, subscription): a row change carries no trace context, so it is only the
+        invocation's child; a handler that raises ends it with the exception and fails the record."""
+        attributes: dict[str, str | int] = {
+            "row_change.event_id": change.event_id,
+            "row_change.type": change.type,
+            "row_change.table": change.table,
+            "subscription": subscription,
+            "lane": Lane.BEST_EFFORT.value,
+        }
+        keys = {"row_change_event_id": change.event_id, "row_change_type": change.type, "subscription": subscription}
+        return observed(f"process {subscription}", attributes, None, keys=keys, log=self.log)
 
     def _unmatched(self, change_type: str) -> None:
         """A WARNING the first time this process sees a type nobody subscribes to (a mistyped entity prefix

@@ -18,6 +18,7 @@ from outbox.chain import ChainHead
 from outbox.envelope import Envelope
 from outbox.exceptions import InvalidEventError
 from outbox.messages import MAX_RELAY_BODY_BYTES, relay_body_size
+from outbox.tracing import TraceContext
 from outbox.transaction import WriteTarget, item_size
 
 # The largest sequence number the hash can carry (an I-JSON integer).
@@ -35,6 +36,7 @@ def validated_draft(
     causation_id: str | None,
     schema_version: int,
     occurred_at: datetime,
+    trace_context: TraceContext | None = None,
 ) -> dict[str, Any]:
     """The event's fields but its seq and hashes, every one of them validated: bad input never reaches AWS."""
     if not isinstance(payload, Mapping):
@@ -48,7 +50,7 @@ def validated_draft(
             problem = f"payload is not canonical JSON: {exc}"
     if problem:
         raise InvalidEventError(problem)
-    draft = {
+    draft: dict[str, Any] = {
         "id": event_id,
         "type": event_type,
         "tenant": tenant,
@@ -59,6 +61,8 @@ def validated_draft(
         "schema_version": schema_version,
         "payload": payload,
     }
+    if trace_context is not None:
+        draft["trace_context"] = trace_context
     seal(draft, _widest_head(tenant), validate=True)
     return draft
 

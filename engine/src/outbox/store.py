@@ -30,6 +30,7 @@ from outbox.exceptions import (
 from outbox.lanes import run_inline, run_local
 from outbox.sealing import checked_events, seal_all, validated_draft
 from outbox.subscriptions import Lane, Subscription
+from outbox.tracing import TraceContext, current_trace_context
 from outbox.transaction import WriteTarget, check_transaction, describe_write
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class EventStore:
     catalog:
         The application's catalog: with it, emit() refuses undeclared types and payloads their schema
         rejects, and dispatches the INLINE and LOCAL lanes. Without it, emit() only appends.
+    trace_context:
+        Where each emit finds the calling code's trace context, recorded with its events
+        (``outbox.tracing.current_trace_context``: OpenTelemetry's current span, else Lambda's X-Ray header).
 
     Example
     -------
@@ -107,8 +111,10 @@ class EventStore:
         clock: Callable[[], datetime] = engine_clock.now_ms,
         new_event_id: Callable[[], str] = lambda: str(ULID()),
         catalog: Catalog | None = None,
+        trace_context: Callable[[], TraceContext | None] = current_trace_context,
     ) -> None:
         self.table_name = table_name
+        self._trace_context = trace_context
         self.catalog = catalog
         self.client = client if client is not None else default_client()
         self.table_keys = dict(table_keys or {})
@@ -181,6 +187,7 @@ class EventStore:
         if not events:
             raise InvalidEventError("emit_many needs at least one event")
         drafts = []
+        trace_context = self._trace_context()  # one request: every event of the emit records the same
         for event in events:
             version = 1 if event.schema_version is None else event.schema_version
             if self.catalog is not None:
@@ -197,6 +204,7 @@ class EventStore:
                     event.causation_id,
                     version,
                     self._clock(),
+                    trace_context,
                 )
             )
         caller_writes = list(extra_writes)

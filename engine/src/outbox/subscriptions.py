@@ -12,6 +12,7 @@ from typing import Any
 
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OutboxValidationError
+from outbox.tracing import TraceContext, outgoing_headers
 
 # Names are stored in inbox keys and dead-letter rows: keep them stable, short and key-safe.
 SUBSCRIPTION_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -69,6 +70,16 @@ class Delivery:
     idempotency_key: str  # "<event_id>:<subscription>", stable across retries and take-overs
     attempt: int
     remaining_time_ms: Callable[[], int]
+
+    @property
+    def trace_context(self) -> TraceContext | None:
+        """The trace context the event was emitted in (None for events stored before it was recorded)."""
+        return self.envelope.trace_context
+
+    def trace_headers(self) -> dict[str, str]:
+        """HTTP headers (``traceparent``, ``tracestate``) that carry this delivery's trace on to a call the handler
+        makes: the attempt's own span with OpenTelemetry, else the event's context, else none."""
+        return outgoing_headers(self.envelope.trace_context)
 
 
 # DURABLE, INLINE and LOCAL handlers take a Delivery and may return a HandlerResult; BEST_EFFORT handlers

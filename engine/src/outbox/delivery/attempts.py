@@ -22,6 +22,7 @@ from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Subscription
+from outbox.tracing import attempt_of_pair, current_pair
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class Attempts:
         started_ms = remaining_ms()
         try:
             delivery = Delivery(self.delivered(pair.envelope), subscription.name, key, attempt, remaining_ms)
-            return checked_result(subscription, subscription.handler(delivery))
+            with attempt_of_pair(attempt):
+                return checked_result(subscription, subscription.handler(delivery))
         finally:
             self.times.note_run(subscription, started_ms, remaining_ms())
 
@@ -136,6 +138,7 @@ class Attempts:
     ) -> DeliveryOutcome:
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
         logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
+        current_pair().outcome("conflict")
         self.inbox.record_conflict(envelope, subscription.name, existing, receive_count)
         self.count(Metric.CONFLICTS)
         return DeliveryOutcome.DEAD

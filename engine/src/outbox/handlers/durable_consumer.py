@@ -51,6 +51,7 @@ def consumer() -> DurableConsumer:
         metrics=metrics,
         error_detail=settings.error_detail,
         wake_ups=wake_ups(settings, catalog.registry, dynamodb),
+        log=logger,
     )
 
 

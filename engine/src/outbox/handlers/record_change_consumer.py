@@ -26,7 +26,7 @@ copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
 @cache
 def consumer() -> RecordChangeConsumer:
     settings = RecordChangeSettings.from_env(os.environ)
-    return RecordChangeConsumer(load_catalog(settings.subscriptions).registry, metrics=metrics)
+    return RecordChangeConsumer(load_catalog(settings.subscriptions).registry, metrics=metrics, log=logger)
 
 
 @logger.inject_lambda_context

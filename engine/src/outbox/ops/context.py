@@ -20,6 +20,7 @@ from outbox.messages import relay_body, repair_attributes
 from outbox.ops.topology import Topology
 from outbox.query import read_tenants
 from outbox.subscriptions import Subscription
+from outbox.tracing import repair_span, trace_context_of_image
 
 # What a long action reports as it goes: what it is doing, how far it is, and of how much (None: unknown).
 ProgressCallback = Callable[[str, int, int | None], None]
@@ -106,16 +107,23 @@ class OperatorContext:
         )["Attributes"]
         return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
-    def publish(self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str]) -> None:
+    def publish(
+        self, image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Iterable[str], repair: str
+    ) -> None:
         """Send an event row as the relay pipe does (the raw image, group = tenant), naming the subscriptions
-        it is for: each has a DEAD-turned-REPLAYING, or a REPLAYING, claim row that vouches for it."""
-        self.sqs.send_message(
-            QueueUrl=self.topology.durable_queue_url,
-            MessageBody=relay_body(image),
-            MessageGroupId=tenant,
-            MessageDeduplicationId=dedup_id[:128],
-            MessageAttributes=repair_attributes(targets),
-        )
+        it is for: each has a DEAD-turned-REPLAYING, or a REPLAYING, claim row that vouches for it. ``repair``
+        (replay, reconcile) names the span that sends it, linked to the event's own trace context."""
+        targets = list(targets)
+        event_id = str(image.get("event_id", {}).get("S", ""))
+        attributes = {"tenant": tenant, "event.id": event_id, "subscriptions": ",".join(targets)}
+        with repair_span(repair, attributes, trace_context_of_image(image)):
+            self.sqs.send_message(
+                QueueUrl=self.topology.durable_queue_url,
+                MessageBody=relay_body(image),
+                MessageGroupId=tenant,
+                MessageDeduplicationId=dedup_id[:128],
+                MessageAttributes=repair_attributes(targets),
+            )
 
 
 def resolved_letter_update(context: OperatorContext, key: dict[str, Any], decision: str) -> dict[str, Any]:

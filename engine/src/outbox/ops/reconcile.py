@@ -198,7 +198,9 @@ def _resend(
     missing = {s: status for s, status in missing.items() if status or _open_for_repair(context, envelope, s, now)}
     if missing:
         image = context.event_image(envelope.tenant, envelope.seq)
-        context.publish(image, envelope.tenant, repair_dedup_id("reconcile", envelope.id), targets=missing)
+        context.publish(
+            image, envelope.tenant, repair_dedup_id("reconcile", envelope.id), targets=missing, repair="reconcile"
+        )
     return missing
 
 

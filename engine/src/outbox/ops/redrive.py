@@ -5,6 +5,7 @@ interruption leaves a duplicate, which the inbox absorbs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from outbox.exceptions import OperationRefusedError
 from outbox.ops.context import OperatorContext
+from outbox.tracing import TraceContext, repair_span, trace_context_of_image
 
 MOVE_TASK_UNSUPPORTED = {"UnsupportedOperation", "InvalidParameterValue", "AccessDenied", "NotImplementedError"}
 
@@ -141,8 +143,18 @@ def _move(context: OperatorContext, message: dict[str, Any], url: str, target: s
         send["MessageGroupId"] = attributes["MessageGroupId"]
         # Stable per DLQ message: a redrive interrupted after this send and run again is deduplicated.
         send["MessageDeduplicationId"] = f"redrive-{message['MessageId']}"
-    context.sqs.send_message(**send)  # put back first ...
+    with repair_span("redrive", {"message.id": str(message["MessageId"])}, _recorded_context(message["Body"])):
+        context.sqs.send_message(**send)  # put back first ...
     context.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])  # ... then remove
+
+
+def _recorded_context(body: str) -> TraceContext | None:
+    """The trace context of the event a dead message carries (a relay body is its row's image), if any."""
+    try:
+        image = json.loads(body)
+    except ValueError:
+        return None
+    return trace_context_of_image(image.get("dynamodb", {}).get("NewImage", image) if isinstance(image, dict) else None)
 
 
 def _redrive_with_move_task(context: OperatorContext, url: str, wait: timedelta) -> RedriveResult:

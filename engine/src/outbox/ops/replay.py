@@ -249,6 +249,7 @@ def replay(
             tenant,
             repair_dedup_id("replay", event_id),
             targets=subscriptions,
+            repair="replay",
         )
         result.republished.append(event_id)
         on_progress("re-sending events", done, len(by_event))

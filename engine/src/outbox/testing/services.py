@@ -39,12 +39,22 @@ class FakeService:
     calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     fail_next: int = 0  # fault injection: that many calls raise ServiceUnavailableError first
     before_effect: Callable[[str], None] | None = None
+    # The trace headers (traceparent, tracestate) of each call, by idempotency key, in the order received.
+    trace_headers: dict[str, list[dict[str, str]]] = field(default_factory=lambda: defaultdict(list))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def call(self, operation: str, idempotency_key: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def call(
+        self,
+        operation: str,
+        idempotency_key: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         enforce_deadline()  # a call made in process after the caller's Lambda deadline never leaves it
         with self._lock:
             self.calls[idempotency_key] += 1
+            traced = {name: value for name, value in (headers or {}).items() if name in ("traceparent", "tracestate")}
+            self.trace_headers[idempotency_key].append(traced)
             if self.fail_next > 0:
                 self.fail_next -= 1
                 raise ServiceUnavailableError(f"{self.name} answered 503")
@@ -93,8 +103,9 @@ class FakeServiceServer:
                 if service not in services or not key:
                     self._answer(400, {"error": "unknown service or missing Idempotency-Key"})
                     return
+                headers = {name.lower(): value for name, value in self.headers.items()}
                 try:
-                    self._answer(200, services[service].call(operation, key, body))
+                    self._answer(200, services[service].call(operation, key, body, headers))
                 except ServiceUnavailableError as exc:
                     self._answer(503, {"error": str(exc)})
 

@@ -1,4 +1,4 @@
-"""A dead-letter queue that cannot exist without its alarm: the only way this app makes a DLQ."""
+"""A dead-letter queue that cannot exist without its alarms: the only way this app makes a DLQ."""
 
 from __future__ import annotations
 
@@ -25,16 +25,25 @@ DEAD_LETTER_ALARM_THRESHOLD = 0
 DEAD_LETTER_ALARM_PERIOD = Duration.minutes(1)
 # The queue policy statement that refuses a message from every principal but the DLQ's own senders.
 DEAD_LETTER_SEND_DENY_SID: Final = "OnlyItsFailuresArrive"
+# The arrival alarm's expression: how much the DLQ's messages (visible plus in flight) grew since the previous
+# datapoint. An arrival raises it, by a move of SQS or a send; a receive only moves a message from visible to in
+# flight, and its visibility timeout back; a redrive, a deletion or the retention period lowers it (R9.7, R9.8).
+ARRIVAL_EXPRESSION: Final = "DIFF(visible + inflight)"
 
 
 class AlarmedDeadLetterQueue(Construct):
-    """A DLQ (``self.queue``) and an alarm (``self.alarm``) that fires on its first message.
+    """A DLQ (``self.queue``), an alarm on its first message (``self.alarm``) and one on every later arrival
+    (``self.arrival_alarm``): ``self.alarms`` are both.
 
     "Nothing fails silently" is structural here rather than a convention: every dead-letter target in
     the app (queue redrive, pipe DLQ, event source mapping on-failure) is made through this construct,
-    and an infrastructure test fails if any dead-letter target in the template lacks this alarm. The
-    alarm treats missing data as not breaching, since SQS stops reporting an idle, empty queue.
+    and an infrastructure test fails if any dead-letter target in the template lacks these alarms. Both
+    treat missing data as not breaching, since SQS stops reporting an idle queue (R9.7).
 
+    - ``self.alarm`` is in ALARM while the queue holds a visible message, and says nothing more while it stays
+      there. ``self.arrival_alarm`` fires in each minute the queue's messages (visible plus in flight) grew:
+      the first dead letter (beside ``self.alarm``) and every one after it, and returns to OK the next minute.
+      SQS's ``NumberOfMessagesSent`` would not do: it does not count what a redrive policy moves (R9.7).
     - Its policy denies ``sqs:SendMessage`` to every IAM principal (administrators and this app's roles
       included) but the roles ``admit_sender`` names, those that write their failures here: a pipe's role, a
       function's role for its asynchronous failures (``send_deny.SendDeny``). A service principal acting as
@@ -86,6 +95,37 @@ class AlarmedDeadLetterQueue(Construct):
             threshold=DEAD_LETTER_ALARM_THRESHOLD,
             description=f"Dead letters waiting: {description}. See the runbook (replay / redrive).",
             alarm_topic=alarm_topic,
+        )
+        self.arrival_alarm = alarm_above(
+            self,
+            "Arriving",
+            self.arrivals(),
+            threshold=0,
+            description=f"More dead letters arrived: {description}. Fires in each minute the queue grew, also while "
+            "its NotEmpty alarm is already in ALARM, and returns to OK the next minute. See the runbook "
+            "(Dead letters arriving).",
+            alarm_topic=alarm_topic,
+        )
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        """The depth alarm, then the arrival alarm."""
+        return [self.alarm, self.arrival_alarm]
+
+    def arrivals(self, period: Duration = DEAD_LETTER_ALARM_PERIOD) -> cloudwatch.MathExpression:
+        """How many more messages the queue held than at the previous datapoint (``ARRIVAL_EXPRESSION``)."""
+        return cloudwatch.MathExpression(
+            expression=ARRIVAL_EXPRESSION,
+            using_metrics={
+                "visible": self.queue.metric_approximate_number_of_messages_visible(
+                    period=period, statistic=cloudwatch.Stats.MAXIMUM
+                ),
+                "inflight": self.queue.metric_approximate_number_of_messages_not_visible(
+                    period=period, statistic=cloudwatch.Stats.MAXIMUM
+                ),
+            },
+            label="messages arrived",
+            period=period,
         )
 
     def admit_sender(self, role: iam.IRole) -> None:

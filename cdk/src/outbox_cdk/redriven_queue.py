@@ -29,7 +29,7 @@ SEND_DENY_SID: Final = "OnlyThePipeAndTheRepairsSend"
 
 class RedrivenQueue(Construct):
     """``self.queue`` feeds one consumer; ``self.dead_letter_queue`` catches what failed
-    ``self.max_receive_count`` receives, and alarms on its first message.
+    ``self.max_receive_count`` receives, and alarms on its first message and on every later arrival.
 
     - The visibility timeout is derived in ``timing`` from the consumer's timeout, never typed here.
     - Encrypted at rest (SSE-SQS, or SSE-KMS with ``encryption_key``, the DLQ with the same key) and TLS

@@ -1,7 +1,8 @@
 """What a deployed stack costs a month with no traffic at all, read off its synthesized template.
 
 Idle, Lambda, Pipes, SNS and on-demand DynamoDB cost nothing; what is left is billed per resource per month
-(alarms, dashboards, customer managed keys, the custom metrics published even with no traffic) and the SQS
+(alarms, per metric each reads, dashboards, customer managed keys, the custom metrics published even with no
+traffic) and the SQS
 requests of Lambda's idle pollers: an SQS event
 source mapping with MaximumConcurrency set keeps five long-polling connections open (it scales down to
 two only without it, https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html), each waiting
@@ -60,6 +61,17 @@ def heartbeat_metrics(template: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     return found
 
 
+def alarm_metrics(template: Mapping[str, Any]) -> int:
+    """What CloudWatch bills alarms by: the metrics each reads, one for an alarm on a metric, each metric of a
+    metric math alarm (its expressions are free)."""
+    return sum(
+        sum(1 for query in alarm["Properties"]["Metrics"] if "MetricStat" in query)
+        if "Metrics" in alarm["Properties"]
+        else 1
+        for alarm in resources(template, "AWS::CloudWatch::Alarm")
+    )
+
+
 def idle_receives_per_month() -> float:
     return IDLE_POLLERS_PER_MAPPING * SECONDS_PER_MONTH / LONG_POLL_SECONDS
 
@@ -74,11 +86,7 @@ def monthly_bill(template: Mapping[str, Any], prices: Mapping[str, Any]) -> list
     mappings = resources(template, "AWS::Lambda::EventSourceMapping")
     on_fifo = sum(1 for mapping in mappings if _queue_of(mapping) in fifo_queues)
     return [
-        Line(
-            "CloudWatch alarms",
-            len(resources(template, "AWS::CloudWatch::Alarm")),
-            _price(prices, "cloudwatch_alarm_month"),
-        ),
+        Line("CloudWatch alarm metrics", alarm_metrics(template), _price(prices, "cloudwatch_alarm_month")),
         Line(
             "CloudWatch custom metrics, hourly",
             len(heartbeat_metrics(template)),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from benchmarks.at_rest import idle_receives_per_month, monthly_bill, per_stored_gb, resources, total
+from benchmarks.at_rest import alarm_metrics, idle_receives_per_month, monthly_bill, per_stored_gb, resources, total
 from benchmarks.report import load_prices
 from stacks.app_factory import STACK_NAME
 from tests.conftest import Synthesized
@@ -18,7 +19,11 @@ OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> None:
     template = synthesized.template(STACK_NAME)
     lines = {line.item: line for line in monthly_bill(template, load_prices())}
-    assert lines["CloudWatch alarms"].count == len(resources(template, "AWS::CloudWatch::Alarm")) > 0
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    # Each alarm reads one metric, but the dead-letter queues' arrival alarms, two each (visible and in flight).
+    arrivals = [alarm for alarm in alarms if "DIFF(" in json.dumps(alarm)]
+    assert len(arrivals) == 7
+    assert lines["CloudWatch alarm metrics"].count == alarm_metrics(template) == len(alarms) + len(arrivals)
     assert lines["CloudWatch dashboards"].count == 1
     # The anchoring pass's liveness metrics, published every hour, traffic or not: PipesNotRunning, AnchoringPasses
     assert lines["CloudWatch custom metrics, hourly"].count == 2

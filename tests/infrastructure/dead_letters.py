@@ -1,4 +1,5 @@
-"""Finds every dead-letter target in a CloudFormation template and checks that each one is alarmed.
+"""Finds every dead-letter target in a CloudFormation template and checks that each one is alarmed: on its depth
+(the first dead letter) and on every arrival after it.
 
 A function over the template dict, not over the CDK tree: it judges what would be deployed, whatever
 construct (or lack of one) produced it, and it can be pointed at a deliberately broken template to
@@ -11,7 +12,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tests.infrastructure.metric_math import NotModelledError, Series, alarm_state
+
 DLQ_METRIC = "ApproximateNumberOfMessagesVisible"
+IN_FLIGHT_METRIC = "ApproximateNumberOfMessagesNotVisible"
+# What an arrival alarm must tell apart, minute by minute as (visible, in flight), and the state it must be in at
+# the last minute: a dead letter arriving in a queue that already holds one, and an operator's receive of both
+# (the depth falls, the in-flight count rises) and their visibility timeout (back again). CloudWatch's range is
+# not documented (R9.6): three minutes here, every probe's datapoints.
+ARRIVAL_PROBES: list[tuple[str, dict[int, tuple[int, int]], str]] = [
+    ("a second dead letter", {0: (1, 0), 1: (1, 0), 2: (2, 0)}, "ALARM"),
+    ("a receive", {0: (2, 0), 1: (0, 2)}, "OK"),
+    ("its visibility timeout", {0: (2, 0), 1: (0, 2), 2: (2, 0)}, "OK"),
+]
+PROBE_RANGE_MINUTES = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,60 @@ def unalarmed_dead_letter_targets(template: dict[str, Any]) -> list[str]:
         if not any(_is_depth_alarm_for(alarm, queue_id, resources) for alarm in _alarms(resources)):
             findings.append(f"{where}: dead-letter queue {queue_id} has no alarm on its depth at > 0")
     return findings
+
+
+def dead_letter_queues_without_arrival_alarm(template: dict[str, Any]) -> list[str]:
+    """One finding per dead-letter queue (a queue some dead-letter target of the template names) that lacks an
+    arrival alarm: a metric math alarm on that queue's visible and in-flight counts (maximum, one minute) that
+    notifies a topic of this template, treats missing data as not breaching, and, evaluated on
+    ``ARRIVAL_PROBES``, fires on a second dead letter and not on a receive or its visibility timeout."""
+    resources = template.get("Resources", {})
+    queues = {
+        queue_id
+        for declared in dead_letter_targets(template)
+        if (queue_id := _referenced_logical_id(declared.target)) in resources
+        and resources[queue_id]["Type"] == "AWS::SQS::Queue"
+    }
+    return [
+        f"dead-letter queue {queue_id} has no alarm on each arrival"
+        for queue_id in sorted(queues)
+        if not any(_is_arrival_alarm_for(alarm, queue_id, resources) for alarm in _alarms(resources))
+    ]
+
+
+def probe(datapoints: dict[int, tuple[int, int]]) -> dict[str, Series]:
+    """A probe's (visible, in flight) datapoints as the two SQS metrics' series."""
+    return {
+        DLQ_METRIC: {minute: float(visible) for minute, (visible, _) in datapoints.items()},
+        IN_FLIGHT_METRIC: {minute: float(in_flight) for minute, (_, in_flight) in datapoints.items()},
+    }
+
+
+def _is_arrival_alarm_for(alarm: dict[str, Any], queue_id: str, resources: dict[str, Any]) -> bool:
+    queue_dimension = {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}
+    stats = [query["MetricStat"] for query in alarm.get("Metrics", []) if "MetricStat" in query]
+    reads_the_queue = sorted(stat["Metric"]["MetricName"] for stat in stats) == sorted(
+        (DLQ_METRIC, IN_FLIGHT_METRIC)
+    ) and all(
+        stat["Metric"].get("Namespace") == "AWS/SQS"
+        and stat["Metric"].get("Dimensions") == [queue_dimension]
+        and stat.get("Stat") == "Maximum"
+        and _number(stat.get("Period")) == 60
+        for stat in stats
+    )
+    if not (
+        reads_the_queue
+        and alarm.get("TreatMissingData") == "notBreaching"
+        and any(_is_topic(action, resources) for action in alarm.get("AlarmActions", []))
+    ):
+        return False
+    try:
+        return all(
+            alarm_state(alarm, probe(datapoints), max(datapoints), evaluation_range=PROBE_RANGE_MINUTES) == expected
+            for _, datapoints, expected in ARRIVAL_PROBES
+        )
+    except NotModelledError:
+        return False
 
 
 def _declared_targets(resource: dict[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -3,21 +3,27 @@
 It is limited on purpose, and refuses what it does not model (``NotModelledError``) instead of guessing, so that a
 test cannot pass because a statement's unfamiliar part was ignored. What it models:
 
-- ``Effect`` Allow or Deny; ``Principal`` ``"*"`` or ``{"AWS": ...}`` with ``"*"`` or role ARNs (no
-  ``NotPrincipal``, no service or federated principals); ``Action`` and ``Resource`` as one value or a list,
-  with ``*`` and ``?`` wildcards (actions case-insensitively); no ``NotAction``, no ``NotResource``.
+- ``Effect`` Allow or Deny; ``Principal`` ``"*"`` or ``{"AWS": ...}`` with ``"*"`` or role ARNs, or
+  ``{"Service": ...}`` with service principal names (no ``NotPrincipal``, no federated principals; ``"*"``
+  matches every request, a service's included, as AWS's own deny-unless-service statements assume: R10.7);
+  ``Action`` and ``Resource`` as one value or a list, with ``*`` and ``?`` wildcards (actions
+  case-insensitively); no ``NotAction``, no ``NotResource``.
 - The condition operators ``StringEquals``, ``StringNotEquals``, ``StringLike``, ``StringNotLike``,
   ``ArnEquals``, ``ArnNotEquals``, ``ArnLike``, ``ArnNotLike`` (each with the ``ForAnyValue:`` and
-  ``ForAllValues:`` qualifiers), ``Bool`` and ``Null``; no ``...IfExists``, no numeric, date or address
-  operators. A key the request lacks makes a positive operator false and a negated one true; several values
-  in the policy match when any matches (positive) or none does (negated); ``ForAnyValue`` over an absent key
-  is false and ``ForAllValues`` true (docs/aws-behaviour.md R10.2).
+  ``ForAllValues:`` qualifiers), ``Bool`` and ``Null``, and each of them but ``Null`` with ``IfExists`` (no
+  qualifier then); no numeric, date or address operators. A key the request lacks makes a positive operator
+  false and a negated one true, and an ``...IfExists`` operator true; several values in the policy match when
+  any matches (positive) or none does (negated); ``ForAnyValue`` over an absent key is false and
+  ``ForAllValues`` true (docs/aws-behaviour.md R10.2, R10.7).
 - The decision within one account: an explicit Deny in any policy that applies wins, else an Allow in the
   principal's own (identity) policies or in the resource's policy, else an implicit deny (R10.3). No
   organisation SCPs, permission boundaries, session policies or cross-account rules.
 
 Requests carry the request context a test names: the principal's ARN (for a role session, AWS puts its
-role's ARN in ``aws:PrincipalArn``: R10.1), TLS or not, and any service key (``dynamodb:LeadingKeys``).
+role's ARN in ``aws:PrincipalArn``: R10.1), or the service principal acting as itself, TLS or not, and any
+other key (``dynamodb:LeadingKeys``, ``aws:SourceArn``). A signed request carries ``aws:PrincipalIsAWSService``
+(``"true"`` for a service principal, else ``"false"``), an anonymous one does not (R10.7); whether a service
+principal's request carries an ``aws:PrincipalArn`` the documentation does not say, so a test may ask both ways.
 Templates' references (``Ref``, ``Fn::GetAtt``) are resolved through a mapping of logical id to ARN.
 """
 
@@ -50,14 +56,23 @@ class Decision(StrEnum):
 class Request:
     action: str
     resource: str
-    principal_arn: str | None  # None: anonymous, or a service acting as itself (no aws:PrincipalArn)
+    principal_arn: str | None  # None: anonymous, or a service acting as itself without an aws:PrincipalArn
     context: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
     secure_transport: bool = True
+    service: str | None = None  # a service principal acting as itself (events.amazonaws.com), not a role of it
+
+    @property
+    def signed(self) -> bool:
+        return self.principal_arn is not None or self.service is not None
 
     def keys(self) -> dict[str, list[str]]:
         keys: dict[str, list[str]] = {"aws:SecureTransport": ["true" if self.secure_transport else "false"]}
         if self.principal_arn is not None:
             keys["aws:PrincipalArn"] = [self.principal_arn]
+        if self.signed:
+            keys["aws:PrincipalIsAWSService"] = ["true" if self.service is not None else "false"]
+        if self.service is not None:
+            keys["aws:PrincipalServiceName"] = [self.service]
         for name, value in self.context.items():
             keys[name] = [value] if isinstance(value, str) else list(value)
         return keys
@@ -144,7 +159,7 @@ def applies(statement: Mapping[str, Any], request: Request, *, in_resource: bool
         raise NotModelledError(f"statement elements {sorted(unknown)}")
     if statement["Effect"] not in ("Allow", "Deny"):
         raise NotModelledError(f"Effect {statement['Effect']!r}")
-    if in_resource and not _principal_matches(statement.get("Principal"), request.principal_arn):
+    if in_resource and not _principal_matches(statement.get("Principal"), request):
         return False
     actions = _listed(statement["Action"])
     if not any(fnmatch.fnmatchcase(request.action.lower(), pattern.lower()) for pattern in actions):
@@ -162,12 +177,17 @@ def condition_holds(operator: str, key: str, expected: Any, keys: Mapping[str, l
     """One operator on one key, against the request's keys."""
     wanted = [str(value).lower() if isinstance(value, bool) else str(value) for value in _listed(expected)]
     present = keys.get(key)
+    qualifier, _, base = operator.rpartition(":")
+    if base.endswith("IfExists"):
+        if qualifier or base == "NullIfExists":
+            raise NotModelledError(f"condition operator {operator}")
+        # Absent: true, whatever the operator. Present: the operator without IfExists decides (R10.7).
+        return present is None or condition_holds(base.removesuffix("IfExists"), key, expected, keys)
     if operator == "Null":
         return (present is None) == (wanted == ["true"])
     if operator == "Bool":
         return present is not None and any(value.lower() in wanted for value in present)
-    qualifier, _, base = operator.rpartition(":")
-    if base.endswith("IfExists") or base not in _MATCHERS:
+    if base not in _MATCHERS:
         raise NotModelledError(f"condition operator {operator}")
     negated = "Not" in base
     match = _MATCHERS[base]
@@ -218,13 +238,17 @@ _MATCHERS = {
 }
 
 
-def _principal_matches(principal: Any, principal_arn: str | None) -> bool:
+def _principal_matches(principal: Any, request: Request) -> bool:
     if principal == "*":
         return True
-    if not isinstance(principal, Mapping) or set(principal) != {"AWS"}:
+    if not isinstance(principal, Mapping) or len(principal) != 1 or set(principal) - {"AWS", "Service"}:
         raise NotModelledError(f"Principal {principal!r}")
+    if "Service" in principal:
+        return request.service is not None and request.service in _listed(principal["Service"])
     named = _listed(principal["AWS"])
-    return "*" in named or (principal_arn is not None and principal_arn in named)
+    if "*" in named:
+        return True
+    return request.service is None and request.principal_arn is not None and request.principal_arn in named
 
 
 def _refuse_principal_in_identity(statement: Mapping[str, Any]) -> None:

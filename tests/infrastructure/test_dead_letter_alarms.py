@@ -1,20 +1,29 @@
-"""Nothing fails silently: every dead-letter target in the app has an alarm at > 0 on the alarm topic."""
+"""Nothing fails silently: every dead-letter target in the app has an alarm at > 0 on the alarm topic, and an
+alarm on every arrival after the first, which the depth alarm, already in ALARM, does not report."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
+from outbox_cdk.alarmed_dlq import ARRIVAL_EXPRESSION, AlarmedDeadLetterQueue
 from tests.infrastructure.conftest import resources_of_type
-from tests.infrastructure.dead_letters import dead_letter_targets, unalarmed_dead_letter_targets
+from tests.infrastructure.dead_letters import (
+    DLQ_METRIC,
+    dead_letter_queues_without_arrival_alarm,
+    dead_letter_targets,
+    probe,
+    unalarmed_dead_letter_targets,
+)
+from tests.infrastructure.metric_math import alarm_state
 from tests.infrastructure.template_queries import only_resource
 
 
@@ -86,6 +95,94 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def arrival_alarms(stack_template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        logical_id: alarm["Properties"]
+        for logical_id, alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").items()
+        if any(query.get("Expression") == ARRIVAL_EXPRESSION for query in alarm["Properties"].get("Metrics", []))
+    }
+
+
+def depth_alarms(stack_template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        logical_id: alarm["Properties"]
+        for logical_id, alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("MetricName") == DLQ_METRIC
+    }
+
+
+def test_every_dead_letter_queue_alarms_on_each_arrival(stack_template: dict[str, Any]) -> None:
+    # Seven queues (the anchoring function's and its schedule's targets are one), seven arrival alarms, each
+    # telling a second dead letter from an operator's receive (the checker evaluates it: dead_letters.py).
+    assert dead_letter_queues_without_arrival_alarm(stack_template) == []
+    alarms = arrival_alarms(stack_template)
+    assert len(alarms) == len({target.target["Fn::GetAtt"][0] for target in dead_letter_targets(stack_template)}) == 7
+    [topic_id] = resources_of_type(stack_template, "AWS::SNS::Topic")
+    for alarm in alarms.values():
+        assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic_id}]
+
+
+def test_every_dead_letter_alarm_is_on_the_dashboard(stack_template: dict[str, Any]) -> None:
+    [dashboard] = resources_of_type(stack_template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for logical_id in [*arrival_alarms(stack_template), *depth_alarms(stack_template)]:
+        assert logical_id in body, logical_id
+
+
+# Minute by minute, a DLQ's (visible, in flight) messages, the minute evaluated, and what the arrival alarm says.
+ARRIVALS: dict[str, tuple[dict[int, tuple[int, int]], int, str]] = {
+    "the first dead letter": ({0: (0, 0), 1: (1, 0)}, 1, "ALARM"),
+    "a second one, while NotEmpty is in ALARM": ({0: (1, 0), 1: (1, 0), 2: (2, 0)}, 2, "ALARM"),
+    "the minute after it": ({0: (1, 0), 1: (2, 0), 2: (2, 0)}, 2, "OK"),
+    "one arriving while another is received": ({0: (1, 0), 1: (0, 1), 2: (1, 1)}, 2, "ALARM"),
+    "an operator receives both": ({0: (2, 0), 1: (0, 2)}, 1, "OK"),
+    "their visibility timeout": ({0: (2, 0), 1: (0, 2), 2: (2, 0)}, 2, "OK"),
+    "a redrive empties the queue": ({0: (2, 0), 1: (0, 0)}, 1, "OK"),
+    "a redriven message fails again": ({0: (1, 0), 1: (0, 0), 2: (1, 0)}, 2, "ALARM"),
+    "SQS reports nothing (an idle queue)": ({}, 5, "OK"),
+}
+
+
+@pytest.mark.parametrize("evaluation_range", [3, 5, 15], ids=lambda minutes: f"range {minutes} min")
+@pytest.mark.parametrize("case", ARRIVALS, ids=str)
+def test_the_arrival_alarm_on_sample_datapoints(
+    stack_template: dict[str, Any], case: str, evaluation_range: int
+) -> None:
+    datapoints, at, expected = ARRIVALS[case]
+    for logical_id, alarm in arrival_alarms(stack_template).items():
+        assert alarm_state(alarm, probe(datapoints), at, evaluation_range=evaluation_range) == expected, logical_id
+
+
+@pytest.mark.parametrize("quiet_minutes", [1, 2, 6 * 60])
+@pytest.mark.parametrize("evaluation_range", [3, 5, 15], ids=lambda minutes: f"range {minutes} min")
+def test_a_dead_letter_after_a_silence_notifies_through_one_alarm_or_the_other(
+    stack_template: dict[str, Any], quiet_minutes: int, evaluation_range: int
+) -> None:
+    # The DLQ held one dead letter, SQS reported nothing for a while (it stops reporting a queue it considers idle,
+    # and reports again up to 15 minutes after it is touched: R9.7), then a second arrived. Within CloudWatch's
+    # range (its length is not documented) the arrival alarm sees the rise; long after it, the arrival alarm has
+    # no preceding datapoint, but the silence has returned the depth alarm to OK, and it fires again.
+    for arrival in arrival_alarms(stack_template).values():
+        [dimensions] = {
+            json.dumps(query["MetricStat"]["Metric"]["Dimensions"])
+            for query in arrival["Metrics"]
+            if "MetricStat" in query
+        }
+        [depth] = [
+            alarm for alarm in depth_alarms(stack_template).values() if json.dumps(alarm["Dimensions"]) == dimensions
+        ]
+        before, after = {0: (1, 0)}, {0: (1, 0), quiet_minutes: (2, 0)}
+
+        def state(alarm: dict[str, Any], datapoints: dict[int, tuple[int, int]], at: int) -> str:
+            return alarm_state(alarm, probe(datapoints), at, evaluation_range=evaluation_range)
+
+        if quiet_minutes < evaluation_range:
+            assert state(arrival, after, quiet_minutes) == "ALARM"
+        else:
+            assert state(depth, before, quiet_minutes - 1) == "OK"
+            assert state(depth, after, quiet_minutes) == "ALARM"
 
 
 # --- the checker itself can fail ---------------------------------------------------------------------
@@ -172,6 +269,62 @@ def test_the_checker_reports_a_dead_letter_queue_made_without_the_construct(
 def test_the_checker_accepts_the_construct() -> None:
     stack = Stack(App(), "Alarmed")
     topic = sns.Topic(stack, "Topic")
-    dlq = AlarmedDeadLetterQueue(stack, "Dlq", alarm_topic=topic, fifo=False, description="probe")
+    dlq = AlarmedDeadLetterQueue(stack, "Dlq", alarm_topic=topic, fifo=False, description="probe", of_queue=True)
     sqs.Queue(stack, "Work", dead_letter_queue=sqs.DeadLetterQueue(queue=dlq.queue, max_receive_count=3))
-    assert unalarmed_dead_letter_targets(Template.from_stack(stack).to_json()) == []
+    template = Template.from_stack(stack).to_json()
+    assert unalarmed_dead_letter_targets(template) == []
+    assert dead_letter_queues_without_arrival_alarm(template) == []
+
+
+def _no_arrival_alarm(stack: Stack, dlq: sqs.Queue) -> None:
+    pass
+
+
+def _sent_messages(stack: Stack, dlq: sqs.Queue) -> None:
+    # NumberOfMessagesSent does not count what a redrive policy moves (R9.7): blind to a queue's dead letters.
+    _arrival_alarm(stack, dlq.metric_number_of_messages_sent(period=Duration.minutes(1), statistic="Sum"))
+
+
+def _visible_only(stack: Stack, dlq: sqs.Queue) -> None:
+    # Fires when an operator's receive runs out its visibility timeout: the messages come back visible.
+    visible = dlq.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum")
+    _arrival_alarm(stack, cloudwatch.MathExpression(expression="DIFF(visible)", using_metrics={"visible": visible}))
+
+
+def _depth_above_zero(stack: Stack, dlq: sqs.Queue) -> None:
+    # Visible plus in flight above zero: in ALARM while the queue holds anything, silent on the second arrival.
+    metrics = {
+        "visible": dlq.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
+        "inflight": dlq.metric_approximate_number_of_messages_not_visible(
+            period=Duration.minutes(1), statistic="Maximum"
+        ),
+    }
+    _arrival_alarm(stack, cloudwatch.MathExpression(expression="visible + inflight", using_metrics=metrics))
+
+
+def _arrival_alarm(stack: Stack, metric: cloudwatch.IMetric) -> None:
+    from outbox_cdk.alarms import alarm_above
+
+    topic = stack.node.find_child("Topic")
+    assert isinstance(topic, sns.Topic)
+    alarm_above(stack, "Arrivals", metric, threshold=0, description="probe", alarm_topic=topic)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_no_arrival_alarm, _sent_messages, _visible_only, _depth_above_zero],
+    ids=["none", "NumberOfMessagesSent", "DIFF of the visible count", "depth above zero"],
+)
+def test_the_arrival_checker_reports_an_alarm_that_misses_arrivals_or_fires_on_a_receive(
+    build: Callable[[Stack, sqs.Queue], None],
+) -> None:
+    # Given a queue's DLQ whose arrival alarm is missing, or watches the wrong thing
+    stack = Stack(App(), "Unalarmed")
+    sns.Topic(stack, "Topic")
+    dlq = sqs.Queue(stack, "PlainDlq")
+    sqs.Queue(stack, "Work", dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=3))
+    build(stack, dlq)
+    # When the checker reads the template, then it reports that DLQ
+    findings = dead_letter_queues_without_arrival_alarm(Template.from_stack(stack).to_json())
+    assert len(findings) == 1, findings
+    assert "PlainDlq" in findings[0]

@@ -46,6 +46,18 @@ def send_deny(statements: list[dict[str, Any]]) -> dict[str, Any]:
     return deny
 
 
+def deny_statement(sid: str, queue_id: str, condition: dict[str, Any]) -> dict[str, Any]:
+    """The statement a queue policy denies sqs:SendMessage with, to everyone the condition holds for."""
+    return {
+        "Sid": sid,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "sqs:SendMessage",
+        "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "Condition": condition,
+    }
+
+
 def role_id(stack_template: dict[str, Any], prefix: str) -> str:
     return only_resource(stack_template, "AWS::IAM::Role", prefix)[0]
 
@@ -61,27 +73,12 @@ def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_repair_roles(
         {"Fn::GetAtt": [role_id(stack_template, prefix), "Arn"]}
         for prefix in (pipe_role_prefix, OPERATOR_ROLE, *waking, RUNBOOK_ROLE)
     ]
-    assert send_deny(statements) == {
-        "Sid": SEND_DENY_SID,
-        "Effect": "Deny",
-        "Principal": {"AWS": "*"},
-        "Action": "sqs:SendMessage",
-        "Resource": {"Fn::GetAtt": [queue_id, "Arn"]},
-        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": exempt}},
-    }
+    assert send_deny(statements) == deny_statement(
+        SEND_DENY_SID, queue_id, {"ArnNotEquals": {"aws:PrincipalArn": exempt}}
+    )
     # The TLS deny stays beside it, and nothing is allowed by the queue policy itself.
     assert len(statements) == 2
     assert all(statement["Effect"] == "Deny" for statement in statements)
-
-
-def test_the_dead_letter_queues_keep_the_tls_deny_only(stack_template: dict[str, Any]) -> None:
-    # SQS moves a message to a DLQ itself (no principal's SendMessage): no send deny is needed for that, and
-    # none is written, since AWS's documentation does not say how a DLQ's policy is applied to that move.
-    for queue_id in resources_of_type(stack_template, "AWS::SQS::Queue"):
-        if "DeadLetters" in queue_id:
-            sids = [s.get("Sid") for s in queue_policy(stack_template, queue_id)]
-            # the anchoring's DLQ also admits its schedule's rule (CDK's statement for EventBridge's DLQ)
-            assert [sid for sid in sids if not (sid or "").startswith("AllowEventRule")] == [None], queue_id
 
 
 def test_each_pipe_starts_after_its_target_s_policy(stack_template: dict[str, Any]) -> None:

@@ -105,7 +105,7 @@ def test_failures_are_bounded_and_end_in_the_pipe_dlq(
 
 
 def pipe_arn(name: str) -> dict[str, Any]:
-    """A pipe's ARN as the template builds it from its name (R10.8)."""
+    """A pipe's ARN as the template builds it from its name (R10.10)."""
     parts = ["arn:", {"Ref": "AWS::Partition"}, ":pipes:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}]
     return {"Fn::Join": ["", [*parts, f":pipe/{name}"]]}
 

@@ -300,8 +300,12 @@ class Auditor(Construct):
         function_resource.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(
             target_arn=self.anchoring_dead_letters.queue.queue_arn
         )
-        # Lambda sends a failed asynchronous invocation to it with the function's role.
+        # Lambda sends a failed asynchronous invocation to it with the function's role (R10.8): the one role its
+        # policy lets send. The schedule's EventBridge sends as itself, by CDK's Allow for that rule (_schedule).
+        # (No dependency of the function on that policy: the policy names the rule, which names the function.)
         grant_messages(self.anchoring_dead_letters.queue, function, QUEUE_SEND_ACTIONS)
+        assert function.role is not None
+        self.anchoring_dead_letters.admit_sender(function.role)
         checkov.skip(
             function_resource,
             "CKV_AWS_115",
@@ -325,7 +329,9 @@ class Auditor(Construct):
 
 def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.IQueue) -> eventbridge.Rule:
     """Hourly. An invocation EventBridge cannot deliver, and one the function fails (Lambda's own DLQ, set
-    above), both end in the same alarmed queue."""
+    above), both end in the same alarmed queue. The target's DLQ gets CDK's queue policy statement that lets
+    ``events.amazonaws.com`` send for this rule only (``aws:SourceArn``, R10.8): a policy statement naming the
+    rule, not the key policy, so no cycle (``_admit_eventbridge``)."""
     return eventbridge.Rule(
         scope,
         "AnchoringSchedule",

@@ -14,11 +14,12 @@
 
 DURABLE lane: events table stream -> relay pipe -> FIFO queue -> durable consumer (the inbox's claims).
 BEST_EFFORT lane, when ``record_changes_from`` is given: that table's stream -> record-change pipe ->
-standard queue -> record-change consumer. Every queue has a dead-letter queue with an alarm at zero;
-pipes, queues and consumers have alarms and one dashboard, whose status widget says what needs an operator;
-an IAM-signed operator endpoint reports the chains and the dead work. Two roles for people: the operator role
-repairs event rows, the runbook role runs the ``outbox`` CLI's runbook (``outbox_cdk.runbook_role``). The stack
-outputs are ``outbox.outputs.StackOutput``, which the ``outbox`` CLI reads: one pipeline per stack.
+standard queue -> record-change consumer. Every queue has a dead-letter queue that only its failures reach,
+with an alarm at zero and one on each later arrival; pipes, queues and consumers have alarms and one
+dashboard, whose status widget says what needs an operator; an IAM-signed operator endpoint reports the chains
+and the dead work. Two roles for people: the operator role repairs event rows, the runbook role runs the
+``outbox`` CLI's runbook (``outbox_cdk.runbook_role``). The stack outputs are ``outbox.outputs.StackOutput``,
+which the ``outbox`` CLI reads: one pipeline per stack.
 
 One file: the construct a user reads first, its parameters documented where they are declared, and the
 wiring of the parts, each a construct of its own module; what it refuses at synth is
@@ -463,7 +464,7 @@ class OutboxPipeline(Construct):
             record_change=lane,
             durable_visibility_timeout_seconds=self.durable.visibility_timeout_seconds,
             dead_letter_queues=[(label, dlq.queue) for label, dlq in dead_letters],
-            dead_letter_alarms=[dlq.alarm for _, dlq in dead_letters],
+            dead_letter_alarms=[alarm for _, dlq in dead_letters for alarm in dlq.alarms],
             operator_endpoint_alarms=self.operator_endpoint.alarms,
             audit_alarms=self.auditor.alarms,
             tamper_pipe_name=self.auditor.pipe.pipe_name,

@@ -14,6 +14,7 @@ from constructs import Construct
 
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.queue_defaults import encrypted_queue
+from outbox_cdk.send_deny import SendDeny
 from outbox_cdk.timing import QUEUE_RETENTION_DAYS
 
 if TYPE_CHECKING:
@@ -24,14 +25,11 @@ if TYPE_CHECKING:
 QUEUE_RETENTION: Final = Duration.days(QUEUE_RETENTION_DAYS)
 # The queue policy statement that refuses a message from anyone but the queue's pipe and its senders.
 SEND_DENY_SID: Final = "OnlyThePipeAndTheRepairsSend"
-# sqs:SendMessage also authorises SendMessageBatch (docs/aws-behaviour.md R10.4), and a move task from a DLQ
-# sends with its caller's permissions, so this one action covers every way a principal puts a message here.
-SEND_ACTIONS: Final = ("sqs:SendMessage",)
 
 
 class RedrivenQueue(Construct):
     """``self.queue`` feeds one consumer; ``self.dead_letter_queue`` catches what failed
-    ``self.max_receive_count`` receives, and alarms on its first message.
+    ``self.max_receive_count`` receives, and alarms on its first message and on every later arrival.
 
     - The visibility timeout is derived in ``timing`` from the consumer's timeout, never typed here.
     - Encrypted at rest (SSE-SQS, or SSE-KMS with ``encryption_key``, the DLQ with the same key) and TLS
@@ -41,10 +39,12 @@ class RedrivenQueue(Construct):
     - Once ``fed_by(pipe)`` names the pipe that feeds it, its policy denies ``sqs:SendMessage`` to every
       principal (admins and this app's own roles included) whose ``aws:PrincipalArn`` is neither that pipe's
       role nor one of ``senders`` (``admit_sender`` adds one later): the roles the operator's repairs
-      (replay, reconcile, redrive) run as. A role session's ``aws:PrincipalArn`` is its role's ARN, and a
-      request without one (anonymous, a service principal) is denied too (R10.1, R10.2). SQS's own move of a
-      message to the DLQ after ``max_receive_count`` receives is not a principal's SendMessage; the DLQ itself
-      keeps the TLS deny only (docs/security.md says what that leaves open).
+      (replay, reconcile, redrive) run as (``send_deny.SendDeny``). A role session's ``aws:PrincipalArn`` is
+      its role's ARN, and a request without one (anonymous, a service principal) is denied too (R10.1, R10.2).
+    - The DLQ (an ``AlarmedDeadLetterQueue`` of a queue) denies every principal's send: nothing but SQS's own
+      move after ``max_receive_count`` receives, which is no principal's SendMessage (R10.8), puts a message
+      there, and a redrive sends back to this queue, not to it. Its redrive allow policy stays ``allowAll``:
+      ``byQueue`` would name this queue's ARN, and this queue's redrive policy names the DLQ's (a cycle, R10.9).
     """
 
     def __init__(
@@ -63,7 +63,7 @@ class RedrivenQueue(Construct):
         super().__init__(scope, construct_id)
         self._senders: list[iam.IRole] = []
         self._pipe_role: iam.IRole | None = None
-        self._send_deny: iam.PolicyStatement | None = None
+        self._send_deny: SendDeny | None = None
         for sender in senders:
             self.admit_sender(sender)
         self.max_receive_count = max_receive_count
@@ -75,6 +75,7 @@ class RedrivenQueue(Construct):
             fifo=fifo,
             description=dead_letter_description,
             encryption_key=encryption_key,
+            of_queue=True,
         )
         self.dead_letter_queue: sqs.IQueue = self.dead_letters.queue
         self.queue = encrypted_queue(
@@ -103,27 +104,15 @@ class RedrivenQueue(Construct):
         if self._pipe_role is not None:
             raise ValueError(f"{self.node.path} is fed by one pipe, already {self._pipe_role.node.path}")
         self._pipe_role = pipe.role
-        self._send_deny = iam.PolicyStatement(
-            sid=SEND_DENY_SID,
-            effect=iam.Effect.DENY,
-            principals=[iam.AnyPrincipal()],
-            actions=list(SEND_ACTIONS),
-            resources=[self.queue.queue_arn],
-        )
-        self.queue.add_to_resource_policy(self._send_deny)
-        self._exempt()
-        pipe.pipe.node.add_dependency(self.queue.node.find_child("Policy"))  # made by add_to_resource_policy
+        self._send_deny = SendDeny(self.queue, SEND_DENY_SID)
+        for role in self.exempt_senders:
+            self._send_deny.admit(role)
+        pipe.pipe.node.add_dependency(self._send_deny.policy)
 
     def admit_sender(self, role: iam.IRole) -> None:
         """Let ``role`` send here too (a role the operator's repairs run as); a role admitted twice counts once."""
         if any(role is known for known in self.exempt_senders):
             return
         self._senders.append(role)
-        self._exempt()
-
-    def _exempt(self) -> None:
         if self._send_deny is not None:
-            # The same operator and key again replaces the value (CDK merges conditions by operator and key),
-            # so the statement always names every exempt role once.
-            arns = [role.role_arn for role in self.exempt_senders]
-            self._send_deny.add_condition("ArnNotEquals", {"aws:PrincipalArn": arns})
+            self._send_deny.admit(role)

@@ -72,7 +72,8 @@ class StreamPipe(Construct):
 
     The pipe DLQ is a standard queue: for a DynamoDB stream source the pipe writes batch metadata
     (shard and sequence-number range), not the records, and a stream source's DLQ may be any SQS queue
-    or SNS topic (R4.1). What lands there cannot be redriven, only recovered from the source table.
+    or SNS topic (R4.1). What lands there cannot be redriven, only recovered from the source table. The
+    pipe writes it with its role (R10.8), the one principal the DLQ's policy lets send.
 
     Parameters
     ----------
@@ -176,8 +177,10 @@ class StreamPipe(Construct):
             ),
         )
         # The role's policy must exist before the pipe starts polling, or its first reads fail; the
-        # role itself is already a dependency through RoleArn.
+        # role itself is already a dependency through RoleArn. So must the DLQ's policy, which admits the role:
+        # a replaced role is admitted before the pipe writes a failed batch as it.
         self.pipe.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
+        self.pipe.node.add_dependency(self.dead_letters.send_deny.policy)
         self.pipe_name: str = self.pipe.ref
 
     @property
@@ -187,7 +190,7 @@ class StreamPipe(Construct):
 
     def trust_conditions(self) -> dict[str, dict[str, str]]:
         """What Pipes must show to assume the role: this account (``aws:SourceAccount``), and this pipe
-        (``aws:SourceArn``, which Pipes sets to the pipe's ARN: docs/aws-behaviour.md R10.8)."""
+        (``aws:SourceArn``, which Pipes sets to the pipe's ARN: docs/aws-behaviour.md R10.10)."""
         return {"StringEquals": {"aws:SourceAccount": Stack.of(self).account}, "ArnEquals": {"aws:SourceArn": self.arn}}
 
     def _role(self, table: dynamodb.ITable, target: sqs.IQueue, description: str) -> iam.Role:
@@ -215,6 +218,7 @@ class StreamPipe(Construct):
         # actions, what an SQS producer needs): the target, and the DLQ the pipe writes failed batches to.
         target.grant_send_messages(role)
         self.dead_letter_queue.grant_send_messages(role)
+        self.dead_letters.admit_sender(role)  # its policy denies every other principal's send
         if target.encryption_master_key is not None or self.dead_letter_queue.encryption_master_key is not None:
             acknowledge_key_wildcards(role, "grant_send_messages on the pipe's target and DLQ")
         # Writing to an encrypted log group needs no key permission: CloudWatch Logs itself uses the key.

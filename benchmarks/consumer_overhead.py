@@ -20,7 +20,10 @@ before its predecessor costs (deferred, then woken) is counted apart, on the sam
 pairs swapped.
 
 Also here: the consumer's cost per message with a catalog of 10 and of 1,000 subscriptions of which one
-matches (hot-path work must not scale with the catalog), and where the engine's client CPU goes.
+matches (hot-path work must not scale with the catalog), where the engine's client CPU goes, and what tracing
+costs (``outbox.tracing``): the same consumer without OpenTelemetry (as if ``chained-outbox[otel]`` were not
+installed), with its API and no SDK (every span a no-op), and with the SDK recording every span (a span per
+pair, exported to a processor that keeps nothing: what an ADOT layer adds before its network export).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import gc
 import json
 import time
 import timeit
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,7 +45,7 @@ from benchmarks.baseline import PERSISTENCE_KEY, BaselineSubscription, Powertool
 from benchmarks.metering import AwsMeter, MotoMeter, ResponseRecorder, ResponseReplayer, Usage
 from benchmarks.reference.order_app import sample_payload
 from benchmarks.stats import Summary, ratios, summary
-from outbox import Envelope, EventStore, writes
+from outbox import Envelope, EventStore, tracing, writes
 from outbox.clients import ENGINE_CLIENT_CONFIG
 from outbox.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
@@ -511,6 +515,7 @@ def run(
             for size in catalog_sizes
         }
         breakdown = cpu_breakdown(measured, admin, tools)
+        tracing_cost = measure_tracing(repetitions, on_moto, on_replay, tools, warmup, measured)
         out_of_order = count_out_of_order(counting, sqs, warmup, measured, meter, clock)
     small, large = catalog_sizes
 
@@ -557,12 +562,67 @@ def run(
             ),
         },
         "cpu_breakdown_us": breakdown,
+        "tracing": tracing_cost,
         "ordered_out_of_order": out_of_order,
         "moto_cpu_ms_by_operation": {
             name: {"requests": t.requests, "cpu_ms_per_request": t.cpu_seconds / t.requests * 1000}
             for name, t in sorted(moto_by_operation.items())
             if t.requests
         },
+    }
+
+
+# How the consumer is traced: OpenTelemetry absent, its API alone (no SDK: no-op spans), its SDK recording.
+TRACING_MODES = ("absent", "api", "recording")
+TRACED_SCENARIO = Scenario(4, False)
+
+
+@contextmanager
+def traced(mode: str) -> Iterator[None]:
+    """The engine's tracing as ``mode`` has it, for the duration."""
+    if mode == "absent":
+        with tracing.without_open_telemetry():
+            yield
+        return
+    if mode == "api":
+        yield
+        return
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class Dropped(InMemorySpanExporter):
+        def export(self, spans: Any) -> Any:  # every span built and ended, none kept
+            return super().export([])
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Dropped()))
+    tracing.use_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        tracing.use_tracer_provider(None)
+        provider.shutdown()
+
+
+def measure_tracing(
+    repetitions: int, on_moto: Consumers, on_replay: Consumers, tools: Tools, warmup: Batch, batches: Sequence[Batch]
+) -> dict[str, Any]:
+    """Client CPU per message of the 4-subscription consumer in each tracing mode, each mode first in turn."""
+    runs: dict[str, list[Measurement]] = {mode: [] for mode in TRACING_MODES}
+    build = _builder(TRACED_SCENARIO, "ours")
+    for repetition in range(repetitions):
+        shift = repetition % len(TRACING_MODES)
+        for mode in TRACING_MODES[shift:] + TRACING_MODES[:shift]:
+            with traced(mode):
+                runs[mode].append(measure(build, on_moto, on_replay, tools, warmup, batches, 4))
+    absent = [m.replayed_cpu_seconds for m in runs["absent"]]
+    return {
+        "label": TRACED_SCENARIO.label,
+        "modes": list(TRACING_MODES),
+        "replayed_cpu_ms_per_message": {mode: _per_message(runs[mode], "replayed_cpu_seconds") for mode in runs},
+        "api_ratio": ratios([m.replayed_cpu_seconds for m in runs["api"]], absent),
+        "recording_ratio": ratios([m.replayed_cpu_seconds for m in runs["recording"]], absent),
     }
 
 

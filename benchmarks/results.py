@@ -122,6 +122,16 @@ class MotoOperation(Figures):
     cpu_ms_per_request: float
 
 
+class TracingCost(Figures):
+    """The consumer with OpenTelemetry absent, its API alone, and its SDK recording every span."""
+
+    label: str
+    modes: tuple[str, ...]
+    replayed_cpu_ms_per_message: dict[str, Summary]
+    api_ratio: Summary
+    recording_ratio: Summary
+
+
 class ConsumerFigures(Figures):
     repetitions: int
     batch_size: int
@@ -130,6 +140,7 @@ class ConsumerFigures(Figures):
     scenarios: tuple[ConsumerScenario, ...] = Field(min_length=1)
     catalog_scale: CatalogScale
     cpu_breakdown_us: CpuBreakdown
+    tracing: TracingCost
     ordered_out_of_order: OutOfOrder
     moto_cpu_ms_by_operation: dict[str, MotoOperation]
 

@@ -8,9 +8,28 @@ from typing import Any
 
 from outbox import EventStore
 from outbox.catalog import Catalog
+from outbox.tracing import TraceContext
 from simulation.world import World
 
 IDS_KEPT = 8  # an emitter's recent ids: more than an import's events
+
+
+class RequestContexts:
+    """The trace context each emit of a writer records, as its requests would carry them: most a valid W3C
+    context, some none (no tracing upstream), some bounded but malformed (another writer's, a client's header),
+    which must change nothing the invariants look at."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def __call__(self) -> TraceContext | None:
+        draw = self._rng.random()
+        if draw < 0.125:
+            return None
+        if draw < 0.25:
+            return TraceContext(traceparent=f"00-{self._rng.getrandbits(64):x}", tracestate="not a, w3c list")
+        trace, parent = self._rng.getrandbits(128) or 1, self._rng.getrandbits(64) or 1
+        return TraceContext.from_carrier({"traceparent": f"00-{trace:032x}-{parent:016x}-01", "tracestate": "sim=1"})
 
 
 class RecordingIds:
@@ -44,4 +63,5 @@ class Emitter:
             catalog=catalog,
             new_event_id=self.ids,
             rng=random.Random(f"{world.seed}:{name}"),
+            trace_context=RequestContexts(random.Random(f"{world.seed}:{name}:trace")),
         )

@@ -506,6 +506,17 @@ MUTANTS: tuple[Mutant, ...] = (
         seeds=(1, 10, 11),
     ),
     Mutant(
+        id="redrive-trusts-dead-bodies",
+        module=REDRIVE,
+        original="    except (ValueError, RecursionError):\n        return None",
+        replacement="    except ValueError:\n        return None",
+        description="redrive reads each dead message's trace context and takes any body that is not valid JSON "
+        "for no event, but not one nested deeper than the parser recurses: the command crashes there",
+        what_should_catch_it="a deeply nested poison body in the DLQ after a broken deploy, then the operator's "
+        "receive-send-delete redrive (17)",
+        seeds=(11,),
+    ),
+    Mutant(
         id="reconcile-stale-pending-handled",
         module=RECONCILE,
         original="    if claim.status != PENDING:\n        return None",

@@ -49,6 +49,11 @@ class OperatorActions(DriverState):
                 except OperationRefusedError as exc:
                     self.trace.add("operator", f"{name} refused: {exc}")
                     return
+                except Exception as exc:  # what no runbook step answers: the command is broken (invariant 17)
+                    what = f"{name}: {type(exc).__name__}: {brief(str(exc))}"
+                    self.trace.add("operator", f"{what}; nothing the operator can do")
+                    self.world.operator_crashes.append(what)
+                    return
 
     def _plan_death(self, name: str) -> None:
         """Whether the operator's process dies during this run of the action, and before which of its calls

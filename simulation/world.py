@@ -146,6 +146,8 @@ class World:
     # What read-only passes during the run (anchoring, status, verify-chain) reported broken: nobody altered a
     # log then, so each is a false alarm (invariant 16).
     false_breaks: list[str] = field(default_factory=list)
+    # Operator commands that raised what no runbook step answers (not a refusal, an AWS error or an interruption).
+    operator_crashes: list[str] = field(default_factory=list)
     clock: Callable[[], datetime] | None = None
     reader: Any = None  # a DynamoDB client for the INLINE handler's read (set by the driver)
 

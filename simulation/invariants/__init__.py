@@ -111,4 +111,5 @@ def check_all(world: World, observations: Observations, state: State, topology: 
             Violation(16, f"a read-only pass reported a log nobody altered broken: {what}")
             for what in world.false_breaks
         ),
+        *(Violation(17, f"an operator command crashed: {what}") for what in world.operator_crashes),
     ]

@@ -23,6 +23,7 @@ NAMES = {
     14: "ordered subscriptions",
     15: "the deadline",
     16: "read-only passes",
+    17: "operator commands finish",
 }
 
 

@@ -149,10 +149,12 @@ def _move(context: OperatorContext, message: dict[str, Any], url: str, target: s
 
 
 def _recorded_context(body: str) -> TraceContext | None:
-    """The trace context of the event a dead message carries (a relay body is its row's image), if any."""
+    """The trace context of the event a dead message carries (a relay body is its row's image), if any. A dead
+    message may be anything anyone sent: a body nested deeper than the parser recurses is no event either, and
+    must not stop the redrive of the rest."""
     try:
         image = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return trace_context_of_image(image.get("dynamodb", {}).get("NewImage", image) if isinstance(image, dict) else None)
 

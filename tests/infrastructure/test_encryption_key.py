@@ -162,11 +162,7 @@ def test_the_key_policy_admits_cloudwatch_logs_for_this_accounts_log_groups_only
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
     services = [s for s in statements if "Service" in s.get("Principal", {})]
     # EventBridge's statement (the anchoring schedule's DLQ) is the other service statement.
-    logs = [
-        {**s, "Action": sorted(listed(s["Action"]))}
-        for s in services
-        if s.get("Sid") != "EventBridgeAnchoringDeadLetters"
-    ]
+    logs = [{**s, "Action": sorted(listed(s["Action"]))} for s in services if s.get("Sid") != "EventBridgeDeadLetters"]
     assert logs == [
         {
             "Sid": "AllowCloudWatchLogsOfThisAccountAndRegion",
@@ -222,7 +218,7 @@ def test_each_principal_holds_what_it_needs_on_the_key(
 
 def test_eventbridge_may_use_the_key_for_this_accounts_rules_only(keyed_template: dict[str, Any], key_id: str) -> None:
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
-    (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeAnchoringDeadLetters"]
+    (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeDeadLetters"]
     assert statement["Principal"] == {"Service": "events.amazonaws.com"}
     assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
     (pattern,) = statement["Condition"]["ArnLike"].values()

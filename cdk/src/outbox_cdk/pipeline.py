@@ -46,7 +46,7 @@ from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
-from outbox_cdk.encryption import admit_cloudwatch_logs
+from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.inbox_table import InboxTable
@@ -128,11 +128,13 @@ class OutboxPipeline(Construct):
         the operator role and each producer granted ``grant_emit`` are granted what they need on it (anyone
         else who reads the tables or queues, your own tools included, needs ``kms:Decrypt`` on it too). Your
         own tables and the alarm topic keep their keys. A key of this app (``kms.Key``) gets the key
-        policy statement CloudWatch Logs needs; a key imported by ARN (``kms.Key.from_key_arn``) cannot be
-        changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
+        policy statements CloudWatch Logs and EventBridge need; a key imported by ARN (``kms.Key.from_key_arn``)
+        cannot be changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
         ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
-        ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups): the synth warns,
-        and without it the log groups fail to deploy. It must also let this account's IAM policies grant it
+        ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups) and
+        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for this account's rules, which write
+        to the anchoring schedule's DLQ): the synth warns, and without the first
+        the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     error_detail
         What a durable handler's failure says in the consumer's log and in its dead letters and claims
@@ -198,7 +200,7 @@ class OutboxPipeline(Construct):
         )
         self.encryption_key = encryption_key
         if encryption_key is not None:
-            self._admit_cloudwatch_logs(encryption_key)
+            self._admit_services(encryption_key)
 
         operators = operators_of(operators)
         self.events = EventsTable(self, "Events", operators=operators, encryption_key=encryption_key)
@@ -415,15 +417,19 @@ class OutboxPipeline(Construct):
             encryption_key=self.encryption_key,
         )
 
-    def _admit_cloudwatch_logs(self, key: kms.IKey) -> None:
-        # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs
-        # already, which the synth cannot see, and refusing it would refuse the usual shape of a central key.
-        if not admit_cloudwatch_logs(self, key):
+    def _admit_services(self, key: kms.IKey) -> None:
+        # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs and
+        # EventBridge already, which the synth cannot see, and refusing it would refuse the usual shape of a
+        # central key.
+        admitted = admit_cloudwatch_logs(self, key)
+        admitted = admit_eventbridge_dead_letters(self, key) and admitted
+        if not admitted:
             Annotations.of(self).add_warning_v2(
                 "outbox:encryptionKeyPolicy",
                 f"encryption_key {key.key_arn} is imported: its key policy cannot be changed here and must "
                 "admit CloudWatch Logs (logs.<region>.amazonaws.com) for this account's log groups, or the "
-                "pipeline's log groups fail to deploy (see OutboxPipeline's encryption_key).",
+                "pipeline's log groups fail to deploy, and EventBridge (events.amazonaws.com) for this account's "
+                "rules, or what they cannot deliver is lost (see OutboxPipeline's encryption_key).",
             )
 
     def _monitor(self) -> PipelineMonitoring:

@@ -13,6 +13,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
+from outbox_cdk.control_plane import WATCHED_CALLS
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.dead_letters import dead_letter_targets, unalarmed_dead_letter_targets
 from tests.infrastructure.template_queries import only_resource
@@ -23,8 +24,9 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
     # When every dead-letter target is collected from the template
     targets = dead_letter_targets(stack_template)
 
-    # Then they are exactly the eight known ones, each lane's and the tamper queue's redrive, each pipe's DLQ,
-    # and the anchoring function's and its schedule's (one queue) (the checker is not vacuous) ...
+    # Then they are exactly the known ones, each lane's and the tamper queue's redrive, each pipe's DLQ, the
+    # anchoring function's and its schedule's (one queue), and the control-plane watch's rules' (one queue) (the
+    # checker is not vacuous) ...
     def logical_id(resource_type: str, prefix: str) -> str:
         return only_resource(stack_template, resource_type, prefix)[0]
 
@@ -65,8 +67,13 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
             "Targets.0.DeadLetterConfig.Arn",
             logical_id("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
         ),
+    } | {
+        # Each rule of the control-plane watch, into its one DLQ.
+        (rule_id, "Targets.0.DeadLetterConfig.Arn", logical_id("AWS::SQS::Queue", "ControlPlaneDeadLetters"))
+        for rule_id in resources_of_type(stack_template, "AWS::Events::Rule")
+        if rule_id.startswith("OutboxControlPlane")
     }
-    assert len(targets) == 8
+    assert len(targets) == 8 + len(WATCHED_CALLS)
     assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []
@@ -82,7 +89,7 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
         for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     ]
-    assert len(dlq_alarms) == 7
+    assert len(dlq_alarms) == 8  # the seven of the pipeline's DLQs, and the control-plane watch's
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"

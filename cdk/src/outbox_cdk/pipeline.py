@@ -44,6 +44,7 @@ from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
+from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
@@ -133,7 +134,7 @@ class OutboxPipeline(Construct):
         ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
         ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups) and
         ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for this account's rules, which write
-        to the anchoring schedule's DLQ): the synth warns, and without the first
+        to the anchoring schedule's and the control-plane watch's DLQs): the synth warns, and without the first
         the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     error_detail
@@ -153,6 +154,16 @@ class OutboxPipeline(Construct):
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
         deferred event back to the durable queue (``outbox.ordering``). The consumer refuses to start with an
         ordered subscription on a pipeline without it, and says to set it.
+    watch_control_plane
+        True: one EventBridge rule per service reports, on the alarm topic, each CloudTrail management call that
+        could lift a guard of this pipeline or silence it (``outbox_cdk.control_plane.WATCHED_CALLS``): the events
+        table's resource policy, stream, TTL or deletion; a queue's policy, attributes, purge or deletion; a
+        pipe stopped, updated or deleted; an alarm of the stack disabled, rewritten or deleted; the alarm topic's
+        key disabled, scheduled for deletion or its policy rewritten; the alarm topic's policy, deletion and
+        subscriptions. It needs a CloudTrail trail that logs this region's management events (the README says
+        how to check), and reports deploys that change these settings too. With an ``alarm_topic`` of yours,
+        its policy (and its key's) must admit ``events.amazonaws.com`` (the synth warns), and its key is not
+        watched. False (the default): nothing watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems
         The synth loads ``catalog`` from ``code`` and fails on its contract's problems (``Catalog.problems()``:
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
@@ -186,6 +197,7 @@ class OutboxPipeline(Construct):
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
         ordered_subscriptions: bool = False,
+        watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
     ) -> None:
         super().__init__(scope, construct_id)
@@ -320,7 +332,15 @@ class OutboxPipeline(Construct):
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
         self.runbook = RunbookRole(self, "Runbook", operators=operators, operated=operated)
         self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
+        # Who lifted a guard or silenced an alarm: CloudTrail's record of it, on the alarm topic.
+        self.control_plane: ControlPlaneWatch | None = None
+        if watch_control_plane:
+            self.control_plane = ControlPlaneWatch(
+                self, "ControlPlane", operated=operated, alarm_topic=self.alarm_topic, encryption_key=encryption_key
+            )
         self.monitoring = self._monitor()
+        if self.control_plane is not None:
+            self.control_plane.quiet_for(self.monitoring.alarms)
         self._declare_outputs(environment)
 
     # -- what users build on ------------------------------------------------------------------------
@@ -435,6 +455,8 @@ class OutboxPipeline(Construct):
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
         dead_letters += self.auditor.dead_letters
+        if self.control_plane is not None:
+            dead_letters.append(("control-plane watch DLQ", self.control_plane.dead_letters))
         lane = None
         if self.record_changes and self.record_change_pipe and self.record_change_consumer:
             dead_letters += [

@@ -66,6 +66,9 @@ class OutboxStack(Stack):
             pipe_log_level=settings.pipe_log_level,
             pipe_log_execution_data=settings.pipe_log_execution_data,
             ordered_subscriptions=True,  # the order journal (modules.commerce) applies each tenant's orders in order
+            # The secure choice: a lifted policy, a stopped pipe or a silenced alarm is reported on the alarm topic
+            # (it needs a CloudTrail trail in the account: docs/operating.md, Control-plane change).
+            watch_control_plane=True,
         )
         self.place_order = self._producer()
         CfnOutput(self, "DataTableName", value=self.data.table.table_name)

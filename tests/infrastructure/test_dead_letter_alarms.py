@@ -15,6 +15,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from outbox_cdk.alarmed_dlq import ARRIVAL_EXPRESSION, AlarmedDeadLetterQueue
+from outbox_cdk.control_plane import WATCHED_CALLS
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.dead_letters import (
     DLQ_METRIC,
@@ -32,8 +33,9 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
     # When every dead-letter target is collected from the template
     targets = dead_letter_targets(stack_template)
 
-    # Then they are exactly the eight known ones, each lane's and the tamper queue's redrive, each pipe's DLQ,
-    # and the anchoring function's and its schedule's (one queue) (the checker is not vacuous) ...
+    # Then they are exactly the known ones, each lane's and the tamper queue's redrive, each pipe's DLQ, the
+    # anchoring function's and its schedule's (one queue), and the control-plane watch's rules' (one queue) (the
+    # checker is not vacuous) ...
     def logical_id(resource_type: str, prefix: str) -> str:
         return only_resource(stack_template, resource_type, prefix)[0]
 
@@ -74,8 +76,13 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
             "Targets.0.DeadLetterConfig.Arn",
             logical_id("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
         ),
+    } | {
+        # Each rule of the control-plane watch, into its one DLQ.
+        (rule_id, "Targets.0.DeadLetterConfig.Arn", logical_id("AWS::SQS::Queue", "ControlPlaneDeadLetters"))
+        for rule_id in resources_of_type(stack_template, "AWS::Events::Rule")
+        if rule_id.startswith("OutboxControlPlane")
     }
-    assert len(targets) == 8
+    assert len(targets) == 8 + len(WATCHED_CALLS)
     assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []
@@ -91,7 +98,7 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
         for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     ]
-    assert len(dlq_alarms) == 7
+    assert len(dlq_alarms) == 8  # the seven of the pipeline's DLQs, and the control-plane watch's
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -114,11 +121,12 @@ def depth_alarms(stack_template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_dead_letter_queue_alarms_on_each_arrival(stack_template: dict[str, Any]) -> None:
-    # Seven queues (the anchoring function's and its schedule's targets are one), seven arrival alarms, each
-    # telling a second dead letter from an operator's receive (the checker evaluates it: dead_letters.py).
+    # Eight queues (the anchoring function's and its schedule's targets are one, the control-plane watch's six
+    # rules share one), eight arrival alarms, each telling a second dead letter from an operator's receive (the
+    # checker evaluates it: dead_letters.py).
     assert dead_letter_queues_without_arrival_alarm(stack_template) == []
     alarms = arrival_alarms(stack_template)
-    assert len(alarms) == len({target.target["Fn::GetAtt"][0] for target in dead_letter_targets(stack_template)}) == 7
+    assert len(alarms) == len({target.target["Fn::GetAtt"][0] for target in dead_letter_targets(stack_template)}) == 8
     [topic_id] = resources_of_type(stack_template, "AWS::SNS::Topic")
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic_id}]

@@ -42,6 +42,9 @@ PIPE_DEAD_LETTERS = {
     "AuditorPipeDeadLetters": "AuditorPipe",
 }
 ANCHORING_DEAD_LETTERS = "AuditorAnchoringDeadLetters"
+# The control-plane watch's DLQ: EventBridge writes a notice its rules could not publish, as itself; no role.
+WATCH_DEAD_LETTERS = "ControlPlaneDeadLetters"
+WATCH_RULES = "OutboxControlPlane"
 ANCHORING_SCHEDULE = "AuditorAnchoringSchedule"
 EVENTBRIDGE = "events.amazonaws.com"
 SPARE_SERVICES = {"BoolIfExists": {"aws:PrincipalIsAWSService": "false"}}
@@ -56,13 +59,51 @@ def send_deny(statements: list[dict[str, Any]]) -> dict[str, Any]:
     return deny
 
 
-def test_there_are_seven_dead_letter_queues(stack_template: dict[str, Any]) -> None:
+def test_there_are_eight_dead_letter_queues(stack_template: dict[str, Any]) -> None:
     dead_letter_queues = [
         logical_id
         for logical_id, resource in stack_template["Resources"].items()
         if resource["Type"] == "AWS::SQS::Queue" and "DeadLetters" in logical_id
     ]
-    assert len(dead_letter_queues) == len(QUEUE_DEAD_LETTERS) + len(SENT_DEAD_LETTERS) == 7
+    assert len(dead_letter_queues) == len(QUEUE_DEAD_LETTERS) + len(SENT_DEAD_LETTERS) + 1 == 8
+
+
+def watch_rules(stack_template: dict[str, Any]) -> list[str]:
+    return [
+        logical_id
+        for logical_id, resource in stack_template["Resources"].items()
+        if resource["Type"] == "AWS::Events::Rule" and logical_id.startswith(WATCH_RULES)
+    ]
+
+
+def test_the_watch_s_dead_letter_queue_admits_no_role_and_eventbridge_for_its_rules_only(
+    stack_template: dict[str, Any],
+) -> None:
+    arns = template_arns(stack_template)
+    queue_id = dlq_id(stack_template, WATCH_DEAD_LETTERS)
+    policy = resolve(queue_policy(stack_template, queue_id), arns)
+    assert send_deny(queue_policy(stack_template, queue_id)) == deny_statement(
+        DEAD_LETTER_SEND_DENY_SID, queue_id, SPARE_SERVICES
+    )
+    properties = stack_template["Resources"][queue_id]["Properties"]
+    assert properties["RedriveAllowPolicy"] == {"redrivePermission": "denyAll"}
+    decisions = {
+        name: decide(Request("sqs:SendMessage", arns[queue_id], arn), identity, policy)
+        for name, (arn, identity) in account_principals(stack_template).items()
+    }
+    assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
+    rules = watch_rules(stack_template)
+    assert len(rules) == 6, rules
+
+    def send(source: str) -> Decision:
+        request = Request(
+            "sqs:SendMessage", arns[queue_id], None, context={"aws:SourceArn": source}, service=EVENTBRIDGE
+        )
+        return decide(request, [], policy)
+
+    assert {rule: send(arns[rule]) for rule in rules} == dict.fromkeys(rules, Decision.ALLOWED)
+    anchoring = arns[only_resource(stack_template, "AWS::Events::Rule", ANCHORING_SCHEDULE)[0]]
+    assert send(anchoring) is Decision.IMPLICIT_DENY
 
 
 @pytest.mark.parametrize("prefix", QUEUE_DEAD_LETTERS)

@@ -87,6 +87,7 @@ def keyed_app(outdir: str, make_key: Callable[[Stack], kms.IKey] = new_key) -> t
         encryption_key=key,
         alarm_email="ops@example.com",
         operators=[iam.AccountRootPrincipal()],
+        watch_control_plane=True,  # its DLQ is one more queue on the key, written by EventBridge
     )
     producer = iam.Role(stack, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     pipeline.grant_emit(producer)
@@ -138,8 +139,9 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
     keyed_template: dict[str, Any], key_id: str
 ) -> None:
     queues = resources_of_type(keyed_template, "AWS::SQS::Queue")
-    # Two lanes and the tamper lane, each a queue with its DLQ and a pipe with its DLQ; the anchoring's DLQ.
-    assert len(queues) == 10, sorted(queues)
+    # Two lanes and the tamper lane, each a queue with its DLQ and a pipe with its DLQ; the anchoring's DLQ; the
+    # control-plane watch's DLQ.
+    assert len(queues) == 11, sorted(queues)
     for logical_id, queue in queues.items():
         properties = queue["Properties"]
         assert properties["KmsMasterKeyId"] == key_arn(key_id), logical_id
@@ -161,12 +163,8 @@ def test_the_key_policy_admits_cloudwatch_logs_for_this_accounts_log_groups_only
 ) -> None:
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
     services = [s for s in statements if "Service" in s.get("Principal", {})]
-    # EventBridge's statement (the anchoring schedule's DLQ) is the other service statement.
-    logs = [
-        {**s, "Action": sorted(listed(s["Action"]))}
-        for s in services
-        if s.get("Sid") != "EventBridgeAnchoringDeadLetters"
-    ]
+    # EventBridge's statement (the anchoring schedule's and the control-plane watch's DLQs) is the other one.
+    logs = [{**s, "Action": sorted(listed(s["Action"]))} for s in services if s.get("Sid") != "EventBridgeDeadLetters"]
     assert logs == [
         {
             "Sid": "AllowCloudWatchLogsOfThisAccountAndRegion",
@@ -222,7 +220,7 @@ def test_each_principal_holds_what_it_needs_on_the_key(
 
 def test_eventbridge_may_use_the_key_for_this_accounts_rules_only(keyed_template: dict[str, Any], key_id: str) -> None:
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
-    (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeAnchoringDeadLetters"]
+    (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeDeadLetters"]
     assert statement["Principal"] == {"Service": "events.amazonaws.com"}
     assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
     (pattern,) = statement["Condition"]["ArnLike"].values()
@@ -290,7 +288,7 @@ def test_without_a_key_every_table_queue_and_log_group_keeps_its_aws_key_and_say
     """The example stack passes no key: nothing of the above, and each customer-key skip where it was."""
     expected = {
         "AWS::DynamoDB::Table": ("CKV_AWS_119", 4),
-        "AWS::SQS::Queue": ("CKV_AWS_27", 10),
+        "AWS::SQS::Queue": ("CKV_AWS_27", 11),  # the control-plane watch's DLQ among them
         "AWS::Logs::LogGroup": ("CKV_AWS_158", 10),  # the example's producer has one too
     }
     for resource_type, (check_id, count) in expected.items():

@@ -63,6 +63,11 @@ PRODUCER_ACKNOWLEDGEMENTS = {
     ("Serverless-LambdaLatestVersion", "Function/Resource"),
     ("Serverless-LambdaDLQ", "Function/Resource"),
 }
+# The control-plane watch's DLQ: a DLQ through its rules' targets' DeadLetterConfig, which SQS3 does not recognise.
+CONTROL_PLANE_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-SQS3", "DeadLetters/Queue/Resource"),
+    ("Serverless-SQSRedrivePolicy", "DeadLetters/Queue/Resource"),
+}
 EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER_ACKNOWLEDGEMENTS} | {
     (rule, f"OutboxEngine/Outbox/{construct}/{path}")
     for construct, acknowledgements in (
@@ -80,6 +85,7 @@ EXPECTED = {(rule, f"OutboxEngine/PlaceOrder/{path}") for rule, path in PRODUCER
         ("Auditor/Recorder", CONSUMER_ACKNOWLEDGEMENTS),
         ("Auditor/Anchoring", ANCHORING_ACKNOWLEDGEMENTS),
         ("Auditor/AnchoringDeadLetters", {("Serverless-SQSRedrivePolicy", "Queue/Resource")}),
+        ("ControlPlane", CONTROL_PLANE_ACKNOWLEDGEMENTS),
     )
     for rule, path in acknowledgements
 }

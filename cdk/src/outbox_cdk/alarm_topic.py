@@ -27,7 +27,8 @@ class AlarmTopic(Construct):
     cannot be changed, so with it every alarm would fire and no notification would arrive, which is
     exactly the silent failure this app exists to prevent (SNS developer guide, "Enable compatibility
     between event sources from AWS services and encrypted topics"). Both the key and the topic policy
-    admit CloudWatch only on behalf of this stack's alarms (confused-deputy conditions).
+    admit CloudWatch only on behalf of this stack's alarms (confused-deputy conditions), and, with the
+    control-plane watch, EventBridge only on behalf of its rules (``outbox_cdk.control_plane``).
     """
 
     def __init__(

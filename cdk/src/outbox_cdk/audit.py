@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as eventbridge
 from aws_cdk import aws_events_targets as targets
@@ -312,9 +312,9 @@ class Auditor(Construct):
             "Invoked once an hour by its schedule; passes that overlap only advance anchors forward, so a limit "
             "protects nothing. " + UNRESERVED_POOL,
         )
+        # With encryption_key, EventBridge writes to this SSE-KMS queue with the key: OutboxPipeline admits it
+        # (encryption.admit_eventbridge_dead_letters).
         self.anchoring_schedule = _schedule(self, function, self.anchoring_dead_letters.queue)
-        if encryption_key is not None:
-            _admit_eventbridge(encryption_key, self)
         self.anchoring_errors_alarm = alarm_above(
             self,
             "AnchoringErrorsAlarm",
@@ -342,23 +342,4 @@ def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.I
                 function, retry_attempts=2, max_event_age=ANCHOR_SCHEDULE, dead_letter_queue=dead_letters
             )
         ],
-    )
-
-
-def _admit_eventbridge(key: kms.IKey, scope: Construct) -> None:
-    """EventBridge writes an undeliverable invocation to the (SSE-KMS) DLQ with the key: the key policy must let
-    it, for this account's rules (the rule's own ARN would make the key depend on the rule, and through the
-    function's log group the rule on the key: a cycle). An imported key's policy cannot be changed here (nothing
-    is added): it must admit ``events.amazonaws.com`` itself, as OutboxPipeline's encryption_key says."""
-    stack = Stack.of(scope)
-    key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="EventBridgeAnchoringDeadLetters",
-            principals=[iam.ServicePrincipal("events.amazonaws.com")],
-            actions=["kms:Decrypt", "kms:GenerateDataKey"],
-            resources=["*"],
-            conditions={
-                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"}
-            },
-        )
     )

@@ -2,7 +2,8 @@
 what CloudWatch Logs is admitted to do with it, and what cdk-nag is told about the grants CDK writes for it.
 
 The key encrypts the events and inbox tables, every queue and DLQ of the pipeline and every log group of
-its functions and pipes. Where this package grants a table's items or a queue's messages by hand (``grants``:
+its functions and pipes; EventBridge writes to two of those DLQs (the anchoring schedule's and the control-plane
+watch's), so it is admitted too. Where this package grants a table's items or a queue's messages by hand (``grants``:
 the functions' and the runbook role's explicit grants, ``EventsTable.grant_emit``), it names the key actions
 itself, without wildcards; where it still uses CDK's own ``grant_*`` (the pipes' stream reads and sends, the
 operator role's repair), CDK grants the key with it.
@@ -27,6 +28,7 @@ LOGS_KEY_ACTIONS: Final = (
     "kms:Describe*",
 )
 LOGS_ENCRYPTION_CONTEXT: Final = "kms:EncryptionContext:aws:logs:arn"
+EVENTBRIDGE_PRINCIPAL: Final = "events.amazonaws.com"
 
 # The actions CDK's table and queue grants add on a key (aws_dynamodb KEY_WRITE_ACTIONS, and an SQS send)
 # that end in a wildcard, which cdk-nag's AwsSolutions-IAM5 reports.
@@ -52,6 +54,31 @@ def admit_cloudwatch_logs(scope: Construct, key: kms.IKey) -> bool:
             conditions={"ArnLike": {LOGS_ENCRYPTION_CONTEXT: log_groups}},
         ),
         allow_no_op=True,  # an imported key: report it to the caller, which decides
+    )
+    return bool(result.statement_added)
+
+
+def admit_eventbridge_dead_letters(scope: Construct, key: kms.IKey) -> bool:
+    """Let EventBridge use ``key`` on behalf of this account's rules: it writes an event it could not deliver to
+    the rule target's SSE-KMS dead-letter queue with the key (the anchoring schedule's, the control-plane
+    watch's). The account's rules, not each rule's ARN: that would make the key depend on the rule, and through
+    the function's log group the rule on the key (a cycle).
+
+    Returns whether the statement is in the key policy: False for a key imported by ARN, whose policy must then
+    admit ``events.amazonaws.com`` itself.
+    """
+    stack = Stack.of(scope)
+    result = key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="EventBridgeDeadLetters",
+            principals=[iam.ServicePrincipal(EVENTBRIDGE_PRINCIPAL)],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],  # in a key policy, "*" means this key
+            conditions={
+                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"}
+            },
+        ),
+        allow_no_op=True,
     )
     return bool(result.statement_added)
 

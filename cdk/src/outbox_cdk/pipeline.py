@@ -45,9 +45,10 @@ from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
+from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
-from outbox_cdk.encryption import admit_cloudwatch_logs
+from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.grants import OperatorTrust
@@ -135,11 +136,13 @@ class OutboxPipeline(Construct):
         the operator role and each producer granted ``grant_emit`` are granted what they need on it (anyone
         else who reads the tables or queues, your own tools included, needs ``kms:Decrypt`` on it too). Your
         own tables and the alarm topic keep their keys. A key of this app (``kms.Key``) gets the key
-        policy statement CloudWatch Logs needs; a key imported by ARN (``kms.Key.from_key_arn``) cannot be
-        changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
+        policy statements CloudWatch Logs and EventBridge need; a key imported by ARN (``kms.Key.from_key_arn``)
+        cannot be changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
         ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
-        ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups): the synth warns,
-        and without it the log groups fail to deploy. It must also let this account's IAM policies grant it
+        ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups) and
+        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for this account's rules, which write
+        to the anchoring schedule's and the control-plane watch's DLQs): the synth warns, and without the first
+        the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     error_detail
         What a durable handler's failure says in the consumer's log and in its dead letters and claims
@@ -158,6 +161,16 @@ class OutboxPipeline(Construct):
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
         deferred event back to the durable queue (``outbox.ordering``). The consumer refuses to start with an
         ordered subscription on a pipeline without it, and says to set it.
+    watch_control_plane
+        True: one EventBridge rule per service reports, on the alarm topic, each CloudTrail management call that
+        could lift a guard of this pipeline or silence it (``outbox_cdk.control_plane.WATCHED_CALLS``): the events
+        table's resource policy, stream, TTL or deletion; a queue's policy, attributes, purge or deletion; a
+        pipe stopped, updated or deleted; an alarm of the stack disabled, rewritten or deleted; the alarm topic's
+        key disabled, scheduled for deletion or its policy rewritten; the alarm topic's policy, deletion and
+        subscriptions. It needs a CloudTrail trail that logs this region's management events (the README says
+        how to check), and reports deploys that change these settings too. With an ``alarm_topic`` of yours,
+        its policy (and its key's) must admit ``events.amazonaws.com`` (the synth warns), and its key is not
+        watched. False (the default): nothing watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems
         The synth loads ``catalog`` from ``code`` and fails on its contract's problems (``Catalog.problems()``:
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
@@ -192,6 +205,7 @@ class OutboxPipeline(Construct):
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
         ordered_subscriptions: bool = False,
+        watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
     ) -> None:
         super().__init__(scope, construct_id)
@@ -206,7 +220,7 @@ class OutboxPipeline(Construct):
         )
         self.encryption_key = encryption_key
         if encryption_key is not None:
-            self._admit_cloudwatch_logs(encryption_key)
+            self._admit_services(encryption_key)
 
         operators = operators_of(operators)
         self.events = EventsTable(
@@ -330,7 +344,15 @@ class OutboxPipeline(Construct):
             self, "Runbook", operators=operators, operated=operated, operator_trust=operator_trust
         )
         self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
+        # Who lifted a guard or silenced an alarm: CloudTrail's record of it, on the alarm topic.
+        self.control_plane: ControlPlaneWatch | None = None
+        if watch_control_plane:
+            self.control_plane = ControlPlaneWatch(
+                self, "ControlPlane", operated=operated, alarm_topic=self.alarm_topic, encryption_key=encryption_key
+            )
         self.monitoring = self._monitor()
+        if self.control_plane is not None:
+            self.control_plane.quiet_for(self.monitoring.alarms)
         self._declare_outputs(environment)
 
     # -- what users build on ------------------------------------------------------------------------
@@ -427,20 +449,26 @@ class OutboxPipeline(Construct):
             encryption_key=self.encryption_key,
         )
 
-    def _admit_cloudwatch_logs(self, key: kms.IKey) -> None:
-        # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs
-        # already, which the synth cannot see, and refusing it would refuse the usual shape of a central key.
-        if not admit_cloudwatch_logs(self, key):
+    def _admit_services(self, key: kms.IKey) -> None:
+        # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs and
+        # EventBridge already, which the synth cannot see, and refusing it would refuse the usual shape of a
+        # central key.
+        admitted = admit_cloudwatch_logs(self, key)
+        admitted = admit_eventbridge_dead_letters(self, key) and admitted
+        if not admitted:
             Annotations.of(self).add_warning_v2(
                 "outbox:encryptionKeyPolicy",
                 f"encryption_key {key.key_arn} is imported: its key policy cannot be changed here and must "
                 "admit CloudWatch Logs (logs.<region>.amazonaws.com) for this account's log groups, or the "
-                "pipeline's log groups fail to deploy (see OutboxPipeline's encryption_key).",
+                "pipeline's log groups fail to deploy, and EventBridge (events.amazonaws.com) for this account's "
+                "rules, or what they cannot deliver is lost (see OutboxPipeline's encryption_key).",
             )
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
         dead_letters += self.auditor.dead_letters
+        if self.control_plane is not None:
+            dead_letters.append(("control-plane watch DLQ", self.control_plane.dead_letters))
         lane = None
         if self.record_changes and self.record_change_pipe and self.record_change_consumer:
             dead_letters += [

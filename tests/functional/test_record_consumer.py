@@ -124,3 +124,39 @@ def test_an_unmatched_row_change_is_counted_not_failed() -> None:
 
     assert response == {"batchItemFailures": []}
     assert metrics.counts == {Metric.UNMATCHED: 1}
+
+
+def test_each_row_change_and_subscription_is_a_span_with_its_outcome() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from outbox import tracing
+
+    def failing(_change: Any) -> None:
+        raise ConnectionError("projection store down")
+
+    registry = SubscriptionRegistry.of(
+        [
+            Subscription("p.orders", "record.ORDER.*", Lane.BEST_EFFORT, lambda _c: None),
+            Subscription("p.audit", "record.AUDIT.*", Lane.BEST_EFFORT, failing),
+        ]
+    )
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_tracer_provider(provider)
+    try:
+        response = RecordChangeConsumer(registry).handle(batch("ORDER", "AUDIT"), Context())
+    finally:
+        tracing.use_tracer_provider(None)
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"process p.orders", "process p.audit"}
+    completed, failed = spans["process p.orders"].attributes, spans["process p.audit"].attributes
+    assert completed is not None
+    assert failed is not None
+    assert (completed["outbox.outcome"], completed["outbox.lane"]) == ("completed", "BEST_EFFORT")
+    assert completed["outbox.row_change.type"] == "record.ORDER.INSERT"
+    assert failed["outbox.outcome"] == "retry", "the record comes back"
+    assert [event.name for event in spans["process p.audit"].events] == ["exception"]

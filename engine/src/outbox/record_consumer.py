@@ -64,7 +64,11 @@ class RecordChangeConsumer:
             return
         for subscription in subscriptions:
             with self._observed(change, subscription.name) as observed:
-                result = subscription.handler(change)
+                try:
+                    result = subscription.handler(change)
+                except Exception:
+                    observed.outcome("retry")  # the record fails and comes back, every subscription of it with it
+                    raise
                 observed.outcome("completed")
             if result is not None:
                 logger.error(

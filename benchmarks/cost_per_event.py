@@ -134,9 +134,15 @@ def instrument(runtime: LocalRuntime, instruments: Instruments) -> None:
         # Every function is in the figures, a function never invoked with zeros: the record-change consumer,
         # say, when no row the pipe carries changed.
         instruments.functions[label].memory_mb = memory
-        function.invoke = _timed(  # type: ignore[method-assign,assignment]
-            label, function.invoke, instruments, memory
+        original = function.invoke
+        function.invoke = _timed(  # type: ignore[method-assign]
+            label, original, instruments, memory
         )
+        # A mapping holds its function's invoke from when the runtime started (outbox.local.runtime): it calls
+        # the timed one from now on.
+        for mapping in runtime.mappings.values():
+            if mapping.handler == original:
+                mapping.handler = function.invoke
 
 
 def _acting(actor: str, poll: Callable[[], Any]) -> Callable[[], Any]:
@@ -147,15 +153,13 @@ def _acting(actor: str, poll: Callable[[], Any]) -> Callable[[], Any]:
     return wrapped
 
 
-def _timed(
-    label: str, invoke: Callable[[dict[str, Any]], Any], instruments: Instruments, memory_mb: int
-) -> Callable[[dict[str, Any]], Any]:
-    def wrapped(event: dict[str, Any]) -> Any:
+def _timed(label: str, invoke: Callable[..., Any], instruments: Instruments, memory_mb: int) -> Callable[..., Any]:
+    def wrapped(event: dict[str, Any], context: Any = None) -> Any:
         moto_before = instruments.moto.total.wall_seconds
         start = time.perf_counter()
         try:
             with acting_as(label):
-                return invoke(event)
+                return invoke(event, context)
         finally:
             elapsed = time.perf_counter() - start
             record = instruments.functions[label]

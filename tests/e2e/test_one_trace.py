@@ -1,10 +1,11 @@
 """One trace from the request to every effect, on the local runtime, recorded with OpenTelemetry's SDK.
 
-The request is a span of the test's own; the example's commands emit inside it, so every event records its
-context (``outbox.tracing``). The consumers run after it, each (event, subscription) attempt in a span of its
-own, linked to the event's context: every span of the story must lead back, by parent or link, to the request's
-trace, with the outcome each attempt had; a follow-up event records the attempt that emitted it; a replay's
-send links the original event; and the services the handlers call receive the attempt's trace headers."""
+The request is a span of the test's own; the example's producer function and its payment command emit inside
+it, so every event records its context (``outbox.tracing``). The consumers run after it, each (event,
+subscription) attempt in a span of its own, linked to the event's context: every span of the story must lead
+back, by parent or link, to the request's trace, with the outcome each attempt had; a follow-up event records
+the attempt that emitted it; a replay's send links the original event; and the services the handlers call
+receive the attempt's trace headers."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from outbox import tracing
 from tests.e2e.backends import LocalBackend, claim_statuses
-from tests.e2e.test_pipeline import FAN_OUT, order_and_pay, unique
+from tests.e2e.test_pipeline import FAN_OUT, unique
 from tests.e2e.test_runbook import operations
 
 
@@ -36,10 +37,26 @@ def recorded() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 
 
 def request(provider: TracerProvider, local: LocalBackend, tenant: str) -> tuple[str, int]:
-    """An order placed and paid inside one request span: (the payment event's id, the request's trace id)."""
+    """Inside one request span, an order placed through the example's producer function (lambdas/place_order.py,
+    invoked as Lambda would) and paid: (the payment event's id, the request's trace id)."""
+    order_id, items = unique("order"), [{"sku": "tag", "quantity": 1, "unit_price_cents": 1500}]
     with provider.get_tracer("test").start_as_current_span("POST /orders") as span:
-        payment = order_and_pay(local, tenant)
-    return payment, span.get_span_context().trace_id
+        placed = local.runtime.function("PlaceOrderFunctionName").invoke(
+            {"tenant": tenant, "order_id": order_id, "buyer_email": "b@x.io", "items": items}
+        )
+        assert placed["status"] == 201, placed
+        paid = local.commerce().complete_payment(
+            local.store(),
+            tenant=tenant,
+            actor="e2e",
+            order_id=order_id,
+            payment_id=unique("pay"),
+            amount_cents=1500,
+            pet_tag_id=unique("tag"),
+            shipping_address="1 Main St",
+        )
+    assert paid.event_id is not None
+    return paid.event_id, span.get_span_context().trace_id
 
 
 def leads_to(trace_id: int, span: ReadableSpan, by_id: dict[int, ReadableSpan], seen: set[int] | None = None) -> bool:

@@ -105,8 +105,13 @@ def current_trace_context() -> TraceContext | None:
     return TraceContext.from_carrier(_otel_carrier()) or _from_xray(os.environ.get(XRAY_ENVIRONMENT_VARIABLE))
 
 
+def _in_a_span() -> bool:
+    """OpenTelemetry is here and a span is current (a recording one, or one extracted from a caller)."""
+    return otel_trace is not None and otel_trace.get_current_span().get_span_context().is_valid
+
+
 def _otel_carrier() -> dict[str, str]:
-    if otel_trace is None or not otel_trace.get_current_span().get_span_context().is_valid:
+    if not _in_a_span():
         return {}
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
@@ -176,20 +181,16 @@ def use_tracer_provider(provider: Any | None) -> None:
     _provider = provider
 
 
-def without_open_telemetry() -> Any:
-    """A context in which the engine behaves as if OpenTelemetry were not installed: for measuring what the
-    extra costs, in one process (``make bench``)."""
-
-    @contextmanager
-    def absent() -> Iterator[None]:
-        global otel_trace
-        saved, otel_trace = otel_trace, None  # type: ignore[assignment]
-        try:
-            yield
-        finally:
-            otel_trace = saved
-
-    return absent()
+@contextmanager
+def without_open_telemetry() -> Iterator[None]:
+    """The engine as if OpenTelemetry were not installed, for the duration: what ``make bench`` measures the extra
+    against, in one process."""
+    global otel_trace
+    saved, otel_trace = otel_trace, None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        otel_trace = saved
 
 
 def tracing_enabled() -> bool:
@@ -233,11 +234,7 @@ def otel_propagate_extract(context: TraceContext) -> Any:
 def outgoing_headers(fallback: TraceContext | None) -> dict[str, str]:
     """Headers that carry the trace on to a call this code makes: the current span's (with OpenTelemetry, the
     global propagator's, X-Ray's too under ADOT), else ``fallback``'s (the event's own context)."""
-    if (
-        otel_propagate is not None
-        and otel_trace is not None
-        and otel_trace.get_current_span().get_span_context().is_valid
-    ):
+    if otel_propagate is not None and _in_a_span():
         carrier: dict[str, str] = {}
         otel_propagate.inject(carrier)
         if carrier:

@@ -160,6 +160,17 @@ class ConsumerFigures(Figures):
     def max_inbox_requests_per_delivery(self) -> float:
         return max(s.ours.inbox_requests_per_delivery for s in self.scenarios)
 
+    @property
+    def worst_ordered_cpu_ratio(self) -> Summary:
+        """Ordered against unordered client CPU in the shape where ordering costs most (by median)."""
+        return max((s.ordered_replayed_cpu_ratio for s in self.scenarios), key=lambda ratio: ratio.median)
+
+    @property
+    def max_ordered_requests_per_delivery(self) -> float:
+        """An ordered subscription's DynamoDB requests per (event, subscription), log check included, in the
+        shape that needs most."""
+        return max(s.ordered.dynamodb_requests_per_delivery for s in self.scenarios)
+
 
 # -- cost (benchmarks.cost_per_event) -------------------------------------------------------------------
 

@@ -655,6 +655,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "DEFERRED behind a skipped event (14)",
         seeds=(24, 67),
     ),
+    Mutant(
+        id="carried-watermark-misses-a-deferral",
+        module=ORDERING,
+        original="watermark, version=watermark.version + 1, deferred=watermark.deferred + (0 if was_deferred else 1)",
+        replacement="watermark, version=watermark.version + 1, deferred=watermark.deferred",
+        description="the watermark a batch carries after a deferral has the new version but not the new count of "
+        "deferred events: the next completion in the batch writes the count back down, and nothing wakes them",
+        what_should_catch_it="a batch that holds an event before its predecessor (a reordered batch, a replay): "
+        "the follower stays DEFERRED behind an applied predecessor when the run settles (14)",
+        seeds=(2, 6, 10),
+    ),
     # -- the deadline ----------------------------------------------------------------------------------
     Mutant(
         id="wake-runs-before-the-batch",

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from outbox import Envelope, TerminalError
 from outbox.exceptions import OperationRefusedError, OutboxValidationError
@@ -824,3 +825,115 @@ def test_a_repair_message_for_an_applied_pair_puts_its_claim_back_to_completed(m
     assert applied.seqs == {"acme": [1]}
     assert h.claim_status(LEDGER, first) == "COMPLETED"
     assert reconcile(operator(h), h.clock() - timedelta(hours=1)).republished == [], "nothing left to re-send"
+
+
+# -- the watermarks a batch carries (outbox.delivery.ordered: read once per batch, carried from write to write) --
+
+
+def inbox_requests(h: Harness) -> list[tuple[str, dict[str, Any]]]:
+    """Every request the harness's DynamoDB client makes from here on that touches the inbox table."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if INBOX_TABLE in (params.get("TableName"), *params.get("RequestItems", {})):
+            seen.append((model.name, params))
+
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.*", record)
+    return seen
+
+
+def watermark_reads(requests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The operations among ``requests`` that read a watermark row."""
+    return [
+        operation
+        for operation, params in requests
+        if (operation == "Query" and params["ExpressionAttributeValues"].get(":sk", {}).get("S") == "WATERMARK")
+        or operation == "BatchGetItem"
+    ]
+
+
+def test_a_batch_reads_its_tenants_watermarks_once_and_carries_them_from_write_to_write(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    for n in range(8):
+        h.publish(emit(h, tenant="acme" if n % 3 else "globex"))
+    requests = inbox_requests(h)
+    h.esm.drain()
+    reads = watermark_reads(requests)
+
+    assert applied.seqs == {"acme": [1, 2, 3, 4, 5], "globex": [1, 2, 3]}
+    assert (watermark(h, "acme").applied_seq, watermark(h, "globex").applied_seq) == (5, 3)
+    # One batch of eight messages: both tenants' watermarks in one BatchGetItem, none read again.
+    assert reads == ["BatchGetItem"]
+    (keys_read,) = [p["RequestItems"][INBOX_TABLE]["Keys"] for op, p in requests if op == "BatchGetItem"]
+    assert sorted(key["pk"]["S"] for key in keys_read) == [f"TENANT#{t}#ORDER#{LEDGER}" for t in ("acme", "globex")]
+
+
+def test_a_carried_watermark_that_another_writer_moved_fails_safe_and_is_read_again(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second, third = emit(h), emit(h), emit(h)
+
+    def bump_version(delivery: Delivery) -> None:
+        """After seq 1 is applied, another writer moves the watermark's version (as a deferral does)."""
+        if delivery.envelope.seq == 1:
+            h.dynamodb.update_item(
+                TableName=INBOX_TABLE,
+                Key={"pk": {"S": f"TENANT#acme#ORDER#{LEDGER}"}, "sk": {"S": "WATERMARK"}},
+                UpdateExpression="SET version = version + :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+
+    h.recorder.behaviours[AUDIT] = bump_version  # AUDIT runs after LEDGER for the same message
+    for envelope in (first, second, third):
+        h.publish(envelope)
+    requests = inbox_requests(h)
+    h.esm.drain()
+    reads = watermark_reads(requests)
+
+    assert applied.seqs == {"acme": [1, 2, 3]}
+    assert [h.runs(LEDGER, e) for e in (first, second, third)] == [1, 1, 1], "the stale copy ran nothing twice"
+    assert watermark(h).applied_seq == 3
+    assert reads == ["BatchGetItem", "Query"], "read again once, after the refused write"
+
+
+def test_an_operator_skip_under_a_batch_in_flight_is_honoured_although_the_batch_carries_the_old_watermark(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied = ordered_harness(make_harness)
+    first, second, third = emit(h), emit(h), emit(h)
+
+    def skip_the_next(delivery: Delivery) -> None:
+        if delivery.envelope.seq == 1:
+            skip(operator(h), "acme", LEDGER, 2, by="oncall@example.com", reason="voided while the batch ran")
+
+    h.recorder.behaviours[AUDIT] = skip_the_next
+    for envelope in (first, second, third):
+        h.publish(envelope)
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": [1, 3]}, "the skipped event never runs, the next one does"
+    assert h.runs(LEDGER, second) == 0
+    assert h.claim_status(LEDGER, second) == "SKIPPED"
+    assert watermark(h).applied_seq == 3
+
+
+def test_when_the_batch_read_of_watermarks_fails_each_is_read_when_needed(
+    make_harness: HarnessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h, applied = ordered_harness(make_harness)
+
+    def throttled(_places: Any) -> Any:
+        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "BatchGetItem")
+
+    monkeypatch.setattr(h.consumer.ordered.order, "watermarks", throttled)
+    for n in range(4):
+        h.publish(emit(h, tenant="acme" if n % 2 else "globex"))
+    requests = inbox_requests(h)
+    h.esm.drain()
+    reads = watermark_reads(requests)
+
+    assert applied.seqs == {"globex": [1, 2], "acme": [1, 2]}
+    assert reads == ["Query", "Query"], "one read per place, then carried"

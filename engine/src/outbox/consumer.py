@@ -162,21 +162,31 @@ class DurableConsumer:
         def record_handler(record: SQSRecord) -> None:
             self.process_record(record, remaining, ahead, owed)
 
-        try:
-            response = process_partial_response(
-                event=dict(event), record_handler=record_handler, processor=processor, context=context
-            )
-            failures = [dict(failure) for failure in response.get("batchItemFailures", [])]
-        except BatchProcessingError:
-            # Powertools raises when every record failed or was skipped (no raise_on_entire_batch_failure
-            # for FIFO yet). Reporting them all is the same for SQS without counting a function error.
-            failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"]]
-        # Only now, with every record of the batch done: the time in-place work spends is time no other record
-        # (another tenant's group, most likely) needs.
-        reported = {failure["itemIdentifier"] for failure in failures}
-        unwoken = self.ordered.wake_owed(owed, remaining)
+        with self.ordered.carrying(self._ordered_places(ahead)):
+            try:
+                response = process_partial_response(
+                    event=dict(event), record_handler=record_handler, processor=processor, context=context
+                )
+                failures = [dict(failure) for failure in response.get("batchItemFailures", [])]
+            except BatchProcessingError:
+                # Powertools raises when every record failed or was skipped (no raise_on_entire_batch_failure
+                # for FIFO yet). Reporting them all is the same for SQS without counting a function error.
+                failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"]]
+            # Only now, with every record of the batch done: the time in-place work spends is time no other
+            # record (another tenant's group, most likely) needs.
+            reported = {failure["itemIdentifier"] for failure in failures}
+            unwoken = self.ordered.wake_owed(owed, remaining)
         failures += [{"itemIdentifier": i} for i in unwoken if i not in reported]
         return {"batchItemFailures": failures}
+
+    def _ordered_places(self, ahead: ReadAhead) -> list[tuple[str, str]]:
+        """The (tenant, subscription) of every ordered delivery the batch's messages hold in their order."""
+        return [
+            (message.envelope.tenant, subscription.name)
+            for message in ahead.messages.values()
+            for subscription in self._subscriptions(message)
+            if subscription.ordered and subscription.in_order(format_timestamp(message.envelope.occurred_at))
+        ]
 
     # -- one message ----------------------------------------------------------------------------------
 

@@ -5,12 +5,20 @@ is skipped; one whose predecessor is not applied is deferred (acknowledged, its 
 order is claimed and run by the lease path, and its completion advances the watermark in the same transaction.
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
+
+Within one batch (``carrying``) each (tenant, subscription)'s watermark is read once, all of them in one
+BatchGetItem before the first record, and then carried from write to write: a batch of FIFO messages holds
+several consecutive events of a tenant, and nobody else delivers them while it is in flight. A copy that went
+stale anyway (an operator's skip, say) fails safe, since every write to the watermark is conditioned on its
+version: the write fails, and the gate reads it again. What did not end in a write the gate knows the outcome
+of (a failed run or completion) is forgotten and read again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -52,6 +60,46 @@ class OrderedGate:
         self.order = OrderBook(
             self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock
         )
+        # (tenant, subscription) -> its watermark as this batch last read or wrote it; None outside a batch.
+        self._carried: dict[tuple[str, str], Watermark] | None = None
+
+    # -- the watermarks a batch carries ---------------------------------------------------------------
+
+    @contextmanager
+    def carrying(self, places: Iterable[tuple[str, str]]) -> Iterator[None]:
+        """Carry watermarks through one batch, starting with those of ``places`` (the batch's ordered
+        (tenant, subscription) pairs) read at once; a read that fails leaves each to be read when needed."""
+        self._carried = {}
+        wanted = list(dict.fromkeys(places))
+        try:
+            if wanted:
+                self._carried.update(self.order.watermarks(wanted))
+        except (ClientError, BotoCoreError) as exc:
+            logger.warning("reading the batch's watermarks at once failed, reading them one by one: %s", exc)
+        try:
+            yield
+        finally:
+            self._carried = None
+
+    def _watermark(self, tenant: str, subscription: str) -> Watermark:
+        """The watermark as this batch knows it, else read (and carried from here)."""
+        if self._carried is not None and (known := self._carried.get((tenant, subscription))) is not None:
+            return known
+        return self._read(tenant, subscription)
+
+    def _read(self, tenant: str, subscription: str) -> Watermark:
+        """The watermark read again, past what the batch carries (a conditioned write found it moved)."""
+        fresh = self.order.watermark(tenant, subscription)
+        self._carry(fresh)
+        return fresh
+
+    def _carry(self, watermark: Watermark) -> None:
+        if self._carried is not None:
+            self._carried[(watermark.tenant, watermark.subscription)] = watermark
+
+    def _forget(self, tenant: str, subscription: str) -> None:
+        if self._carried is not None:
+            self._carried.pop((tenant, subscription), None)
 
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
         """Run the pair only in its tenant's order (``apply_in_order``); the events deferred behind it that may
@@ -77,7 +125,7 @@ class OrderedGate:
         is given back with that attempt and RETRY sends it to the queue, to run from its own message with a
         whole invocation ahead of it, never again in place."""
         envelope, subscription = pair.envelope, pair.subscription
-        watermark = self.order.watermark(envelope.tenant, subscription.name)
+        watermark = self._watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
             # Applied or skipped already, at any age (the watermark is never forgotten).
             logger.info(
@@ -91,6 +139,9 @@ class OrderedGate:
             return DeliveryOutcome.SKIPPED, watermark
         claimed = self.attempts.claim(pair, remaining_ms)
         if not isinstance(claimed, Claim):
+            # Done, skipped or held elsewhere although the watermark the batch carries says otherwise: that
+            # copy may be behind (an operator's skip), so the next pair of the place reads it again.
+            self._forget(envelope.tenant, subscription.name)
             return claimed, None
         claim = claimed
         if in_place and claim.attempts > 1:
@@ -105,7 +156,11 @@ class OrderedGate:
             lambda result: self._complete_in_order(claim, envelope, subscription, result, placed),
         )
         if isinstance(advanced, DeliveryOutcome):
+            # The run or its completion failed: the watermark is most likely where it was, but a completion
+            # whose answer was lost may have moved it. Read it again rather than guess.
+            self._forget(envelope.tenant, subscription.name)
             return advanced, None
+        self._carry(advanced)
         return DeliveryOutcome.COMPLETED, advanced
 
     def place(
@@ -117,15 +172,17 @@ class OrderedGate:
             waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
             if waits_for is None:
                 return watermark
-            items = self.order.defer_items(watermark, envelope, waits_for, was_deferred=claim.waits_for is not None)
+            was_deferred = claim.waits_for is not None
+            items = self.order.defer_items(watermark, envelope, waits_for, was_deferred=was_deferred)
             try:
                 self.inbox.defer(claim, waits_for, items)
             except WatermarkMovedError:
-                watermark = self.order.watermark(envelope.tenant, subscription.name)
+                watermark = self._read(envelope.tenant, subscription.name)
                 continue
             except LeaseLostError:
                 self.attempts.count(Metric.LEASES_LOST)
                 return DeliveryOutcome.RETRY
+            self._carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
             logger.info(
                 "deferred %s: seq %d waits for seq %d",
                 claim.idempotency_key,
@@ -135,6 +192,7 @@ class OrderedGate:
             )
             self.attempts.count(Metric.DEFERRALS)
             return DeliveryOutcome.DEFERRED
+        self._forget(envelope.tenant, subscription.name)
         self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
         return DeliveryOutcome.RETRY
 
@@ -149,19 +207,12 @@ class OrderedGate:
             try:
                 self.lease.complete(claim, envelope, subscription, result, order)
             except WatermarkMovedError:
-                fresh = self.order.watermark(envelope.tenant, subscription.name)
+                fresh = self._read(envelope.tenant, subscription.name)
                 if fresh.applied_seq != watermark.applied_seq:
                     raise
                 watermark = fresh
                 continue
-            return Watermark(
-                envelope.tenant,
-                subscription.name,
-                applied_seq=envelope.seq,
-                version=watermark.version + 1,
-                deferred=max(watermark.deferred - (1 if was_deferred else 0), 0),
-                applied_event_id=envelope.id,
-            )
+            return self.order.advanced(watermark, envelope, was_deferred=was_deferred)
         raise WatermarkMovedError(f"the watermark of {subscription.name} for {envelope.tenant} kept moving")
 
     # -- waking what waited ---------------------------------------------------------------------------

@@ -44,8 +44,8 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
     "cold_start": ("benchmarks.cold_start", ["--rounds", "7"], ["--rounds", "1"]),
     "emit": (
         "benchmarks.emit_contention",
-        ["--repetitions", "3", "--emits", "96"],
-        ["--repetitions", "1", "--emits", "16"],
+        ["--repetitions", "3", "--seconds", "1"],
+        ["--repetitions", "1", "--seconds", "0.2"],
     ),
     "end_to_end": (
         "benchmarks.end_to_end",

@@ -1,16 +1,20 @@
-"""4. Emit under contention, and emit with many tenants present.
+"""4. Emit under contention: one hot tenant, emit with many tenants present, and emit_many's cost.
 
-Threads call ``emit()`` at once, each with its own ``EventStore`` and client (as separate Lambda containers
-would), on one tenant and spread over 8 tenants. moto runs with the AWS fixes, which make every DynamoDB
-request atomic across threads (one lock, as DynamoDB applies each request atomically); a lost race for
-the tenant's chain head is then a cancelled transaction, retried by the engine with jittered backoff in
-real time. Reported: throughput, CPU per emit, and how many transaction attempts, retries and head reads
-each committed emit took. moto serialises every request behind that lock, so the absolute throughput is
-moto's, not DynamoDB's: the contention figures (retries) are what carries over.
+One tenant, 1, 4 and 16 concurrent writers, each with its own ``EventStore`` and client (as separate Lambda
+containers would), each emitting for a fixed time per round: ``emit`` (k = 1 event per call) and ``emit_many``
+of k = 5 and 25 events under one head update. Then the same writers with the tenant split into 8 shards
+(``acme.0`` ... ``acme.7``, one chosen at random per emit), k = 1. moto runs with the AWS fixes, which make every
+DynamoDB request atomic across threads (one lock, as DynamoDB applies each request atomically); a lost race
+for the tenant's chain head is then a cancelled transaction, retried by the engine with jittered backoff in
+real time. Reported per writers and k: committed events per second, as a ratio to one writer with the same k
+and to one writer emitting one event at a time (each ratio taken within one repetition), cancelled
+transactions per call, CPU per committed event, and the calls that gave up (ChainHeadContentionError after
+five lost races). moto serialises every request behind that lock, and the client work of every writer shares
+one interpreter, so 16 writers take turns: the absolute throughput is moto's, not DynamoDB's; the ratios and
+the contention figures (retries, gave up) are what carries over.
 
 Also: ``emit_many`` of k events (1, 5, 25) under one head update, its DynamoDB requests and write units per
-event, and the ceiling of one tenant with N concurrent writers of batches of k, as events per second relative to
-one writer emitting one event at a time.
+event, with one writer.
 
 And: emit time with 1 and with 1,000 tenants already present (nothing on the hot path may scale with
 them), and what a head cache (``cache_heads=True``) smaller than the number of active tenants costs (one
@@ -37,7 +41,10 @@ from benchmarks.stats import ratios, summary
 from outbox import ChainHeadContentionError, EventStore, NewEvent
 
 EVENT_TYPE = "bench.order_paid"
-BATCH_SIZES = (1, 5, 25)  # events per emit_many
+BATCH_SIZES = (1, 5, 25)  # events per call: emit (1), emit_many (5, 25)
+WRITERS = (1, 4, 16)  # concurrent writers on the hot tenant
+HOT_TENANT = "acme"
+SHARDS = 8  # the hot tenant split into acme.0 ... acme.7
 _tables = 0
 
 
@@ -51,62 +58,122 @@ def _fresh_table(admin: Any) -> str:
 
 @dataclass
 class Round:
-    committed: int
-    gave_up: int  # ChainHeadContentionError: the head retries ran out
+    events: int  # committed
+    calls: int  # emit or emit_many calls made, committed or given up
+    gave_up: int  # of those, ChainHeadContentionError: the head retries ran out
     wall_seconds: float
     cpu_seconds: float
-    transactions: int
-    cancelled: int
-    head_reads: int
+    cancelled: int  # cancelled transactions: lost races for the head
 
 
-def contend(admin: Any, threads: int, tenants: int, emits: int, seed: int) -> Round:
+class Writers:
+    """One metered DynamoDB client per writer, made and warmed once (its first requests apart) and reused by
+    every round, as a warm Lambda container reuses its client."""
+
+    def __init__(self, admin: Any, count: int) -> None:
+        self.meter = AwsMeter()  # counts only (no item sizes): cheap enough to leave on while timing
+        self.clients: list[Any] = []
+        table = _fresh_table(admin)
+        for index in range(count):
+            client = aws.client("dynamodb")
+            self.meter.attach(client.meta.events)
+            EventStore(table, client=client).emit(
+                EVENT_TYPE, sample_payload(index), tenant=f"warm-up-{index}", actor="warm-up"
+            )
+            self.clients.append(client)
+
+
+def hot_round(admin: Any, pool: Writers, writers: int, k: int, shards: int, seconds: float, seed: int) -> Round:
+    """``writers`` threads emitting calls of k events for ``seconds`` to one tenant, or to ``shards`` of it."""
     table = _fresh_table(admin)
-    tenant_names = [f"tenant-{i}" for i in range(tenants)]
-    meter = AwsMeter()  # counts only (no item sizes): cheap enough to leave on while timing
-    stores = []
-    for _ in range(threads):
-        client = aws.client("dynamodb")
-        meter.attach(client.meta.events)
-        stores.append(EventStore(table, client=client))
-    per_thread = emits // threads
-    outcomes = {"committed": 0, "gave_up": 0}
-    lock = threading.Lock()
-    start = threading.Barrier(threads + 1)
+    tenants = [HOT_TENANT] if shards == 1 else [f"{HOT_TENANT}.{shard}" for shard in range(shards)]
+    stores = [EventStore(table, client=client) for client in pool.clients[:writers]]
+    for tenant in tenants:  # each tenant's first emit (which also writes its index row) apart
+        stores[0].emit(EVENT_TYPE, sample_payload(0), tenant=tenant, actor="warm-up")
+    counts = [[0, 0, 0] for _ in range(writers)]  # per writer: events committed, calls, calls given up
+    start = threading.Barrier(writers + 1)
+    deadline = [0.0]
 
     def worker(index: int) -> None:
         rng = random.Random(seed * 100 + index)
-        store = stores[index]
+        store, mine = stores[index], counts[index]
         start.wait()
-        for n in range(per_thread):
+        first = 0
+        while time.perf_counter() < deadline[0]:
+            tenant = rng.choice(tenants)
             try:
-                store.emit(EVENT_TYPE, sample_payload(n), tenant=rng.choice(tenant_names), actor=f"thread-{index}")
-                outcome = "committed"
+                if k == 1:
+                    store.emit(EVENT_TYPE, sample_payload(first), tenant=tenant, actor=f"writer-{index}")
+                else:
+                    store.emit_many(batch(k, first), tenant=tenant, actor=f"writer-{index}")
+                mine[0] += k
             except ChainHeadContentionError:
-                outcome = "gave_up"
-            with lock:
-                outcomes[outcome] += 1
+                mine[2] += 1
+            mine[1] += 1
+            first += k
 
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for worker_thread in workers:
-        worker_thread.start()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
     gc.collect()
+    pool.meter.reset()
     cpu, wall = time.process_time(), time.perf_counter()
+    deadline[0] = wall + seconds
     start.wait()
-    for worker_thread in workers:
-        worker_thread.join()
+    for thread in threads:
+        thread.join()  # a call under way at the deadline finishes, and counts
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    transactions = meter.total(lambda _a, _s, operation: operation == "TransactWriteItems")
-    reads = meter.total(lambda _a, _s, operation: operation == "GetItem")
-    return Round(
-        committed=outcomes["committed"],
-        gave_up=outcomes["gave_up"],
-        wall_seconds=wall,
-        cpu_seconds=cpu,
-        transactions=transactions.requests,
-        cancelled=transactions.errors,
-        head_reads=reads.requests,
-    )
+    transactions = pool.meter.total(lambda _a, _s, operation: operation == "TransactWriteItems")
+    events, calls, gave_up = (sum(column) for column in zip(*counts, strict=True))
+    return Round(events, calls, gave_up, wall, cpu, transactions.errors)
+
+
+def hot_tenant(
+    admin: Any, writers: Sequence[int], sizes: Sequence[int], shards: int, seconds: float, repetitions: int
+) -> dict[str, Any]:
+    """One tenant's ceiling: every (writers, k) on one tenant, then each writer count above one at k = 1 on
+    ``shards`` shards of it. The rounds alternate their order, and every ratio is taken within a repetition."""
+    cells = [(n, k, 1) for k in sizes for n in writers] + [(n, 1, shards) for n in writers if n > 1]
+    found: dict[tuple[int, int, int], list[Round]] = {cell: [] for cell in cells}
+    pool = Writers(admin, max(writers))
+    for repetition in range(repetitions):
+        for cell in cells if repetition % 2 == 0 else list(reversed(cells)):
+            n, k, tenants = cell
+            found[cell].append(hot_round(admin, pool, n, k, tenants, seconds, seed=repetition))
+
+    def rates(cell: tuple[int, int, int]) -> list[float]:
+        return [r.events / r.wall_seconds for r in found[cell]]
+
+    one_writer_one_event = rates((min(writers), 1, 1))
+    rows = []
+    for cell in cells:
+        n, k, tenants = cell
+        rounds = found[cell]
+        rows.append(
+            {
+                "writers": n,
+                "k": k,
+                "tenants": tenants,
+                "events_per_second": summary(rates(cell)),
+                "ratio_to_one_writer": ratios(rates(cell), rates((min(writers), k, 1))),
+                "ratio_to_one_writer_k1": ratios(rates(cell), one_writer_one_event),
+                "ratio_to_one_tenant": ratios(rates(cell), rates((n, k, 1))),  # the same writers and k, unsplit
+                "retries_per_call": summary([r.cancelled / max(r.calls, 1) for r in rounds]),
+                "cpu_ms_per_event": summary([r.cpu_seconds / max(r.events, 1) * 1000 for r in rounds]),
+                "events": sum(r.events for r in rounds),
+                "calls": sum(r.calls for r in rounds),
+                "gave_up": sum(r.gave_up for r in rounds),
+            }
+        )
+    return {
+        "tenant": HOT_TENANT,
+        "shards": shards,
+        "writers": list(writers),
+        "sizes": list(sizes),
+        "seconds_per_round": seconds,
+        "repetitions": repetitions,
+        "rounds": rows,
+    }
 
 
 def batch(k: int, first: int = 0) -> list[NewEvent]:
@@ -138,80 +205,6 @@ def batch_cost(admin: Any, sizes: Sequence[int], events: int) -> dict[str, Any]:
             "cpu_ms_per_event": cpu / committed * 1000,
         }
     return {"sizes": list(sizes), "by_size": found}
-
-
-def batch_ceiling(admin: Any, sizes: Sequence[int], writers: Sequence[int], events: int, repetitions: int) -> Any:
-    """One tenant, N writers each emitting batches of k: committed events per second, and that as a ratio to one
-    writer emitting one event at a time, measured in the same repetition."""
-    rates: dict[tuple[int, int], list[float]] = {(n, k): [] for n in writers for k in sizes}
-    retries: dict[tuple[int, int], list[float]] = {key: [] for key in rates}
-    for repetition in range(repetitions):
-        for key in rates if repetition % 2 == 0 else list(reversed(list(rates))):
-            threads, k = key
-            committed, wall, cancelled, batches = _batched_round(admin, threads, k, events)
-            rates[key].append(committed / wall)
-            retries[key].append(cancelled / max(batches, 1))
-    one = rates[(min(writers), min(sizes))]
-    return {
-        "writers": list(writers),
-        "sizes": list(sizes),
-        "events_per_round": events,
-        "rounds": [
-            {
-                "writers": threads,
-                "k": k,
-                "events_per_second": summary(rates[(threads, k)]),
-                "retries_per_batch": summary(retries[(threads, k)]),
-                "ratio_to_one_writer": ratios(rates[(threads, k)], one),
-            }
-            for threads, k in sorted(rates)
-        ],
-    }
-
-
-def _batched_round(admin: Any, threads: int, k: int, events: int) -> tuple[int, float, int, int]:
-    table = _fresh_table(admin)
-    meter = AwsMeter()
-    stores = []
-    for _ in range(threads):
-        client = aws.client("dynamodb")
-        meter.attach(client.meta.events)
-        stores.append(EventStore(table, client=client))
-    per_thread = max(events // threads // k, 1)
-    committed = [0] * threads
-    start = threading.Barrier(threads + 1)
-
-    def worker(index: int) -> None:
-        start.wait()
-        for n in range(per_thread):
-            try:
-                stores[index].emit_many(batch(k, n * k), tenant="acme", actor=f"thread-{index}")
-                committed[index] += k
-            except ChainHeadContentionError:
-                pass
-
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for worker_thread in workers:
-        worker_thread.start()
-    wall = time.perf_counter()
-    start.wait()
-    for worker_thread in workers:
-        worker_thread.join()
-    wall = time.perf_counter() - wall
-    transactions = meter.total(lambda _a, _s, operation: operation == "TransactWriteItems")
-    return sum(committed), wall, transactions.errors, transactions.requests
-
-
-def describe(rounds: Sequence[Round]) -> dict[str, Any]:
-    return {
-        "emits_per_second": summary([r.committed / r.wall_seconds for r in rounds]),
-        "cpu_ms_per_emit": summary([r.cpu_seconds / max(r.committed, 1) * 1000 for r in rounds]),
-        "transactions_per_emit": summary([r.transactions / max(r.committed, 1) for r in rounds]),
-        "retries_per_emit": summary([r.cancelled / max(r.committed, 1) for r in rounds]),
-        "head_reads_per_emit": summary([r.head_reads / max(r.committed, 1) for r in rounds]),
-        "gave_up": sum(r.gave_up for r in rounds),
-        "committed": sum(r.committed for r in rounds),
-    }
 
 
 def seed_tenants(store: EventStore, count: int) -> list[str]:
@@ -279,34 +272,20 @@ def head_cache_cliff(admin: Any, cache_size: int, active: Sequence[int], emits: 
     return {"head_cache_size": cache_size, "active_tenants": results}
 
 
-def run(
-    thread_counts: Sequence[int] = (1, 2, 4, 8),
-    tenant_counts: Sequence[int] = (1, 8),
-    emits: int = 96,
-    repetitions: int = 3,
-) -> dict[str, Any]:
+def run(seconds: float = 1.0, repetitions: int = 3) -> dict[str, Any]:
     with aws.moto(fixes=True):
         admin = aws.client("dynamodb")
-        rounds: dict[tuple[int, int], list[Round]] = {(t, n): [] for n in tenant_counts for t in thread_counts}
-        for repetition in range(repetitions):
-            for key in rounds if repetition % 2 == 0 else list(reversed(list(rounds))):
-                threads, tenants = key
-                rounds[key].append(contend(admin, threads, tenants, emits, seed=repetition))
+        hot = hot_tenant(admin, WRITERS, BATCH_SIZES, SHARDS, seconds=seconds, repetitions=repetitions)
         scale = tenant_scale(admin, (1, 1000), emits=100, repetitions=repetitions)
         cliff = head_cache_cliff(admin, cache_size=32, active=(16, 64), emits=128)
         cost = batch_cost(admin, BATCH_SIZES, events=100)
-        ceiling = batch_ceiling(admin, BATCH_SIZES, (1, 4), events=max(emits, 100), repetitions=repetitions)
     return {
         "aws_fixes": True,
-        "emits_per_round": emits,
         "repetitions": repetitions,
-        "contention": [
-            {"threads": threads, "tenants": tenants, **describe(found)}
-            for (threads, tenants), found in sorted(rounds.items(), key=lambda item: (item[0][1], item[0][0]))
-        ],
+        "hot_tenant": hot,
         "tenant_scale": scale,
         "head_cache": cliff,
-        "batches": {**cost, "ceiling": ceiling},
+        "batches": cost,
     }
 
 
@@ -314,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--emits", type=int, default=96)
+    parser.add_argument("--seconds", type=float, default=1.0, help="how long the writers of each hot-tenant round emit")
     args = parser.parse_args(argv)
-    figures = run(emits=args.emits, repetitions=args.repetitions)
+    figures = run(seconds=args.seconds, repetitions=args.repetitions)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 

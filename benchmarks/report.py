@@ -31,6 +31,12 @@ MAIN_TEMPLATE = "RESULTS.md.j2"
 LAMBDA_MB_PER_VCPU = 1769  # Lambda allocates one vCPU at 1,769 MB, proportionally below
 # Lambda documents 4 GetRecords per second per shard for DynamoDB stream triggers.
 STREAM_POLLS_PER_SHARD_DAY = 4 * 24 * 3600
+# DynamoDB's write throughput per partition, and a transaction's cost: 2 write units per started KB of each item
+# (prepare and commit). A tenant's head row and its event rows each have one partition key (outbox.keys).
+PARTITION_WRITE_UNITS_PER_SECOND = 1000
+TRANSACTION_WRITE_UNITS_PER_KB = 2
+# A TransactWriteItems round trip inside a region, slow and fast: a tenant's chain commits one at a time.
+TRANSACTION_ROUND_TRIP_MS = (25, 10)
 SECTION = re.compile(r"^## (.+?)\s*$", re.MULTILINE)
 
 
@@ -222,6 +228,36 @@ def client_cpu_gap(consumer: ConsumerFigures, run: CostRun, prices: Mapping[str,
 
 
 @dataclass(frozen=True)
+class PaperCeiling:
+    """One tenant's events per second on DynamoDB in calls of k events (``emit``: 1), by what bounds them: its
+    head row (one transaction per call, 2 write units), its event partition (2 write units per event of up to
+    1 KB) and its serial chain (one transaction round trip per call)."""
+
+    k: int
+    head_row: float
+    event_partition: float
+    chain_slow: float  # at the slow round trip
+    chain_fast: float  # at the fast one
+
+    @property
+    def low(self) -> float:
+        """The ceiling at the slow round trip: the rate above which the tenant must be split."""
+        return min(self.head_row, self.event_partition, self.chain_slow)
+
+    @property
+    def high(self) -> float:
+        return min(self.head_row, self.event_partition, self.chain_fast)
+
+
+def paper_ceiling(k: int) -> PaperCeiling:
+    per_second = PARTITION_WRITE_UNITS_PER_SECOND / TRANSACTION_WRITE_UNITS_PER_KB  # transactions or 1 KB rows
+    slow, fast = (1000 / ms for ms in TRANSACTION_ROUND_TRIP_MS)
+    return PaperCeiling(
+        k=k, head_row=per_second * k, event_partition=per_second, chain_slow=slow * k, chain_fast=fast * k
+    )
+
+
+@dataclass(frozen=True)
 class Derived:
     money: dict[str, Dollars]  # by cadence
     record_lane: RecordLaneCost
@@ -231,6 +267,8 @@ class Derived:
     dollars_per_million_read_units: float
     stream_polls_per_shard_day: int
     stream_polling_dollars_per_shard_day: float
+    paper_ceiling: dict[str, PaperCeiling]  # by the hot tenant's k
+    transaction_round_trip_ms: tuple[int, int]  # slow, fast
 
 
 def derive(results: Results, prices: Mapping[str, Any]) -> Derived:
@@ -245,6 +283,8 @@ def derive(results: Results, prices: Mapping[str, Any]) -> Derived:
         stream_polls_per_shard_day=STREAM_POLLS_PER_SHARD_DAY,
         stream_polling_dollars_per_shard_day=STREAM_POLLS_PER_SHARD_DAY
         * unit_price(prices, "dynamodb_streams_read_request_unit"),
+        paper_ceiling={str(k): paper_ceiling(k) for k in results.emit.hot_tenant.sizes},
+        transaction_round_trip_ms=TRANSACTION_ROUND_TRIP_MS,
     )
 
 

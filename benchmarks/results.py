@@ -461,20 +461,87 @@ class ColdStartFigures(Figures):
 # -- emit (benchmarks.emit_contention) ------------------------------------------------------------------
 
 
-class Contention(Figures):
-    threads: int
+# The writer counts and calls of k events the hot tenant's table must show: emit (k = 1) and emit_many (5, 25).
+HOT_TENANT_WRITERS = (1, 4, 16)
+HOT_TENANT_SIZES = (1, 5, 25)
+
+
+class HotRound(Figures):
+    """``writers`` concurrent writers emitting calls of k events to one tenant, or to ``tenants`` shards of it."""
+
+    writers: int
+    k: int
     tenants: int
-    emits_per_second: Summary
-    cpu_ms_per_emit: Summary
-    transactions_per_emit: Summary
-    retries_per_emit: Summary
-    head_reads_per_emit: Summary
-    committed: int
-    gave_up: int
+    events_per_second: Summary
+    ratio_to_one_writer: Summary  # to one writer on one tenant with the same k, within each repetition
+    ratio_to_one_writer_k1: Summary  # to one writer on one tenant emitting one event per call
+    ratio_to_one_tenant: Summary  # to the same writers and k on one tenant
+    retries_per_call: Summary  # cancelled transactions (lost races for the head) per call
+    cpu_ms_per_event: Summary
+    events: int
+    calls: int
+    gave_up: int  # calls that raised ChainHeadContentionError
 
     @property
-    def attempted(self) -> int:
-        return self.committed + self.gave_up
+    def gave_up_share(self) -> float:
+        return self.gave_up / self.calls if self.calls else 0.0
+
+
+class HotTenant(Figures):
+    """One tenant's ceiling: every writer count and k on one tenant, and the writers split over its shards."""
+
+    tenant: str
+    shards: int
+    seconds_per_round: float
+    repetitions: int
+    writers: tuple[int, ...]
+    sizes: tuple[int, ...]
+    rounds: tuple[HotRound, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _every_writer_count_measured(self) -> Self:
+        unsplit = {(r.writers, r.k) for r in self.rounds if r.tenants == 1}
+        split = {r.writers for r in self.rounds if r.tenants == self.shards and r.k == 1}
+        _require(
+            unsplit,
+            [(n, k) for k in HOT_TENANT_SIZES for n in HOT_TENANT_WRITERS],
+            "rounds (writers, k) on one tenant",
+        )
+        _require(split, [n for n in HOT_TENANT_WRITERS if n > 1], f"rounds of writers at k = 1 on {self.shards} shards")
+        return self
+
+    @property
+    def one_tenant(self) -> tuple[HotRound, ...]:
+        """The rounds on one tenant, by k and then writers."""
+        return tuple(sorted((r for r in self.rounds if r.tenants == 1), key=lambda r: (r.k, r.writers)))
+
+    @property
+    def split(self) -> tuple[HotRound, ...]:
+        """The rounds on the tenant's shards, by writers."""
+        return tuple(sorted((r for r in self.rounds if r.tenants == self.shards), key=lambda r: r.writers))
+
+    def _by_k(self, writers: int) -> dict[str, HotRound]:
+        return {str(r.k): r for r in self.one_tenant if r.writers == writers}
+
+    @property
+    def one_writer(self) -> dict[str, HotRound]:
+        """One writer's rounds on one tenant, by k."""
+        return self._by_k(min(self.writers))
+
+    @property
+    def most_writers(self) -> dict[str, HotRound]:
+        """The rounds of the most writers on one tenant, by k."""
+        return self._by_k(max(self.writers))
+
+    @property
+    def most_writers_split(self) -> HotRound:
+        """The most writers over the tenant's shards."""
+        return next(r for r in self.split if r.writers == max(self.writers))
+
+    @property
+    def worst(self) -> HotRound:
+        """The round on one tenant whose calls gave up most often."""
+        return max(self.one_tenant, key=lambda r: r.gave_up_share)
 
 
 class TenantScale(Figures):
@@ -506,27 +573,11 @@ class BatchCost(Figures):
     cpu_ms_per_event: float
 
 
-class BatchRound(Figures):
-    writers: int
-    k: int
-    events_per_second: Summary
-    retries_per_batch: Summary
-    ratio_to_one_writer: Summary
-
-
-class BatchCeiling(Figures):
-    writers: tuple[int, ...]
-    sizes: tuple[int, ...]
-    events_per_round: int
-    rounds: tuple[BatchRound, ...] = Field(min_length=1)
-
-
 class Batches(Figures):
-    """``emit_many``: per-event cost by k, and one tenant's ceiling by writers and k."""
+    """``emit_many``: per-event cost by k, one writer."""
 
     sizes: tuple[int, ...] = Field(min_length=1)
     by_size: dict[str, BatchCost]
-    ceiling: BatchCeiling
 
     @model_validator(mode="after")
     def _every_size_measured(self) -> Self:
@@ -537,22 +588,13 @@ class Batches(Figures):
     def largest(self) -> BatchCost:
         return self.by_size[str(max(self.sizes))]
 
-    @property
-    def best_ceiling(self) -> BatchRound:
-        return max(self.ceiling.rounds, key=lambda r: r.ratio_to_one_writer.median)
-
 
 class EmitFigures(Figures):
-    emits_per_round: int
     repetitions: int
-    contention: tuple[Contention, ...] = Field(min_length=1)
+    hot_tenant: HotTenant
     tenant_scale: TenantScale
     head_cache: HeadCache
     batches: Batches
-
-    @property
-    def worst(self) -> Contention:
-        return max(self.contention, key=lambda c: c.retries_per_emit.median)
 
 
 # -- end to end (benchmarks.end_to_end), the assembly (benchmarks.assembly) and the run -------------------

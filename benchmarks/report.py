@@ -157,6 +157,7 @@ class WriteUnitComparison:
     record_lane: WriteUnits
     engine_total: float  # the run's measured total, which the lines above should add up to
     powertools_per_pair: float  # Powertools' two idempotency-record writes per (event, subscription)
+    pairs_per_event: float
 
     @property
     def lines(self) -> list[WriteUnits]:
@@ -165,6 +166,35 @@ class WriteUnitComparison:
     @property
     def hand_made_total(self) -> float:
         return sum(line.hand_made for line in self.lines)
+
+    @property
+    def application(self) -> float:
+        """The application's own writes, as any outbox has them: the caller's, in its transaction with the
+        outbox item, and the handlers', at the plain price (the engine commits them atomically with the
+        completion, at the transactional price: that doubling is the engine's overhead)."""
+        return self.caller_writes.hand_made + self.handler_writes.hand_made
+
+    @property
+    def engine_overhead(self) -> float:
+        """What the engine writes per event beyond the application's own writes."""
+        return self.engine_total - self.application
+
+    @property
+    def hand_made_overhead(self) -> float:
+        return self.hand_made_total - self.application
+
+    @property
+    def engine_overhead_per_pair(self) -> float:
+        return self.engine_overhead / self.pairs_per_event
+
+    @property
+    def hand_made_overhead_per_pair(self) -> float:
+        return self.hand_made_overhead / self.pairs_per_event
+
+    @property
+    def overhead_ratio(self) -> float:
+        """The engine's overhead against the hand-made outbox's, per event."""
+        return self.engine_overhead / self.hand_made_overhead
 
     @property
     def engine_emit(self) -> float:
@@ -197,6 +227,7 @@ def write_unit_comparison(run: CostRun, consumer: ConsumerFigures) -> WriteUnitC
         record_lane=WriteUnits(record_lane, record_lane),
         engine_total=run.per_event.write_units,
         powertools_per_pair=powertools_per_pair,
+        pairs_per_event=pairs_per_event,
     )
 
 
@@ -265,6 +296,7 @@ class Derived:
     cpu_gap: ClientCpuGap
     minutes_for_10k_events: float  # the trickle run's pace
     dollars_per_million_read_units: float
+    dollars_per_million_write_units: float
     stream_polls_per_shard_day: int
     stream_polling_dollars_per_shard_day: float
     paper_ceiling: dict[str, PaperCeiling]  # by the hot tenant's k
@@ -280,6 +312,7 @@ def derive(results: Results, prices: Mapping[str, Any]) -> Derived:
         cpu_gap=client_cpu_gap(results.consumer, trickle, prices),
         minutes_for_10k_events=10_000 * trickle.seconds / trickle.events / 60,
         dollars_per_million_read_units=unit_price(prices, "dynamodb_read_request_unit") * 1_000_000,
+        dollars_per_million_write_units=unit_price(prices, "dynamodb_write_request_unit") * 1_000_000,
         stream_polls_per_shard_day=STREAM_POLLS_PER_SHARD_DAY,
         stream_polling_dollars_per_shard_day=STREAM_POLLS_PER_SHARD_DAY
         * unit_price(prices, "dynamodb_streams_read_request_unit"),
@@ -343,6 +376,8 @@ def _ratio(value: float | Summary, digits: int = 2) -> str:
 
 
 def _with_unit(value: float | Summary, unit: str) -> str:
+    if unit == "$":
+        return f"${_number(value)}"
     return _ratio(value) if unit == "x" else f"{_number(value)} {unit}"
 
 
@@ -390,11 +425,12 @@ def environment(explanations: Mapping[str, str] | None = None) -> jinja2.Environ
 
 
 def context(results: Results, prices: Mapping[str, Any], targets: Sequence[Target]) -> dict[str, Any]:
-    verdicts = judge(results, targets)
+    derived = derive(results, prices)
+    verdicts = judge(results, targets, derived)
     unmet = [v.target.explanation for v in verdicts if not v.met and v.target.explanation]
     return {
         **{name: getattr(results, name) for name in Results.model_fields},
-        "derived": derive(results, prices),
+        "derived": derived,
         "verdicts": verdicts,
         "unmet_explanations": list(dict.fromkeys(unmet)),
     }

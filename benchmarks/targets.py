@@ -6,7 +6,7 @@ import math
 import operator
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,10 +60,17 @@ def load_targets(path: Path = TARGETS_FILE) -> tuple[Target, ...]:
     return targets
 
 
-def resolve(results: Results, target: Target) -> Any:
-    """The object at ``target.measure``: each dotted part a field or property of a model, or a mapping key."""
+def resolve(results: Results, target: Target, derived: Any = None) -> Any:
+    """The object at ``target.measure``: each dotted part a field or property of a model, or a mapping key;
+    a measure that starts with ``derived.`` starts from what the report derives from several benchmarks'
+    figures (``benchmarks.report.Derived``: the dollars, the write units against the hand-made outbox)."""
     found: Any = results
-    for part in target.measure.split("."):
+    parts = target.measure.split(".")
+    if parts[0] == "derived":
+        if derived is None:
+            raise TargetsError(f"target {target.id}: measure {target.measure!r} needs the report's derived figures")
+        found, parts = derived, parts[1:]
+    for part in parts:
         found = _step(found, part, target)
     return found
 
@@ -76,6 +83,8 @@ def _step(found: Any, part: str, target: Target) -> Any:
         return found[part]
     if isinstance(found, Figures) and _is_figure(type(found), part):
         return getattr(found, part)
+    if is_dataclass(found) and not isinstance(found, type) and _is_derived_figure(found, part):
+        return getattr(found, part)
     raise TargetsError(f"{where}: {type(found).__name__} has no figure {part!r}")
 
 
@@ -83,8 +92,12 @@ def _is_figure(model: type[Figures], name: str) -> bool:
     return name in model.model_fields or isinstance(getattr(model, name, None), property)
 
 
-def judge(results: Results, targets: Sequence[Target]) -> list[Verdict]:
-    return [_verdict(target, resolve(results, target)) for target in targets]
+def _is_derived_figure(found: Any, name: str) -> bool:
+    return name in {f.name for f in fields(found)} or isinstance(getattr(type(found), name, None), property)
+
+
+def judge(results: Results, targets: Sequence[Target], derived: Any = None) -> list[Verdict]:
+    return [_verdict(target, resolve(results, target, derived)) for target in targets]
 
 
 def _verdict(target: Target, measured: Any) -> Verdict:

@@ -327,6 +327,29 @@ def test_each_comparison_judges_as_written() -> None:
     assert outcomes == {"<=": measured <= 2, ">=": measured >= 2, "==": measured == 2}
 
 
+def test_cost_targets_are_judged_on_what_the_report_derives_and_need_it() -> None:
+    figures = results.load(FIGURES)
+    derived = report.derive(figures, report.load_prices())
+    chosen = [t for t in targets.load_targets() if t.measure.startswith("derived.")]
+    assert {t.id for t in chosen} == {"cost-example-trickle", "overhead-vs-hand-made"}
+    verdicts = {v.target.id: v.value for v in targets.judge(figures, chosen, derived)}
+    assert verdicts["cost-example-trickle"] == pytest.approx(derived.money["trickle"].total)
+    assert verdicts["overhead-vs-hand-made"] == pytest.approx(derived.write_units.overhead_ratio)
+    with pytest.raises(targets.TargetsError, match="needs the report's derived figures"):
+        targets.judge(figures, chosen)
+
+
+def test_the_outbox_overhead_is_the_total_less_the_application_s_own_writes_in_both_columns() -> None:
+    w = report.derive(results.load(FIGURES), report.load_prices()).write_units
+    # The application's writes: the caller's (in the emit's transaction in both) and the handlers' at the
+    # plain price (the engine's transactional doubling of them is its overhead).
+    assert w.application == pytest.approx(w.caller_writes.engine + w.handler_writes.engine / 2)
+    assert w.engine_overhead == pytest.approx(w.engine_total - w.application)
+    assert w.hand_made_overhead == pytest.approx(w.hand_made_total - w.application)
+    assert w.engine_overhead_per_pair * w.pairs_per_event == pytest.approx(w.engine_overhead)
+    assert w.overhead_ratio == pytest.approx(w.engine_overhead / w.hand_made_overhead)
+
+
 # -- the templates and the model --------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import aws
+from benchmarks.headless_chain import HeadlessStore, log_is_gapless_and_linked
 from benchmarks.metering import AwsMeter
 from benchmarks.reference.order_app import sample_payload
 from benchmarks.stats import ratios, summary
@@ -64,6 +65,7 @@ class Round:
     wall_seconds: float
     cpu_seconds: float
     cancelled: int  # cancelled transactions: lost races for the head
+    table: str = ""
 
 
 class Writers:
@@ -83,11 +85,20 @@ class Writers:
             self.clients.append(client)
 
 
-def hot_round(admin: Any, pool: Writers, writers: int, k: int, shards: int, seconds: float, seed: int) -> Round:
+def hot_round(
+    admin: Any,
+    pool: Writers,
+    writers: int,
+    k: int,
+    shards: int,
+    seconds: float,
+    seed: int,
+    store_class: type[EventStore] = EventStore,
+) -> Round:
     """``writers`` threads emitting calls of k events for ``seconds`` to one tenant, or to ``shards`` of it."""
     table = _fresh_table(admin)
     tenants = [HOT_TENANT] if shards == 1 else [f"{HOT_TENANT}.{shard}" for shard in range(shards)]
-    stores = [EventStore(table, client=client) for client in pool.clients[:writers]]
+    stores = [store_class(table, client=client) for client in pool.clients[:writers]]
     for tenant in tenants:  # each tenant's first emit (which also writes its index row) apart
         stores[0].emit(EVENT_TYPE, sample_payload(0), tenant=tenant, actor="warm-up")
     counts = [[0, 0, 0] for _ in range(writers)]  # per writer: events committed, calls, calls given up
@@ -125,7 +136,7 @@ def hot_round(admin: Any, pool: Writers, writers: int, k: int, shards: int, seco
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     transactions = pool.meter.total(lambda _a, _s, operation: operation == "TransactWriteItems")
     events, calls, gave_up = (sum(column) for column in zip(*counts, strict=True))
-    return Round(events, calls, gave_up, wall, cpu, transactions.errors)
+    return Round(events, calls, gave_up, wall, cpu, transactions.errors, table)
 
 
 def hot_tenant(
@@ -174,6 +185,65 @@ def hot_tenant(
         "repetitions": repetitions,
         "rounds": rows,
     }
+
+
+STORES: dict[str, type[EventStore]] = {"head": EventStore, "headless": HeadlessStore}
+
+
+def headless_chain(admin: Any, writers: Sequence[int], emits: int, seconds: float, repetitions: int) -> dict[str, Any]:
+    """The chain without its head row (``benchmarks.headless_chain``) against the engine's, side by side: what
+    one emit costs with one writer, and one tenant's rate with each number of writers (k = 1), the two stores'
+    rounds alternating, each ratio taken within a repetition; every headless log is checked gapless and linked."""
+    cost = {}
+    for name, store_class in STORES.items():
+        table = _fresh_table(admin)
+        client = aws.client("dynamodb")
+        meter = AwsMeter.on_moto()
+        meter.attach(client.meta.events)
+        store = store_class(table, client=client)
+        store.emit(EVENT_TYPE, sample_payload(0), tenant=HOT_TENANT, actor="warm-up")  # its first emit apart
+        meter.reset()
+        gc.collect()
+        cpu = time.process_time()
+        for n in range(emits):
+            store.emit(EVENT_TYPE, sample_payload(n), tenant=HOT_TENANT, actor="bench")
+        cpu = time.process_time() - cpu
+        usage = meter.total(lambda _a, service, _o: service == "dynamodb")
+        cost[name] = {
+            "requests_per_event": usage.requests / emits,
+            "write_units_per_event": usage.write_units / emits,
+            "read_units_per_event": usage.read_units / emits,
+            "cpu_ms_per_event": cpu / emits * 1000,
+        }
+    pool = Writers(admin, max(writers))
+    found: dict[tuple[str, int], list[Round]] = {(name, n): [] for name in STORES for n in writers}
+    intact = True
+    for repetition in range(repetitions):
+        names = list(STORES) if repetition % 2 == 0 else list(reversed(STORES))
+        for n in writers:
+            for name in names:
+                played = hot_round(admin, pool, n, 1, 1, seconds, seed=repetition, store_class=STORES[name])
+                found[(name, n)].append(played)
+                if name == "headless":
+                    intact = intact and log_is_gapless_and_linked(admin, played.table, HOT_TENANT)
+
+    def rates(name: str, n: int) -> list[float]:
+        return [r.events / r.wall_seconds for r in found[(name, n)]]
+
+    rows = [
+        {
+            "store": name,
+            "writers": n,
+            "events_per_second": summary(rates(name, n)),
+            "ratio_to_head": ratios(rates(name, n), rates("head", n)),
+            "retries_per_call": summary([r.cancelled / max(r.calls, 1) for r in found[(name, n)]]),
+            "calls": sum(r.calls for r in found[(name, n)]),
+            "gave_up": sum(r.gave_up for r in found[(name, n)]),
+        }
+        for n in writers
+        for name in STORES
+    ]
+    return {"emits": emits, "cost": cost, "rounds": rows, "headless_logs_intact": intact}
 
 
 def batch(k: int, first: int = 0) -> list[NewEvent]:
@@ -279,6 +349,7 @@ def run(seconds: float = 1.0, repetitions: int = 3) -> dict[str, Any]:
         scale = tenant_scale(admin, (1, 1000), emits=100, repetitions=repetitions)
         cliff = head_cache_cliff(admin, cache_size=32, active=(16, 64), emits=128)
         cost = batch_cost(admin, BATCH_SIZES, events=100)
+        headless = headless_chain(admin, WRITERS, emits=100, seconds=seconds, repetitions=repetitions)
     return {
         "aws_fixes": True,
         "repetitions": repetitions,
@@ -286,6 +357,7 @@ def run(seconds: float = 1.0, repetitions: int = 3) -> dict[str, Any]:
         "tenant_scale": scale,
         "head_cache": cliff,
         "batches": cost,
+        "headless": headless,
     }
 
 

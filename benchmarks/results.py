@@ -589,12 +589,52 @@ class Batches(Figures):
         return self.by_size[str(max(self.sizes))]
 
 
+class EmitCost(Figures):
+    requests_per_event: float
+    write_units_per_event: float
+    read_units_per_event: float
+    cpu_ms_per_event: float
+
+
+class HeadlessRound(Figures):
+    store: str  # "head" (the engine's) or "headless" (benchmarks.headless_chain)
+    writers: int
+    events_per_second: Summary
+    ratio_to_head: Summary  # against the engine's store with the same writers, within each repetition
+    retries_per_call: Summary
+    calls: int
+    gave_up: int
+
+
+class HeadlessChain(Figures):
+    """The chain without its head row, measured beside the engine's (an idea, not shipped)."""
+
+    emits: int
+    cost: dict[str, EmitCost]
+    rounds: tuple[HeadlessRound, ...] = Field(min_length=1)
+    headless_logs_intact: bool
+
+    @model_validator(mode="after")
+    def _both_stores_measured(self) -> Self:
+        _require(self.cost, ["head", "headless"], "cost")
+        _require({r.store for r in self.rounds}, ["head", "headless"], "rounds")
+        return self
+
+    @property
+    def side_by_side(self) -> list[tuple[HeadlessRound, HeadlessRound]]:
+        """(with the head, without it) for each number of writers, fewest first."""
+        by = {(r.store, r.writers): r for r in self.rounds}
+        writers = sorted({r.writers for r in self.rounds})
+        return [(by[("head", n)], by[("headless", n)]) for n in writers]
+
+
 class EmitFigures(Figures):
     repetitions: int
     hot_tenant: HotTenant
     tenant_scale: TenantScale
     head_cache: HeadCache
     batches: Batches
+    headless: HeadlessChain
 
 
 # -- end to end (benchmarks.end_to_end), the assembly (benchmarks.assembly) and the run -------------------

@@ -864,10 +864,14 @@ def test_a_batch_reads_its_tenants_watermarks_once_and_carries_them_from_write_t
 
     assert applied.seqs == {"acme": [1, 2, 3, 4, 5], "globex": [1, 2, 3]}
     assert (watermark(h, "acme").applied_seq, watermark(h, "globex").applied_seq) == (5, 3)
-    # One batch of eight messages: both tenants' watermarks in one BatchGetItem, none read again.
+    # One batch of eight messages: both tenants' watermarks read with its events in one BatchGetItem, none
+    # read again.
     assert reads == ["BatchGetItem"]
-    (keys_read,) = [p["RequestItems"][INBOX_TABLE]["Keys"] for op, p in requests if op == "BatchGetItem"]
-    assert sorted(key["pk"]["S"] for key in keys_read) == [f"TENANT#{t}#ORDER#{LEDGER}" for t in ("acme", "globex")]
+    (request,) = [p["RequestItems"] for op, p in requests if op == "BatchGetItem"]
+    assert sorted(key["pk"]["S"] for key in request[INBOX_TABLE]["Keys"]) == [
+        f"TENANT#{t}#ORDER#{LEDGER}" for t in ("acme", "globex")
+    ]
+    assert len(request[EVENTS_TABLE]["Keys"]) == 8, "the same request checks the batch's events against the log"
 
 
 def test_a_carried_watermark_that_another_writer_moved_fails_safe_and_is_read_again(
@@ -925,10 +929,12 @@ def test_when_the_batch_read_of_watermarks_fails_each_is_read_when_needed(
 ) -> None:
     h, applied = ordered_harness(make_harness)
 
-    def throttled(_places: Any) -> Any:
+    def throttled(**_request: Any) -> Any:
         raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "BatchGetItem")
 
-    monkeypatch.setattr(h.consumer.ordered.order, "watermarks", throttled)
+    # The batch's one read (its events and its watermarks) fails: the events are read one by one, the
+    # watermarks when they are needed.
+    monkeypatch.setattr(h.dynamodb, "batch_get_item", throttled)
     for n in range(4):
         h.publish(emit(h, tenant="acme" if n % 2 else "globex"))
     requests = inbox_requests(h)

@@ -81,8 +81,8 @@ RETRIES_METRIC: Final = "Retries"
 # never reads a row by itself (a conditional write answers with the old row) and never deletes one: the TTL
 # does. The operators' reads and repairs there are the runbook role's (outbox_cdk.runbook_role).
 INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
-# What ordered subscriptions add (outbox.ordering): the read of a batch's watermarks (one BatchGetItem), the
-# queries of a watermark and of the deferred events, and the deferred row deleted in the completion's
+# What ordered subscriptions add (outbox.ordering): the batch's watermarks, read in the BatchGetItem that reads
+# its events, the queries of a watermark and of the deferred events, and the deferred row deleted in the completion's
 # transaction; on the log, the query that finds a predecessor; and sending a deferred event back to the
 # durable queue when it may run.
 ORDERED_INBOX_ACTIONS: Final = ("dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:DeleteItem")

@@ -8,13 +8,14 @@ retry. The paths decide what happens to a pair; the loop only maps their outcome
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from outbox import keys
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
@@ -153,7 +154,7 @@ class DurableConsumer:
         self, event: Mapping[str, Any], context: Any, processor: SqsFifoPartialProcessor, remaining: RemainingMs
     ) -> dict[str, Any]:
         ahead = self.log_check.read_ahead(
-            event.get("Records") or [], lambda message: bool(self._subscriptions(message))
+            event.get("Records") or [], lambda message: bool(self._subscriptions(message)), also=self._watermark_keys
         )
 
         # The wake-ups the batch's ordered completions owe, run once its records are done (``wake_owed``).
@@ -162,7 +163,7 @@ class DurableConsumer:
         def record_handler(record: SQSRecord) -> None:
             self.process_record(record, remaining, ahead, owed)
 
-        with self.ordered.carrying(self._ordered_places(ahead)):
+        with self.ordered.carrying(self._ordered_places(ahead.messages.values()), ahead.rows):
             try:
                 response = process_partial_response(
                     event=dict(event), record_handler=record_handler, processor=processor, context=context
@@ -179,14 +180,21 @@ class DurableConsumer:
         failures += [{"itemIdentifier": i} for i in unwoken if i not in reported]
         return {"batchItemFailures": failures}
 
-    def _ordered_places(self, ahead: ReadAhead) -> list[tuple[str, str]]:
+    def _ordered_places(self, messages: Iterable[Message]) -> list[tuple[str, str]]:
         """The (tenant, subscription) of every ordered delivery the batch's messages hold in their order."""
         return [
             (message.envelope.tenant, subscription.name)
-            for message in ahead.messages.values()
+            for message in messages
             for subscription in self._subscriptions(message)
             if subscription.ordered and subscription.in_order(format_timestamp(message.envelope.occurred_at))
         ]
+
+    def _watermark_keys(self, messages: Sequence[Message]) -> dict[str, list[dict[str, Any]]]:
+        """The watermarks the batch's ordered deliveries need, read with its events in one request."""
+        places = dict.fromkeys(self._ordered_places(messages))
+        if not places:
+            return {}
+        return {self.inbox.table_name: [keys.watermark_key(tenant, name) for tenant, name in places]}
 
     # -- one message ----------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 A subscription declared ``ordered=True`` keeps, per tenant, a **watermark** in the inbox table: the seq of
 the last of its events it applied (or an operator skipped). The consumer reads it before it claims a pair
-(once per batch for all of the batch's pairs, ``watermarks``, then carried: ``outbox.delivery.ordered``):
+(once per batch for all of the batch's pairs, then carried: ``outbox.delivery.ordered``):
 
 - at or below the watermark: already applied, or skipped. Nothing runs, at any age (the watermark, unlike a
   COMPLETED claim row, is never forgotten);
@@ -34,7 +34,7 @@ Key layout (``outbox.keys``): ``TENANT#<tenant>#ORDER#<subscription>`` holds ``W
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -45,9 +45,6 @@ from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OutboxError, WatermarkMovedError
 from outbox.messages import relay_body, repair_attributes
 from outbox.subscriptions import Subscription
-
-# DynamoDB's limit of keys per BatchGetItem.
-BATCH_GET_KEYS = 100
 
 __all__ = ["Deferred", "OrderBook", "Skip", "WakeUps", "Watermark", "WatermarkMovedError"]
 
@@ -166,25 +163,6 @@ class OrderBook:
             ConsistentRead=True,
         )["Items"]
         return Watermark.from_item(tenant, subscription, items[0] if items else None)
-
-    def watermarks(self, places: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Watermark]:
-        """The watermarks of many (tenant, subscription) places in consistent BatchGetItems of at most 100 keys
-        (one per batch of the queue, usually): a place whose key DynamoDB left unprocessed is not in the
-        answer, and is read alone when it is needed."""
-        distinct = list(dict.fromkeys(places))
-        found: dict[tuple[str, str], Watermark] = {}
-        for start in range(0, len(distinct), BATCH_GET_KEYS):
-            chunk = {keys.order_partition(*place): place for place in distinct[start : start + BATCH_GET_KEYS]}
-            request = {"Keys": [keys.watermark_key(*place) for place in chunk.values()], "ConsistentRead": True}
-            answer = self.client.batch_get_item(RequestItems={self.inbox_table: request})
-            rows = {item["pk"]["S"]: item for item in answer.get("Responses", {}).get(self.inbox_table, [])}
-            left = {
-                key["pk"]["S"] for key in answer.get("UnprocessedKeys", {}).get(self.inbox_table, {}).get("Keys", [])
-            }
-            found.update(
-                {place: Watermark.from_item(*place, rows.get(pk)) for pk, place in chunk.items() if pk not in left}
-            )
-        return found
 
     def predecessor(self, envelope: Envelope, subscription: Subscription, after_seq: int) -> int | None:
         """The seq of the nearest event before ``envelope`` in its tenant's log, above ``after_seq``, that

@@ -27,13 +27,22 @@ logger = logging.getLogger(__name__)
 BATCH_GET_KEYS = 100
 
 
+# A row's place in a BatchGetItem's answer: (table, pk, sk).
+RowPlace = tuple[str, str, str]
+# Other tables' keys a batch reads in the same request: by table, the keys of the rows it needs.
+AlsoRead = Callable[[Sequence[Message]], Mapping[str, Sequence[Mapping[str, Any]]]]
+
+
 @dataclass
 class ReadAhead:
     """What one invocation read before processing its records: each readable record's message (by message
-    id), and the hash the events table holds at each (tenant, seq) it will run ("" for no row)."""
+    id), the hash the events table holds at each (tenant, seq) it will run ("" for no row), and the rows of
+    other tables read in the same request (``rows``: by (table, pk, sk), None for no row; a key whose read
+    failed or was left unprocessed is not there)."""
 
     messages: dict[str, Message] = field(default_factory=dict)
     logged: dict[tuple[str, int], str] = field(default_factory=dict)
+    rows: dict[RowPlace, dict[str, Any] | None] = field(default_factory=dict)
 
     def message(self, record: SQSRecord) -> Message | None:
         return self.messages.get(str(record.message_id))
@@ -54,12 +63,18 @@ class LogCheck:
     def __init__(self, store: EventStore) -> None:
         self.store = store
 
-    def read_ahead(self, records: Sequence[Mapping[str, Any]], runs: Callable[[Message], bool]) -> ReadAhead:
+    def read_ahead(
+        self, records: Sequence[Mapping[str, Any]], runs: Callable[[Message], bool], also: AlsoRead | None = None
+    ) -> ReadAhead:
         """Every record of the batch read once, and the hashes the events table holds for the events that
-        will run (``runs``), in one consistent BatchGetItem instead of a GetItem per message. A read that fails
-        or leaves keys unprocessed costs nothing but the fallback: those messages read their row one by one."""
+        will run (``runs``), in one consistent BatchGetItem instead of a GetItem per message, with the rows of
+        other tables the batch needs (``also``: the ordered subscriptions' watermarks) in the same request. A
+        read that fails or leaves keys unprocessed costs nothing but the fallback: those messages read their
+        row one by one, and those other rows are read when they are needed."""
         ahead = ReadAhead()
-        keys_wanted: dict[tuple[str, int], dict[str, Any]] = {}
+        events = self.store.table_name
+        wanted: dict[RowPlace, tuple[str, Mapping[str, Any]]] = {}
+        logged_at: dict[RowPlace, tuple[str, int]] = {}  # an event row's place -> its (tenant, seq)
         for record in records:
             try:
                 message = read_record(record)
@@ -68,47 +83,56 @@ class LogCheck:
             ahead.messages[str(record.get("messageId"))] = message
             envelope = message.envelope
             if runs(message):
-                keys_wanted.setdefault((envelope.tenant, envelope.seq), keys.event_key(envelope.tenant, envelope.seq))
-        if keys_wanted:
-            ahead.logged = self._logged_hashes(keys_wanted)
+                key = keys.event_key(envelope.tenant, envelope.seq)
+                place = (events, key["pk"]["S"], key["sk"]["S"])
+                wanted.setdefault(place, (events, key))
+                logged_at[place] = (envelope.tenant, envelope.seq)
+        if wanted and also is not None:
+            for table, table_keys in also(list(ahead.messages.values())).items():
+                for other in table_keys:
+                    wanted.setdefault((table, other["pk"]["S"], other["sk"]["S"]), (table, other))
+        for place, row in self._read(list(wanted.values())).items():
+            if place in logged_at:
+                ahead.logged[logged_at[place]] = "" if row is None else str(row.get("hash", {}).get("S", ""))
+            else:
+                ahead.rows[place] = row
         return ahead
 
-    def _logged_hashes(self, wanted: Mapping[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], str]:
-        """(tenant, seq) -> the hash the events table holds there ("" for no row), for every key DynamoDB
-        processed: consistent BatchGetItems of at most 100 keys (a FIFO batch holds at most 10 messages)."""
-        places = list(wanted)
-        found: dict[tuple[str, int], str] = {}
-        for start in range(0, len(places), BATCH_GET_KEYS):
-            chunk = {place: wanted[place] for place in places[start : start + BATCH_GET_KEYS]}
-            found.update(self._logged_chunk(chunk))
+    def _read(self, wanted: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[RowPlace, dict[str, Any] | None]:
+        """Each (table, key) read: its row, or None for no row; a key DynamoDB did not process, or whose read
+        failed, is left out. Consistent BatchGetItems of at most 100 keys (a FIFO batch holds at most 10
+        messages); the events table's rows projected to their keys and hash."""
+        found: dict[RowPlace, dict[str, Any] | None] = {}
+        for start in range(0, len(wanted), BATCH_GET_KEYS):
+            found.update(self._read_chunk(wanted[start : start + BATCH_GET_KEYS]))
         return found
 
-    def _logged_chunk(self, wanted: Mapping[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], str]:
-        table = self.store.table_name
-        by_key = {(key["pk"]["S"], key["sk"]["S"]): place for place, key in wanted.items()}
-        try:
-            response = self.store.client.batch_get_item(
-                RequestItems={
-                    table: {
-                        "Keys": list(wanted.values()),
-                        "ConsistentRead": True,
-                        "ProjectionExpression": "pk, sk, #hash",
-                        "ExpressionAttributeNames": {"#hash": "hash"},
-                    }
-                }
+    def _read_chunk(self, wanted: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[RowPlace, dict[str, Any] | None]:
+        request: dict[str, dict[str, Any]] = {}
+        for table, key in wanted:
+            request.setdefault(table, {"Keys": [], "ConsistentRead": True, **self._projection(table)})["Keys"].append(
+                key
             )
+        try:
+            response = self.store.client.batch_get_item(RequestItems=request)
         except (ClientError, BotoCoreError) as exc:
-            logger.warning("reading the batch's events at once failed, reading them one by one: %s", exc)
+            logger.warning("reading the batch's rows at once failed, reading them one by one: %s", exc)
             return {}
-        found = dict.fromkeys(wanted, "")
-        for item in response.get("Responses", {}).get(table, []):
-            place = by_key.get((item["pk"]["S"], item["sk"]["S"]))
-            if place is not None:
-                found[place] = str(item.get("hash", {}).get("S", ""))
-        for key in response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []):
-            # Unknown: read one by one when its message comes up.
-            found.pop(by_key.get((key["pk"]["S"], key["sk"]["S"]), ("", -1)), None)
+        found: dict[RowPlace, dict[str, Any] | None] = {
+            (table, key["pk"]["S"], key["sk"]["S"]): None for table, key in wanted
+        }
+        for table, items in response.get("Responses", {}).items():
+            for item in items:
+                found[(table, item["pk"]["S"], item["sk"]["S"])] = item
+        for table, left in response.get("UnprocessedKeys", {}).items():
+            for key in left.get("Keys", []):
+                found.pop((table, key["pk"]["S"], key["sk"]["S"]), None)  # unknown: read when it comes up
         return found
+
+    def _projection(self, table: str) -> dict[str, Any]:
+        if table != self.store.table_name:
+            return {}
+        return {"ProjectionExpression": "pk, sk, #hash", "ExpressionAttributeNames": {"#hash": "hash"}}
 
     def doubt(self, envelope: Envelope, ahead: ReadAhead | None = None) -> tuple[str, str] | None:
         """Why the events table does not vouch for this event, and the hash it holds at the event's place

@@ -6,8 +6,9 @@ order is claimed and run by the lease path, and its completion advances the wate
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
 
-Within one batch (``carrying``) each (tenant, subscription)'s watermark is read once, all of them in one
-BatchGetItem before the first record, and then carried from write to write: a batch of FIFO messages holds
+Within one batch (``carrying``) each (tenant, subscription)'s watermark is read once, all of them before the
+first record, in the BatchGetItem that checks the batch's events against the log, and then carried from write
+to write: a batch of FIFO messages holds
 several consecutive events of a tenant, and nobody else delivers them while it is in flight. A copy that went
 stale anyway (an operator's skip, say) fails safe, since every write to the watermark is conditioned on its
 version: the write fails, and the gate reads it again. What did not end in a write the gate knows the outcome
@@ -17,9 +18,10 @@ of (a failed run or completion) is forgotten and read again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -66,16 +68,18 @@ class OrderedGate:
     # -- the watermarks a batch carries ---------------------------------------------------------------
 
     @contextmanager
-    def carrying(self, places: Iterable[tuple[str, str]]) -> Iterator[None]:
-        """Carry watermarks through one batch, starting with those of ``places`` (the batch's ordered
-        (tenant, subscription) pairs) read at once; a read that fails leaves each to be read when needed."""
+    def carrying(
+        self, places: Iterable[tuple[str, str]], read: Mapping[tuple[str, str, str], dict[str, Any] | None]
+    ) -> Iterator[None]:
+        """Carry watermarks through one batch, starting with those of ``places`` (its ordered (tenant,
+        subscription) pairs) that the batch's first read holds (``read``: rows by (table, pk, sk), None for no
+        row); one it does not hold (that read failed, or left it unprocessed) is read when it is needed."""
         self._carried = {}
-        wanted = list(dict.fromkeys(places))
-        try:
-            if wanted:
-                self._carried.update(self.order.watermarks(wanted))
-        except (ClientError, BotoCoreError) as exc:
-            logger.warning("reading the batch's watermarks at once failed, reading them one by one: %s", exc)
+        for tenant, subscription in places:
+            key = keys.watermark_key(tenant, subscription)
+            place = (self.inbox.table_name, key["pk"]["S"], key["sk"]["S"])
+            if place in read:
+                self._carried[(tenant, subscription)] = Watermark.from_item(tenant, subscription, read[place])
         try:
             yield
         finally:

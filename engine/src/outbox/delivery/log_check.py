@@ -100,8 +100,8 @@ class LogCheck:
 
     def _read(self, wanted: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[RowPlace, dict[str, Any] | None]:
         """Each (table, key) read: its row, or None for no row; a key DynamoDB did not process, or whose read
-        failed, is left out. Consistent BatchGetItems of at most 100 keys (a FIFO batch holds at most 10
-        messages); the events table's rows projected to their keys and hash."""
+        failed, is left out (docs/aws-behaviour.md R13.2). Consistent BatchGetItems of at most 100 keys over
+        the tables asked (R13.1); the events table's rows projected to their keys and hash."""
         found: dict[RowPlace, dict[str, Any] | None] = {}
         for start in range(0, len(wanted), BATCH_GET_KEYS):
             found.update(self._read_chunk(wanted[start : start + BATCH_GET_KEYS]))

@@ -1,5 +1,6 @@
-"""3. Cold start: import time of each handler against reference Powertools handlers, the import plus the
-first batch against the Powertools Idempotency handler, and package sizes.
+"""3. Cold start: import time of each handler against reference Powertools handlers, the durable consumer's
+own imports (``python -X importtime``), the import plus the first batch against the Powertools Idempotency
+handler, and package sizes.
 
 Every measurement is a fresh interpreter that imports one handler module the way Lambda does (its code
 folder first on ``sys.path``, the engine after it, as the layer would be), in the function's environment
@@ -415,32 +416,90 @@ def run_first_batch(found: list[Target], rounds: int) -> dict[str, Any]:
     }
 
 
-def import_profile(target: Target, top: int = 8) -> list[dict[str, Any]]:
-    """``python -X importtime``: milliseconds per top-level package, the costliest first."""
+def _import_times(target: Target, code: str) -> list[tuple[str, float]]:
+    """Run ``code`` under ``python -X importtime`` as the target's function would start: each module it
+    imported, in the order its import finished, with its self time in milliseconds (its nested imports
+    excluded). A line ``DEFERRED_MARK`` that the code writes to stderr comes back as a name."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-c",
-            "".join(f"import {m}; " for m in target.first.split(",") if m)
-            + f"import {target.module}"
-            + "".join(f"; import {m}" for m in target.last.split(",") if m),
-        ],
+        [sys.executable, "-X", "importtime", "-c", code],
         cwd=target.code_root,
         env=target.environment,
         capture_output=True,
         text=True,
         check=True,
     )
-    by_package: dict[str, float] = defaultdict(float)
+    found = []
     for line in result.stderr.splitlines():
+        if line == DEFERRED_MARK:
+            found.append((DEFERRED_MARK, 0.0))
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         self_us, _cumulative, name = (part.strip() for part in line.split(":", 1)[1].split("|"))
-        by_package[name.split(".")[0]] += int(self_us) / 1000
+        found.append((name, int(self_us) / 1000))
+    return found
+
+
+def import_profile(target: Target, top: int = 8) -> list[dict[str, Any]]:
+    """``python -X importtime``: milliseconds per top-level package, the costliest first."""
+    code = (
+        "".join(f"import {m}; " for m in target.first.split(",") if m)
+        + f"import {target.module}"
+        + "".join(f"; import {m}" for m in target.last.split(",") if m)
+    )
+    by_package: dict[str, float] = defaultdict(float)
+    for name, ms in _import_times(target, code):
+        by_package[name.split(".")[0]] += ms
     ranked = sorted(by_package.items(), key=lambda item: -item[1])
     return [{"package": package, "ms": ms} for package, ms in ranked[:top]]
+
+
+# The durable consumer's own imports, and those it leaves to first use (issue #34 asked for each): a row's
+# figure is the self time of its modules and their submodules, where the cold start imports them, or, for a
+# row the handler's import does not load, measured right after it, as it would cost at first use. Label,
+# modules.
+ENGINE_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the envelope model (`outbox.envelope`)", ("outbox.envelope",)),
+    ("the trace context model (`outbox.tracing`), the first pydantic model built", ("outbox.tracing",)),
+    ("the functions' settings models (`outbox.settings`)", ("outbox.settings",)),
+    ("python-ulid (`ulid`): new event ids, for emit()", ("ulid",)),
+    ("rfc8785: canonical JSON the standard library's encoder does not write alike", ("rfc8785",)),
+    ("the record-change lane's model (`outbox.record_changes`)", ("outbox.record_changes",)),
+    ("OpenTelemetry's API (`opentelemetry`: the `[otel]` extra, not in the layer)", ("opentelemetry",)),
+    ("every engine module the handler imports (`outbox.*`)", ("outbox",)),
+)
+DEFERRED_MARK = "-- deferred --"
+
+
+def _matches(name: str, modules: tuple[str, ...]) -> bool:
+    return any(name == module or name.startswith(f"{module}.") for module in modules)
+
+
+def engine_import_times(target: Target, rounds: int) -> list[dict[str, Any]]:
+    """``ENGINE_IMPORTS``, each over ``rounds`` fresh interpreters that import the handler, then what it defers.
+
+    The collector is off: a collection's pause lands on whichever module's allocations happened to trigger it
+    (the same one every run), and would be charged to it as if the module's own."""
+    deferred = [m for _label, modules in ENGINE_IMPORTS for m in modules if m != "outbox"]
+    code = (
+        f"import gc, sys; gc.disable(); import {target.module}; sys.stderr.write({DEFERRED_MARK!r} + '\\n'); "
+        + "; ".join(f"import {module}" for module in deferred)
+    )
+    samples: dict[str, list[float]] = defaultdict(list)
+    at_import: dict[str, bool] = {}
+    for _ in range(rounds):
+        times = _import_times(target, code)
+        mark = times.index((DEFERRED_MARK, 0.0))
+        for label, modules in ENGINE_IMPORTS:
+            imported = [ms for name, ms in times[:mark] if _matches(name, modules)]
+            later = [ms for name, ms in times[mark + 1 :] if _matches(name, modules)]
+            if imported or later:
+                at_import[label] = bool(imported)
+                samples[label].append(sum(imported) if imported else sum(later))
+    return [
+        {"label": label, "modules": list(modules), "at_import": at_import[label], "ms": summary(samples[label])}
+        for label, modules in ENGINE_IMPORTS
+        if label in samples
+    ]
 
 
 def tree_size(root: Path) -> dict[str, Any]:
@@ -520,10 +579,12 @@ def run(assembly: Path = ASSEMBLY_DIR, layer: Path | None = None, rounds: int = 
                 "import_profile": import_profile(target),
             }
         )
+    durable = next(t for t in found if t.key == "durable_consumer")
     figures: dict[str, Any] = {
         "rounds": rounds,
         "reference": reference.label,
         "handlers": results,
+        "engine_imports": engine_import_times(durable, rounds),
         "first_batch": run_first_batch(found, rounds),
     }
     if layer is not None:

@@ -416,10 +416,10 @@ def test_explanations_missing_a_section_the_template_uses_is_an_error() -> None:
 
 def test_explanations_missing_a_section_a_target_names_is_an_error() -> None:
     explanations = report.load_explanations()
-    del explanations["Why the handler imports slower"]
+    del explanations["Why the cold start is slower"]
     # Even while every target is met, so that the section would not be shown
     met = tuple(t.model_copy(update={"comparison": "<=", "threshold": 1e12}) for t in targets.load_targets())
-    with pytest.raises(report.ExplanationsError, match="'Why the handler imports slower'"):
+    with pytest.raises(report.ExplanationsError, match="'Why the cold start is slower'"):
         _render(results.load(FIGURES), met, explanations)
 
 

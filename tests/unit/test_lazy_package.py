@@ -36,6 +36,14 @@ def test_the_durable_consumer_s_handler_keeps_powertools_parser_models_out() -> 
     assert fresh(code) == "False"
 
 
+def test_the_durable_consumer_s_handler_leaves_what_it_may_never_need_to_first_use() -> None:
+    # Its cold start imports the store and the catalog, not what only a new event's id (ulid), a float's
+    # canonical form (rfc8785) or the record-change lane needs.
+    deferred = ("ulid", "rfc8785", "outbox.record_changes")
+    code = f"import sys, outbox.handlers.durable_consumer; print([m for m in {deferred!r} if m in sys.modules])"
+    assert fresh(code) == "[]"
+
+
 def test_an_unknown_name_is_an_attribute_error_and_every_public_name_resolves() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         outbox.Nope  # noqa: B018

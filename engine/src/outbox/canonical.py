@@ -8,8 +8,6 @@ import math
 from decimal import Decimal
 from typing import Any
 
-import rfc8785
-
 # The chain of every tenant starts from this fixed value: sha256 of seq 1 is sha256(GENESIS + body).
 GENESIS_HASH = "0" * 64
 # I-JSON (RFC 7493) integers: what every JSON parser reads back exactly, and what RFC 8785 accepts.
@@ -27,7 +25,9 @@ DYNAMODB_LARGEST_MAGNITUDE = Decimal("9.9999999999999999999999999999999999999E+1
 # lowercase for other control characters, everything else as itself), the same integers, and for ASCII keys
 # the same key order (RFC 8785 sorts by UTF-16 code units, Python by code points: they differ only beyond
 # ASCII). Anything else (a float, a non-ASCII key, an integer past I-JSON's range, a lone surrogate, a value
-# that is not JSON) goes to the rfc8785 package, which also raises what it must.
+# that is not JSON) goes to the rfc8785 package, which also raises what it must. It is imported then, not with
+# this module: the events of most applications never need it, and the durable consumer's cold start need not
+# pay for it (``make bench``, section 3).
 _PLAIN_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
 
@@ -38,6 +38,8 @@ def canonical_json(value: Any) -> bytes:
             return _PLAIN_ENCODER.encode(value).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the package says what is wrong with it
             pass
+    import rfc8785
+
     return bytes(rfc8785.dumps(value))
 
 

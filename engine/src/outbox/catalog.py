@@ -19,7 +19,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from outbox.exceptions import InvalidEventError
-from outbox.record_changes import OPERATIONS, ROW_CHANGE_PREFIX, row_change_type
 from outbox.redaction import validation_summary
 from outbox.schemas import Upcaster, check_versions, upcast_payload
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
@@ -86,6 +85,10 @@ class EntitySpec:
 
     @property
     def row_change_types(self) -> tuple[str, ...]:
+        # The record-change lane's module is imported here, not with the catalog: the durable consumer loads a
+        # catalog at its cold start, and reads no row change (``make bench``, section 3).
+        from outbox.record_changes import OPERATIONS, row_change_type
+
         return tuple(row_change_type(self.name, operation) for operation in OPERATIONS)
 
 
@@ -212,6 +215,8 @@ class Catalog:
 
     def problems(self) -> list[str]:
         """Everything that would make a subscription unreachable or an event undeliverable."""
+        from outbox.record_changes import ROW_CHANGE_PREFIX
+
         found: list[str] = []
         producers, dropped = self._read_producers()
         by_type: dict[str, list[str]] = defaultdict(list)

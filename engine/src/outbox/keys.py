@@ -14,7 +14,7 @@ Every key the engine writes or reads is spelled here, once::
     audit table    TENANT#<tenant>#ANCHOR / ANCHOR                 the last (seq, hash) verified
                    TENANT#<tenant>#FINDING / <finding id>          tamper findings
 
-and the idempotency key of an (event, subscription) pair, ``<event id>:<subscription>``.
+and the idempotency key of an (event, subscription) pair, ``<event id>:<subscription>``; an event id is a ULID.
 """
 
 from __future__ import annotations
@@ -163,6 +163,14 @@ def tenant_of_event_partition(partition: str) -> str | None:
 
 
 # -- names --------------------------------------------------------------------------------------------------
+
+
+def new_event_id() -> str:
+    """A new event id: a ULID, unique and time-sortable. python-ulid is imported at the first one, not with the
+    store: the durable consumer imports the store, and its cold start need not pay for the package."""
+    from ulid import ULID
+
+    return str(ULID())
 
 
 def idempotency_key(event_id: str, subscription: str) -> str:

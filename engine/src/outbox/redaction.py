@@ -13,6 +13,7 @@ import re
 import sysconfig
 import traceback
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import Final
 
@@ -26,11 +27,6 @@ from outbox.exceptions import ContractViolationError, TerminalError
 WRITTEN_FOR_OPERATORS: Final = (TerminalError, ContractViolationError)
 # What a field name looks like; any other location part is shown as <key> (it came from the input).
 FIELD_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# Where library code lives: the interpreter's own and its packages', and a Lambda layer's (/opt/python).
-LIBRARY_FOLDERS: Final = tuple(
-    {Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {Path("/opt/python")}
-)
 ENGINE_PACKAGE: Final = Path(__file__).resolve().parent
 # A validation error lists at most this many fields; the count says how many there were.
 MAX_FIELDS: Final = 10
@@ -83,10 +79,20 @@ def raised_at(exc: BaseException) -> str:
     return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
 
 
+@cache
+def library_folders() -> tuple[Path, ...]:
+    """Where library code lives: the interpreter's own and its packages', and a Lambda layer's (/opt/python).
+    Found at the first failure described, not at import: a cold start that describes none never asks."""
+    paths = sysconfig.get_paths()
+    return tuple(
+        {Path(paths[name]).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")} | {Path("/opt/python")}
+    )
+
+
 def _is_application_code(filename: str) -> bool:
     """The engine or the application: not under the interpreter's library folders nor a Lambda layer's, unless
     it is the engine's own package (installed there too)."""
     path = Path(filename).resolve()
     if path.is_relative_to(ENGINE_PACKAGE):
         return True
-    return not any(path.is_relative_to(folder) for folder in LIBRARY_FOLDERS)
+    return not any(path.is_relative_to(folder) for folder in library_folders())

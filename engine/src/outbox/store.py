@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from ulid import ULID
 
 from outbox import clock as engine_clock
 from outbox import emit_transaction, keys
@@ -109,7 +108,8 @@ class EventStore:
         sleep: Callable[[float], None] = engine_clock.sleep,
         rng: random.Random | None = None,
         clock: Callable[[], datetime] = engine_clock.now_ms,
-        new_event_id: Callable[[], str] = lambda: str(ULID()),
+        # A ULID from keys.new_event_id, looked up at each emit (the simulation seeds it there).
+        new_event_id: Callable[[], str] = lambda: keys.new_event_id(),
         catalog: Catalog | None = None,
         trace_context: Callable[[], TraceContext | None] = current_trace_context,
     ) -> None:

@@ -721,8 +721,7 @@ MUTANTS: tuple[Mutant, ...] = (
         module=CONSUMER,
         original="            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n",
         replacement=(
-            "            if subscription.ordered and not subscription.in_order(\n"
-            "                    format_timestamp(envelope.occurred_at)):\n"
+            "            if subscription.ordered and not subscription.orders(envelope.occurred_at):\n"
             "                return DeliveryOutcome.SKIPPED\n"
             "            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n"
         ),

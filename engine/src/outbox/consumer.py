@@ -31,7 +31,7 @@ from outbox.delivery.path import (
     UnfinishedAttemptsError,
 )
 from outbox.delivery.timing import LeasePolicy, RunTimes
-from outbox.envelope import Envelope, format_timestamp
+from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, EnvelopeParseError, OutboxValidationError
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
@@ -153,8 +153,17 @@ class DurableConsumer:
     def _handle(
         self, event: Mapping[str, Any], context: Any, processor: SqsFifoPartialProcessor, remaining: RemainingMs
     ) -> dict[str, Any]:
+        places: list[tuple[str, str]] = []  # the batch's ordered (tenant, subscription) places
+
+        def watermark_keys(messages: Sequence[Message]) -> dict[str, list[dict[str, Any]]]:
+            """The watermarks the batch's ordered deliveries need, read with its events in one request."""
+            places.extend(dict.fromkeys(self._ordered_places(messages)))
+            if not places:
+                return {}
+            return {self.inbox.table_name: [keys.watermark_key(tenant, name) for tenant, name in places]}
+
         ahead = self.log_check.read_ahead(
-            event.get("Records") or [], lambda message: bool(self._subscriptions(message)), also=self._watermark_keys
+            event.get("Records") or [], lambda message: bool(self._subscriptions(message)), also=watermark_keys
         )
 
         # The wake-ups the batch's ordered completions owe, run once its records are done (``wake_owed``).
@@ -163,7 +172,7 @@ class DurableConsumer:
         def record_handler(record: SQSRecord) -> None:
             self.process_record(record, remaining, ahead, owed)
 
-        with self.ordered.carrying(self._ordered_places(ahead.messages.values()), ahead.rows):
+        with self.ordered.carrying(places, ahead.rows):
             try:
                 response = process_partial_response(
                     event=dict(event), record_handler=record_handler, processor=processor, context=context
@@ -186,15 +195,8 @@ class DurableConsumer:
             (message.envelope.tenant, subscription.name)
             for message in messages
             for subscription in self._subscriptions(message)
-            if subscription.ordered and subscription.in_order(format_timestamp(message.envelope.occurred_at))
+            if subscription.orders(message.envelope.occurred_at)
         ]
-
-    def _watermark_keys(self, messages: Sequence[Message]) -> dict[str, list[dict[str, Any]]]:
-        """The watermarks the batch's ordered deliveries need, read with its events in one request."""
-        places = dict.fromkeys(self._ordered_places(messages))
-        if not places:
-            return {}
-        return {self.inbox.table_name: [keys.watermark_key(tenant, name) for tenant, name in places]}
 
     # -- one message ----------------------------------------------------------------------------------
 
@@ -302,7 +304,7 @@ class DurableConsumer:
         subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
         and replayed) runs once, and nothing waits for it."""
         subscription = pair.subscription
-        if subscription.ordered and subscription.in_order(format_timestamp(pair.envelope.occurred_at)):
+        if subscription.orders(pair.envelope.occurred_at):
             return self.ordered
         if DirectPath.takes(pair):
             return self.direct

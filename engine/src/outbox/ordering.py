@@ -239,26 +239,29 @@ class OrderBook:
     ) -> list[dict[str, Any]]:
         """The watermark moved to ``envelope`` (applied, or skipped), conditioned on the version read, and the
         event's deferred row gone if it had one: items for the completion's (or the skip's) transaction."""
-        now_iso = format_timestamp(self._clock())
         values: dict[str, Any] = {
             ":seq": {"N": str(envelope.seq)},
             ":event_id": {"S": envelope.id},
             ":next": {"N": str(watermark.version + 1)},
-            ":now_iso": {"S": now_iso},
-            ":deferred": {"N": str(max(watermark.deferred - (1 if was_deferred else 0), 0))},
-            ":kind": {"S": "WATERMARK"},
+            ":now_iso": {"S": format_timestamp(self._clock())},
         }
+        sets = "SET applied_seq = :seq, applied_event_id = :event_id, version = :next, updated_at = :now_iso"
+        # Set only what changes (every attribute costs the completion's request CPU): the row's kind and its
+        # count of deferred events when it is created, the count again when this event was one of them.
+        if watermark.version == 0 or was_deferred:
+            values[":deferred"] = {"N": str(max(watermark.deferred - (1 if was_deferred else 0), 0))}
+            sets += ", deferred_count = :deferred"
+        if watermark.version == 0:
+            values[":kind"] = {"S": "WATERMARK"}
+            sets += ", kind = :kind"
+        if skipped:
+            sets += ", last_skipped_seq = :seq"
         update: dict[str, Any] = {
             "TableName": self.inbox_table,
             "Key": keys.watermark_key(envelope.tenant, watermark.subscription),
-            "UpdateExpression": (
-                "SET applied_seq = :seq, applied_event_id = :event_id, version = :next, deferred_count = :deferred, "
-                "updated_at = :now_iso, kind = :kind"
-            ),
+            "UpdateExpression": sets,
             **_versioned(watermark, values),
         }
-        if skipped:
-            update["UpdateExpression"] += ", last_skipped_seq = :seq"
         items: list[dict[str, Any]] = [{"Update": update}]
         if was_deferred:
             deferred_key = keys.deferred_key(envelope.tenant, watermark.subscription, envelope.seq)

@@ -133,6 +133,14 @@ class Subscription:
     def matches(self, event_type: str) -> bool:
         return fnmatch.fnmatchcase(event_type, self.pattern)
 
+    def orders(self, occurred_at: datetime) -> bool:
+        """Whether this subscription delivers an event that occurred at ``occurred_at`` in its order: it is
+        ordered, and the event is not from before ``ordered_since`` (no text to format without one)."""
+        if not self.ordered:
+            return False
+        since: str | None = getattr(self, "_since_text", None)
+        return since is None or format_timestamp(occurred_at) >= since
+
     def in_order(self, occurred_at: str) -> bool:
         """Whether an event that occurred at ``occurred_at`` (the log's text form) is part of this ordered
         subscription's order: always, unless it occurred before ``ordered_since``."""

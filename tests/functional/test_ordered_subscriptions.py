@@ -4,6 +4,7 @@ order the queue delivers them in; waiting spends no attempt; a dead predecessor 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -943,3 +944,18 @@ def test_when_the_batch_read_of_watermarks_fails_each_is_read_when_needed(
 
     assert applied.seqs == {"globex": [1, 2], "acme": [1, 2]}
     assert reads == ["Query", "Query"], "one read per place, then carried"
+
+
+def test_a_batch_carries_its_watermarks_for_its_own_thread_only(make_harness: HarnessFactory) -> None:
+    """A handler called from two threads at once: each batch carries its own copies, and a record processed
+    outside any batch reads the watermark every time."""
+    h, _ = ordered_harness(make_harness)
+    gate = h.consumer.ordered
+    seen_elsewhere: list[Any] = []
+    with gate.carrying([("acme", LEDGER)], {}):
+        other = threading.Thread(target=lambda: seen_elsewhere.append(gate._carried))
+        other.start()
+        other.join()
+        assert gate._carried == {}, "nothing carried that the batch's read did not hold"
+    assert seen_elsewhere == [None]
+    assert gate._carried is None

@@ -239,17 +239,18 @@ class OrderBook:
     ) -> list[dict[str, Any]]:
         """The watermark moved to ``envelope`` (applied, or skipped), conditioned on the version read, and the
         event's deferred row gone if it had one: items for the completion's (or the skip's) transaction."""
+        after = self.advanced(watermark, envelope, was_deferred=was_deferred)
         values: dict[str, Any] = {
-            ":seq": {"N": str(envelope.seq)},
+            ":seq": {"N": str(after.applied_seq)},
             ":event_id": {"S": envelope.id},
-            ":next": {"N": str(watermark.version + 1)},
+            ":next": {"N": str(after.version)},
             ":now_iso": {"S": format_timestamp(self._clock())},
         }
         sets = "SET applied_seq = :seq, applied_event_id = :event_id, version = :next, updated_at = :now_iso"
         # Set only what changes (every attribute costs the completion's request CPU): the row's kind and its
         # count of deferred events when it is created, the count again when this event was one of them.
-        if watermark.version == 0 or was_deferred:
-            values[":deferred"] = {"N": str(max(watermark.deferred - (1 if was_deferred else 0), 0))}
+        if watermark.version == 0 or after.deferred != watermark.deferred:
+            values[":deferred"] = {"N": str(after.deferred)}
             sets += ", deferred_count = :deferred"
         if watermark.version == 0:
             values[":kind"] = {"S": "WATERMARK"}
@@ -270,7 +271,8 @@ class OrderBook:
 
     @staticmethod
     def advanced(watermark: Watermark, envelope: Envelope, *, was_deferred: bool) -> Watermark:
-        """The watermark as ``advance_items`` leaves it once its transaction commits."""
+        """The watermark as ``advance_items`` leaves it once its transaction commits (the items are written
+        from it, so what the gate carries and what the row holds cannot differ)."""
         return replace(
             watermark,
             applied_seq=envelope.seq,
@@ -281,7 +283,8 @@ class OrderBook:
 
     @staticmethod
     def after_deferral(watermark: Watermark, *, was_deferred: bool) -> Watermark:
-        """The watermark as ``defer_items`` leaves it once its transaction commits."""
+        """The watermark as ``defer_items`` leaves it once its transaction commits (the items are written from
+        it)."""
         return replace(
             watermark, version=watermark.version + 1, deferred=watermark.deferred + (0 if was_deferred else 1)
         )
@@ -291,6 +294,7 @@ class OrderBook:
     ) -> list[dict[str, Any]]:
         """The event's deferred row, and the watermark's count of them (once per event), conditioned on the
         version read: if the predecessor was applied meanwhile, the deferral fails and the event looks again."""
+        after = self.after_deferral(watermark, was_deferred=was_deferred)
         now_iso = format_timestamp(self._clock())
         row = {
             **keys.deferred_key(envelope.tenant, watermark.subscription, envelope.seq),
@@ -305,8 +309,8 @@ class OrderBook:
         }
         values: dict[str, Any] = {
             ":applied": {"N": str(watermark.applied_seq)},
-            ":next": {"N": str(watermark.version + 1)},
-            ":deferred": {"N": str(watermark.deferred + (0 if was_deferred else 1))},
+            ":next": {"N": str(after.version)},
+            ":deferred": {"N": str(after.deferred)},
             ":now_iso": {"S": now_iso},
             ":kind": {"S": "WATERMARK"},
         }

@@ -138,8 +138,7 @@ class Subscription:
         ordered, and the event is not from before ``ordered_since`` (no text to format without one)."""
         if not self.ordered:
             return False
-        since: str | None = getattr(self, "_since_text", None)
-        return since is None or format_timestamp(occurred_at) >= since
+        return getattr(self, "_since_text", None) is None or self.in_order(format_timestamp(occurred_at))
 
     def in_order(self, occurred_at: str) -> bool:
         """Whether an event that occurred at ``occurred_at`` (the log's text form) is part of this ordered

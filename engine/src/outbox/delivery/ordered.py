@@ -18,6 +18,7 @@ of (a failed run or completion) is forgotten and read again.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,8 +63,9 @@ class OrderedGate:
         self.order = OrderBook(
             self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock
         )
-        # (tenant, subscription) -> its watermark as this batch last read or wrote it; None outside a batch.
-        self._carried: dict[tuple[str, str], Watermark] | None = None
+        # Per thread (a handler called from several threads at once carries each batch's own):
+        # ``carried``, (tenant, subscription) -> its watermark as this batch last read or wrote it.
+        self._batch = threading.local()
 
     # -- the watermarks a batch carries ---------------------------------------------------------------
 
@@ -74,16 +76,23 @@ class OrderedGate:
         """Carry watermarks through one batch, starting with those of ``places`` (its ordered (tenant,
         subscription) pairs) that the batch's first read holds (``read``: rows by (table, pk, sk), None for no
         row); one it does not hold (that read failed, or left it unprocessed) is read when it is needed."""
-        self._carried = {}
+        carried: dict[tuple[str, str], Watermark] = {}
         for tenant, subscription in places:
             key = keys.watermark_key(tenant, subscription)
             place = (self.inbox.table_name, key["pk"]["S"], key["sk"]["S"])
             if place in read:
-                self._carried[(tenant, subscription)] = Watermark.from_item(tenant, subscription, read[place])
+                carried[(tenant, subscription)] = Watermark.from_item(tenant, subscription, read[place])
+        self._batch.carried = carried
         try:
             yield
         finally:
-            self._carried = None
+            self._batch.carried = None
+
+    @property
+    def _carried(self) -> dict[tuple[str, str], Watermark] | None:
+        """What this thread's batch carries; None outside a batch (a record processed alone reads each time)."""
+        carried: dict[tuple[str, str], Watermark] | None = getattr(self._batch, "carried", None)
+        return carried
 
     def _watermark(self, tenant: str, subscription: str) -> Watermark:
         """The watermark as this batch knows it, else read (and carried from here)."""

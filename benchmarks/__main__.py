@@ -101,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         text = report.render(
             results.load(out_dir), report.load_prices(), targets.load_targets(), report.load_explanations()
         )
-    except (results.MissingFigureError, targets.TargetsError, report.ExplanationsError) as exc:
+    except (
+        results.MissingFigureError,
+        targets.TargetsError,
+        report.ExplanationsError,
+        report.UnaccountedWritesError,
+    ) as exc:
         print(f"cannot render the report: {exc}", file=sys.stderr)
         return 1
     print()

@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cache
+from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,23 @@ from outbox.local.template import Reference, load_stack
 from outbox_cdk import engine_layer
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
+# What Lambda's Python runtime ships besides the standard library: boto3 and what it needs.
+LAMBDA_RUNTIME_DISTRIBUTIONS = ("boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six")
+NOT_SHIPPED_VARIABLE = "BENCH_NOT_SHIPPED"
+# Prepended to every script a measured function runs: the virtualenv's packages that neither the layer nor
+# Lambda's runtime ships cannot be imported, as in Lambda (an optional import, OpenTelemetry's API or
+# ``requests`` for the X-Ray SDK's patches, is then skipped there as it would be in AWS, not timed here).
+NOT_SHIPPED = """
+import os as _os, sys as _sys
+class _NotShipped:
+    hidden = frozenset(filter(None, _os.environ.get("BENCH_NOT_SHIPPED", "").split(",")))
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.hidden:
+            raise ModuleNotFoundError(f"No module named {name!r} (neither the layer nor Lambda ships it)", name=name)
+        return None
+_sys.meta_path.insert(0, _NotShipped())
+del _os, _sys
+"""
 WORK_DIR = PROJECT_ROOT / ".local" / "bench" / "cold-start"
 MEASURE = """
 import importlib, json, sys, time
@@ -109,11 +129,33 @@ class Target:
     variant: bool = False  # a proposed change to an engine handler, not a handler as shipped
 
 
+def _distribution(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@cache
+def not_shipped_modules() -> tuple[str, ...]:
+    """The top-level modules of this virtualenv's distributions that neither the engine layer
+    (``layers/engine/requirements.txt``) nor Lambda's Python runtime ships."""
+    layer = engine_layer.LAYER_REQUIREMENTS.read_text().splitlines()
+    shipped = {_distribution(line.split("==")[0]) for line in layer if "==" in line and not line.startswith("#")}
+    shipped |= {_distribution(name) for name in LAMBDA_RUNTIME_DISTRIBUTIONS}
+    return tuple(
+        sorted(
+            module
+            for module, distributions in packages_distributions().items()
+            if not any(_distribution(d) in shipped for d in distributions)
+        )
+    )
+
+
 def lambda_environment(
     function_name: str, code_root: Path, engine_root: Path, variables: dict[str, str]
 ) -> dict[str, str]:
-    """What the Lambda runtime sets, plus the function's own variables."""
+    """What the Lambda runtime sets, plus the function's own variables (and the modules Lambda would not find,
+    for ``NOT_SHIPPED``)."""
     return {
+        NOT_SHIPPED_VARIABLE: ",".join(not_shipped_modules()),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LANG": "C.UTF-8",
         "PYTHONPATH": os.pathsep.join([str(code_root), str(engine_root)]),
@@ -237,7 +279,7 @@ def _placeholder(raw: Any) -> str:
 def _run_script(target: Target, script: str, *arguments: str) -> dict[str, float]:
     """Run ``script`` in a fresh interpreter as the target's function would start; its last line is JSON."""
     result = subprocess.run(
-        [sys.executable, "-c", script, target.module, *arguments],
+        [sys.executable, "-c", NOT_SHIPPED + script, target.module, *arguments],
         cwd=target.code_root,
         env=target.environment,
         capture_output=True,
@@ -421,7 +463,7 @@ def _import_times(target: Target, code: str) -> list[tuple[str, float]]:
     imported, in the order its import finished, with its self time in milliseconds (its nested imports
     excluded). A line ``DEFERRED_MARK`` that the code writes to stderr comes back as a name."""
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", code],
+        [sys.executable, "-X", "importtime", "-c", NOT_SHIPPED + code],
         cwd=target.code_root,
         env=target.environment,
         capture_output=True,
@@ -464,7 +506,6 @@ ENGINE_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("python-ulid (`ulid`): new event ids, for emit()", ("ulid",)),
     ("rfc8785: canonical JSON the standard library's encoder does not write alike", ("rfc8785",)),
     ("the record-change lane's model (`outbox.record_changes`)", ("outbox.record_changes",)),
-    ("OpenTelemetry's API (`opentelemetry`: the `[otel]` extra, not in the layer)", ("opentelemetry",)),
     ("every engine module the handler imports (`outbox.*`)", ("outbox",)),
 )
 DEFERRED_MARK = "-- deferred --"

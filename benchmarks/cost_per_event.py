@@ -85,7 +85,11 @@ def write_classifier(runtime: LocalRuntime) -> WriteClassifier:
                 return "tenant index"
             return "events table, other"
         if table == inbox:
-            return "inbox claim row" if partition.startswith("CLAIM#") else "inbox, other"
+            if partition.startswith("CLAIM#"):
+                return "inbox claim row"
+            if "#ORDER#" in partition:
+                return "order row (watermark, deferrals)"
+            return "inbox, other"
         return "application data"
 
     return classify

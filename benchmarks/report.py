@@ -44,6 +44,10 @@ class ExplanationsError(Exception):
     """The explanations lack a section the templates or targets name, or hold one nobody uses."""
 
 
+class UnaccountedWritesError(Exception):
+    """The comparison's lines do not add up to the run's measured write units: an item kind has no line."""
+
+
 # -- prices ------------------------------------------------------------------------------------------
 
 
@@ -151,6 +155,7 @@ class WriteUnitComparison:
     tenant_index: WriteUnits
     emit_retries: WriteUnits
     claims: WriteUnits
+    order_rows: WriteUnits
     handler_writes: WriteUnits
     follow_ups: WriteUnits
     consumer_retries: WriteUnits
@@ -204,7 +209,20 @@ class WriteUnitComparison:
 
 def write_unit_comparison(run: CostRun, consumer: ConsumerFigures) -> WriteUnitComparison:
     """No chain head, no tenant index and no retries for the hand-made outbox, two idempotency-record writes
-    per pair, and the handlers' writes outside any transaction (half the units)."""
+    per pair, and the handlers' writes outside any transaction (half the units). ``UnaccountedWritesError``
+    when the engine's lines do not add up to what the run measured (a kind of item without a line)."""
+    comparison = _write_unit_comparison(run, consumer)
+    accounted = sum(line.engine for line in comparison.lines)
+    if abs(accounted - comparison.engine_total) > 1e-6 * max(1.0, comparison.engine_total):
+        raise UnaccountedWritesError(
+            f"the {run.cadence} run wrote {comparison.engine_total:.4f} write units per event but the comparison's "
+            f"lines add up to {accounted:.4f}; give every item kind a line (measured: "
+            f"{', '.join(sorted(run.write_units_by_item_per_event))})"
+        )
+    return comparison
+
+
+def _write_unit_comparison(run: CostRun, consumer: ConsumerFigures) -> WriteUnitComparison:
     powertools_per_pair = consumer.shapes["1-sub-no-writes"].baseline.write_units_per_delivery
     pairs_per_event = run.pairs / run.events
     event_row = run.write_units("app", "event row")
@@ -221,6 +239,7 @@ def write_unit_comparison(run: CostRun, consumer: ConsumerFigures) -> WriteUnitC
         claims=WriteUnits(
             run.write_units("durable_consumer", "inbox claim row"), powertools_per_pair * pairs_per_event
         ),
+        order_rows=WriteUnits(run.write_units("durable_consumer", "order row"), 0.0),
         handler_writes=WriteUnits(handler_writes, handler_writes / 2),
         follow_ups=WriteUnits(follow_rows + run.write_units("durable_consumer", "chain head"), follow_rows),
         consumer_retries=WriteUnits(run.write_units("durable_consumer", "failed call"), 0.0),

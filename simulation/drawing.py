@@ -54,6 +54,10 @@ _SKIP_DEAD_CHANCE = 0.4
 _WATERMARK_RACE_CHANCE = 0.5
 _LEDGER_REFUSES_CHANCE = 0.6
 _WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
+# The lost answer of an ordered completion that events wait behind: a stream of its own too.
+_WAKING_ANSWER_LOST_CHANCE = 0.5
+_WAKING_ANSWER_LOST_RATE = ((0.5, 1.0), (1, 2))
+_REORDER_BEHIND = FaultRate(0.9, 4)
 # Handlers that take time, drawn from a stream of their own too: how often a schedule has them, and their rate.
 _SLOW_CHANCE = 0.45
 _SLOW_RATE = ((0.2, 0.6), (2, 8))
@@ -90,6 +94,11 @@ def generate(seed: int) -> Schedule:
     ordered, skip_dead, race = _ordered(ordering)
     if race is not None:
         faults[Fault.WATERMARK_RACE] = race
+    waking = _waking_answer_lost(random.Random(f"schedule:{seed}:waking-answer"), ordered)
+    if waking is not None:
+        faults[Fault.WAKING_ANSWER_LOST] = waking
+        # What puts an event behind one still to come on its first receive: records reordered in a batch.
+        faults.setdefault(Fault.STREAM_REORDER, _REORDER_BEHIND)
     refused = _ledger_refuses(ordering, actions) if ordered else None
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
     actions, deploy = _with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
@@ -153,6 +162,15 @@ def _ordered(rng: random.Random) -> tuple[bool, bool, FaultRate | None]:
         return True, skip_dead, None
     (low, high), (fewest, most) = _WATERMARK_RACE_RATE
     return True, skip_dead, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
+
+
+def _waking_answer_lost(rng: random.Random, ordered: bool) -> FaultRate | None:
+    """The rate of lost answers to ordered completions that events wait behind, in a schedule with the ledger.
+    Drawn from a stream of its own: adding it changed no other part of a schedule."""
+    if not ordered or rng.random() >= _WAKING_ANSWER_LOST_CHANCE:
+        return None
+    (low, high), (fewest, most) = _WAKING_ANSWER_LOST_RATE
+    return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
 
 
 def _with_a_deploy(rng: random.Random, actions: list[Action], ordered: bool) -> tuple[list[Action], str | None]:

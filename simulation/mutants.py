@@ -191,7 +191,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.inbox.mark_completed(claim, (), order)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
-        seeds=(14, 46, 58),
+        seeds=(14, 58),
     ),
     Mutant(
         id="every-error-terminal",
@@ -589,7 +589,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="the watermark is advanced in a write of its own after the completion's transaction",
         what_should_catch_it="a crash after the completion (or a throttled watermark write): the pair is applied, "
         "the watermark stays behind it, and its followers wait for ever (14)",
-        seeds=(6, 39, 44),
+        seeds=(6, 44),
     ),
     Mutant(
         id="watermark-unversioned",
@@ -607,7 +607,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "before a skip moved it writes the old seq back",
         what_should_catch_it="the operator skips the event a delivery waits for between its watermark read and its "
         "write (watermark_race): the watermark goes back, the follower is deferred for ever (14)",
-        seeds=(11, 27, 37),
+        seeds=(11, 37),
     ),
     Mutant(
         id="defer-spends-attempt",
@@ -653,7 +653,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="outbox skip moves the watermark past the event and sends no wake-up to the one deferred behind it",
         what_should_catch_it="the operator skips a dead predecessor with followers deferred behind it: they stay "
         "DEFERRED behind a skipped event (14)",
-        seeds=(24, 67),
+        seeds=(67,),
     ),
     Mutant(
         id="deferral-uncounted",
@@ -665,6 +665,47 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="a batch that holds an event before its predecessor (a reordered batch, a replay): "
         "the follower stays DEFERRED behind an applied predecessor when the run settles (14)",
         seeds=(2, 10, 12),
+    ),
+    Mutant(
+        id="ordered-direct-ignores-predecessor",
+        module=GATE,
+        original="            if waits_for is None:\n                applied = self._apply_directly(",
+        replacement="            if True:\n                applied = self._apply_directly(",
+        description="a DynamoDB-only ordered pair runs with no claim whether or not its predecessor is applied: its "
+        "commit moves the watermark past the predecessor, which is then skipped as applied",
+        what_should_catch_it="an ordered item received before its predecessor (a reordered batch, a retried or dead "
+        "predecessor): applied out of order, the predecessor never (14)",
+        seeds=(7, 27, 38),
+    ),
+    Mutant(
+        id="ordered-direct-leaves-the-watermark",
+        module=GATE,
+        original="            existing = self.direct.commit(envelope, subscription, result, pair.digest, order)\n",
+        replacement="            existing = self.direct.commit(envelope, subscription, result, pair.digest)\n",
+        description="a DynamoDB-only ordered pair's direct completion commits its writes and marker without moving "
+        "the watermark, while the batch carries it as moved",
+        what_should_catch_it="any ordered item applied on its first receive: the watermark stays behind what the "
+        "ledger applied (14)",
+        seeds=(6, 10),
+    ),
+    Mutant(
+        id="ordered-direct-lost-answer-claimed",
+        module=GATE,
+        original=(
+            '            logger.warning("the direct completion of %s failed, placed again under a lease: %s", '
+            "pair.key, exc)\n            return None\n"
+        ),
+        replacement=(
+            "            self._forget(envelope.tenant, subscription.name)\n"
+            "            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, False)"
+            ", None\n"
+        ),
+        description="a direct ordered completion that raised is handled as a failed run, claimed after the fact: "
+        "when it had committed (its answer lost) the claim finds the pair done, and the event deferred behind it "
+        "is never woken",
+        what_should_catch_it="a lost answer to the direct completion of an ordered item whose successor was deferred "
+        "before it (a reordered batch): the successor stays DEFERRED behind an applied item (14)",
+        seeds=(231,),  # of 1..400: one tenant's ledger items reordered, then the predecessor's answer lost
     ),
     # -- the deadline ----------------------------------------------------------------------------------
     Mutant(
@@ -680,7 +721,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "one tenant's backlog spends the time the batch's later records (other tenants') need",
         what_should_catch_it="a late or replayed predecessor with followers deferred behind it, and more records "
         "after it in the same batch: they run after in-place work (15)",
-        seeds=(2, 11, 12),
+        seeds=(2, 11),
     ),
     Mutant(
         id="unfinished-attempt-forgotten",
@@ -691,7 +732,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
         what_should_catch_it="crowded batches: a tenant's charge behind another tenant's slow ordered backlog in "
         "each batch, cut off every time, then dead as exhausted (15)",
-        seeds=(62, 66, 74),
+        seeds=(77,),
     ),
     Mutant(
         id="mapping-judges-its-own-deadline",
@@ -702,7 +743,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "keeps the worker alive through a time jump does not move: a batch finished in time fails, warm",
         what_should_catch_it="a second worker after a visibility timeout inside a slow handler: the container "
         "keeps what it learnt through a timeout it never saw, and starts a slow pair too late (15)",
-        seeds=(2623927,),  # a soak seed: 1..80 do not draw this shape yet
+        # Caught by soak seed 2623927 until the ordered ledger's next event took the direct path (it changed that
+        # schedule's runs); no seed catches it now: a soak has to find the shape again. tests/local_runtime/
+        # test_esm_timeout.py pins the rule it breaks.
+        seeds=(),
     ),
     Mutant(
         id="started-without-time",

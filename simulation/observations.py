@@ -52,8 +52,11 @@ class Invocation:
     Lambda gives it."""
 
     woken: set[str] = field(default_factory=set)
+    # The ordered ledger's events whose completion committed in this invocation: (tenant, seq).
+    applied: list[tuple[str, int]] = field(default_factory=list)
     spent: dict[str, float] = field(default_factory=dict)  # tenant -> seconds its pairs took
     budget: timedelta | None = None
+    wake_ups_before: int = 0  # how many wake-ups the run had sent when the invocation started
     # The time nested pair runs took, one entry per pair run open (a fault may run one inside another): the outer
     # run's tenant is not charged for it twice.
     nested: list[float] = field(default_factory=list)
@@ -158,6 +161,9 @@ class Observations:
     # Attempts the engine stopped counting because the deadline cut them off after other work's time.
     forgiven: Counter[str] = field(default_factory=Counter)
     records_after_in_place: list[str] = field(default_factory=list)
+    # An invocation acknowledged every message of a tenant after it applied a ledger event that another waited
+    # behind, and that one was neither run nor sent back to the queue (nothing left would wake it).
+    unwoken_at_ack: list[str] = field(default_factory=list)
     # Pairs the deadline cut off that started with less time left than their subscription was known to need.
     started_too_late: list[str] = field(default_factory=list)
 

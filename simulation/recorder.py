@@ -31,6 +31,7 @@ from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.ordered import OrderedGate
 from outbox.envelope import Envelope
+from outbox.exceptions import WatermarkMovedError
 from outbox.inbox import Claim, ClaimResult, Inbox
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
@@ -39,6 +40,7 @@ from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.ordering import Deferred, WakeUps
 from outbox.subscriptions import Subscription
+from simulation.catalog import LEDGER
 from simulation.observations import (
     DIRECT,
     CutOff,
@@ -69,6 +71,9 @@ class Recorder:
         self._defer, self._wake_up = Inbox.defer, WakeUps.send
         self._run_woken = OrderedGate.run_woken
         self._handler, self._poll = durable.handler, durable.poll
+        self._consumer: DurableConsumer | None = None  # the one delivering, once it has delivered
+        # The invocation the last poll ran, with its messages' groups (message id -> tenant).
+        self._last_invocation: tuple[Invocation, dict[str, str]] | None = None
 
     @contextmanager
     def patched(self) -> Iterator[None]:
@@ -110,8 +115,10 @@ class Recorder:
         def run_woken(gate: OrderedGate, sub: Subscription, ready: Deferred, *args: Any) -> Any:
             return recorder.run_woken(gate, sub, ready, *args)
 
-        def commit_directly(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
-            return recorder.commit_directly(path, envelope, sub, result, digest)
+        def commit_directly(
+            path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *order: Any
+        ) -> Any:
+            return recorder.commit_directly(path, envelope, sub, result, digest, *order)
 
         def failed_directly(path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any) -> Any:
             return recorder.failed_directly(path, envelope, sub, *args, **kwargs)
@@ -222,16 +229,26 @@ class Recorder:
             self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
             raise
         self.observations.completions.append(self._fenced(claim))
+        self._applied(claim.idempotency_key, envelope)
         self._finished(claim)
         follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
         self.trace.add(
             "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
         )
 
-    def commit_directly(self, path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
+    def commit_directly(
+        self, path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *order: Any
+    ) -> Any:
+        """``order``: an ordered subscription's watermark items, committed with the marker."""
         key = f"{envelope.id}:{sub.name}"
         try:
-            existing = self._commit_directly(path, envelope, sub, result, digest)
+            existing = self._commit_directly(path, envelope, sub, result, digest, *order)
+        except WatermarkMovedError:
+            # Refused before anything was written (the watermark is not as the run read it): the run spent no
+            # attempt, and the ordered gate looks again under a lease.
+            self._fruitless(key)
+            self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the watermark moved")
+            raise
         except BaseException:
             # Its answer may have been lost after it committed: the marker (one attempt, no owner) may be there.
             self.observations.uncertain_claims[key] += 1
@@ -239,15 +256,24 @@ class Recorder:
             raise
         if existing is not None:
             # The run committed nothing (a late duplicate of a pair with history): it spent no attempt.
-            runs = self.world.handler_runs
-            self.world.fruitless_runs.add(max((i for i, (k, _) in enumerate(runs) if k == key), default=-1))
+            self._fruitless(key)
             self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the pair has a row")
             return existing
         self.observations.claims[key] += 1  # the marker counts the attempt that ran
         self.observations.completions.append(FencedWrite(key, DIRECT, True, self.durable.clock()))
+        self._applied(key, envelope)
         follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
         self.trace.add("complete", f"{self.trace.key(key)} directly (no lease){follow_up}")
         return existing
+
+    def _applied(self, key: str, envelope: Envelope) -> None:
+        if key.endswith(f":{LEDGER}") and self.observations.invocations:
+            self.observations.invocations[-1].applied.append((envelope.tenant, envelope.seq))
+
+    def _fruitless(self, key: str) -> None:
+        """The pair's latest handler run committed nothing and spent no attempt."""
+        runs = self.world.handler_runs
+        self.world.fruitless_runs.add(max((i for i, (k, _) in enumerate(runs) if k == key), default=-1))
 
     def failed_directly(
         self, path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
@@ -333,6 +359,7 @@ class Recorder:
     def deliver(
         self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
     ) -> DeliveryOutcome:
+        self._consumer = consumer
         key = f"{envelope.id}:{sub.name}"
         reading = self.observations.reading
         if reading and reading[-1] is not None and sub.name not in reading[-1]:
@@ -429,15 +456,45 @@ class Recorder:
             self.trace.add("receive", f"{message} = {name} of {receipt.tenant} (receive {receipt.receive_count})")
         deadline = self.durable.clock() + timedelta(milliseconds=context.get_remaining_time_in_millis())
         self.observations.deadlines.append(deadline)
-        self.observations.invocations.append(Invocation(budget=deadline - self.durable.clock()))
+        invocation = Invocation(budget=deadline - self.durable.clock(), wake_ups_before=len(self.world.wake_ups))
+        self.observations.invocations.append(invocation)
         try:
             return self._handler(event, context)
         finally:
             self.observations.deadlines.pop()
             self.observations.invocations.pop()
+            self._last_invocation = (invocation, {record["messageId"]: _group(record) for record in event["Records"]})
+
+    def _judge_wakes(self, result: BatchResult, invocation: Invocation, groups: dict[str, str]) -> None:
+        """A wake-up is sent (or the event run in place) before the message that owes it is acknowledged: once an
+        invocation acknowledged every message of a tenant, an event deferred behind a ledger event it applied is
+        no longer DEFERRED, or its wake-up was sent in it. (A failed message of the tenant comes back, and wakes
+        it then.)"""
+        failed = {groups.get(message_id) for message_id in result.failed}
+        applied = [(tenant, seq) for tenant, seq in invocation.applied if tenant not in failed]
+        if not applied or self._consumer is None:
+            return
+        book = self._consumer.order
+        with self.world.chaos.paused():
+            for tenant, seq in applied:
+                lowest = book.deferred(tenant, LEDGER, limit=1)
+                if not lowest or lowest[0].waits_for != seq:
+                    continue
+                waiting = lowest[0]
+                key = f"{waiting.event_id}:{LEDGER}"
+                claim = self._consumer.inbox.read_claim(waiting.event_id, LEDGER)
+                sent = key in self.world.wake_ups[invocation.wake_ups_before :]
+                if claim is not None and claim.status == "DEFERRED" and not sent:
+                    self.observations.unwoken_at_ack.append(
+                        f"tenant {tenant}: every message acknowledged after seq {seq} was applied, and seq "
+                        f"{waiting.seq}, deferred behind it, was neither run nor sent back to the queue"
+                    )
 
     def poll(self) -> BatchResult | None:
+        self._last_invocation = None
         result = self._poll()
+        if result is not None and result.crashed is None and self._last_invocation is not None:
+            self._judge_wakes(result, *self._last_invocation)
         if result is not None and isinstance(result.crashed, InvocationTimedOut):
             self.world.slowest_runs.clear()  # Lambda resets the container after a timeout: nothing seen survives
         if result is not None and result.crashed is not None:
@@ -446,6 +503,10 @@ class Recorder:
         elif result is not None and result.failed:
             self.trace.add("batch", f"failed, to come back: {', '.join(map(self.trace.message, result.failed))}")
         return result
+
+
+def _group(record: dict[str, Any]) -> str:
+    return str((record.get("attributes") or {}).get("MessageGroupId", ""))
 
 
 @contextmanager

@@ -56,6 +56,10 @@ class Fault(StrEnum):
     UNPROCESSED_KEYS = "unprocessed_keys"
     # SQS refuses a SendMessage (throttled, or a 5xx): a consumer's wake-up, or an operator's repair mid-way.
     SEND_REFUSED = "send_refused"
+    # The answer to an ordered completion that events wait behind (deferred) is lost after it committed, and
+    # the SDK does not re-send it: only a fresh read of the watermark shows the event applied, and what waits
+    # behind it must still be woken.
+    WAKING_ANSWER_LOST = "waking_answer_lost"
 
 
 @dataclass(frozen=True)

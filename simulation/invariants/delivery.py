@@ -245,8 +245,9 @@ def _attempts_are_bounded(world: World, observations: Observations, state: State
     late duplicate of a pair with history) committed nothing and is not counted. A run the deadline cut off after
     other work's time is one the engine forgave (``Inbox.forgive``): it runs once more for each."""
     found: list[Violation] = []
-    # The DynamoDB-only subscriptions: sim.archive, and sim.ledger until a deploy makes it ordered.
-    direct = {ARCHIVE, LEDGER} if world.schedule.deploy == "ordered" else {ARCHIVE}
+    # The DynamoDB-only subscriptions: sim.archive, and sim.ledger, ordered or not (an ordered subscription's next
+    # event takes the direct path on its first receive too).
+    direct = {ARCHIVE, LEDGER}
     runs: dict[str, list[int]] = defaultdict(list)
     for position, (key, _) in enumerate(world.handler_runs):
         if position not in world.fruitless_runs:  # a direct run that found the pair's row left nothing

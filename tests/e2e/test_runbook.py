@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -50,10 +52,13 @@ def paid_with_a_dead_pet_tag(local: LocalBackend, tenant: str) -> str:
     return payment
 
 
-def broken_consumer() -> Any:
-    """A consumer that fails before it gets to any claim (a bad deploy): every message comes back, until SQS
-    moves it to the DLQ after the queue's maxReceiveCount."""
-    return faults.crash_before_claim(times=10**6)
+@contextmanager
+def broken_consumer() -> Iterator[None]:
+    """A consumer that fails before it writes anything for a pair (a bad deploy): before any claim, and before
+    the commit of a pair run with no claim (a DynamoDB-only subscription's, on the direct path). Every message
+    comes back, until SQS moves it to the DLQ after the queue's maxReceiveCount."""
+    with faults.crash_before_claim(times=10**6), faults.crash_before_completion(times=10**6):
+        yield
 
 
 @pytest.mark.parametrize("method", ["move-task", "receive-send-delete"])

@@ -109,7 +109,7 @@ class DurableConsumer:
         self.log_check = LogCheck(store)
         self.lease = LeasePath(self.attempts)
         self.direct = DirectPath(self.attempts, self.lease)
-        self.ordered = OrderedGate(self.attempts, self.lease, wake_ups)
+        self.ordered = OrderedGate(self.attempts, self.lease, self.direct, wake_ups)
 
     # What the paths share, as a caller configured it (a test may change it between invocations).
     @property

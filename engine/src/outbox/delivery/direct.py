@@ -5,18 +5,22 @@ proves the pair never completed): the handler runs with no claim, then its write
 marker that requires the pair to have no row, one request on the happy path. A crash before the commit leaves
 nothing (the handler's only effects are the writes it returned), so the redelivery runs it again, under a
 lease. Any history it meets (a failed attempt, a replay, a lease) hands the pair to the lease path.
+
+The ordered gate (``outbox.delivery.ordered``) commits an ordered subscription's next event the same way, with
+the watermark's move in the same transaction (``commit``'s ``order``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, is_terminal_completion
 from outbox.envelope import Envelope
-from outbox.exceptions import CallerWriteConditionFailedError
+from outbox.exceptions import CallerWriteConditionFailedError, WatermarkMovedError
 from outbox.inbox import COMPLETED, DEAD, Claim
 from outbox.subscriptions import Effects, HandlerResult, Subscription
 
@@ -74,18 +78,26 @@ class DirectPath:
         return None
 
     def commit(
-        self, envelope: Envelope, subscription: Subscription, result: HandlerResult, digest: str
+        self,
+        envelope: Envelope,
+        subscription: Subscription,
+        result: HandlerResult,
+        digest: str,
+        order: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any] | None:
-        """The marker and the writes (and the follow-up, through emit) in one transaction; None once
-        committed, else the row that stopped the marker."""
+        """The marker, ``order`` (an ordered subscription's watermark moved to this event) and the writes (and
+        the follow-up, through emit) in one transaction; None once committed, else the row that stopped the
+        marker. ``WatermarkMovedError`` when the watermark is not as read."""
         marker = self.inbox.completion_marker(envelope, subscription.name, digest)
         if result.follow_up is None:
-            return self.inbox.complete_directly(marker, result.writes)
+            return self.inbox.complete_directly(marker, result.writes, order)
         try:
-            self.attempts.emit_follow_up(envelope, subscription, result, [marker, *result.writes])
+            self.attempts.emit_follow_up(envelope, subscription, result, [marker, *order, *result.writes])
         except CallerWriteConditionFailedError as exc:
             if exc.index == 0:  # the marker: the pair has a row; the lease path reads and decides
                 return {}
+            if 0 < exc.index <= len(order):
+                raise WatermarkMovedError(f"the watermark of {subscription.name} moved") from exc
             raise
         return None
 

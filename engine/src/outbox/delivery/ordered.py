@@ -3,6 +3,8 @@
 Per (tenant, subscription) a watermark holds the last applied seq (``outbox.ordering``). A pair at or below it
 is skipped; one whose predecessor is not applied is deferred (acknowledged, its claim DEFERRED); the next in
 order is claimed and run by the lease path, and its completion advances the watermark in the same transaction.
+A DynamoDB-only subscription's next pair, on its first receive, runs with no claim, as the direct path runs an
+unordered one: its writes, its completion marker and the watermark commit in one transaction.
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
 
@@ -28,6 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
 from outbox.delivery.attempts import Attempts
+from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
 from outbox.envelope import Envelope
@@ -54,10 +57,11 @@ class OwedWake:
 class OrderedGate:
     """Skip, defer, or run in order (by the lease path), then wake what waited."""
 
-    def __init__(self, attempts: Attempts, lease: LeasePath, wake_ups: WakeUps | None) -> None:
+    def __init__(self, attempts: Attempts, lease: LeasePath, direct: DirectPath, wake_ups: WakeUps | None) -> None:
         self.attempts = attempts
         self.inbox = attempts.inbox
         self.lease = lease
+        self.direct = direct
         self.wake_ups = wake_ups
         store = attempts.store
         self.order = OrderBook(
@@ -126,7 +130,7 @@ class OrderedGate:
         return self._wake(pair.subscription, watermark, outcome, remaining_ms)
 
     def apply_in_order(
-        self, pair: Pair, remaining_ms: RemainingMs, *, in_place: bool = False
+        self, pair: Pair, remaining_ms: RemainingMs, *, in_place: bool = False, directly: bool = True
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Skip the pair once applied, defer it while its predecessor is not, else run it under a lease and
         advance the watermark with its completion. With the outcome, the watermark to wake deferred events
@@ -136,7 +140,10 @@ class OrderedGate:
         ``in_place``: woken after its predecessor in this invocation (``run_woken``). A claim that shows an
         attempt since it was deferred is one an earlier in-place run did not finish (the deadline, a crash): it
         is given back with that attempt and RETRY sends it to the queue, to run from its own message with a
-        whole invocation ahead of it, never again in place."""
+        whole invocation ahead of it, never again in place.
+
+        A DynamoDB-only subscription's pair that is next in order and can have no history yet runs with no claim
+        (``_apply_directly``), unless ``directly`` is False."""
         envelope, subscription = pair.envelope, pair.subscription
         watermark = self._watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
@@ -150,6 +157,16 @@ class OrderedGate:
                 self.inbox.restore_applied(envelope.id, subscription.name)
             self.attempts.count(Metric.SKIPS)
             return DeliveryOutcome.SKIPPED, watermark
+        waits_for: int | None = None
+        if directly and not in_place and DirectPath.takes(pair):
+            waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
+            if waits_for is None:
+                applied = self._apply_directly(pair, watermark, remaining_ms)
+                if applied is not None:
+                    return applied
+                # The pair has a row, or the watermark moved: nothing was written. Look again, under a lease.
+                self._forget(envelope.tenant, subscription.name)
+                return self.apply_in_order(pair, remaining_ms, directly=False)
         claimed = self.attempts.claim(pair, remaining_ms)
         if not isinstance(claimed, Claim):
             # Done, skipped or held elsewhere although the watermark the batch carries says otherwise: that
@@ -159,7 +176,7 @@ class OrderedGate:
         claim = claimed
         if in_place and claim.attempts > 1:
             return self._not_here(claim), None
-        placed = self.place(claim, envelope, subscription, watermark)
+        placed = self.place(claim, envelope, subscription, watermark, waits_for)
         if isinstance(placed, DeliveryOutcome):
             return placed, None
         advanced = self.lease.run_and_complete(
@@ -176,13 +193,52 @@ class OrderedGate:
         self._carry(advanced)
         return DeliveryOutcome.COMPLETED, advanced
 
+    def _apply_directly(
+        self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
+    ) -> tuple[DeliveryOutcome, Watermark | None] | None:
+        """Run a DynamoDB-only pair that is next in order with no claim, then commit its writes with a
+        completion marker (the pair must have no row) and the watermark moved to it (the version read must
+        still hold), one transaction: the lease path's claim and completion in one request. Its only effects are
+        the writes it returned, so a run whose commit does not land left nothing. None when the pair has a row,
+        the watermark moved or the commit failed (the caller looks again, under a lease, from a fresh read of the
+        watermark); a failed run is claimed after the fact and counted as on the lease path."""
+        envelope, subscription = pair.envelope, pair.subscription
+        try:
+            result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)
+        except Exception as exc:  # a handler may raise anything: classify it, never lose it
+            self._forget(envelope.tenant, subscription.name)
+            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, terminal=None), None
+        order = self.order.advance_items(watermark, envelope, was_deferred=False)
+        try:
+            existing = self.direct.commit(envelope, subscription, result, pair.digest, order)
+        except WatermarkMovedError:
+            return None
+        except Exception as exc:  # whatever it was, the lease path looks again
+            # The commit may have landed with its answer lost: only a fresh read of the watermark can tell, and
+            # then the events deferred behind this one must be woken (a claim would only find the pair done).
+            logger.warning("the direct completion of %s failed, placed again under a lease: %s", pair.key, exc)
+            return None
+        if existing is not None:
+            return None
+        advanced = self.order.advanced(watermark, envelope, was_deferred=False)
+        self._carry(advanced)
+        self.attempts.count(Metric.COMPLETIONS)
+        return DeliveryOutcome.COMPLETED, advanced
+
     def place(
-        self, claim: Claim, envelope: Envelope, subscription: Subscription, watermark: Watermark
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        watermark: Watermark,
+        waits_for: int | None = None,
     ) -> Watermark | DeliveryOutcome:
         """The watermark to advance when the pair is next in order; DEFERRED once it is put aside behind its
-        predecessor (the deferral is conditioned on the watermark read: if it moved, look again)."""
-        for _ in range(ORDER_RACE_LOOKS):
-            waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
+        predecessor (the deferral is conditioned on the watermark read: if it moved, look again). ``waits_for``:
+        the predecessor already found against ``watermark``, if any."""
+        for look in range(ORDER_RACE_LOOKS):
+            if look > 0 or waits_for is None:
+                waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
             if waits_for is None:
                 return watermark
             was_deferred = claim.waits_for is not None

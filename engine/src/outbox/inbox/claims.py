@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import CompletionTooLargeError
+from outbox.exceptions import CompletionTooLargeError, WatermarkMovedError
 from outbox.inbox.rows import (
     COMPLETED,
     DEAD,
@@ -334,28 +334,38 @@ class ClaimBook(InboxTable):
         }
 
     def complete_directly(
-        self, marker: Mapping[str, Any], writes: Sequence[Mapping[str, Any]] = ()
+        self,
+        marker: Mapping[str, Any],
+        writes: Sequence[Mapping[str, Any]] = (),
+        order: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any] | None:
-        """Commit ``marker`` (``completion_marker``) with the handler's ``writes``: one PutItem without writes,
-        one TransactWriteItems with them. Returns None once committed, or the row that was there instead
-        (the marker's condition failed, nothing was written). A failed condition of one of the writes
-        raises the transaction's ClientError, as a completion on the lease path does."""
-        if len(writes) + 1 > MAX_TRANSACT_ITEMS:
+        """Commit ``marker`` (``completion_marker``) with the handler's ``writes`` and, for an ordered
+        subscription, ``order`` (``OrderBook.advance_items``): one PutItem alone, else one TransactWriteItems.
+        Returns None once committed, or the row that was there instead (the marker's condition failed, nothing
+        was written). ``WatermarkMovedError`` when the watermark is not as read; a failed condition of one of
+        the writes raises the transaction's ClientError, as a completion on the lease path does."""
+        completion = [dict(marker), *map(dict, order)]
+        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
                 f"{marker['Put']['Item']['subscription']['S']} returned {len(writes)} writes; at most "
-                f"{MAX_TRANSACT_ITEMS - 1} fit in one transaction with the completion"
+                f"{MAX_TRANSACT_ITEMS - len(completion)} fit in one transaction with the completion"
             )
-        put = marker["Put"]
         try:
-            if not writes:
-                self.client.put_item(**put)
+            if len(completion) == 1 and not writes:
+                self.client.put_item(**marker["Put"])
             else:
-                self.client.transact_write_items(TransactItems=[dict(marker), *map(dict, writes)])
+                self.client.transact_write_items(TransactItems=[*completion, *map(dict, writes)])
         except ClientError as exc:
             existing = _refusing_row(exc)
-            if existing is None:
-                raise
-            return existing
+            if existing is not None:
+                return existing
+            reasons = exc.response.get("CancellationReasons") or []
+            if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[1 : len(completion)]):
+                subscription = marker["Put"]["Item"]["subscription"]["S"]
+                raise WatermarkMovedError(
+                    f"the watermark of {subscription} moved before its direct completion"
+                ) from exc
+            raise
         return None
 
     def release(self, claim: Claim, error: str, give_back: int = 0, *, still_unfinished: int | None = None) -> None:

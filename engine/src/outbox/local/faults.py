@@ -194,10 +194,11 @@ def _around_completion(
         complete(path, claim, envelope, sub, result, *rest)
         after(sub, claim.idempotency_key)
 
-    def direct(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str) -> Any:
+    def direct(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *rest: Any) -> Any:
+        # ``rest``: an ordered subscription's watermark items, passed on.
         key = keys.idempotency_key(envelope.id, sub.name)
         before(sub, key)
-        existing = commit(path, envelope, sub, result, digest)
+        existing = commit(path, envelope, sub, result, digest, *rest)
         if existing is None:
             after(sub, key)
         return existing

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text()
 SIMULATION_DOC = (ROOT / "docs" / "simulation.md").read_text()
-FIGURE = re.compile(r"(?P<value>\$?\d[\d,]*(?:\.\d+)?)x?<!-- figure: (?P<label>.+?)\s*-->", re.DOTALL)
+FIGURE = re.compile(r"(?P<value>\$?\d[\d,]*(?:\.\d+)?)x?<!-- figure:\s+(?P<label>.+?)\s*-->", re.DOTALL)
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 

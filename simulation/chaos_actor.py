@@ -11,26 +11,19 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from botocore.exceptions import ClientError
-
-from outbox import Envelope, chain, keys
+from outbox import chain, keys
 from outbox.consumer import DurableConsumer
-from outbox.delivery.direct import DirectPath
-from outbox.delivery.ordered import OrderedGate
-from outbox.delivery.path import Pair
-from outbox.inbox import PENDING, Claim, ClaimRecord
+from outbox.inbox import ClaimRecord
 from outbox.local import faults
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
-from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
-from outbox.subscriptions import Lane, Subscription
-from simulation.catalog import LEDGER
-from simulation.driver_state import CRASHED_LEASES_RUN_OUT, DriverState, reseal
-from simulation.operator_clients import refused_send
+from outbox.subscriptions import Lane
+from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
+from simulation.ordered_faults import OrderedFaultSeams
 from simulation.schedule import Emit, Fault
 
 
-class FaultSeams(DriverState):
+class FaultSeams(OrderedFaultSeams):
     @contextmanager
     def faults(self) -> Iterator[None]:
         """Every fault of the schedule, armed; each fires when ``Chaos`` says so."""
@@ -81,21 +74,6 @@ class FaultSeams(DriverState):
             yield
 
     @contextmanager
-    def _refusing_wake_ups(self) -> Iterator[FaultCount]:
-        """SQS refuses the SendMessage of a consumer's wake-up (``send_refused``): the deferred event it was for
-        must be woken again, by the redelivery of the message that owed it. (The operator's sends fail through
-        ``OperatorDeath``, under the same fault.)"""
-        send = WakeUps.send
-
-        def refused(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
-            if self.chaos.fires(Fault.SEND_REFUSED, f"the wake-up of {self.trace.event(deferred.event_id)}"):
-                raise refused_send()
-            send(wake_ups, deferred, applied_seq)
-
-        with mock.patch.object(WakeUps, "send", refused):
-            yield self.chaos.count(Fault.SEND_REFUSED)
-
-    @contextmanager
     def _emits_during_checks(self) -> Iterator[FaultCount]:
         """While a read-only pass reads a tenant's log (``_checking``), another writer of the tenant commits an
         event between the pass's read of the rows and its read of the chain head (``emit_during_check``)."""
@@ -113,85 +91,6 @@ class FaultSeams(DriverState):
 
         with mock.patch.object(chain, "read_head", reading):
             yield self.chaos.count(Fault.EMIT_DURING_CHECK)
-
-    @contextmanager
-    def _racing_skips(self) -> Iterator[FaultCount]:
-        """An ordered delivery has read the watermark and found the event it must wait for; before it writes
-        (the deferral, or the completion), the operator skips that event (``outbox skip``, acting on a status
-        read a moment ago): the delivery's write must see that the watermark moved (``watermark_race``). Or the
-        next event runs on the direct path (no claim, so nothing says it runs) and the operator skips that very
-        event before its commit: the commit must see the watermark moved, and apply nothing."""
-        place, advance = OrderedGate.place, OrderBook.advance_items
-
-        def racing_direct(
-            book: OrderBook, watermark: Watermark, envelope: Envelope, *, was_deferred: bool, skipped: bool = False
-        ) -> list[dict[str, Any]]:
-            items = advance(book, watermark, envelope, was_deferred=was_deferred, skipped=skipped)
-            if not skipped and watermark.subscription == LEDGER and self.chaos.can_fire(Fault.WATERMARK_RACE):
-                key = f"{envelope.id}:{watermark.subscription}"
-                with self.chaos.paused():
-                    unclaimed = self.operations.inbox.read_claim(envelope.id, watermark.subscription) is None
-                if unclaimed and self.chaos.fires(Fault.WATERMARK_RACE, key):
-                    self.skip(envelope.tenant, envelope.seq, "it looks stuck (a race with its run on the direct path)")
-            return items
-
-        def racing(
-            gate: OrderedGate, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark, *known: Any
-        ) -> Any:
-            # ``known``: the predecessor the gate already found against ``watermark``, passed on.
-            if self.chaos.can_fire(Fault.WATERMARK_RACE):
-                with self.chaos.paused():
-                    waits_for = self._skippable(gate, envelope, sub, watermark)
-                if waits_for is not None and self.chaos.fires(Fault.WATERMARK_RACE, claim.idempotency_key):
-                    self.skip(envelope.tenant, waits_for, "it blocks the ledger (a race with a delivery)")
-            return place(gate, claim, envelope, sub, watermark, *known)
-
-        with (
-            mock.patch.object(OrderedGate, "place", racing),
-            mock.patch.object(OrderBook, "advance_items", racing_direct),
-        ):
-            yield self.chaos.count(Fault.WATERMARK_RACE)
-
-    @contextmanager
-    def _losing_waking_answers(self) -> Iterator[FaultCount]:
-        """The direct completion of an ordered event that others wait behind (its watermark counts deferred
-        events) commits, and its answer is lost (HTTP 500, not re-sent): ``waking_answer_lost``. Whoever handles
-        the error must find the event applied and wake what waits, not take it for a failed run."""
-        apply_directly = OrderedGate._apply_directly
-
-        def losing(gate: OrderedGate, pair: Pair, watermark: Watermark, *rest: Any) -> Any:
-            if watermark.deferred <= 0 or not self.chaos.fires(Fault.WAKING_ANSWER_LOST, pair.key):
-                return apply_directly(gate, pair, watermark, *rest)
-            commit = DirectPath.commit  # as installed now (the recorder's, which records what committed)
-
-            def answer_lost(path: DirectPath, *args: Any) -> Any:
-                existing = commit(path, *args)
-                if existing is not None:
-                    return existing  # nothing committed: nothing to lose
-                raise ClientError(
-                    {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
-                    "TransactWriteItems",
-                )
-
-            with mock.patch.object(DirectPath, "commit", answer_lost):
-                return apply_directly(gate, pair, watermark, *rest)
-
-        with mock.patch.object(OrderedGate, "_apply_directly", losing):
-            yield self.chaos.count(Fault.WAKING_ANSWER_LOST)
-
-    def _skippable(self, gate: OrderedGate, envelope: Envelope, sub: Subscription, watermark: Watermark) -> int | None:
-        """The seq ``envelope`` waits for, if the operator may skip it now: the next in order after the
-        watermark, and not running (dead, deferred, or its message not arrived yet)."""
-        book = gate.order
-        waits_for = book.predecessor(envelope, sub, watermark.applied_seq)
-        if waits_for is None:
-            return None
-        before = Envelope.from_item(self.operations.event_image(envelope.tenant, waits_for))
-        if book.predecessor(before, sub, watermark.applied_seq) is not None:
-            return None
-        claim = self.operations.inbox.read_claim(before.id, sub.name)
-        lease = claim.lease_expires_at if claim is not None and claim.status == PENDING else None
-        return None if lease is not None and lease > self.runtime.clock() else waits_for
 
     def _after_lost_answer(self, subject: str, _request: dict[str, Any]) -> None:
         """Between a lost answer and the caller's retry, another writer of the tenant commits first."""

@@ -1,0 +1,121 @@
+"""The faults of ordered delivery, armed at their seams in the ordered gate and the wake-ups: the operator's
+skip racing a delivery's write to the watermark, SQS refusing a wake-up, and the lost answer of a completion
+that others wait behind. ``FaultSeams`` arms them with the rest of a run's faults."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from botocore.exceptions import ClientError
+
+from outbox import Envelope
+from outbox.delivery.direct import DirectPath
+from outbox.delivery.ordered import OrderedGate
+from outbox.delivery.path import Pair
+from outbox.inbox import PENDING, Claim
+from outbox.local.faults import FaultCount
+from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
+from outbox.subscriptions import Subscription
+from simulation.catalog import LEDGER
+from simulation.driver_state import DriverState
+from simulation.operator_clients import refused_send
+from simulation.schedule import Fault
+
+
+class OrderedFaultSeams(DriverState):
+    @contextmanager
+    def _refusing_wake_ups(self) -> Iterator[FaultCount]:
+        """SQS refuses the SendMessage of a consumer's wake-up (``send_refused``): the deferred event it was for
+        must be woken again, by the redelivery of the message that owed it. (The operator's sends fail through
+        ``OperatorDeath``, under the same fault.)"""
+        send = WakeUps.send
+
+        def refused(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
+            if self.chaos.fires(Fault.SEND_REFUSED, f"the wake-up of {self.trace.event(deferred.event_id)}"):
+                raise refused_send()
+            send(wake_ups, deferred, applied_seq)
+
+        with mock.patch.object(WakeUps, "send", refused):
+            yield self.chaos.count(Fault.SEND_REFUSED)
+
+    @contextmanager
+    def _racing_skips(self) -> Iterator[FaultCount]:
+        """An ordered delivery has read the watermark and found the event it must wait for; before it writes
+        (the deferral, or the completion), the operator skips that event (``outbox skip``, acting on a status
+        read a moment ago): the delivery's write must see that the watermark moved (``watermark_race``). Or the
+        next event runs on the direct path (no claim, so nothing says it runs) and the operator skips that very
+        event before its commit: the commit must see the watermark moved, and apply nothing."""
+        place, advance = OrderedGate.place, OrderBook.advance_items
+
+        def racing_direct(
+            book: OrderBook, watermark: Watermark, envelope: Envelope, *, was_deferred: bool, skipped: bool = False
+        ) -> list[dict[str, Any]]:
+            items = advance(book, watermark, envelope, was_deferred=was_deferred, skipped=skipped)
+            if not skipped and watermark.subscription == LEDGER and self.chaos.can_fire(Fault.WATERMARK_RACE):
+                key = f"{envelope.id}:{watermark.subscription}"
+                with self.chaos.paused():
+                    unclaimed = self.operations.inbox.read_claim(envelope.id, watermark.subscription) is None
+                if unclaimed and self.chaos.fires(Fault.WATERMARK_RACE, key):
+                    self.skip(envelope.tenant, envelope.seq, "it looks stuck (a race with its run on the direct path)")
+            return items
+
+        def racing(
+            gate: OrderedGate, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark, *known: Any
+        ) -> Any:
+            # ``known``: the predecessor the gate already found against ``watermark``, passed on.
+            if self.chaos.can_fire(Fault.WATERMARK_RACE):
+                with self.chaos.paused():
+                    waits_for = self._skippable(gate, envelope, sub, watermark)
+                if waits_for is not None and self.chaos.fires(Fault.WATERMARK_RACE, claim.idempotency_key):
+                    self.skip(envelope.tenant, waits_for, "it blocks the ledger (a race with a delivery)")
+            return place(gate, claim, envelope, sub, watermark, *known)
+
+        with (
+            mock.patch.object(OrderedGate, "place", racing),
+            mock.patch.object(OrderBook, "advance_items", racing_direct),
+        ):
+            yield self.chaos.count(Fault.WATERMARK_RACE)
+
+    @contextmanager
+    def _losing_waking_answers(self) -> Iterator[FaultCount]:
+        """The direct completion of an ordered event that others wait behind (its watermark counts deferred
+        events) commits, and its answer is lost (HTTP 500, not re-sent): ``waking_answer_lost``. Whoever handles
+        the error must find the event applied and wake what waits, not take it for a failed run."""
+        apply_directly = OrderedGate._apply_directly
+
+        def losing(gate: OrderedGate, pair: Pair, watermark: Watermark, *rest: Any) -> Any:
+            if watermark.deferred <= 0 or not self.chaos.fires(Fault.WAKING_ANSWER_LOST, pair.key):
+                return apply_directly(gate, pair, watermark, *rest)
+            commit = DirectPath.commit  # as installed now (the recorder's, which records what committed)
+
+            def answer_lost(path: DirectPath, *args: Any) -> Any:
+                existing = commit(path, *args)
+                if existing is not None:
+                    return existing  # nothing committed: nothing to lose
+                raise ClientError(
+                    {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
+                    "TransactWriteItems",
+                )
+
+            with mock.patch.object(DirectPath, "commit", answer_lost):
+                return apply_directly(gate, pair, watermark, *rest)
+
+        with mock.patch.object(OrderedGate, "_apply_directly", losing):
+            yield self.chaos.count(Fault.WAKING_ANSWER_LOST)
+
+    def _skippable(self, gate: OrderedGate, envelope: Envelope, sub: Subscription, watermark: Watermark) -> int | None:
+        """The seq ``envelope`` waits for, if the operator may skip it now: the next in order after the
+        watermark, and not running (dead, deferred, or its message not arrived yet)."""
+        book = gate.order
+        waits_for = book.predecessor(envelope, sub, watermark.applied_seq)
+        if waits_for is None:
+            return None
+        before = Envelope.from_item(self.operations.event_image(envelope.tenant, waits_for))
+        if book.predecessor(before, sub, watermark.applied_seq) is not None:
+            return None
+        claim = self.operations.inbox.read_claim(before.id, sub.name)
+        lease = claim.lease_expires_at if claim is not None and claim.status == PENDING else None
+        return None if lease is not None and lease > self.runtime.clock() else waits_for

@@ -229,3 +229,33 @@ def test_a_direct_completion_whose_answer_was_lost_wakes_the_event_deferred_behi
     assert journal.lines(h) == {1: 1, 2: 1}
     assert applied_seq(h) == 2
     assert h.claim_status(JOURNAL, second) == "COMPLETED"
+
+
+def test_a_refused_direct_commit_runs_again_only_if_a_second_run_fits_before_the_deadline(
+    h: Harness, journal: Journal
+) -> None:
+    event = h.store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
+
+    def slow_and_raced(delivery: Delivery) -> None:
+        h.clock.advance(40)  # most of the invocation's 60 s
+        if journal.runs[delivery.envelope.seq] == 1:  # a later event's deferral moves the version meanwhile
+            h.dynamodb.put_item(
+                TableName=INBOX_TABLE,
+                Item={
+                    "pk": {"S": f"TENANT#acme#ORDER#{JOURNAL}"},
+                    "sk": {"S": "WATERMARK"},
+                    "applied_seq": {"N": "0"},
+                    "version": {"N": "7"},
+                },
+            )
+
+    journal.before = slow_and_raced
+    h.publish(event)
+    results = h.esm.drain()
+
+    # The refused run took the time a second one needs: the message came back instead of a run the deadline
+    # would have cut off, and the next invocation ran it under a lease.
+    assert all(result.crashed is None for result in results), "no run was started past what the time allowed"
+    assert journal.runs[1] == 2
+    assert journal.lines(h) == {1: 1}
+    assert applied_seq(h) == 1

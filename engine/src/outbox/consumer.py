@@ -276,14 +276,8 @@ class DurableConsumer:
     ) -> DeliveryOutcome:
         """Run one (event, subscription) to its outcome, on the path that fits it (``path_for``), once the
         invocation has time for it: a run the deadline would cut off comes back with its group instead."""
-        if not self.times.has_time_for(subscription, remaining_ms):
-            logger.info(
-                "not starting %s with %d ms left: it comes back with the rest of its group",
-                subscription.name,
-                remaining_ms(),
-                extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
-            )
-            self.attempts.count(Metric.NO_TIME_LEFT)
+        log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+        if self.attempts.lacks_time(subscription, remaining_ms, log):
             return DeliveryOutcome.RETRY
         pair = Pair(
             envelope, subscription, receive_count, digest or envelope_digest(envelope), may_create, repair, owed

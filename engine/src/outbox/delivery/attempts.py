@@ -47,6 +47,22 @@ class Attempts:
         self.error_detail = error_detail
         self.times = times
 
+    def lacks_time(self, subscription: Subscription, remaining_ms: RemainingMs, log: Mapping[str, Any]) -> bool:
+        """Whether a run of ``subscription`` would not fit in what is left of the invocation (``RunTimes``):
+        logged and counted, for the caller to answer RETRY (the message comes back with its group, no attempt
+        spent). Asked before a pair's first run, and again before a second run in the same invocation (a
+        direct run whose commit found history, or a watermark that moved)."""
+        if self.times.has_time_for(subscription, remaining_ms):
+            return False
+        logger.info(
+            "not starting %s with %d ms left: it comes back with the rest of its group",
+            subscription.name,
+            remaining_ms(),
+            extra=dict(log),
+        )
+        self.count(Metric.NO_TIME_LEFT)
+        return True
+
     def run_handler(self, pair: Pair, key: str, attempt: int, remaining_ms: RemainingMs) -> HandlerResult:
         """The subscription's handler on the delivered envelope; its run's time is remembered (``RunTimes``)."""
         subscription = pair.subscription

@@ -51,6 +51,8 @@ class DirectPath:
             outcome = self._run(pair, remaining_ms)
             if outcome is not None:
                 return outcome
+            if self.attempts.lacks_time(pair.subscription, remaining_ms, pair.log):
+                return DeliveryOutcome.RETRY  # the run took the time a second one needs: not started
         return self.lease.deliver(pair, remaining_ms)
 
     def _run(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:

@@ -164,8 +164,11 @@ class OrderedGate:
                 applied = self._apply_directly(pair, watermark, remaining_ms)
                 if applied is not None:
                     return applied
-                # The pair has a row, or the watermark moved: nothing was written. Look again, under a lease.
+                # The pair has a row, the watermark moved, or the commit's answer is unknown: nothing is known
+                # written. Look again, under a lease, if a second run still fits (else the message comes back).
                 self._forget(envelope.tenant, subscription.name)
+                if self.attempts.lacks_time(subscription, remaining_ms, pair.log):
+                    return DeliveryOutcome.RETRY, None
                 return self.apply_in_order(pair, remaining_ms, directly=False)
         claimed = self.attempts.claim(pair, remaining_ms)
         if not isinstance(claimed, Claim):

@@ -35,7 +35,7 @@ from outbox.inbox.rows import (
     envelope_digest,
     unclaimed_row,
 )
-from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row
+from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row, refused_at
 from outbox.transaction import MAX_TRANSACT_ITEMS
 
 
@@ -359,8 +359,7 @@ class ClaimBook(InboxTable):
             existing = _refusing_row(exc)
             if existing is not None:
                 return existing
-            reasons = exc.response.get("CancellationReasons") or []
-            if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[1 : len(completion)]):
+            if order and refused_at(exc, 1):  # the watermark's update, right after the marker
                 subscription = marker["Put"]["Item"]["subscription"]["S"]
                 raise WatermarkMovedError(
                     f"the watermark of {subscription} moved before its direct completion"

@@ -95,12 +95,18 @@ class InboxTable(InboxReader):
                 if not _is_own(reasons[0].get("Item"), claim, landed):
                     raise LeaseLostError(claim.event_id, claim.subscription, action) from exc
                 return
-            moved = watermark_at is not None and watermark_at < len(reasons)
-            if moved and reasons[watermark_at].get("Code") == "ConditionalCheckFailed":  # type: ignore[index]
+            if watermark_at is not None and refused_at(exc, watermark_at):
                 raise WatermarkMovedError(
                     f"the watermark of {claim.subscription} for tenant {claim.tenant} moved while {action}"
                 ) from exc
             raise
+
+
+def refused_at(exc: ClientError, index: int) -> bool:
+    """Whether the cancelled transaction's item at ``index`` failed its condition (an ordered subscription's
+    watermark, conditioned on the version read, when ``index`` is where the watermark's update stands)."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return index < len(reasons) and reasons[index].get("Code") == "ConditionalCheckFailed"
 
 
 def _refusing_row(exc: ClientError) -> dict[str, Any] | None:

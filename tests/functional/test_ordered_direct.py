@@ -83,6 +83,19 @@ def applied_seq(h: Harness, tenant: str = "acme") -> int:
     return OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb, clock=h.clock).watermark(tenant, JOURNAL).applied_seq
 
 
+def move_the_watermark_s_version(h: Harness) -> None:
+    """What a deferral of a later event does to acme's watermark while a pair runs: its version, not its seq."""
+    h.dynamodb.put_item(
+        TableName=INBOX_TABLE,
+        Item={
+            "pk": {"S": f"TENANT#acme#ORDER#{JOURNAL}"},
+            "sk": {"S": "WATERMARK"},
+            "applied_seq": {"N": "0"},
+            "version": {"N": "7"},
+        },
+    )
+
+
 def test_pairs_in_order_cost_one_transaction_each_and_no_claim(h: Harness, journal: Journal) -> None:
     events = [h.emit() for _ in range(3)]
 
@@ -126,17 +139,8 @@ def test_a_watermark_moved_under_the_run_refuses_the_commit_and_the_lease_path_a
     event = h.store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
 
     def another_writer_moves_the_version(delivery: Delivery) -> None:
-        # What a deferral of a later event does to the row while this pair runs: its version, not its seq.
         if journal.runs[delivery.envelope.seq] == 1:
-            h.dynamodb.put_item(
-                TableName=INBOX_TABLE,
-                Item={
-                    "pk": {"S": f"TENANT#acme#ORDER#{JOURNAL}"},
-                    "sk": {"S": "WATERMARK"},
-                    "applied_seq": {"N": "0"},
-                    "version": {"N": "7"},
-                },
-            )
+            move_the_watermark_s_version(h)
 
     journal.before = another_writer_moves_the_version
     h.publish(event)
@@ -239,15 +243,7 @@ def test_a_refused_direct_commit_runs_again_only_if_a_second_run_fits_before_the
     def slow_and_raced(delivery: Delivery) -> None:
         h.clock.advance(40)  # most of the invocation's 60 s
         if journal.runs[delivery.envelope.seq] == 1:  # a later event's deferral moves the version meanwhile
-            h.dynamodb.put_item(
-                TableName=INBOX_TABLE,
-                Item={
-                    "pk": {"S": f"TENANT#acme#ORDER#{JOURNAL}"},
-                    "sk": {"S": "WATERMARK"},
-                    "applied_seq": {"N": "0"},
-                    "version": {"N": "7"},
-                },
-            )
+            move_the_watermark_s_version(h)
 
     journal.before = slow_and_raced
     h.publish(event)

@@ -751,7 +751,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="started-without-time",
         module=CONSUMER,
-        original="        if not self.times.has_time_for(subscription, remaining_ms):\n",
+        original="        if self.attempts.lacks_time(subscription, remaining_ms, log):\n",
         replacement="        if False:\n",
         description="a pair starts however little of the invocation is left: the deadline stops it, an attempt "
         "spent for what the records before it took",

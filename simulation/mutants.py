@@ -34,6 +34,7 @@ class Mutant:
 CONSUMER, MESSAGES = "outbox.consumer", "outbox.messages"
 CLAIMS, INBOX_TABLE, DEAD_WORK = "outbox.inbox.claims", "outbox.inbox.table", "outbox.inbox.dead_work"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
+VERIFICATION = "outbox.verification"
 SEALING, EMIT_TRANSACTION, LANES = "outbox.sealing", "outbox.emit_transaction", "outbox.lanes"
 SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
@@ -425,7 +426,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="verify-ignores-links",
-        module=CHAIN,
+        module=VERIFICATION,
         original="if envelope.prev_hash != self.prev_hash:",
         replacement="if False:",
         description="verify_chain does not check that each row links to the one before it",
@@ -545,7 +546,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="anchor-hash-unchecked",
-        module=CHAIN,
+        module=VERIFICATION,
         original="        if envelope.hash != self.anchor.hash or envelope.computed_hash() != envelope.hash:",
         replacement="        if envelope.computed_hash() != envelope.hash:",
         description="an incremental verification takes the anchored row as verified if it matches its own hash, "
@@ -779,7 +780,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- read-only passes and repairs -----------------------------------------------------------------
     Mutant(
         id="verify-never-reads-on",
-        module=CHAIN,
+        module=VERIFICATION,
         original="    if head.last_seq > walk.prev_seq:\n        walk.watch(head.last_seq)\n",
         replacement="    if False:\n        walk.watch(head.last_seq)\n",
         description="verify_chain compares the head it read after the log with the log as read: an emit that "

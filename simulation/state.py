@@ -12,11 +12,12 @@ from typing import Any
 
 from outbox import Envelope, keys
 from outbox.audit import AuditLog, Finding
-from outbox.chain import ChainReport, read_events, verify_chain
+from outbox.chain import read_events
 from outbox.local.clients import REGION
 from outbox.local.resources import ACCOUNT
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import Status
+from outbox.verification import ChainReport, verify_chain
 
 
 @dataclass(frozen=True)

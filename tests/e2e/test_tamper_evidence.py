@@ -14,8 +14,9 @@ import pytest
 from outbox import keys
 from outbox.audit import AuditLog, FindingKind
 from outbox.auditor import PASS_MARGIN_SECONDS, Auditor
-from outbox.chain import ChainBreak, read_event_rows, verify_chain
+from outbox.chain import read_event_rows
 from outbox.envelope import Envelope
+from outbox.verification import ChainBreak, verify_chain
 from tests.e2e.backends import LocalBackend
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import as_json, operations, outbox

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from outbox import ChainBreak, EventStore
-from outbox.chain import Anchor, verify_chain
 from outbox.keys import event_partition, head_key, seq_sort_key
+from outbox.verification import Anchor, verify_chain
 from tests.functional.conftest import EVENTS_TABLE
 
 

@@ -38,10 +38,50 @@ def test_the_durable_consumer_s_handler_keeps_powertools_parser_models_out() -> 
 
 def test_the_durable_consumer_s_handler_leaves_what_it_may_never_need_to_first_use() -> None:
     # Its cold start imports the store and the catalog, not what only a new event's id (ulid), a float's
-    # canonical form (rfc8785) or the record-change lane needs.
-    deferred = ("ulid", "rfc8785", "outbox.record_changes")
+    # canonical form (rfc8785), the record-change lane, an ordered subscription (its gate and watermarks),
+    # verifying a chain or an operator's view of the inbox needs.
+    deferred = (
+        "ulid",
+        "rfc8785",
+        "outbox.record_changes",
+        "outbox.ordering",
+        "outbox.delivery.ordered",
+        "outbox.verification",
+        "outbox.inbox.records",
+    )
     code = f"import sys, outbox.handlers.durable_consumer; print([m for m in {deferred!r} if m in sys.modules])"
     assert fresh(code) == "[]"
+
+
+def test_a_consumer_builds_its_ordered_gate_only_for_a_catalog_that_orders() -> None:
+    code = """
+import sys
+from outbox.consumer import DurableConsumer
+from outbox.inbox import Inbox
+from outbox.ordering import WakeUps
+from outbox.store import EventStore
+from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+
+def consumer(ordered):
+    subscription = Subscription("app.sub", "app.thing", Lane.DURABLE, lambda delivery: None, ordered=ordered)
+    wake_ups = WakeUps("queue", sqs=None, dynamodb=None, events_table="events") if ordered else None
+    built = DurableConsumer(SubscriptionRegistry.of([subscription]), Inbox("inbox", client=None, max_attempts=3),
+                            EventStore("events", client=None), wake_ups=wake_ups)
+    return "ordered" in vars(built)
+print(consumer(False), consumer(True))
+"""
+    # Built with the consumer (no two threads can race to build it) only where a subscription is ordered.
+    assert fresh(code) == "False True"
+
+
+def test_the_inbox_s_operator_records_load_on_first_use() -> None:
+    code = "import sys, outbox.inbox as i; before = 'outbox.inbox.records' in sys.modules; i.DeadLetter; print(before)"
+    assert fresh(code) == "False"
+    from outbox import inbox
+
+    assert inbox.ClaimRecord.__module__ == "outbox.inbox.records"
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        inbox.Nope  # noqa: B018
 
 
 def test_an_unknown_name_is_an_attribute_error_and_every_public_name_resolves() -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from outbox import writes
     from outbox.canonical import GENESIS_HASH, canonical_json, chain_hash
-    from outbox.chain import ChainBreak, ChainHead, ChainReport, verify_chain
+    from outbox.chain import ChainHead
     from outbox.envelope import Envelope
     from outbox.exceptions import (
         CallerWriteConditionFailedError,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         Subscription,
         SubscriptionRegistry,
     )
+    from outbox.verification import ChainBreak, ChainReport, verify_chain
 
 # Each public name and the module that defines it.
 _LAZY: dict[str, str] = {
@@ -53,10 +54,10 @@ _LAZY: dict[str, str] = {
     "GENESIS_HASH": "outbox.canonical",
     "canonical_json": "outbox.canonical",
     "chain_hash": "outbox.canonical",
-    "ChainBreak": "outbox.chain",
+    "ChainBreak": "outbox.verification",
     "ChainHead": "outbox.chain",
-    "ChainReport": "outbox.chain",
-    "verify_chain": "outbox.chain",
+    "ChainReport": "outbox.verification",
+    "verify_chain": "outbox.verification",
     "Envelope": "outbox.envelope",
     "CallerWriteConditionFailedError": "outbox.exceptions",
     "ChainHeadContentionError": "outbox.exceptions",

@@ -26,7 +26,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.chain import Anchor, ChainReport
+from outbox.verification import Anchor, ChainReport
 
 __all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record"]
 

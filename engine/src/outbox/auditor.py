@@ -27,8 +27,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record, iso_seconds
-from outbox.chain import Anchor, ChainReport, verify_chain
 from outbox.query import read_tenants
+from outbox.verification import Anchor, ChainReport, verify_chain
 
 logger = logging.getLogger(__name__)
 

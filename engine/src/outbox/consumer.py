@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from contextlib import nullcontext
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
@@ -20,7 +22,6 @@ from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.log_check import LogCheck, ReadAhead, read_record
-from outbox.delivery.ordered import OrderedGate, OwedWake
 from outbox.delivery.path import (
     DeliveryOutcome,
     DeliveryPath,
@@ -35,11 +36,14 @@ from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, EnvelopeParseError, OutboxValidationError
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
-from outbox.ordering import OrderBook, WakeUps, Watermark
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 from outbox.tracing import observed_pair
+
+if TYPE_CHECKING:
+    from outbox.delivery.ordered import OrderedGate, OwedWake
+    from outbox.ordering import OrderBook, WakeUps, Watermark
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +113,18 @@ class DurableConsumer:
         self.log_check = LogCheck(store)
         self.lease = LeasePath(self.attempts)
         self.direct = DirectPath(self.attempts, self.lease)
-        self.ordered = OrderedGate(self.attempts, self.lease, self.direct, wake_ups)
+        self._wake_ups = wake_ups
+        if ordered:
+            self.ordered  # noqa: B018 - built now, before any thread could race to build it twice
+
+    @cached_property
+    def ordered(self) -> OrderedGate:
+        """The ordered gate: built with the consumer when its catalog orders a subscription, else never (unless a
+        subscription registered later is ordered), so that a consumer whose catalog orders nothing does not import
+        ordering's modules at its cold start (make bench, section 3)."""
+        from outbox.delivery.ordered import OrderedGate
+
+        return OrderedGate(self.attempts, self.lease, self.direct, self._wake_ups)
 
     # What the paths share, as a caller configured it (a test may change it between invocations).
     @property
@@ -134,7 +149,7 @@ class DurableConsumer:
 
     @property
     def wake_ups(self) -> WakeUps | None:
-        return self.ordered.wake_ups
+        return self._wake_ups
 
     @property
     def order(self) -> OrderBook:
@@ -172,7 +187,9 @@ class DurableConsumer:
         def record_handler(record: SQSRecord) -> None:
             self.process_record(record, remaining, ahead, owed)
 
-        with self.ordered.carrying(places, ahead.rows):
+        # A batch without ordered deliveries carries no watermarks (a record the read ahead could not parse, read
+        # again alone, still reaches the gate: it reads its watermark).
+        with self.ordered.carrying(places, ahead.rows) if places else nullcontext():
             try:
                 response = process_partial_response(
                     event=dict(event), record_handler=record_handler, processor=processor, context=context
@@ -185,7 +202,8 @@ class DurableConsumer:
             # Only now, with every record of the batch done: the time in-place work spends is time no other
             # record (another tenant's group, most likely) needs.
             reported = {failure["itemIdentifier"] for failure in failures}
-            unwoken = self.ordered.wake_owed(owed, remaining)
+            # Owed only by the gate's completions, whichever records they came from.
+            unwoken = self.ordered.wake_owed(owed, remaining) if owed else []
         failures += [{"itemIdentifier": i} for i in unwoken if i not in reported]
         return {"batchItemFailures": failures}
 
@@ -251,7 +269,7 @@ class DurableConsumer:
             is DeliveryOutcome.RETRY
         ]
         if owed_wakes is not None and owed:
-            owed_wakes += [OwedWake(str(record.message_id), subscription, mark) for subscription, mark in owed]
+            owed_wakes += self.ordered.owed(str(record.message_id), owed)
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
 

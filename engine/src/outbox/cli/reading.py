@@ -12,13 +12,13 @@ from rich.table import Table
 
 from outbox.audit import Finding
 from outbox.auditor import AnchorPass
-from outbox.chain import ChainReport
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, note, progress, refuse, show
 from outbox.ops import OperationRefusedError, Status
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
+from outbox.verification import ChainReport
 
 
 @app.command(epilog=example("outbox --stack OutboxEngine status --html status.html --json"))

@@ -289,6 +289,11 @@ class OrderedGate:
 
     # -- waking what waited ---------------------------------------------------------------------------
 
+    @staticmethod
+    def owed(message_id: str, completions: Iterable[tuple[Subscription, Watermark]]) -> list[OwedWake]:
+        """The wake-ups a batch's message owes for its ordered ``completions`` (subscription, watermark written)."""
+        return [OwedWake(message_id, subscription, mark) for subscription, mark in completions]
+
     def wake_owed(self, owed: Sequence[OwedWake], remaining_ms: RemainingMs) -> list[str]:
         """Wake what the batch's ordered completions owe, once per (tenant, subscription) from the latest
         watermark the batch wrote; the ids of the messages whose wake-up could neither run nor be sent (they

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Before the engine, which loads pydantic: Powertools' batch utility imports its pydantic parser models (SQS,
 # DynamoDB, Kinesis, Kafka records) only when pydantic is already loaded. The engine uses none of them, and
@@ -22,10 +22,12 @@ from outbox.clients import engine_dynamodb_client
 from outbox.consumer import DurableConsumer
 from outbox.exceptions import OutboxValidationError
 from outbox.inbox import Inbox
-from outbox.ordering import WakeUps
 from outbox.settings import ConsumerSettings, load_catalog
 from outbox.store import EventStore
 from outbox.subscriptions import SubscriptionRegistry
+
+if TYPE_CHECKING:
+    from outbox.ordering import WakeUps
 
 logger = Logger()
 metrics = Metrics()
@@ -65,6 +67,8 @@ def wake_ups(settings: ConsumerSettings, registry: SubscriptionRegistry, dynamod
             f"the catalog has ordered subscriptions ({', '.join(ordered)}) but the function has no "
             "DURABLE_QUEUE_URL: deploy the pipeline with OutboxPipeline(..., ordered_subscriptions=True)"
         )
+    from outbox.ordering import WakeUps  # ordering's modules only where a subscription is ordered
+
     return WakeUps(
         settings.durable_queue_url, sqs=boto3.client("sqs"), dynamodb=dynamodb, events_table=settings.events_table_name
     )

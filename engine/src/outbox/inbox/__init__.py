@@ -20,12 +20,15 @@ an (event, subscription) never completed only for a message issued less than ``r
 ``claim``'s ``may_create``); past that, the consumer records the pair as UNVERIFIABLE dead work instead of
 guessing. A COMPLETED row that has expired but not yet been swept still counts as completed.
 
-The package by concern: ``rows`` (statuses, the typed records, the rows written), ``reader`` (the operator's
-views), ``table`` (settings, clock and the fenced writes every concern shares), ``claims`` (the claim's state
-machine) and ``dead_work`` (dead letters, refusals, poison pills). ``Inbox`` is all of them on one table.
+The package by concern: ``rows`` (statuses, a worker's claim, the rows written), ``records`` and ``reader``
+(the operator's typed views), ``table`` (settings, clock and the fenced writes every concern shares),
+``claims`` (the claim's state machine) and ``dead_work`` (dead letters, refusals, poison pills). ``Inbox`` is
+all of them on one table.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from outbox.inbox.claims import ClaimBook
 from outbox.inbox.dead_work import DeadWork
@@ -41,16 +44,30 @@ from outbox.inbox.rows import (
     VOUCH_MARGIN,
     Claim,
     ClaimOutcome,
-    ClaimRecord,
     ClaimResult,
-    DeadLetter,
     DeadReason,
-    PoisonPill,
     envelope_digest,
     reconcile_row,
     storable_text,
     unclaimed_row,
 )
+
+if TYPE_CHECKING:
+    from outbox.inbox.records import ClaimRecord, DeadLetter, PoisonPill
+
+# The operator's typed records, loaded on first use (PEP 562): the durable consumer never reads one.
+_RECORDS = frozenset({"ClaimRecord", "DeadLetter", "PoisonPill"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _RECORDS:
+        raise AttributeError(f"module 'outbox.inbox' has no attribute {name!r}")
+    from outbox.inbox import records
+
+    value = getattr(records, name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
 
 __all__ = [
     "COMPLETED",

@@ -3,33 +3,42 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox import keys
 from outbox.envelope import format_timestamp
-from outbox.inbox.rows import ClaimRecord, DeadLetter, PoisonPill
 from outbox.query import read_partition
+
+if TYPE_CHECKING:
+    from outbox.inbox.records import ClaimRecord, DeadLetter, PoisonPill
 
 
 class InboxReader:
     """The inbox table's rows, read back typed: claims, dead letters, poison pills. Reads only, all
-    consistent; ``Inbox`` adds the writes."""
+    consistent; ``Inbox`` adds the writes. The typed records (``outbox.inbox.records``) are imported by the
+    views that return them: the durable consumer, an ``Inbox`` too, never reads one."""
 
     def __init__(self, table_name: str, *, client: Any) -> None:
         self.table_name = table_name
         self.client = client
 
     def read_claim(self, event_id: str, subscription: str) -> ClaimRecord | None:
+        from outbox.inbox.records import ClaimRecord
+
         item = self._get(keys.claim_key(event_id, subscription))
         return None if item is None else ClaimRecord.from_item(item)
 
     def claims_of(self, event_id: str) -> dict[str, ClaimRecord]:
         """Every claim of one event, by subscription name."""
+        from outbox.inbox.records import ClaimRecord
+
         items = read_partition(self.client, self.table_name, keys.claim_partition(event_id))
         return {record.subscription: record for record in map(ClaimRecord.from_item, items)}
 
     def dead_letter(self, tenant: str, event_id: str, subscription: str) -> DeadLetter | None:
         """The pair's dead letter (resolved or not), or None."""
+        from outbox.inbox.records import DeadLetter
+
         item = self._get(keys.dead_letter_key(tenant, event_id, subscription))
         return None if item is None else DeadLetter.from_item(item)
 
@@ -45,6 +54,8 @@ class InboxReader:
     ) -> list[DeadLetter]:
         """The tenant's dead letters (conflicts included), open ones only unless ``include_resolved``, of
         ``subscription`` and ``event_id`` where given, dead between ``since`` and ``until``."""
+        from outbox.inbox.records import DeadLetter
+
         items = read_partition(self.client, self.table_name, keys.dead_letter_partition(tenant))
         return [
             row
@@ -58,6 +69,8 @@ class InboxReader:
 
     def poison_pills(self, day: datetime) -> list[PoisonPill]:
         """The poison pills recorded on ``day``'s date (whatever the message held, as recorded)."""
+        from outbox.inbox.records import PoisonPill
+
         items = read_partition(self.client, self.table_name, keys.poison_partition(day))
         return [PoisonPill.from_item(item) for item in items]
 

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from outbox.audit import AuditLog, Finding
 from outbox.auditor import AnchorPass, Auditor
-from outbox.chain import Anchor
 from outbox.exceptions import OperationRefusedError
 from outbox.ops.context import OperatorContext
 from outbox.ops.status import verify
+from outbox.verification import Anchor
 
 
 def findings(context: OperatorContext, tenants: Sequence[str] | None = None) -> list[Finding]:

@@ -10,11 +10,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from outbox.chain import ChainReport, verify_chain
 from outbox.liveness import pipe_states as read_pipe_states
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import Blocked, blocked
 from outbox.ops.wording import plural
+from outbox.verification import ChainReport, verify_chain
 
 
 @dataclass(frozen=True)

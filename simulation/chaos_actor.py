@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from outbox import chain, keys
+from outbox import keys, verification
 from outbox.consumer import DurableConsumer
 from outbox.inbox import ClaimRecord
 from outbox.local import faults
@@ -77,7 +77,7 @@ class FaultSeams(OrderedFaultSeams):
     def _emits_during_checks(self) -> Iterator[FaultCount]:
         """While a read-only pass reads a tenant's log (``_checking``), another writer of the tenant commits an
         event between the pass's read of the rows and its read of the chain head (``emit_during_check``)."""
-        read_head = chain.read_head
+        read_head = verification.read_head
 
         def reading(client: Any, table_name: str, tenant: str) -> Any:
             racing = self._checking and not self._rivalling and tenant in self.rivals
@@ -89,7 +89,7 @@ class FaultSeams(OrderedFaultSeams):
                     self._rivalling = False
             return read_head(client, table_name, tenant)
 
-        with mock.patch.object(chain, "read_head", reading):
+        with mock.patch.object(verification, "read_head", reading):
             yield self.chaos.count(Fault.EMIT_DURING_CHECK)
 
     def _after_lost_answer(self, subject: str, _request: dict[str, Any]) -> None:

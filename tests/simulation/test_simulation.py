@@ -67,6 +67,15 @@ def test_every_invariant_holds_on_the_regression_seeds(seed: int, outcomes: dict
     check_seed(outcomes[seed])
 
 
+@pytest.mark.slow
+def test_every_fault_kind_fires_on_the_suite_s_seeds(outcomes: dict[int, Outcome]) -> None:
+    # A fault's seam patches the engine where the fault happens; code that moves out from under it (a function
+    # moved to another module, a new signature) leaves the fault armed and silent, and every invariant holds.
+    fired = {kind for outcome in outcomes.values() for kind, count in outcome.faults.items() if count}
+    silent = sorted(kind.value for kind in Fault if kind.value not in fired)
+    assert silent == [], f"armed but never fired on seeds {min(outcomes)}..{max(outcomes)}: {', '.join(silent)}"
+
+
 def test_every_regression_seed_says_what_it_found() -> None:
     assert REGRESSIONS, "simulation/regression_seeds.txt lists no seed"
     assert all(found for found in REGRESSIONS.values()), "each regression seed needs a comment"

@@ -11,10 +11,12 @@ CPU it spends answering is measured apart (``MotoMeter``) and subtracted: "clien
 function itself would spend in Lambda. Both figures are reported. Repetitions alternate which consumer
 goes first, and every ratio is taken within one repetition.
 
-The engine runs three ways: its subscriptions as they are by default (external effects: a lease per pair,
+The engine runs four ways: its subscriptions as they are by default (external effects: a lease per pair,
 claim and completion), declared DynamoDB-only (``effects="dynamodb"``: no lease, the writes and a completion
-marker in one transaction), "direct" in the figures, and declared ordered (``ordered=True``: the lease path
-plus the tenant's watermark, read before the claim and moved in the completion's transaction), "ordered".
+marker in one transaction), "direct" in the figures, declared ordered (``ordered=True``: the lease path plus
+the tenant's watermark, read with the batch's events and moved in the completion's transaction), "ordered",
+and declared both ("ordered_direct": the next event in order commits its marker, the watermark and its writes
+in one transaction, with no claim).
 The batches hold each tenant's events in seq order, as the relay delivers them; what an event delivered
 before its predecessor costs (deferred, then woken) is counted apart, on the same events with each tenant's
 pairs swapped.
@@ -60,8 +62,8 @@ MAX_ATTEMPTS = 5
 FUNCTION_TIMEOUT = timedelta(seconds=60)
 Batch = dict[str, Any]
 # The engine with a lease per pair (its default), Powertools Idempotency, the engine DynamoDB-only, the engine
-# with its subscriptions ordered.
-IMPLEMENTATIONS = ("ours", "baseline", "direct", "ordered")
+# with its subscriptions ordered, and ordered DynamoDB-only.
+IMPLEMENTATIONS = ("ours", "baseline", "direct", "ordered", "ordered_direct")
 Handle = Callable[[Batch, Any], Any]
 # Replays of each recorded run; the client CPU is the least of them. A replay is deterministic work (the
 # same requests, the same answers), so anything above its least time is the machine's noise, not the
@@ -560,6 +562,12 @@ def run(
                 "ordered_replayed_cpu_ratio": ratios(
                     [m.replayed_cpu_seconds for m in runs["ordered"]], [m.replayed_cpu_seconds for m in runs["ours"]]
                 ),
+                "ordered_direct": describe(runs["ordered_direct"], counts[(scenario, "ordered_direct")]),
+                # Ordered DynamoDB-only against the same subscriptions DynamoDB-only and unordered.
+                "ordered_direct_replayed_cpu_ratio": ratios(
+                    [m.replayed_cpu_seconds for m in runs["ordered_direct"]],
+                    [m.replayed_cpu_seconds for m in runs["direct"]],
+                ),
             }
             for scenario, runs in results.items()
         ],
@@ -648,6 +656,8 @@ def _builder(scenario: Scenario, implementation: str, catalog_size: int | None =
         return lambda consumers: consumers.ours(scenario, catalog_size, effects=Effects.DYNAMODB)
     if implementation == "ordered":
         return lambda consumers: consumers.ours(scenario, catalog_size, ordered=True)
+    if implementation == "ordered_direct":
+        return lambda consumers: consumers.ours(scenario, catalog_size, effects=Effects.DYNAMODB, ordered=True)
     return lambda consumers: consumers.baseline(scenario)
 
 

@@ -72,6 +72,8 @@ class ConsumerScenario(Figures):
     replayed_cpu_ratio: Summary
     direct_replayed_cpu_ratio: Summary
     ordered_replayed_cpu_ratio: Summary  # ordered against the same subscriptions unordered ("ours")
+    ordered_direct: ConsumerRun  # ordered and DynamoDB-only: the next event in order commits with no claim
+    ordered_direct_replayed_cpu_ratio: Summary  # against the same subscriptions DynamoDB-only, unordered
 
     @property
     def shape(self) -> str:
@@ -164,6 +166,18 @@ class ConsumerFigures(Figures):
     def worst_ordered_cpu_ratio(self) -> Summary:
         """Ordered against unordered client CPU in the shape where ordering costs most (by median)."""
         return max((s.ordered_replayed_cpu_ratio for s in self.scenarios), key=lambda ratio: ratio.median)
+
+    @property
+    def worst_ordered_direct_cpu_ratio(self) -> Summary:
+        """Ordered DynamoDB-only against unordered DynamoDB-only client CPU, in the shape where ordering costs
+        most (by median)."""
+        return max((s.ordered_direct_replayed_cpu_ratio for s in self.scenarios), key=lambda ratio: ratio.median)
+
+    @property
+    def max_ordered_direct_requests_per_delivery(self) -> float:
+        """An ordered DynamoDB-only subscription's DynamoDB requests per (event, subscription), log check
+        included, in the shape that needs most."""
+        return max(s.ordered_direct.dynamodb_requests_per_delivery for s in self.scenarios)
 
     @property
     def max_ordered_requests_per_delivery(self) -> float:

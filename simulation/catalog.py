@@ -14,7 +14,8 @@
 - ``sim.ledger`` (DURABLE, ``ordered=True``, in a schedule that has it: ``Schedule.ordered``): applies each
   tenant's items strictly in seq order, each once; its completion appends the seq to the tenant's ledger
   row, so the order it applied in is read from what committed (invariant 14). It declares
-  ``effects="dynamodb"``, which an ordered subscription never uses: it always runs on the lease path;
+  ``effects="dynamodb"``: its next item in order, on its first receive, commits with no claim (the ordered
+  gate's direct run), and everything else runs under a lease;
 - ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
 
 ``sim.item_created`` is at schema version 2: version 1 named the audit's refusal ``flagged``. A schedule may
@@ -481,11 +482,7 @@ class SimulatedApp:
                 return
             self.world.durations[key] = duration
         self.world.trace.add("handler", f"{self.world.trace.key(key)} takes {duration.total_seconds():.1f} s")
-        left = timedelta(milliseconds=delivery.remaining_time_ms())
-        self.world.sleep(duration)
-        if duration < left:  # the consumer learns only from a run that ended before its deadline
-            slowest = self.world.slowest_runs.get(delivery.subscription, timedelta(0))
-            self.world.slowest_runs[delivery.subscription] = max(slowest, duration)
+        self.world.sleep(duration)  # what the consumer learns of the run, the recorder notes (Recorder.run_handler)
 
     def _drawn_duration(self, key: str, left: timedelta) -> timedelta:
         draw = self.world.chaos.draw(Fault.SLOW_HANDLER)
@@ -567,7 +564,7 @@ class SimulatedApp:
             options: dict[str, Any] = {"ordered": True, "ordered_since": since} if since is not None else {}
         else:
             options = {"ordered": True}
-        # effects="dynamodb" would allow the direct path; an ordered subscription never takes it.
+        # effects="dynamodb": the next item in order commits with no claim on its first receive (the gate's direct run).
         return (Subscription(LEDGER, ITEM_CREATED, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, **options),)
 
     def _tally(self) -> tuple[Subscription, ...]:

@@ -11,13 +11,17 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from outbox import keys, verification
+from outbox import Envelope, HandlerResult, chain, keys
 from outbox.consumer import DurableConsumer
+from outbox.delivery.direct import DirectPath
+from outbox.delivery.ordered import OrderedGate
+from outbox.delivery.path import DeliveryOutcome, Pair, RemainingMs
 from outbox.inbox import ClaimRecord
 from outbox.local import faults
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
-from outbox.subscriptions import Lane
+from outbox.ordering import Watermark
+from outbox.subscriptions import Lane, Subscription
 from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
 from simulation.ordered_faults import OrderedFaultSeams
 from simulation.schedule import Emit, Fault
@@ -63,6 +67,7 @@ class FaultSeams(OrderedFaultSeams):
             Fault.UNPROCESSED_KEYS: lambda: faults.leave_keys_unprocessed(chaos.count(Fault.UNPROCESSED_KEYS)),
             Fault.SEND_REFUSED: self._refusing_wake_ups,
             Fault.WAKING_ANSWER_LOST: self._losing_waking_answers,
+            Fault.RECONCILE_DURING_RUN: self._reconciling_during_direct_runs,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder
@@ -77,7 +82,7 @@ class FaultSeams(OrderedFaultSeams):
     def _emits_during_checks(self) -> Iterator[FaultCount]:
         """While a read-only pass reads a tenant's log (``_checking``), another writer of the tenant commits an
         event between the pass's read of the rows and its read of the chain head (``emit_during_check``)."""
-        read_head = verification.read_head
+        read_head = chain.read_head
 
         def reading(client: Any, table_name: str, tenant: str) -> Any:
             racing = self._checking and not self._rivalling and tenant in self.rivals
@@ -89,8 +94,64 @@ class FaultSeams(OrderedFaultSeams):
                     self._rivalling = False
             return read_head(client, table_name, tenant)
 
-        with mock.patch.object(verification, "read_head", reading):
+        with mock.patch.object(chain, "read_head", reading):
             yield self.chaos.count(Fault.EMIT_DURING_CHECK)
+
+    @contextmanager
+    def _reconciling_during_direct_runs(self) -> Iterator[FaultCount]:
+        """A DynamoDB-only pair runs with no claim (the direct path, or the ordered gate's next event) and takes its
+        time (a slow remote read): the
+        operator's reconcile, run meanwhile over the run's events, finds the pair without a claim, writes its
+        REPLAYING row and sends it again (``reconcile_during_run``). The run's commit must apply nothing, and the
+        pair run again under a lease only while the invocation has the time for the run."""
+        run, commit, apply_directly = DirectPath._run, DirectPath.commit, OrderedGate._apply_directly
+        reconciled: set[str] = set()  # the pairs whose runs the reconcile lands in, until their commit
+
+        def reconciled_in(pair: Pair, remaining_ms: RemainingMs) -> None:
+            if not self._reconciling and self.chaos.fires(Fault.RECONCILE_DURING_RUN, pair.key):
+                self.world.durations.setdefault(pair.key, self._reconcile_window(remaining_ms()))
+                reconciled.add(pair.key)
+
+        def slow_run(path: DirectPath, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:
+            reconciled_in(pair, remaining_ms)
+            return run(path, pair, remaining_ms)
+
+        def slow_ordered_run(gate: OrderedGate, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs) -> Any:
+            reconciled_in(pair, remaining_ms)
+            return apply_directly(gate, pair, watermark, remaining_ms)
+
+        def reconciled_first(
+            path: DirectPath,
+            envelope: Envelope,
+            subscription: Subscription,
+            result: HandlerResult,
+            digest: str,
+            order: Sequence[Mapping[str, Any]] = (),
+        ) -> dict[str, Any] | None:
+            key = keys.idempotency_key(envelope.id, subscription.name)
+            if key in reconciled:
+                reconciled.discard(key)
+                self._reconciling = True
+                try:
+                    self.reconcile(self._start)
+                finally:
+                    self._reconciling = False
+            return commit(path, envelope, subscription, result, digest, order)
+
+        with (
+            mock.patch.object(DirectPath, "_run", slow_run),
+            mock.patch.object(OrderedGate, "_apply_directly", slow_ordered_run),
+            mock.patch.object(DirectPath, "commit", reconciled_first),
+        ):
+            yield self.chaos.count(Fault.RECONCILE_DURING_RUN)
+
+    def _reconcile_window(self, left_ms: int) -> timedelta:
+        """How long the run a reconcile lands in takes: a while, or nearly all that is left of the invocation."""
+        draw = self.chaos.draw(Fault.RECONCILE_DURING_RUN)
+        left = timedelta(milliseconds=left_ms)
+        if draw.random() < 0.5:
+            return max(left - timedelta(seconds=draw.uniform(0.5, 3)), timedelta(seconds=1))
+        return timedelta(seconds=draw.uniform(5, 35))
 
     def _after_lost_answer(self, subject: str, _request: dict[str, Any]) -> None:
         """Between a lost answer and the caller's retry, another writer of the tenant commits first."""

@@ -58,6 +58,10 @@ _WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
 _WAKING_ANSWER_LOST_CHANCE = 0.5
 _WAKING_ANSWER_LOST_RATE = ((0.5, 1.0), (1, 2))
 _REORDER_BEHIND = FaultRate(0.9, 4)
+# The operator's reconcile during a direct run (which it makes slow: what leaves a second start short of time): a
+# stream of its own too.
+_RECONCILE_DURING_RUN_CHANCE = 0.35
+_RECONCILE_DURING_RUN_RATE = ((0.4, 0.9), (1, 2))
 # Handlers that take time, drawn from a stream of their own too: how often a schedule has them, and their rate.
 _SLOW_CHANCE = 0.45
 _SLOW_RATE = ((0.2, 0.6), (2, 8))
@@ -94,15 +98,22 @@ def generate(seed: int) -> Schedule:
     ordered, skip_dead, race = _ordered(ordering)
     if race is not None:
         faults[Fault.WATERMARK_RACE] = race
-    waking = _waking_answer_lost(random.Random(f"schedule:{seed}:waking-answer"), ordered)
+    # The lost answer of an ordered completion that events wait behind: only with the ledger.
+    waking_answer = random.Random(f"schedule:{seed}:waking-answer")
+    waking = _drawn_rate(waking_answer, _WAKING_ANSWER_LOST_CHANCE, _WAKING_ANSWER_LOST_RATE) if ordered else None
     if waking is not None:
         faults[Fault.WAKING_ANSWER_LOST] = waking
         # What puts an event behind one still to come on its first receive: records reordered in a batch.
         faults.setdefault(Fault.STREAM_REORDER, _REORDER_BEHIND)
+    reconciling = _drawn_rate(
+        random.Random(f"schedule:{seed}:reconcile-during-run"), _RECONCILE_DURING_RUN_CHANCE, _RECONCILE_DURING_RUN_RATE
+    )
+    if reconciling is not None:
+        faults[Fault.RECONCILE_DURING_RUN] = reconciling
     refused = _ledger_refuses(ordering, actions) if ordered else None
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
     actions, deploy = _with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
-    slow = _slow_handlers(random.Random(f"schedule:{seed}:slow"))
+    slow = _drawn_rate(random.Random(f"schedule:{seed}:slow"), _SLOW_CHANCE, _SLOW_RATE)
     if slow is not None:
         faults[Fault.SLOW_HANDLER] = slow
     partial = random.Random(f"schedule:{seed}:partial")
@@ -164,12 +175,14 @@ def _ordered(rng: random.Random) -> tuple[bool, bool, FaultRate | None]:
     return True, skip_dead, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
 
 
-def _waking_answer_lost(rng: random.Random, ordered: bool) -> FaultRate | None:
-    """The rate of lost answers to ordered completions that events wait behind, in a schedule with the ledger.
-    Drawn from a stream of its own: adding it changed no other part of a schedule."""
-    if not ordered or rng.random() >= _WAKING_ANSWER_LOST_CHANCE:
+def _drawn_rate(
+    rng: random.Random, chance: float, rate: tuple[tuple[float, float], tuple[int, int]]
+) -> FaultRate | None:
+    """A fault's rate in ``chance`` of schedules, from ``rng`` (a stream of its own: drawing it changes no other
+    part of a schedule)."""
+    if rng.random() >= chance:
         return None
-    (low, high), (fewest, most) = _WAKING_ANSWER_LOST_RATE
+    (low, high), (fewest, most) = rate
     return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
 
 
@@ -194,14 +207,6 @@ def _with_read_only_passes(rng: random.Random, actions: list[Action]) -> tuple[l
         placed.insert(rng.randint(1, len(placed)), ReadOnlyPass())
     (low, high), (fewest, most) = _CHECKS_RATE
     return placed, FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
-
-
-def _slow_handlers(rng: random.Random) -> FaultRate | None:
-    """Whether durable handlers take time in this schedule, and how often; a stream of its own."""
-    if rng.random() >= _SLOW_CHANCE:
-        return None
-    (low, high), (fewest, most) = _SLOW_RATE
-    return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
 
 
 def _slow_ledger(rng: random.Random, ordered: bool, faults: dict[Fault, FaultRate]) -> timedelta | None:

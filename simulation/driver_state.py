@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from outbox import Envelope, keys
@@ -103,6 +103,7 @@ class DriverState(ABC):
         self._rival_serial = 0
         self._rivalling = False
         self._checking = False  # a read-only pass is reading the logs (emit_during_check may strike)
+        self._reconciling = False  # the operator's reconcile runs inside a direct run (reconcile_during_run)
         self._current: EmitRecord | None = None  # the emit in progress (rivals commit inside it)
         self._poison_serial = 0
         self._start = runtime.clock()
@@ -152,6 +153,9 @@ class DriverState(ABC):
 
     @abstractmethod
     def skip(self, tenant: str, seq: int, reason: str) -> None: ...
+
+    @abstractmethod
+    def reconcile(self, since: datetime | None, subscription: str | None = None) -> None: ...
 
 
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:

@@ -378,7 +378,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if body > 4 * MAX_RELAY_BODY_BYTES:",
         description="emit() bounds the event row only, not the relay body: it accepts events the relay cannot send",
         what_should_catch_it="an emit past the bound commits (invariant 5), and its durable pairs never run (2)",
-        seeds=(2, 87, 133),
+        seeds=(2,),
     ),
     Mutant(
         id="head-race-retries-stale-head",
@@ -687,7 +687,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the watermark, while the batch carries it as moved",
         what_should_catch_it="any ordered item applied on its first receive: the watermark stays behind what the "
         "ledger applied (14)",
-        seeds=(6, 10),
+        seeds=(6, 24, 26),
     ),
     Mutant(
         id="ordered-direct-lost-answer-claimed",
@@ -759,6 +759,28 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="slow handlers of two tenants in one batch (slow_handler): the later one is cut off "
         "at the deadline again and again, then dead as exhausted (15)",
         seeds=(3, 6, 7),
+    ),
+    Mutant(
+        id="direct-second-run-without-time",
+        module=DIRECT,
+        original="            if self.attempts.lacks_time(pair.subscription, remaining_ms, pair.log):\n",
+        replacement="            if False:\n",
+        description="a DynamoDB-only pair whose direct commit found a row runs again under a lease however little "
+        "of the invocation its first run left: the deadline stops it, an attempt spent",
+        what_should_catch_it="the operator's reconcile during a slow direct run (reconcile_during_run): the run "
+        "after the refused commit starts with too little left, and the deadline stops it (15)",
+        seeds=(10, 11, 13),
+    ),
+    Mutant(
+        id="ordered-direct-second-run-without-time",
+        module=GATE,
+        original="                if self.attempts.lacks_time(subscription, remaining_ms, pair.log):\n",
+        replacement="                if False:\n",
+        description="the next event of an ordered DynamoDB-only subscription whose direct commit found a row runs "
+        "again under a lease however little of the invocation its first run left: the deadline stops it",
+        what_should_catch_it="the operator's reconcile during a slow direct run of the ordered ledger "
+        "(reconcile_during_run): the run after the refused commit starts with too little left (15)",
+        seeds=(44, 53),
     ),
     # -- deploys ---------------------------------------------------------------------------------------
     Mutant(
@@ -838,7 +860,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "event waits for a wake-up that never comes",
         what_should_catch_it="SQS refusing a consumer's wake-up send (send_refused) behind a slow ordered ledger, "
         "which sends every wake-up: an event left deferred behind an applied one (14)",
-        seeds=(25, 78),
+        seeds=(70, 74, 87),
     ),
     Mutant(
         id="replay-keeps-attempts",

@@ -167,8 +167,10 @@ raise SystemExit(module.worker(sys.argv[2:]))
 EXIT_STALE = 3
 
 
-class SeedTimeoutError(BaseException):
-    """A seed ran past its time limit (a BaseException, so that the simulator does not catch it)."""
+class SeedTimeoutError(KeyboardInterrupt):
+    """A seed ran past its time limit: an interrupt, as Ctrl-C is, so that neither the simulator nor the local
+    runtime takes it for a crash of the code it runs (the event source mapping fails a batch for any other
+    exception and goes on)."""
 
 
 def _on_alarm(_signum: int, _frame: FrameType | None) -> None:

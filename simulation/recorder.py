@@ -9,6 +9,7 @@
 - Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
 - Ordered subscriptions: ``Inbox.defer`` (a pair put aside behind its predecessor, its attempt given back) and
   ``WakeUps.send`` (a deferred pair sent back to the queue, by the consumer or an operator's skip).
+- Runs: ``Attempts.run_handler``, each run of a handler judged as it starts (the deadline, invariant 15).
 
 The patches wrap the engine's methods innermost, so a crash injected around them still sees a claim that
 committed as committed. What is recorded is ``simulation.observations``.
@@ -27,9 +28,11 @@ from typing import Any
 from unittest import mock
 
 from outbox.consumer import DeliveryOutcome, DurableConsumer
+from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.ordered import OrderedGate
+from outbox.delivery.path import Pair
 from outbox.envelope import Envelope
 from outbox.exceptions import WatermarkMovedError
 from outbox.inbox import Claim, ClaimResult, Inbox
@@ -69,9 +72,11 @@ class Recorder:
         self._commit_directly, self._failed_directly = DirectPath.commit, DirectPath.failed
         self._process_record = DurableConsumer.process_record
         self._defer, self._wake_up = Inbox.defer, WakeUps.send
-        self._run_woken = OrderedGate.run_woken
+        self._run_woken, self._run_handler = OrderedGate.run_woken, Attempts.run_handler
         self._handler, self._poll = durable.handler, durable.poll
         self._consumer: DurableConsumer | None = None  # the one delivering, once it has delivered
+        # Why the last run of a pair being delivered should not have started, if it should not (``run_handler``).
+        self._started_late: dict[str, str | None] = {}
         # The invocation the last poll ran, with its messages' groups (message id -> tenant).
         self._last_invocation: tuple[Invocation, dict[str, str]] | None = None
 
@@ -123,6 +128,9 @@ class Recorder:
         def failed_directly(path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any) -> Any:
             return recorder.failed_directly(path, envelope, sub, *args, **kwargs)
 
+        def run_handler(attempts: Attempts, pair: Pair, *args: Any) -> Any:
+            return recorder.run_handler(attempts, pair, *args)
+
         with ExitStack() as stack:
             stack.enter_context(mock.patch.object(Inbox, "claim", claim))
             stack.enter_context(mock.patch.object(LeasePath, "complete", complete))
@@ -133,6 +141,7 @@ class Recorder:
             stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
             stack.enter_context(mock.patch.object(DirectPath, "commit", commit_directly))
             stack.enter_context(mock.patch.object(DirectPath, "failed", failed_directly))
+            stack.enter_context(mock.patch.object(Attempts, "run_handler", run_handler))
             stack.enter_context(mock.patch.object(Inbox, "defer", defer))
             stack.enter_context(mock.patch.object(WakeUps, "send", wake_up))
             stack.enter_context(mock.patch.object(OrderedGate, "run_woken", run_woken))
@@ -368,13 +377,34 @@ class Recorder:
         run = Run(key, deadlines[-1] if deadlines else self.durable.clock())
         self.observations.running.append(run)
         try:
-            with self._cut_off_noted(key, envelope.tenant, self._started_with_time(key, sub.name)):
+            # Judged as the delivery starts, and again as each run of its handler starts (``run_handler``).
+            self._started_late[key] = self._started_with_time(key, sub.name)
+            with self._cut_off_noted(key, envelope.tenant):
                 outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
         finally:
             running = self.observations.running
             del running[next(i for i, r in enumerate(running) if r is run)]
         self.trace.add("outcome", f"{self.trace.key(key)} {outcome.value}")
         return outcome
+
+    def run_handler(self, attempts: Attempts, pair: Pair, *args: Any) -> Any:
+        """Each run of a handler, judged as it starts (a delivery may run its handler twice: a direct run whose
+        commit found a row, then its lease): if the deadline stops the delivery (in the run, or in a write after
+        it), its last run should not have started when too little was left for it (invariant 15)."""
+        subscription = pair.subscription.name
+        self._started_late[pair.key] = self._started_with_time(pair.key, subscription)
+        deadlines = self.observations.deadlines
+        started, until = self.durable.clock(), deadlines[-1] if deadlines else None
+        try:
+            return self._run_handler(attempts, pair, *args)
+        finally:
+            # What the consumer learns of the run, as it measures it (outbox.delivery.timing.RunTimes): the time
+            # from its start to its end, whatever happened meanwhile (a second worker's invocation nested in it),
+            # if it ended before the deadline.
+            ended = self.durable.clock()
+            if until is None or ended < until:
+                known = self.world.slowest_runs.get(subscription, timedelta(0))
+                self.world.slowest_runs[subscription] = max(known, ended - started)
 
     def _started_with_time(self, key: str, subscription: str) -> str | None:
         """Why this pair should not have started now, if it should not: less of the invocation is left than its
@@ -391,10 +421,9 @@ class Recorder:
         return f"{key} started with {left.total_seconds():.1f} s left; {subscription} had run for {known}"
 
     @contextmanager
-    def _cut_off_noted(self, key: str, tenant: str, too_late: str | None = None) -> Iterator[None]:
+    def _cut_off_noted(self, key: str, tenant: str) -> Iterator[None]:
         """Note the time this pair's run takes, and its run if the deadline stops it: whether it would have fit
-        without the time the invocation spent on other tenants' work before it (and why it should not have
-        started, ``too_late``, if it should not)."""
+        without the time the invocation spent on other tenants' work before it."""
         invocation = self.observations.invocations[-1] if self.observations.invocations else Invocation()
         started, others_spent = self.durable.clock(), invocation.others_spent(tenant)
         own_spent = invocation.spent.get(tenant, 0.0)
@@ -406,11 +435,13 @@ class Recorder:
             budget = invocation.budget.total_seconds() if invocation.budget is not None else 0.0
             fits = others_spent > 0 and own_spent + run <= budget
             self.observations.cut_offs.append(CutOff(key, tenant, fits))
+            too_late = self._started_late.get(key)
             if too_late is not None:
                 self.observations.started_too_late.append(too_late)
             self.trace.add("deadline", f"{self.trace.key(key)} stopped by Lambda at the deadline")
             raise
         finally:
+            self._started_late.pop(key, None)
             took = (self.durable.clock() - started).total_seconds()
             invocation.spent[tenant] = invocation.spent.get(tenant, 0.0) + took - invocation.nested.pop()
             if invocation.nested:

@@ -60,6 +60,10 @@ class Fault(StrEnum):
     # the SDK does not re-send it: only a fresh read of the watermark shows the event applied, and what waits
     # behind it must still be woken.
     WAKING_ANSWER_LOST = "waking_answer_lost"
+    # The operator runs ``outbox reconcile`` while a DynamoDB-only pair runs with no claim (the direct path:
+    # nothing in the inbox says it runs): the reconcile writes the pair's REPLAYING row and sends it again, so
+    # the run's commit must apply nothing, and a second run may start only if the invocation has time for it.
+    RECONCILE_DURING_RUN = "reconcile_during_run"
 
 
 @dataclass(frozen=True)

@@ -31,14 +31,15 @@
     operator skipped; the watermark is at the last of them and counts the deferred rows; every item after
     them waits behind the first, which is dead (or being replayed): that one has its dead letter, the others
     are DEFERRED, with no dead letter and no attempt spent for waiting; none is left deferred behind an
-    applied event (a lost wake-up); and an ordered pair never completes on the direct path.
+    applied event (a lost wake-up), nor unwoken when an invocation acknowledged its tenant's messages; the
+    ledger's direct completions (its next item, with no claim) are held to the same order.
 15. The deadline (Lambda stops an invocation at its timeout): work run in place (a deferred event after its
     predecessor) never comes before a record of its batch, so it never spends time another tenant's record
-    needs; no pair starts with less of the invocation left than its subscription's slowest run in the container
-    needs; and a pair whose handler fits the function's timeout is never dead as exhausted for runs the
-    deadline cut off because of other tenants' work (runs that would have fit without the time it took): its own
-    failures, and its own tenant's work, alone use up its attempts (counted since the replay before the dead
-    mark, if any: a replay starts the attempts over).
+    needs; no run of a pair's handler starts with less of the invocation left than its subscription's slowest
+    run in the container needs; and a pair whose handler fits the function's timeout is never dead as exhausted
+    for runs the deadline cut off because of other tenants' work (runs that would have fit without the time it
+    took): its own failures, and its own tenant's work, alone use up its attempts (counted since the replay
+    before the dead mark, if any: a replay starts the attempts over).
 16. Read-only passes: the anchoring pass, status and verify-chain, run while other writers emit, never report a
     break of a log nobody altered (and invariant 12: the anchoring pass records no finding for it).
 

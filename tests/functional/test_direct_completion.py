@@ -187,6 +187,29 @@ def test_an_answer_lost_and_resent_by_the_sdk_is_one_effect(h: Harness, projecti
     assert projection.applied(h, event.id) == 1
 
 
+def test_a_commit_refused_by_a_row_runs_the_lease_path_only_if_a_second_run_fits_before_the_deadline(
+    h: Harness, projection: Projection
+) -> None:
+    event = h.emit()
+
+    def slow_beside_a_crashed_duplicate(delivery: Delivery) -> None:
+        if projection.runs[event.id] == 1:
+            # A duplicate of the message, received by another worker meanwhile, claimed the pair and died.
+            h.inbox.claim(event, NAME, lease=timedelta(seconds=5))
+        h.clock.advance(40)  # most of the invocation's 60 s; the dead worker's lease runs out meanwhile
+
+    projection.fail = slow_beside_a_crashed_duplicate
+    results = h.esm.drain()
+
+    # The refused commit left too little time for the take-over's run: the message came back instead of a run
+    # the deadline would have cut off, and the next invocation ran it under a lease, once.
+    assert all(result.crashed is None for result in results), "no run was started past what the time allowed"
+    assert projection.runs[event.id] == 2
+    assert projection.applied(h, event.id) == 1
+    assert h.claim_status(NAME, event) == "COMPLETED"
+    assert h.dead_letters() == []
+
+
 def test_a_failure_counts_its_attempt_and_the_retry_takes_the_lease_path(h: Harness, projection: Projection) -> None:
     failures = {"left": 1}
 

@@ -344,3 +344,20 @@ def test_a_timeout_the_mapping_sees_starts_the_next_invocation_cold(
     assert result is not None
     assert isinstance(result.crashed, InvocationTimedOut)
     assert function._handler is None, "Lambda resets the execution environment after a timeout"
+
+
+def test_an_interrupt_of_the_host_stops_the_mapping_instead_of_failing_the_batch(
+    queue: tuple[Any, str, VirtualClock],
+) -> None:
+    # Ctrl-C (or a runner's time limit) during an invocation is the developer stopping the local process, not the
+    # function crashing: the mapping must not swallow it, count a crash and carry on.
+    sqs, url, clock = queue
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+
+    def interrupted(_event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    esm = mapping(sqs, url, clock, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        esm.poll()
+    assert esm.crashes == []

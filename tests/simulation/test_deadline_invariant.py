@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
 from simulation.invariants.deadline import check_deadline
 from simulation.observations import CutOff, Invocation, Observations
@@ -102,6 +103,51 @@ def test_a_run_nested_inside_another_is_charged_to_its_own_tenant_only() -> None
 
     [cut] = observations.cut_offs
     assert not cut.fits_without_others  # globex's own 40 s and the ledger's 25 s do not fit in 60
+
+
+# -- each run of a handler is judged as it starts, on what the consumer learnt of earlier runs -------------
+
+
+def _handler_runs(recorder: Recorder, clock: _Clock, *seconds: float) -> None:
+    """A delivery of e1:archive whose handler runs once per figure, each taking that long."""
+    pair = SimpleNamespace(key="e1:archive", subscription=SimpleNamespace(name="archive"))
+    with recorder._cut_off_noted(pair.key, "acme"):
+        for took in seconds:
+            recorder._run_handler = lambda *_args, took=took: clock.advance(took)
+            recorder.run_handler(None, pair)  # type: ignore[arg-type]
+            if clock() >= START + BUDGET:
+                raise InvocationTimedOut
+
+
+def _in_one_invocation(monkeypatch: pytest.MonkeyPatch) -> tuple[Recorder, Observations, _Clock]:
+    recorder, observations, clock = _recorder({})
+    recorder.world.slowest_runs = {}  # type: ignore[attr-defined]
+    recorder.world.function_timeout = BUDGET  # type: ignore[attr-defined]
+    observations.deadlines.append(START + BUDGET)
+    monkeypatch.setattr(deadline, "remaining", lambda: START + BUDGET - clock())
+    return recorder, observations, clock
+
+
+def test_a_second_run_in_one_delivery_started_short_of_time_is_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder, observations, clock = _in_one_invocation(monkeypatch)
+
+    # A direct run of 34 s whose commit found a row, then its lease's run with 26 s left, cut off.
+    with pytest.raises(InvocationTimedOut):
+        _handler_runs(recorder, clock, 34, 34)
+
+    [too_late] = observations.started_too_late
+    assert "started with 26.0 s left" in too_late
+
+
+def test_a_run_is_known_by_the_time_from_its_start_to_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder, _observations, clock = _in_one_invocation(monkeypatch)
+
+    # 59.5 s, a second worker's invocation nested in it included: no invocation has time for that and a margin,
+    # so the consumer starts the next run anyway, its deadline's problem (outbox.delivery.timing.RunTimes).
+    _handler_runs(recorder, clock, 59.5)
+
+    assert recorder.world.slowest_runs == {"archive": timedelta(seconds=59.5)}  # type: ignore[attr-defined]
+    assert recorder._started_with_time("e2:archive", "archive") is None
 
 
 # -- exhaustion is judged per replay: a replay starts a pair's attempts over --------------------------------

@@ -45,6 +45,7 @@ GUARANTEE_MODULES = {
     "outbox.emit_transaction",
     "outbox.lanes",
     "outbox.chain",
+    "outbox.verification",
     "outbox.audit",
     "outbox.schemas",
     "outbox.ordering",

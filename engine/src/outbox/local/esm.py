@@ -126,6 +126,8 @@ class SqsEventSourceMapping:
                 response = self.handler(event, context)
                 deadline.enforce()  # an answer given after the deadline is never seen either
             failed = self._failed_ids(response, received)
+        except KeyboardInterrupt:
+            raise  # the host stops the local process (Ctrl-C, a runner's time limit): no crash of the function's
         except BaseException as exc:  # a crash (even SystemExit) fails the whole batch, as in Lambda
             logger.warning("invocation of %s failed as a whole: %r", self.function_name, exc)
             failed, crashed = list(received), exc

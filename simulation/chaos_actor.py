@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from outbox import Envelope, HandlerResult, chain, keys
+from outbox import Envelope, chain, keys
 from outbox.consumer import DurableConsumer
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
@@ -120,14 +120,7 @@ class FaultSeams(OrderedFaultSeams):
             reconciled_in(pair, remaining_ms)
             return apply_directly(gate, pair, watermark, remaining_ms)
 
-        def reconciled_first(
-            path: DirectPath,
-            envelope: Envelope,
-            subscription: Subscription,
-            result: HandlerResult,
-            digest: str,
-            order: Sequence[Mapping[str, Any]] = (),
-        ) -> dict[str, Any] | None:
+        def reconciled_first(path: DirectPath, envelope: Envelope, subscription: Subscription, *rest: Any) -> Any:
             key = keys.idempotency_key(envelope.id, subscription.name)
             if key in reconciled:
                 reconciled.discard(key)
@@ -136,7 +129,7 @@ class FaultSeams(OrderedFaultSeams):
                     self.reconcile(self._start)
                 finally:
                     self._reconciling = False
-            return commit(path, envelope, subscription, result, digest, order)
+            return commit(path, envelope, subscription, *rest)
 
         with (
             mock.patch.object(DirectPath, "_run", slow_run),

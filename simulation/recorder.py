@@ -75,8 +75,9 @@ class Recorder:
         self._run_woken, self._run_handler = OrderedGate.run_woken, Attempts.run_handler
         self._handler, self._poll = durable.handler, durable.poll
         self._consumer: DurableConsumer | None = None  # the one delivering, once it has delivered
-        # Why the last run of a pair being delivered should not have started, if it should not (``run_handler``).
-        self._started_late: dict[str, str | None] = {}
+        # Per key, for each of its deliveries under way (a second worker's nests in the first's run), why its last
+        # run should not have started, if it should not (``run_handler``).
+        self._started_late: dict[str, list[str | None]] = {}
         # The invocation the last poll ran, with its messages' groups (message id -> tenant).
         self._last_invocation: tuple[Invocation, dict[str, str]] | None = None
 
@@ -378,8 +379,7 @@ class Recorder:
         self.observations.running.append(run)
         try:
             # Judged as the delivery starts, and again as each run of its handler starts (``run_handler``).
-            self._started_late[key] = self._started_with_time(key, sub.name)
-            with self._cut_off_noted(key, envelope.tenant):
+            with self._cut_off_noted(key, envelope.tenant, self._started_with_time(key, sub.name)):
                 outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
         finally:
             running = self.observations.running
@@ -392,7 +392,9 @@ class Recorder:
         commit found a row, then its lease): if the deadline stops the delivery (in the run, or in a write after
         it), its last run should not have started when too little was left for it (invariant 15)."""
         subscription = pair.subscription.name
-        self._started_late[pair.key] = self._started_with_time(pair.key, subscription)
+        judged = self._started_late.get(pair.key)
+        if judged:  # inside a delivery (or a woken run) of the pair: the one under way is the last
+            judged[-1] = self._started_with_time(pair.key, subscription)
         deadlines = self.observations.deadlines
         started, until = self.durable.clock(), deadlines[-1] if deadlines else None
         try:
@@ -421,9 +423,12 @@ class Recorder:
         return f"{key} started with {left.total_seconds():.1f} s left; {subscription} had run for {known}"
 
     @contextmanager
-    def _cut_off_noted(self, key: str, tenant: str) -> Iterator[None]:
+    def _cut_off_noted(self, key: str, tenant: str, too_late: str | None = None) -> Iterator[None]:
         """Note the time this pair's run takes, and its run if the deadline stops it: whether it would have fit
-        without the time the invocation spent on other tenants' work before it."""
+        without the time the invocation spent on other tenants' work before it, and why it should not have started
+        (``too_late`` as it starts, then as its last run of the handler started), if it should not."""
+        judged = self._started_late.setdefault(key, [])
+        judged.append(too_late)
         invocation = self.observations.invocations[-1] if self.observations.invocations else Invocation()
         started, others_spent = self.durable.clock(), invocation.others_spent(tenant)
         own_spent = invocation.spent.get(tenant, 0.0)
@@ -435,13 +440,14 @@ class Recorder:
             budget = invocation.budget.total_seconds() if invocation.budget is not None else 0.0
             fits = others_spent > 0 and own_spent + run <= budget
             self.observations.cut_offs.append(CutOff(key, tenant, fits))
-            too_late = self._started_late.get(key)
-            if too_late is not None:
-                self.observations.started_too_late.append(too_late)
+            if judged[-1] is not None:
+                self.observations.started_too_late.append(judged[-1])
             self.trace.add("deadline", f"{self.trace.key(key)} stopped by Lambda at the deadline")
             raise
         finally:
-            self._started_late.pop(key, None)
+            judged.pop()
+            if not judged:
+                del self._started_late[key]
             took = (self.durable.clock() - started).total_seconds()
             invocation.spent[tenant] = invocation.spent.get(tenant, 0.0) + took - invocation.nested.pop()
             if invocation.nested:

@@ -139,6 +139,31 @@ def test_a_second_run_in_one_delivery_started_short_of_time_is_judged(monkeypatc
     assert "started with 26.0 s left" in too_late
 
 
+def test_a_second_worker_s_delivery_nested_in_a_run_leaves_the_first_its_own_judgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder, observations, clock = _in_one_invocation(monkeypatch)
+    recorder.world.slowest_runs = {"archive": timedelta(seconds=30)}  # type: ignore[attr-defined]
+    clock.advance(40)  # 20 s left: too little for a 30 s run
+
+    def nested_delivery_then_cut_off(*_args: object) -> None:
+        _handler_runs(recorder, clock)  # the second worker's delivery of the same pair, which runs nothing
+        clock.advance(25)
+        raise InvocationTimedOut
+
+    def delivery() -> None:
+        pair = SimpleNamespace(key="e1:archive", subscription=SimpleNamespace(name="archive"))
+        recorder._run_handler = nested_delivery_then_cut_off
+        with recorder._cut_off_noted(pair.key, "acme"):
+            recorder.run_handler(None, pair)  # type: ignore[arg-type]
+
+    with pytest.raises(InvocationTimedOut):
+        delivery()
+
+    [too_late] = observations.started_too_late
+    assert "started with 20.0 s left" in too_late
+
+
 def test_a_run_is_known_by_the_time_from_its_start_to_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder, _observations, clock = _in_one_invocation(monkeypatch)
 

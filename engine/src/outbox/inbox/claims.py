@@ -344,22 +344,23 @@ class ClaimBook(InboxTable):
         Returns None once committed, or the row that was there instead (the marker's condition failed, nothing
         was written). ``WatermarkMovedError`` when the watermark is not as read; a failed condition of one of
         the writes raises the transaction's ClientError, as a completion on the lease path does."""
-        completion = [dict(marker), *map(dict, order)]
-        if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
+        own = 1 + len(order)  # the marker and the watermark's items, before the writes
+        if len(writes) + own > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
                 f"{marker['Put']['Item']['subscription']['S']} returned {len(writes)} writes; at most "
-                f"{MAX_TRANSACT_ITEMS - len(completion)} fit in one transaction with the completion"
+                f"{MAX_TRANSACT_ITEMS - own} fit in one transaction with the completion"
             )
         try:
-            if len(completion) == 1 and not writes:
+            if own == 1 and not writes:
                 self.client.put_item(**marker["Put"])
             else:
-                self.client.transact_write_items(TransactItems=[*completion, *map(dict, writes)])
+                items = [dict(marker), *map(dict, order), *map(dict, writes)]
+                self.client.transact_write_items(TransactItems=items)
         except ClientError as exc:
             existing = _refusing_row(exc)
             if existing is not None:
                 return existing
-            if order and refused_at(exc, 1):  # the watermark's update, right after the marker
+            if any(refused_at(exc, index) for index in range(1, own)):  # the watermark's items
                 subscription = marker["Put"]["Item"]["subscription"]["S"]
                 raise WatermarkMovedError(
                     f"the watermark of {subscription} moved before its direct completion"

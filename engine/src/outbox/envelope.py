@@ -7,10 +7,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from boto3.dynamodb.types import DYNAMODB_CONTEXT, TypeDeserializer, TypeSerializer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from outbox import keys
-from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
+from outbox.canonical import (
+    STORED_EVENT,
+    chain_hash,
+    from_dynamodb_numbers,
+    json_problem,
+    refuse_unknown_fields,
+    to_dynamodb_numbers,
+)
 from outbox.exceptions import EnvelopeParseError
 from outbox.redaction import validation_summary
 from outbox.tracing import TraceContext
@@ -30,10 +46,12 @@ class Envelope(BaseModel):
     """One event, self-contained: everything a consumer needs travels in the payload.
 
     The hash covers every field but ``hash`` itself, chained through ``prev_hash``:
-    ``hash = sha256(prev_hash + canonical_json(body))`` where ``body`` is :meth:`hashed_body`.
+    ``hash = sha256(prev_hash + canonical_json(body))`` where ``body`` is :meth:`hashed_body`. An event read
+    from its row (``from_item``) may carry fields of a newer engine, which are hashed, kept and written back
+    like the others (``outbox.canonical.STORED_EVENT``); an envelope built by code may not.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="allow")
 
     id: str = Field(pattern=ULID_PATTERN, description="ULID: unique and time-sortable")
     type: str
@@ -50,6 +68,11 @@ class Envelope(BaseModel):
     # The emitting code's trace context (outbox.tracing); absent from events stored before it was recorded, and
     # then absent from the hashed body too, so those keep verifying.
     trace_context: TraceContext | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any, info: ValidationInfo) -> Any:
+        return refuse_unknown_fields(data, cls.model_fields, info.context)
 
     @field_validator("tenant")
     @classmethod
@@ -127,12 +150,14 @@ class Envelope(BaseModel):
             raise EnvelopeParseError("event row without event_id")
         plain["id"] = plain.pop("event_id")
         # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload
-        # that is not plain JSON could be altered without changing the hash, so it is not an event.
-        problem = json_problem(plain.get("payload")) or _non_finite(plain.get("payload"))
-        if problem:
-            raise EnvelopeParseError(f"event row payload is not JSON: {problem}")
+        # (or a newer engine's field) that is not plain JSON could be altered without changing the hash, so
+        # it is not an event.
+        for name in ("payload", *(name for name in plain if name not in cls.model_fields)):
+            problem = json_problem(plain.get(name), path=name) or _non_finite(plain.get(name), name)
+            if problem:
+                raise EnvelopeParseError(f"event row {name} is not JSON: {problem}")
         try:
-            return cls.model_validate(plain)
+            return cls.model_validate(plain, context=STORED_EVENT)
         except ValidationError as exc:
             # Fields and error kinds only: pydantic's own text repeats the input, which may be personal data.
             raise EnvelopeParseError(f"event row is not a valid envelope: {validation_summary(exc)}") from exc

@@ -1,0 +1,103 @@
+"""An event written by a newer engine (a field this one does not know, at the top or in its trace context) is read,
+verified, delivered and repaired like any other; an envelope built by code still refuses an unknown field."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from outbox.canonical import GENESIS_HASH, chain_hash
+from outbox.envelope import Envelope
+from outbox.exceptions import EnvelopeParseError
+from outbox.messages import parse_body, relay_body
+from outbox.tracing import TraceContext
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def fields(**more: Any) -> dict[str, Any]:
+    return {
+        "id": "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        "type": "order.created",
+        "tenant": "acme",
+        "seq": 1,
+        "correlation_id": "c-1",
+        "actor": "user:1",
+        "occurred_at": datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
+        "schema_version": 1,
+        "payload": {"order_id": "o-1", "total": 12.5},
+        "prev_hash": GENESIS_HASH,
+        "hash": GENESIS_HASH,
+        **more,
+    }
+
+
+class NewerTraceContext(TraceContext):
+    baggage: str
+
+
+class NewerEnvelope(Envelope):
+    """What a newer engine declares: this envelope with one field more, and a trace context with one more."""
+
+    placement: dict[str, Any]
+    trace_context: NewerTraceContext | None = None
+
+
+def newer_row() -> tuple[Envelope, dict[str, Any]]:
+    """An event as the newer engine seals and stores it: every field of it hashed."""
+    unsealed = NewerEnvelope.model_validate(
+        fields(
+            placement={"region": "eu-west-1", "cells": [3, 4.5], "primary": True},
+            trace_context={"traceparent": TRACEPARENT, "baggage": "k=v"},
+        )
+    )
+    sealed = unsealed.model_copy(update={"hash": chain_hash(GENESIS_HASH, unsealed.hashed_body())})
+    return sealed, sealed.to_item()
+
+
+def test_an_event_of_a_newer_engine_reads_verifies_and_keeps_its_fields() -> None:
+    sealed, row = newer_row()
+    assert {"placement", "trace_context"} <= set(row)
+    assert "baggage" in row["trace_context"]["M"]
+
+    read = Envelope.from_item(row)
+    assert type(read) is Envelope
+    assert read.computed_hash() == read.hash == sealed.hash
+    assert read.hashed_body() == sealed.hashed_body()
+    assert read.to_item() == row, "a repair that writes the row back writes what the newer engine wrote"
+    assert parse_body(relay_body(row)) == read, "the relay's message of it parses and passes its hash check"
+    assert read.handler_copy() == read
+
+
+def test_a_field_added_behind_the_hash_s_back_is_still_an_altered_event() -> None:
+    _, row = newer_row()
+    with pytest.raises(EnvelopeParseError, match="does not match its own hash"):
+        parse_body(relay_body({**row, "added_later": {"S": "not hashed by anyone"}}))
+    plain = Envelope.model_validate(fields()).to_item()
+    with pytest.raises(EnvelopeParseError, match="does not match its own hash"):
+        parse_body(relay_body({**plain, "trace_context": {"M": {"traceparent": {"S": TRACEPARENT}}}}))
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"SS": ["a", "b"]}, "placement is a set"),
+        ({"M": {"tags": {"NS": ["1", "2"]}}}, "placement.tags is a set"),
+    ],
+)
+def test_a_newer_field_that_is_not_json_makes_no_event(value: dict[str, Any], problem: str) -> None:
+    _, row = newer_row()
+    with pytest.raises(EnvelopeParseError, match=f"event row placement is not JSON: {problem}"):
+        Envelope.from_item({**row, "placement": value})
+
+
+def test_an_envelope_built_by_code_still_refuses_a_field_it_does_not_declare() -> None:
+    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['placment'\]"):
+        Envelope.model_validate(fields(placment={"region": "eu"}))  # a typo stays an error
+    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['bagage'\]"):
+        TraceContext(traceparent=TRACEPARENT, bagage="k=v")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['bagage'\]"):
+        Envelope.model_validate(fields(trace_context={"traceparent": TRACEPARENT, "bagage": "k=v"}))

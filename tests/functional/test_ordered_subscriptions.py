@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from outbox import Envelope, TerminalError
+from outbox import Envelope, TerminalError, keys
 from outbox.exceptions import OperationRefusedError, OutboxValidationError
 from outbox.inbox import DEFERRED, REPLAYING
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.context import OperatorContext
-from outbox.ops.ordering import blocked, skip
+from outbox.ops.ordering import UNREADABLE, blocked, skip
 from outbox.ops.reconcile import reconcile
 from outbox.ordering import OrderBook
 from outbox.subscriptions import Delivery, Lane, Subscription
@@ -567,6 +567,28 @@ def test_an_ordered_completion_whose_answer_was_lost_is_recognised_as_its_own(ma
     assert applied.seqs == {"acme": [1, 2]}
     assert watermark(h).applied_seq == 2
     assert h.dead_letters() == []
+
+
+@pytest.mark.parametrize("what_became_of_it", ["deleted", "rewritten without its id"])
+def test_status_reports_an_order_waiting_for_a_row_that_no_longer_reads_as_an_event(
+    make_harness: HarnessFactory, what_became_of_it: str
+) -> None:
+    # The row the order waits for is gone, or rewritten into something that is no event (a restore, a script):
+    # status must still report the order and point at verify-chain, not fail as a whole.
+    h, _ = ordered_harness(make_harness)
+    first, second = emit(h), emit(h)
+    h.publish(second)
+    h.esm.drain()
+    key = keys.event_key("acme", first.seq)
+    assert h.dynamodb.get_item(TableName=EVENTS_TABLE, Key=key).get("Item", {}).get("event_id"), "the row's key"
+    if what_became_of_it == "deleted":
+        h.dynamodb.delete_item(TableName=EVENTS_TABLE, Key=key)
+    else:
+        h.dynamodb.update_item(TableName=EVENTS_TABLE, Key=key, UpdateExpression="REMOVE event_id")
+
+    (stuck,) = blocked(operator(h))
+    assert (stuck.waits_for_seq, stuck.waits_for_state, stuck.waiting) == (1, UNREADABLE, 1)
+    assert "outbox verify-chain --tenant acme" in stuck.hint
 
 
 def test_a_new_ordered_subscription_over_a_log_older_than_the_inbox_is_backfilled_from_its_watermark(

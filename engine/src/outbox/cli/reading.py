@@ -16,6 +16,7 @@ from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, note, progress, refuse, show
 from outbox.ops import OperationRefusedError, Status
+from outbox.ops.ordering import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
 from outbox.verification import ChainReport
@@ -77,7 +78,8 @@ def _print_status(context: CliContext, report: Status) -> None:
         waiting = Table("tenant", "ordered subscription", "applied to", "waits for", "its state", "deferred")
         waiting.title = "ordered subscriptions waiting"
         for row in report.blocked:
-            state = f"[red]{row.waits_for_state}[/]" if row.waits_for_state == "DEAD" else row.waits_for_state
+            alarming = row.waits_for_state in ("DEAD", UNREADABLE)
+            state = f"[red]{row.waits_for_state}[/]" if alarming else row.waits_for_state
             waiting.add_row(
                 row.tenant, row.subscription, str(row.applied_seq), str(row.waits_for_seq), state, str(row.waiting)
             )

@@ -14,6 +14,8 @@ from outbox.ops.context import OperatorContext, resolved_letter_update, transact
 from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
 from outbox.subscriptions import Subscription
 
+UNREADABLE = "unreadable"  # the event row the order waits for is gone, or says no event id
+
 
 @dataclass(frozen=True)
 class Blocked:
@@ -25,7 +27,7 @@ class Blocked:
     waiting: int  # events deferred behind it
     waits_for_seq: int  # the first event of the order not applied: what the lowest deferred one waits for, or
     # that one itself once what it waits for is applied
-    waits_for_state: str  # its claim row's status, or "absent"
+    waits_for_state: str  # its claim row's status, "absent", or UNREADABLE
     hint: str  # what the operator can do
 
     @property
@@ -90,11 +92,22 @@ def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -
     """What holds the order up: the event the lowest deferred one waits for, or, once that is applied, the
     lowest deferred event itself (dead, running, or waiting for its wake-up)."""
     tenant, name = watermark.tenant, watermark.subscription
+    event_id: str | None
     if lowest.waits_for > watermark.applied_seq:
         seq = lowest.waits_for
-        event_id = Envelope.from_item(context.event_image(tenant, seq)).id
+        event_id = _event_id_at(context, tenant, seq)
     else:
         seq, event_id = lowest.seq, lowest.event_id
+    if event_id is None:
+        return Blocked(
+            tenant,
+            name,
+            watermark.applied_seq,
+            watermark.deferred,
+            seq,
+            UNREADABLE,
+            f"The log has no event row at seq {seq} that says its id: run outbox verify-chain --tenant {tenant}.",
+        )
     claim = context.inbox.claims_of(event_id).get(name)  # a query: the endpoint reads the inbox by queries
     state = "absent" if claim is None else claim.status
     skip = f'outbox skip --tenant {tenant} --subscription {name} --seq {seq} --reason "..."'
@@ -112,6 +125,18 @@ def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -
     }
     hint = hints.get(state, f"Look at its dead letters: outbox dead-letters list --tenant {tenant}.")
     return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, seq, state, hint)
+
+
+def _event_id_at(context: OperatorContext, tenant: str, seq: int) -> str | None:
+    """The id of the event at ``seq``, from its row's ``event_id`` alone: status reports a blocked order whatever
+    became of that row (gone, or rewritten into something that no longer reads as an event: verify-chain says
+    what), instead of failing as a whole."""
+    try:
+        image = context.event_image(tenant, seq)
+    except OperationRefusedError:
+        return None
+    value = image.get("event_id")
+    return value.get("S") if isinstance(value, dict) and isinstance(value.get("S"), str) else None
 
 
 def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, by: str, reason: str) -> SkipResult:

@@ -23,6 +23,7 @@ from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.ordering import Watermark
 from outbox.subscriptions import Lane, Subscription
 from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
+from simulation.newer_engine import newer_emitters
 from simulation.ordered_faults import OrderedFaultSeams
 from simulation.schedule import Emit, Fault
 
@@ -68,6 +69,7 @@ class FaultSeams(OrderedFaultSeams):
             Fault.SEND_REFUSED: self._refusing_wake_ups,
             Fault.WAKING_ANSWER_LOST: self._losing_waking_answers,
             Fault.RECONCILE_DURING_RUN: self._reconciling_during_direct_runs,
+            Fault.NEWER_EMITTER: lambda: newer_emitters(chaos, lambda: self._current),
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder

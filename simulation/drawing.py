@@ -58,13 +58,14 @@ _WATERMARK_RACE_RATE = ((0.5, 1.0), (1, 2))
 _WAKING_ANSWER_LOST_CHANCE = 0.5
 _WAKING_ANSWER_LOST_RATE = ((0.5, 1.0), (1, 2))
 _REORDER_BEHIND = FaultRate(0.9, 4)
-# The operator's reconcile during a direct run (which it makes slow: what leaves a second start short of time): a
-# stream of its own too.
-_RECONCILE_DURING_RUN_CHANCE = 0.35
-_RECONCILE_DURING_RUN_RATE = ((0.4, 0.9), (1, 2))
-# Handlers that take time, drawn from a stream of their own too: how often a schedule has them, and their rate.
-_SLOW_CHANCE = 0.45
-_SLOW_RATE = ((0.2, 0.6), (2, 8))
+# Faults drawn from streams of their own too: the stream's name, how often a schedule has the fault, its rate. The
+# operator's reconcile during a direct run (which it makes slow: what leaves a second start short of time), emits
+# by a newer engine (fields this one does not know), and handlers that take time.
+_OWN_STREAMS: dict[Fault, tuple[str, float, tuple[tuple[float, float], tuple[int, int]]]] = {
+    Fault.RECONCILE_DURING_RUN: ("reconcile-during-run", 0.35, ((0.4, 0.9), (1, 2))),
+    Fault.NEWER_EMITTER: ("newer-emitter", 0.3, ((0.3, 0.8), (1, 4))),
+    Fault.SLOW_HANDLER: ("slow", 0.45, ((0.2, 0.6), (2, 8))),
+}
 # The slow ordered ledger of a schedule whose sends may be refused: how often, and how long each run takes (the
 # durable consumer's timeout is 60 s: one run fits an invocation, two do not).
 _SLOW_LEDGER_CHANCE = 0.8
@@ -105,17 +106,13 @@ def generate(seed: int) -> Schedule:
         faults[Fault.WAKING_ANSWER_LOST] = waking
         # What puts an event behind one still to come on its first receive: records reordered in a batch.
         faults.setdefault(Fault.STREAM_REORDER, _REORDER_BEHIND)
-    reconciling = _drawn_rate(
-        random.Random(f"schedule:{seed}:reconcile-during-run"), _RECONCILE_DURING_RUN_CHANCE, _RECONCILE_DURING_RUN_RATE
-    )
-    if reconciling is not None:
-        faults[Fault.RECONCILE_DURING_RUN] = reconciling
+    for kind, (stream, chance, rate) in _OWN_STREAMS.items():
+        drawn = _drawn_rate(random.Random(f"schedule:{seed}:{stream}"), chance, rate)
+        if drawn is not None:
+            faults[kind] = drawn
     refused = _ledger_refuses(ordering, actions) if ordered else None
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
     actions, deploy = _with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
-    slow = _drawn_rate(random.Random(f"schedule:{seed}:slow"), _SLOW_CHANCE, _SLOW_RATE)
-    if slow is not None:
-        faults[Fault.SLOW_HANDLER] = slow
     partial = random.Random(f"schedule:{seed}:partial")
     for kind, (chance, (low, high), (fewest, most)) in PARTIAL_ANSWERS.items():
         if partial.random() < chance:

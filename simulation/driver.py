@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
+from botocore.exceptions import ClientError
+
 from outbox import Envelope
 from outbox.local import faults
 from simulation.catalog import (
@@ -273,7 +275,11 @@ class Driver(FaultSeams, OperatorActions, Intrusions):
         batch = batches[self._random.randrange(len(batches))]
         if after_window:
             self.runtime.clock.advance(DEDUPLICATION_WINDOW + timedelta(seconds=1))
-        self.sqs.send_message_batch(QueueUrl=self.durable_queue_url, Entries=batch)
+        try:
+            self.sqs.send_message_batch(QueueUrl=self.durable_queue_url, Entries=batch)
+        except ClientError as exc:  # a batch SQS refused when the pipe first sent it (a body over its size)
+            self.trace.add("pipe", f"redelivery refused as the first send was: {brief(str(exc))}")
+            return
         self._record_sends(batch, "pipe redelivers" + (" after the deduplication window" if after_window else ""))
 
     def _jump(self, days: int) -> None:

@@ -40,7 +40,7 @@ SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
 STATUS = "outbox.ops.status"
-CANONICAL = "outbox.canonical"
+CANONICAL, ENVELOPE = "outbox.canonical", "outbox.envelope"
 RUNTIME = "outbox.local.runtime"
 ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
 GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
@@ -317,6 +317,26 @@ MUTANTS: tuple[Mutant, ...] = (
         seeds=(25, 26, 34),
     ),
     Mutant(
+        id="newer-fields-refused",
+        module=ENVELOPE,
+        original="            return cls.model_validate(plain, context=STORED_EVENT)",
+        replacement="            return cls.model_validate(plain)",
+        description="an event row is read as code-built envelopes are: a field of a newer engine is refused",
+        what_should_catch_it="an emit by a newer engine (newer_emitter): its rows no longer read as events, so "
+        "status reports a chain nobody altered as broken (invariant 7) and the log lacks them (1)",
+        seeds=(7, 11, 34),
+    ),
+    Mutant(
+        id="newer-fields-dropped",
+        module=ENVELOPE,
+        original='    model_config = ConfigDict(frozen=True, extra="allow")',
+        replacement='    model_config = ConfigDict(frozen=True, extra="ignore")',
+        description="a field of a newer engine is dropped when its row is read: the event no longer matches its hash",
+        what_should_catch_it="an emit by a newer engine (newer_emitter): its events fail their own hash, so status "
+        "reports a chain nobody altered as broken (invariant 7)",
+        seeds=(7, 10, 11),
+    ),
+    Mutant(
         id="repair-targets-ignored",
         module=MESSAGES,
         original="        return Message(envelope, _targets(attributes), receive_count)",
@@ -378,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if body > 4 * MAX_RELAY_BODY_BYTES:",
         description="emit() bounds the event row only, not the relay body: it accepts events the relay cannot send",
         what_should_catch_it="an emit past the bound commits (invariant 5), and its durable pairs never run (2)",
-        seeds=(2,),
+        seeds=(2, 7, 33),
     ),
     Mutant(
         id="head-race-retries-stale-head",

@@ -30,12 +30,18 @@ from simulation.recorder import brief
 from simulation.schedule import Fault
 from simulation.world import EmitRecord
 
+# How often in a row an operator runs a command again after AWS's answer failed it, before they escalate.
+OPERATOR_RUNS_AFTER_FAILURES = 10
+
 
 class OperatorActions(DriverState):
     def operator(self, name: str, action: Callable[[], str]) -> None:
         """Run an operator action with the pipeline's faults paused. If the operator's process dies in the
         middle, they run the same command again until it completes, as the runbook says (the fault's budget
-        bounds the deaths)."""
+        bounds the deaths). An answer of AWS that fails the command they read, and run it again, up to
+        ``OPERATOR_RUNS_AFTER_FAILURES`` times in a row: a command that fails every time is broken (the faults'
+        budgets bound the failures a healthy one meets)."""
+        failures = 0
         with self.chaos.paused(), self._armed():
             while True:
                 self._plan_death(name)
@@ -45,6 +51,12 @@ class OperatorActions(DriverState):
                 except OperatorInterrupted as exc:
                     self.trace.add("operator", f"{name} interrupted: {exc}, runs it again")
                 except ClientError as exc:  # what AWS answered the operator's tool: they read it and run it again
+                    failures += 1
+                    if failures > OPERATOR_RUNS_AFTER_FAILURES:
+                        what = f"{name} failed {failures} times in a row, last: {brief(str(exc))}"
+                        self.trace.add("operator", f"{what}; they stop and escalate")
+                        self.world.operator_crashes.append(what)
+                        return
                     self.trace.add("operator", f"{name} failed: {brief(str(exc))}, runs it again")
                 except OperationRefusedError as exc:
                     self.trace.add("operator", f"{name} refused: {exc}")

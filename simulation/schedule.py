@@ -64,6 +64,9 @@ class Fault(StrEnum):
     # nothing in the inbox says it runs): the reconcile writes the pair's REPLAYING row and sends it again, so
     # the run's commit must apply nothing, and a second run may start only if the invocation has time for it.
     RECONCILE_DURING_RUN = "reconcile_during_run"
+    # A workload emit comes from a newer engine than the consumers run (its emitters deployed first): its envelope
+    # has fields this engine does not know, hashed as every field is.
+    NEWER_EMITTER = "newer_emitter"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ def check_log(world: World, state: State) -> list[Violation]:
             found.append(
                 Violation(1, f"tenant {tenant}: verify_chain broke at seq {report.first_broken_seq}: {report.detail}")
             )
+    found.extend(Violation(1, f"an event row the engine cannot read: {row}") for row in state.unreadable_rows)
     events = state.events
     rewritten = rewritten_ids(world)
     for record in (r for r in world.emits if r.envelope is not None and r.envelope.id not in rewritten):

@@ -46,6 +46,7 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.SEND_REFUSED: "wake-up-refusal-swallowed",
     Fault.WAKING_ANSWER_LOST: "ordered-direct-lost-answer-claimed",
     Fault.RECONCILE_DURING_RUN: "direct-second-run-without-time",
+    Fault.NEWER_EMITTER: "newer-fields-refused",
     "a slow ordered ledger (every wake-up a message of its own)": "wake-up-refusal-swallowed",
     "crowded batches (one tenant's slow ordered backlog ahead of another's charge)": "unfinished-attempt-forgotten",
     "malformed bodies": "altered-envelope-accepted",

@@ -55,6 +55,7 @@ GUARANTEE_MODULES = {
     "outbox.ops.reconcile",
     "outbox.ops.status",
     "outbox.canonical",
+    "outbox.envelope",
     "outbox.local.runtime",
 }
 

@@ -1,0 +1,82 @@
+"""The ``newer_emitter`` fault: some of the workload's emits come from a newer engine than the consumers run.
+
+A deploy does not reach every function at once, and an application's own services may upgrade the engine
+before the stack's consumers do: their events then carry envelope fields this engine does not know. A newer
+engine hashes every field of the event (as this one does), so the consumer, the operator's tools and the
+auditor must keep such a field, hash it and write it back in a repair; refusing it would turn a valid event
+into a poison pill and its log into a broken chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from outbox import Envelope, sealing, store
+from outbox.canonical import GENESIS_HASH, chain_hash
+from outbox.chain import ChainHead
+from outbox.local.faults import FaultCount
+from outbox.sealing import seal_all
+from outbox.tracing import TraceContext
+from simulation.chaos import Chaos
+from simulation.schedule import Fault
+from simulation.world import EmitRecord
+
+
+class NewerTraceContext(TraceContext):
+    """The newer engine's trace context: one field more."""
+
+    baggage: str
+
+
+class NewerEnvelope(Envelope):
+    """The newer engine's envelope: this engine's, with a field more and the trace context above. Declared as
+    that engine declares them (not read as this engine reads unknown fields), so that a mutant of this engine's
+    reading cannot change what the newer one writes."""
+
+    placement: dict[str, str]
+    trace_context: NewerTraceContext | None = None
+
+
+def newer_envelope(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
+    """``draft`` sealed after ``head`` as the newer engine seals it: with its fields, all of them hashed
+    (``outbox.sealing.seal``'s signature; a draft is valid here, as emit() validated it first)."""
+    fields = {
+        **draft,
+        "placement": {"region": "eu-west-1", "cell": draft["tenant"]},
+        "seq": head.last_seq + 1,
+        "prev_hash": head.last_hash,
+        "hash": GENESIS_HASH,
+    }
+    context = draft.get("trace_context")
+    if context is not None:
+        fields["trace_context"] = {**context.model_dump(exclude_none=True), "baggage": "sim=newer"}
+    unsealed = NewerEnvelope.model_validate(fields)
+    return unsealed.model_copy(update={"hash": chain_hash(head.last_hash, unsealed.hashed_body())})
+
+
+@contextmanager
+def sealing_as_newer() -> Iterator[None]:
+    """Meanwhile every emit in this process seals as the newer engine does."""
+    with mock.patch.object(sealing, "seal", newer_envelope):
+        yield
+
+
+@contextmanager
+def newer_emitters(chaos: Chaos, current: Callable[[], EmitRecord | None]) -> Iterator[FaultCount]:
+    """A workload emit in progress (``current``) seals as the newer engine when the fault fires; the consumers'
+    follow-up events and every reader stay on this engine (``EventStore`` seals with ``outbox.store.seal_all``)."""
+
+    def sealed(drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
+        emitting = current()
+        # Only an event of the usual size: one sized to the relay's bound was measured by emit() as this engine
+        # seals it, and a newer engine measures its own fields.
+        if emitting is not None and emitting.size == "small" and chaos.fires(Fault.NEWER_EMITTER, emitting.operation):
+            with sealing_as_newer():
+                return seal_all(drafts, head)
+        return seal_all(drafts, head)
+
+    with mock.patch.object(store, "seal_all", sealed):
+        yield chaos.count(Fault.NEWER_EMITTER)

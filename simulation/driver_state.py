@@ -37,6 +37,8 @@ RECONCILE_WAIT = timedelta(hours=2)
 MAX_DEATH_CALL = 3
 # How often the operator replays new dead letters at once (the cause may not be fixed yet).
 REPLAY_ON_ALARM = 0.6
+# How often a run's operator replays failure group by failure group (``outbox replay --group``), not per tenant.
+REPLAY_BY_GROUP = 0.5
 OPERATOR = "the simulator's operator"  # who an operator's skip says decided it
 # Longer than any lease (the function's timeout and a margin), shorter than the queue's visibility timeout.
 CRASHED_LEASES_RUN_OUT = timedelta(minutes=2)
@@ -111,6 +113,8 @@ class DriverState(ABC):
         # its messages reach the DLQ; now and then a replay of new dead letters), and the dead marks seen.
         self._dlq_alarm = False
         self._alarm_random = random.Random(f"{world.seed}:alarms")
+        # Whether the operator replays dead letters tenant by tenant or failure group by failure group.
+        self._replays_by_group = random.Random(f"{world.seed}:replay-by-group").random() < REPLAY_BY_GROUP
         self._dead_seen = 0
 
     def _logs(self) -> Iterator[Envelope]:

@@ -319,12 +319,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="newer-fields-refused",
         module=ENVELOPE,
-        original="            return cls.model_validate(plain, context=STORED_EVENT)",
-        replacement="            return cls.model_validate(plain)",
-        description="an event row is read as code-built envelopes are: a field of a newer engine is refused",
+        original="            return cls.model_validate(plain)",
+        replacement='            return cls.model_validate(plain, extra="forbid")',
+        description="an event row is read as emit() seals an envelope: a field of a newer engine is refused",
         what_should_catch_it="an emit by a newer engine (newer_emitter): its rows no longer read as events, so "
         "status reports a chain nobody altered as broken (invariant 7) and the log lacks them (1)",
-        seeds=(7, 11, 34),
+        seeds=(7, 10, 11),
     ),
     Mutant(
         id="newer-fields-dropped",

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from outbox import keys
 from outbox.ops import OperationRefusedError
 from outbox.ops import ordering as ordering_ops
+from outbox.ops.groups import failure_groups, replay_group
 from simulation.catalog import ITEM_CREATED, LEDGER
 from simulation.driver_state import (
     MAX_DEATH_CALL,
@@ -110,8 +111,24 @@ class OperatorActions(DriverState):
             self.operator(f"redrive ({method})", run)
 
     def replay(self) -> None:
+        """``outbox replay`` of every open dead letter: tenant by tenant, or (``_replays_by_group``) failure group by
+        failure group, as ``outbox dead-letters groups`` lists them across tenants."""
+        if self._replays_by_group:
+            self.operator("replay by failure group", self._replay_groups)
+            return
         for tenant in self.world.schedule.tenants:
             self.operator(f"replay {tenant}", partial(self._replay_tenant, tenant))
+
+    def _replay_groups(self) -> str:
+        """``outbox replay --group ID --dry-run``, then the pairs it showed (``--yes``), for each group."""
+        replayed = []
+        for group in failure_groups(self.operations):
+            plan = replay_group(self.operations, group.id, dry_run=True)
+            keys = [f"{pair.event_id}:{pair.subscription}" for pair in plan.planned]
+            self._record_repair(keys, replay=True)
+            replay_group(self.operations, group.id, only=plan.planned)
+            replayed.append(f"{group.id} ({', '.join(self.trace.key(key) for key in keys) or 'nothing'})")
+        return "; ".join(replayed) or "no dead letters"
 
     def _replay_tenant(self, tenant: str) -> str:
         if not self.operations.dead_letters(tenant):

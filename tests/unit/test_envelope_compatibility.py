@@ -1,5 +1,5 @@
 """An event written by a newer engine (a field this one does not know, at the top or in its trace context) is read,
-verified, delivered and repaired like any other; an envelope built by code still refuses an unknown field."""
+verified, delivered and repaired like any other; what this engine seals has the fields it declares, no more."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from outbox.canonical import GENESIS_HASH, chain_hash
+from outbox.chain import ChainHead
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
 from outbox.messages import parse_body, relay_body
+from outbox.sealing import seal
 from outbox.tracing import TraceContext
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -94,10 +96,10 @@ def test_a_newer_field_that_is_not_json_makes_no_event(value: dict[str, Any], pr
         Envelope.from_item({**row, "placement": value})
 
 
-def test_an_envelope_built_by_code_still_refuses_a_field_it_does_not_declare() -> None:
-    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['placment'\]"):
-        Envelope.model_validate(fields(placment={"region": "eu"}))  # a typo stays an error
-    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['bagage'\]"):
-        TraceContext(traceparent=TRACEPARENT, bagage="k=v")  # type: ignore[call-arg]
-    with pytest.raises(ValidationError, match=r"unknown field\(s\) \['bagage'\]"):
-        Envelope.model_validate(fields(trace_context={"traceparent": TRACEPARENT, "bagage": "k=v"}))
+def test_what_emit_seals_has_the_fields_this_engine_declares_and_no_more() -> None:
+    draft = {name: value for name, value in fields().items() if name not in ("seq", "prev_hash", "hash")}
+    with pytest.raises(ValidationError, match=r"placment\n\s+Extra inputs are not permitted"):
+        seal({**draft, "placment": {"region": "eu"}}, ChainHead("acme"))  # a typo in the engine stays an error
+    with pytest.raises(ValidationError, match=r"trace_context.bagage\n\s+Extra inputs are not permitted"):
+        seal({**draft, "trace_context": {"traceparent": TRACEPARENT, "bagage": "k=v"}}, ChainHead("acme"))
+    assert not seal(draft, ChainHead("acme")).model_extra

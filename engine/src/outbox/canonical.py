@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any
 
 # The chain of every tenant starts from this fixed value: sha256 of seq 1 is sha256(GENESIS + body).
 GENESIS_HASH = "0" * 64
@@ -19,25 +18,6 @@ MAX_PAYLOAD_DEPTH = 31
 # zero. Precision (38 digits) never binds: a float's shortest repr has at most 17.
 DYNAMODB_SMALLEST_MAGNITUDE = Decimal("1E-130")
 DYNAMODB_LARGEST_MAGNITUDE = Decimal("9.9999999999999999999999999999999999999E+125")
-# The validation context of an event read back from where it is kept (its row, a stream image, a relay
-# message). There a field this engine does not know is one that a newer engine wrote (its emitters deployed
-# before this consumer, say): it is kept as it is, hashed with the others (every attribute of an event row but
-# its keys, its kind and its hash is part of the hash) and written back in a repair, so that the event still
-# verifies. Anywhere else, in an envelope built by code, an unknown field is a mistake, refused as before.
-STORED_EVENT: Final = {"stored_event": True}
-
-
-def refuse_unknown_fields(data: Any, known: Collection[str], context: Any) -> Any:
-    """A model's ``mode="before"`` validation: ``data`` unchanged, unless it has fields outside ``known`` and
-    is not read with ``STORED_EVENT`` (``context``: the validation's context)."""
-    if isinstance(data, dict) and not (isinstance(context, dict) and context.get("stored_event")):
-        unknown = sorted(str(name) for name in data if name not in known)
-        if unknown:
-            raise ValueError(
-                f"unknown field(s) {unknown}: only an event read from its row may carry fields "
-                "this engine does not know"
-            )
-    return data
 
 
 # For values without floats whose keys are ASCII, RFC 8785 writes what the standard library's C encoder writes

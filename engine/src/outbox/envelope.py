@@ -7,26 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from boto3.dynamodb.types import DYNAMODB_CONTEXT, TypeDeserializer, TypeSerializer
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_serializer,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from outbox import keys
-from outbox.canonical import (
-    STORED_EVENT,
-    chain_hash,
-    from_dynamodb_numbers,
-    json_problem,
-    refuse_unknown_fields,
-    to_dynamodb_numbers,
-)
+from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
 from outbox.redaction import validation_summary
 from outbox.tracing import TraceContext
@@ -46,9 +30,12 @@ class Envelope(BaseModel):
     """One event, self-contained: everything a consumer needs travels in the payload.
 
     The hash covers every field but ``hash`` itself, chained through ``prev_hash``:
-    ``hash = sha256(prev_hash + canonical_json(body))`` where ``body`` is :meth:`hashed_body`. An event read
-    from its row (``from_item``) may carry fields of a newer engine, which are hashed, kept and written back
-    like the others (``outbox.canonical.STORED_EVENT``); an envelope built by code may not.
+    ``hash = sha256(prev_hash + canonical_json(body))`` where ``body`` is :meth:`hashed_body`.
+
+    Every attribute of an event row but its keys, its kind and its hash is part of the hash, so an event that a
+    newer engine wrote, with fields this one does not know, keeps them (``extra="allow"``): they are hashed,
+    dumped and written back like the others, and never read. emit() seals with ``extra="forbid"``
+    (``outbox.sealing``): what this engine writes has the fields it declares, no more.
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -68,11 +55,6 @@ class Envelope(BaseModel):
     # The emitting code's trace context (outbox.tracing); absent from events stored before it was recorded, and
     # then absent from the hashed body too, so those keep verifying.
     trace_context: TraceContext | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, data: Any, info: ValidationInfo) -> Any:
-        return refuse_unknown_fields(data, cls.model_fields, info.context)
 
     @field_validator("tenant")
     @classmethod
@@ -152,12 +134,12 @@ class Envelope(BaseModel):
         # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload
         # (or a newer engine's field) that is not plain JSON could be altered without changing the hash, so
         # it is not an event.
-        for name in ("payload", *(name for name in plain if name not in cls.model_fields)):
+        for name in ("payload", *(plain.keys() - cls.__pydantic_fields__.keys())):
             problem = json_problem(plain.get(name), path=name) or _non_finite(plain.get(name), name)
             if problem:
                 raise EnvelopeParseError(f"event row {name} is not JSON: {problem}")
         try:
-            return cls.model_validate(plain, context=STORED_EVENT)
+            return cls.model_validate(plain)
         except ValidationError as exc:
             # Fields and error kinds only: pydantic's own text repeats the input, which may be personal data.
             raise EnvelopeParseError(f"event row is not a valid envelope: {validation_summary(exc)}") from exc

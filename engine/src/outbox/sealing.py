@@ -106,7 +106,7 @@ def seal(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Enve
     """The envelope that would follow ``head``: next seq, linked and hashed."""
     fields = {**draft, "seq": head.last_seq + 1, "prev_hash": head.last_hash, "hash": GENESIS_HASH}
     try:
-        unsealed = Envelope.model_validate(fields)
+        unsealed = Envelope.model_validate(fields, extra="forbid")  # only a stored event carries unknown fields
     except ValueError as exc:
         if validate:
             raise InvalidEventError(f"invalid event: {exc}") from exc

@@ -25,9 +25,7 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, Final, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
-
-from outbox.canonical import refuse_unknown_fields
+from pydantic import BaseModel, ConfigDict, Field
 
 try:  # the optional extra: chained-outbox[otel]
     from opentelemetry import propagate as otel_propagate
@@ -61,16 +59,11 @@ class TraceContext(BaseModel):
     recorded (``from_carrier``). A row written some other way may hold a context that is bounded but not well
     formed: it still parses, still verifies and still runs; it only links nothing (``valid``)."""
 
-    # A newer engine's field is kept, read from a row only (``outbox.canonical.STORED_EVENT``), as the envelope's.
+    # A newer engine's field is kept, as the envelope keeps its own (``outbox.envelope.Envelope``).
     model_config = ConfigDict(frozen=True, extra="allow")
 
     traceparent: str = Field(min_length=1, max_length=TRACEPARENT_MAX_LENGTH)
     tracestate: str | None = Field(default=None, min_length=1, max_length=TRACESTATE_MAX_LENGTH)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, data: Any, info: ValidationInfo) -> Any:
-        return refuse_unknown_fields(data, cls.model_fields, info.context)
 
     @classmethod
     def from_carrier(cls, carrier: Mapping[str, Any]) -> TraceContext | None:

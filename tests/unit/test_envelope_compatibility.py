@@ -94,6 +94,11 @@ def test_a_newer_field_that_is_not_json_makes_no_event(value: dict[str, Any], pr
     _, row = newer_row()
     with pytest.raises(EnvelopeParseError, match=f"event row placement is not JSON: {problem}"):
         Envelope.from_item({**row, "placement": value})
+    context = {"M": {**row["trace_context"]["M"], "baggage": {"SS": ["k=v"]}}}
+    with pytest.raises(
+        EnvelopeParseError, match=r"event row trace_context is not JSON: trace_context\.baggage is a set"
+    ):
+        Envelope.from_item({**row, "trace_context": context})
 
 
 def test_what_emit_seals_has_the_fields_this_engine_declares_and_no_more() -> None:

@@ -131,10 +131,10 @@ class Envelope(BaseModel):
         if "event_id" not in plain:
             raise EnvelopeParseError("event row without event_id")
         plain["id"] = plain.pop("event_id")
-        # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload
-        # (or a newer engine's field) that is not plain JSON could be altered without changing the hash, so
-        # it is not an event.
-        for name in ("payload", *(plain.keys() - cls.__pydantic_fields__.keys())):
+        # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload, a
+        # trace context or a newer engine's field that is not plain JSON could be altered without changing the
+        # hash, so it is not an event.
+        for name in ("payload", "trace_context", *(plain.keys() - cls.__pydantic_fields__.keys())):
             problem = json_problem(plain.get(name), path=name) or _non_finite(plain.get(name), name)
             if problem:
                 raise EnvelopeParseError(f"event row {name} is not JSON: {problem}")

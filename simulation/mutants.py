@@ -324,7 +324,8 @@ MUTANTS: tuple[Mutant, ...] = (
         description="an event row is read as emit() seals an envelope: a field of a newer engine is refused",
         what_should_catch_it="an emit by a newer engine (newer_emitter): its rows no longer read as events, so "
         "status reports a chain nobody altered as broken (invariant 7) and the log lacks them (1)",
-        seeds=(7, 10, 11),
+        # Seed 7, the slowest of 1..150, last: CI stops at the first seed that catches it.
+        seeds=(10, 11, 7),
     ),
     Mutant(
         id="newer-fields-dropped",
@@ -334,7 +335,8 @@ MUTANTS: tuple[Mutant, ...] = (
         description="a field of a newer engine is dropped when its row is read: the event no longer matches its hash",
         what_should_catch_it="an emit by a newer engine (newer_emitter): its events fail their own hash, so status "
         "reports a chain nobody altered as broken (invariant 7)",
-        seeds=(7, 10, 11),
+        # Seed 7, the slowest of 1..150, last: CI stops at the first seed that catches it.
+        seeds=(10, 11, 7),
     ),
     Mutant(
         id="repair-targets-ignored",

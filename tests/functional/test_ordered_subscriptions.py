@@ -589,6 +589,8 @@ def test_status_reports_an_order_waiting_for_a_row_that_no_longer_reads_as_an_ev
     (stuck,) = blocked(operator(h))
     assert (stuck.waits_for_seq, stuck.waits_for_state, stuck.waiting) == (1, UNREADABLE, 1)
     assert "outbox verify-chain --tenant acme" in stuck.hint
+    with pytest.raises(OperationRefusedError, match=r"has no event at seq 1|does not read as an event"):
+        skip(operator(h), "acme", LEDGER, 1, by="on-call", reason="the row is gone")  # refused, not a traceback
 
 
 def test_a_new_ordered_subscription_over_a_log_older_than_the_inbox_is_backfilled_from_its_watermark(

@@ -36,6 +36,11 @@ class Envelope(BaseModel):
     newer engine wrote, with fields this one does not know, keeps them (``extra="allow"``): they are hashed,
     dumped and written back like the others, and never read. emit() seals with ``extra="forbid"``
     (``outbox.sealing``): what this engine writes has the fields it declares, no more.
+
+    The other way round, a field added to this model must leave an event without it as it was: out of its hash
+    and its row (``_absent``, as ``trace_context`` is) and out of ``model_dump`` (``Field(exclude_if=...)``),
+    which the inbox's digest reads (``outbox.inbox.envelope_digest``): a changed digest of an older event makes
+    its claim rows, written by the release before, conflicts. tests/unit/test_envelope_compatibility.py pins both.
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -134,7 +139,7 @@ class Envelope(BaseModel):
         # The hash is computed over the JSON form, which writes NaN as null and a set as a list: a payload, a
         # trace context or a newer engine's field that is not plain JSON could be altered without changing the
         # hash, so it is not an event.
-        for name in ("payload", "trace_context", *(plain.keys() - cls.__pydantic_fields__.keys())):
+        for name in ("payload", "trace_context", *(plain.keys() - cls.model_fields.keys())):
             problem = json_problem(plain.get(name), path=name) or _non_finite(plain.get(name), name)
             if problem:
                 raise EnvelopeParseError(f"event row {name} is not JSON: {problem}")

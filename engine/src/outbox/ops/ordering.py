@@ -8,7 +8,7 @@ from typing import Any
 
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import OperationRefusedError
+from outbox.exceptions import EnvelopeParseError, OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
 from outbox.ops.context import OperatorContext, resolved_letter_update, transact_or_refuse
 from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
@@ -98,18 +98,9 @@ def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -
         event_id = _event_id_at(context, tenant, seq)
     else:
         seq, event_id = lowest.seq, lowest.event_id
-    if event_id is None:
-        return Blocked(
-            tenant,
-            name,
-            watermark.applied_seq,
-            watermark.deferred,
-            seq,
-            UNREADABLE,
-            f"The log has no event row at seq {seq} that says its id: run outbox verify-chain --tenant {tenant}.",
-        )
-    claim = context.inbox.claims_of(event_id).get(name)  # a query: the endpoint reads the inbox by queries
-    state = "absent" if claim is None else claim.status
+    # A query: the endpoint reads the inbox by queries.
+    claim = None if event_id is None else context.inbox.claims_of(event_id).get(name)
+    state = UNREADABLE if event_id is None else "absent" if claim is None else claim.status
     skip = f'outbox skip --tenant {tenant} --subscription {name} --seq {seq} --reason "..."'
     reconcile = f"outbox reconcile --tenant {tenant} --subscription {name}"
     hints = {
@@ -122,6 +113,7 @@ def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -
         PENDING: "It is running or being retried.",
         DEFERRED: f"It may run, and its wake-up is on its way (or in the durable DLQ); if it stays, run {reconcile}.",
         COMPLETED: f"It completed before {name} was ordered: {skip}.",
+        UNREADABLE: f"No event row at seq {seq} says its id: run outbox verify-chain --tenant {tenant}.",
     }
     hint = hints.get(state, f"Look at its dead letters: outbox dead-letters list --tenant {tenant}.")
     return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, seq, state, hint)
@@ -132,11 +124,10 @@ def _event_id_at(context: OperatorContext, tenant: str, seq: int) -> str | None:
     became of that row (gone, or rewritten into something that no longer reads as an event: verify-chain says
     what), instead of failing as a whole."""
     try:
-        image = context.event_image(tenant, seq)
-    except OperationRefusedError:
+        event_id: str | None = context.event_image(tenant, seq).get("event_id", {}).get("S")
+    except OperationRefusedError:  # no row at that seq
         return None
-    value = image.get("event_id")
-    return value.get("S") if isinstance(value, dict) and isinstance(value.get("S"), str) else None
+    return event_id
 
 
 def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, by: str, reason: str) -> SkipResult:
@@ -148,7 +139,12 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
         raise OperationRefusedError("a skip records who decided it and why: give --by and --reason")
     definition = _ordered(context, subscription)
     context.require_tenant(tenant)
-    envelope = Envelope.from_item(context.event_image(tenant, seq))
+    try:
+        envelope = Envelope.from_item(context.event_image(tenant, seq))
+    except EnvelopeParseError as exc:
+        raise OperationRefusedError(
+            f"seq {seq} of {tenant} does not read as an event ({exc}): run outbox verify-chain --tenant {tenant}"
+        ) from exc
     if not (definition.matches(envelope.type) and definition.in_order(format_timestamp(envelope.occurred_at))):
         raise OperationRefusedError(f"seq {seq} of {tenant} ({envelope.type}) is not an event {subscription} runs")
     book = order_book(context)

@@ -23,6 +23,8 @@ Rule   AWS behaviour                                                moto gap / r
 12     Message size in bytes: UTF-8 body plus attributes            M21 (``sqs``)
 13     A stopped pipe stays STOPPED until StartPipe                 M24; R11.1 (``pipes``)
 -      ReceiveRequestAttemptId                                      M16; R5.3 (``sqs``)
+-      (speed, no behaviour) UpdateItem's expression parsed once    moto redoes both on every call
+       per text, a response member's names found once per shape    (``speed``)
 =====  ===========================================================  ==================================
 
 Nothing is patched at import. ``install`` applies the patches and returns the function that removes
@@ -51,6 +53,7 @@ from collections.abc import Callable
 from outbox.local.aws_fixes._patching import Clock, PatchSet
 from outbox.local.aws_fixes.dynamodb import DYNAMODB_LOCK, DynamoDBFixes
 from outbox.local.aws_fixes.pipes import PipesFixes
+from outbox.local.aws_fixes.speed import SpeedFixes
 from outbox.local.aws_fixes.sqs import SqsFixes
 from outbox.local.aws_fixes.sqs_messages import SQS_LOCK
 from outbox.local.clock import VirtualClock
@@ -74,7 +77,14 @@ def install(clock: VirtualClock) -> Callable[[], None]:
             bound.clock = clock
             return uninstall
         bound = Clock(clock)
-        patches = PatchSet([*DynamoDBFixes(bound).patches(), *SqsFixes(bound).patches(), *PipesFixes().patches()])
+        patches = PatchSet(
+            [
+                *DynamoDBFixes(bound).patches(),
+                *SqsFixes(bound).patches(),
+                *PipesFixes().patches(),
+                *SpeedFixes().patches(),
+            ]
+        )
         patches.apply()
 
         def uninstall() -> None:

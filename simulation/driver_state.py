@@ -9,7 +9,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox import Envelope, keys
 from outbox.catalog import Catalog
@@ -24,6 +24,9 @@ from simulation.observations import Observations, Send
 from simulation.operator_clients import Interrupting, OperatorDeath
 from simulation.schedule import Action, Emit, Fault
 from simulation.world import EmitRecord, World
+
+if TYPE_CHECKING:
+    from outbox.ops.groups import GroupPair
 
 # What EventBridge's hourly rule sends the anchoring function (the pass reads nothing of it).
 SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -115,6 +118,8 @@ class DriverState(ABC):
         self._alarm_random = random.Random(f"{world.seed}:alarms")
         # Whether the operator replays dead letters tenant by tenant or failure group by failure group.
         self._replays_by_group = random.Random(f"{world.seed}:replay-by-group").random() < REPLAY_BY_GROUP
+        # The pairs each failure group's last dry run showed, which the operator replays at their next turn.
+        self._group_plans: dict[str, list[GroupPair]] = {}
         self._dead_seen = 0
 
     def _logs(self) -> Iterator[Envelope]:

@@ -40,7 +40,7 @@ SEALING, EMIT_TRANSACTION, LANES = "outbox.sealing", "outbox.emit_transaction", 
 SCHEMAS = "outbox.schemas"
 ORDERING, SKIP = "outbox.ordering", "outbox.ops.ordering"
 REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.ops.reconcile"
-STATUS = "outbox.ops.status"
+STATUS, GROUPS = "outbox.ops.status", "outbox.ops.groups"
 CANONICAL, ENVELOPE = "outbox.canonical", "outbox.envelope"
 RUNTIME = "outbox.local.runtime"
 ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
@@ -202,7 +202,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="terminal = isinstance(exc, Exception) or (",
         description="a retryable handler error is dead at once",
         what_should_catch_it="a retryable error: dead-lettered without its retries (invariant 2, not earned)",
-        seeds=(36, 25, 15),
+        seeds=(2, 5, 7),
     ),
     Mutant(
         id="contract-violation-retryable",
@@ -345,6 +345,18 @@ MUTANTS: tuple[Mutant, ...] = (
         description="a repair message runs every subscription of its event, not only the ones it names",
         what_should_catch_it="a replay after the retention: a completed, forgotten sibling pair runs again (2)",
         seeds=(4, 3, 2),
+    ),
+    Mutant(
+        id="group-repair-ignores-approval",
+        module=GROUPS,
+        original="    approved = None if only is None else {(pair.event_id, pair.subscription) for pair in only}\n",
+        replacement="    approved = None\n",
+        description="a failure group's replay runs every open dead letter of the group, not the pairs its dry run "
+        "showed the operator: what died in the group since runs unapproved",
+        what_should_catch_it="the operator replaying a failure group a turn after its dry run, new dead letters of "
+        "the group in between: a repair message names a pair no repair had selected yet (2)",
+        # Rare: in seeds 1..40 a group grew between its dry run and its replay in 3 and 34; of 1..240, 34 catches it.
+        seeds=(34,),
     ),
     # -- emit: the head and the chain ----------------------------------------------------------------------
     Mutant(
@@ -494,7 +506,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="if status == DEAD and unverifiable and force:",
         description="the tenant replay reruns unverifiable pairs without --force",
         what_should_catch_it="a redelivery after the retention, then a replay: a forgotten completion reruns (2)",
-        seeds=(16, 19, 13),
+        seeds=(13, 32, 38),
     ),
     Mutant(
         id="replay-resolves-at-clear",
@@ -510,7 +522,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         description="replay resolves the dead letter when it clears the claim, before the event is re-sent",
         what_should_catch_it="a replay interrupted before the re-send: a REPLAYING claim, no open dead letter (2)",
-        seeds=(4, 15, 21),
+        seeds=(4, 21, 22),
     ),
     Mutant(
         id="redrive-deletes-before-send",
@@ -554,7 +566,7 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="        if lease_end is not None and now - lease_end > stale:",
         description="reconcile leaves a REPLAYING pair alone: what a run cut short marked, the next run does not send",
         what_should_catch_it="a reconcile interrupted between marking a pair and sending it, then run again (2)",
-        seeds=(23, 34, 54),
+        seeds=(23, 48, 54),
     ),
     Mutant(
         id="reconcile-ignores-horizon",
@@ -611,7 +623,7 @@ MUTANTS: tuple[Mutant, ...] = (
         description="the watermark is advanced in a write of its own after the completion's transaction",
         what_should_catch_it="a crash after the completion (or a throttled watermark write): the pair is applied, "
         "the watermark stays behind it, and its followers wait for ever (14)",
-        seeds=(6, 44),
+        seeds=(5, 6, 46),
     ),
     Mutant(
         id="watermark-unversioned",
@@ -665,7 +677,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "behind them nor send it back to the queue): that event stays deferred",
         what_should_catch_it="an event deferred behind a predecessor that then completes (a replay of a dead one, a "
         "reordered batch): left DEFERRED when the run settles (14)",
-        seeds=(12, 2, 10),
+        seeds=(2, 10, 11),
     ),
     Mutant(
         id="skip-wakes-nothing",
@@ -779,7 +791,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "spent for what the records before it took",
         what_should_catch_it="slow handlers of two tenants in one batch (slow_handler): the later one is cut off "
         "at the deadline again and again, then dead as exhausted (15)",
-        seeds=(3, 6, 7),
+        seeds=(2, 6, 7),
     ),
     Mutant(
         id="direct-second-run-without-time",
@@ -801,7 +813,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "again under a lease however little of the invocation its first run left: the deadline stops it",
         what_should_catch_it="the operator's reconcile during a slow direct run of the ordered ledger "
         "(reconcile_during_run): the run after the refused commit starts with too little left (15)",
-        seeds=(44, 53),
+        seeds=(53,),
     ),
     # -- deploys ---------------------------------------------------------------------------------------
     Mutant(
@@ -894,7 +906,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "all of them",
         what_should_catch_it="a replay of an exhausted pair whose handler still fails: dead again before it used "
         "its attempts (2)",
-        seeds=(3, 2, 11),
+        seeds=(3, 11, 21),
     ),
     Mutant(
         id="floats-take-the-plain-path",

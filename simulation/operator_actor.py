@@ -110,25 +110,41 @@ class OperatorActions(DriverState):
             self.trace.add("operator", f"the DLQ's {in_flight} message(s) are in flight: waits a minute and redrives")
             self.operator(f"redrive ({method})", run)
 
-    def replay(self) -> None:
+    def replay(self, *, settling: bool = False) -> None:
         """``outbox replay`` of every open dead letter: tenant by tenant, or (``_replays_by_group``) failure group by
         failure group, as ``outbox dead-letters groups`` lists them across tenants."""
         if self._replays_by_group:
-            self.operator("replay by failure group", self._replay_groups)
+            self.operator("replay by failure group", partial(self._replay_groups, settling=settling))
             return
         for tenant in self.world.schedule.tenants:
             self.operator(f"replay {tenant}", partial(self._replay_tenant, tenant))
 
-    def _replay_groups(self) -> str:
-        """``outbox replay --group ID --dry-run``, then the pairs it showed (``--yes``), for each group."""
-        replayed = []
+    def _replay_groups(self, *, settling: bool) -> str:
+        """The group runbook with the operator's reading time in it: the pairs each group's dry run showed at
+        the operator's last turn are replayed now (``outbox replay --group ID --yes``), whatever died in the
+        group since; then each group's dry run again (``--dry-run``), replayed at the next turn, or at once when
+        settling."""
+        replayed = self._replay_approved()
         for group in failure_groups(self.operations):
             plan = replay_group(self.operations, group.id, dry_run=True)
-            keys = [f"{pair.event_id}:{pair.subscription}" for pair in plan.planned]
+            if plan.planned:
+                self._group_plans[group.id] = list(plan.planned)
+        if settling:
+            replayed += self._replay_approved()
+        shown = ", ".join(f"{group_id} ({len(pairs)})" for group_id, pairs in self._group_plans.items())
+        return "; ".join(replayed or ["nothing approved"]) + (f"; dry runs shown: {shown}" if shown else "")
+
+    def _replay_approved(self) -> list[str]:
+        """Each group's approved pairs replayed, the group's plan forgotten once its replay returned (a rerun
+        after an interruption goes on with the groups left)."""
+        replayed = []
+        for group_id, pairs in list(self._group_plans.items()):
+            keys = [f"{pair.event_id}:{pair.subscription}" for pair in pairs]
             self._record_repair(keys, replay=True)
-            replay_group(self.operations, group.id, only=plan.planned)
-            replayed.append(f"{group.id} ({', '.join(self.trace.key(key) for key in keys) or 'nothing'})")
-        return "; ".join(replayed) or "no dead letters"
+            replay_group(self.operations, group_id, only=pairs)
+            del self._group_plans[group_id]
+            replayed.append(f"{group_id} ({', '.join(self.trace.key(key) for key in keys)})")
+        return replayed
 
     def _replay_tenant(self, tenant: str) -> str:
         if not self.operations.dead_letters(tenant):
@@ -197,7 +213,7 @@ class OperatorActions(DriverState):
             if round_ == 0 and self.world.schedule.skip_dead:
                 self.skip_dead()
             if round_ == 0 and self.world.schedule.replay_at_the_end:
-                self.replay()
+                self.replay(settling=True)
             if round_ == 0 and self.chaos.fired[Fault.MESSAGE_LOST]:
                 self.runtime.clock.advance(RECONCILE_WAIT)
                 self.reconcile(self._start)

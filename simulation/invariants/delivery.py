@@ -5,6 +5,7 @@ claim ends it; and dead work runs again only when an operator names it."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from datetime import datetime
 
 from outbox.ops import Topology
 from simulation.catalog import (
@@ -100,15 +101,24 @@ def _repairs_run_what_they_name(world: World, observations: Observations) -> lis
         Violation(2, f"{name_of(world, key)} was delivered for a repair message that did not name it")
         for key in sorted(set(observations.unnamed_deliveries))
     ]
-    selected = {key for key, _ in world.replays} | set(world.wake_ups)  # a wake-up names its deferred pair
+    # A repair selects its pairs before it sends their message: a later selection cannot vouch for a message
+    # received before it (a group's replay of pairs that died after the dry run the operator approved).
+    selected_at: dict[str, datetime] = {}
+    for key, at in world.replays:
+        selected_at[key] = min(at, selected_at.get(key, at))
+    woken = set(world.wake_ups)  # a wake-up names its deferred pair
     for receipt in observations.receipts:
         if receipt.targets is None or receipt.event_id is None:
             continue
         named = {f"{receipt.event_id}:{subscription}" for subscription in receipt.targets}
-        for key in sorted(named - selected):
-            found.append(
-                Violation(2, f"{name_of(world, key)} was named by a repair message, but no repair selected it")
-            )
+        for key in sorted(named - woken):
+            if key not in selected_at:
+                why = "no repair selected it"
+            elif selected_at[key] > receipt.at:
+                why = "no repair had selected it yet"
+            else:
+                continue
+            found.append(Violation(2, f"{name_of(world, key)} was named by a repair message, but {why}"))
     return sorted(set(found), key=str)
 
 

@@ -54,6 +54,7 @@ FAULT_CLASSES: dict[str, str] = {
     "redeliveries after the deduplication window": "claim-ignores-may-create",
     "time jumps past the retention": "replay-unverifiable-without-force",
     "repairs that name their pairs": "repair-targets-ignored",
+    "a failure group's dry run replayed at the operator's next turn": "group-repair-ignores-approval",
     "a chain head set back": "event-put-unconditional",
     "a log rewritten at the end": "verify-ignores-links",
     "a log's tail rewritten with every hash recomputed, after an anchoring pass": "anchor-hash-unchecked",

@@ -54,6 +54,7 @@ GUARANTEE_MODULES = {
     "outbox.ops.redrive",
     "outbox.ops.reconcile",
     "outbox.ops.status",
+    "outbox.ops.groups",
     "outbox.canonical",
     "outbox.envelope",
     "outbox.local.runtime",

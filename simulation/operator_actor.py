@@ -207,6 +207,7 @@ class OperatorActions(DriverState):
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
         self.chaos.heal()
         self.trace.add("operator", "the causes are fixed: no more faults")
+        self.confirm_dry_runs()
         for round_ in range(3):
             if self.durable_dlq_depth() > 0:
                 self.redrive("receive-send-delete")
@@ -229,6 +230,16 @@ class OperatorActions(DriverState):
         for action in self.world.schedule.aged:
             self.perform(action)
             self.runtime.run_until_idle()
+            if self.confirm_dry_runs():
+                self.runtime.run_until_idle()
+
+    def confirm_dry_runs(self) -> bool:
+        """The operator confirms the failure groups' dry runs they read at their last turn (``--yes``), so that a
+        repair they planned is not left undone at the end of the run; True if there were any."""
+        if not self._group_plans:
+            return False
+        self.operator("replay by failure group (confirmed)", lambda: "; ".join(self._replay_approved()))
+        return True
 
     def durable_dlq_counts(self) -> tuple[int, int]:
         attributes = self.sqs.get_queue_attributes(

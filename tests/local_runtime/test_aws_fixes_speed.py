@@ -46,7 +46,7 @@ def answer(call: Callable[..., Any], **parameters: Any) -> Answer:
     return "ok", response
 
 
-def both_ways(script: Script, aws_credentials: None) -> tuple[list[Answer], list[Answer], speed.SpeedFixes]:
+def both_ways(script: Script) -> tuple[list[Answer], list[Answer], speed.SpeedFixes]:
     with mock_aws():
         shipped = script()
     fixes = speed.SpeedFixes()
@@ -178,7 +178,7 @@ def sqs_script() -> list[Answer]:
 @pytest.mark.parametrize("script", [dynamodb_script, sqs_script], ids=["dynamodb", "sqs"])
 def test_every_answer_and_every_error_is_moto_s_own(script: Script, aws_credentials: None) -> None:
     # Given one script of calls, when it runs on moto as shipped and with the speed patches
-    shipped, patched, _ = both_ways(script, aws_credentials)
+    shipped, patched, _ = both_ways(script)
 
     # Then every answer is the same, errors included
     assert patched == shipped
@@ -192,7 +192,7 @@ def test_with_no_room_left_to_keep_a_text_moto_parses_it_as_shipped(
     monkeypatch.setattr(speed, "MAX_KEPT", 2)
 
     # When the script runs with the speed patches
-    shipped, patched, fixes = both_ways(dynamodb_script, aws_credentials)
+    shipped, patched, fixes = both_ways(dynamodb_script)
 
     # Then two texts were kept, and the others parsed on every call gave the same answers
     assert len(fixes.cache._by_text) == 2
@@ -201,7 +201,7 @@ def test_with_no_room_left_to_keep_a_text_moto_parses_it_as_shipped(
 
 def test_no_update_changes_a_kept_tree(aws_credentials: None) -> None:
     # When the script has run with the speed patches
-    _, _, fixes = both_ways(dynamodb_script, aws_credentials)
+    _, _, fixes = both_ways(dynamodb_script)
 
     # Then each kept tree is still what was parsed: its validator rewrote copies only
     kept = list(fixes.cache._by_text.values())

@@ -171,7 +171,8 @@ class SpeedFixes:
                 if skip and isinstance(processor, TEXT_ONLY_PASSES):
                     continue
                 node = processor.traverse(node)
-            if kept is not None and checked_for is not None:
+            # Bounded as the texts are: a text sent with ever new attribute names keeps checking them all.
+            if kept is not None and checked_for is not None and len(kept.checked) < MAX_KEPT:
                 kept.checked.add(checked_for)
             return node
 

@@ -34,7 +34,9 @@ class Mutant:
 
 CONSUMER, MESSAGES = "outbox.consumer", "outbox.messages"
 CLAIMS, INBOX_TABLE, DEAD_WORK = "outbox.inbox.claims", "outbox.inbox.table", "outbox.inbox.dead_work"
+MARKERS = "outbox.inbox.markers"
 STORE, CHAIN, AUDIT = "outbox.store", "outbox.chain", "outbox.audit"
+FINDINGS = "outbox.findings"
 VERIFICATION = "outbox.verification"
 SEALING, EMIT_TRANSACTION, LANES = "outbox.sealing", "outbox.emit_transaction", "outbox.lanes"
 SCHEMAS = "outbox.schemas"
@@ -71,8 +73,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="claim-ignores-digest",
         module=CLAIMS,
-        original='ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})"',
-        replacement="ConditionExpression=claimable",
+        original='ConditionExpression=f"(attribute_not_exists(pk) OR {same_content}) AND ({claimable})"',
+        replacement='ConditionExpression=f"(attribute_not_exists(pk) OR {same_content} OR attribute_exists(digest)) '
+        'AND ({claimable})"',
         description="the claim does not compare the digest: other content under the same event id takes over",
         what_should_catch_it="the same event id redelivered with other content while its lease is expired",
         equivalent=(
@@ -480,16 +483,16 @@ MUTANTS: tuple[Mutant, ...] = (
         id="replay-reruns-completed",
         module=REPLAY,
         original=(
-            "    if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event\n"
-            "        return ReplayItem(\n"
-            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, "
-            "forced=unverifiable\n"
+            "    if status not in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event\n"
+            "        return None\n"
         ),
         replacement=(
-            "    if status in (DEAD, REPLAYING, COMPLETED):\n"
+            "    if status not in (DEAD, REPLAYING, COMPLETED):\n"
+            "        return None\n"
+            "    if status == COMPLETED:\n"
             "        return ReplayItem(\n"
-            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status,\n"
-            "            forced=unverifiable or status == COMPLETED,\n"
+            "            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced=True\n"
+            "        )\n"
         ),
         description="the tenant replay clears and reruns a COMPLETED claim whose dead letter is still open",
         what_should_catch_it="a replay interrupted after the re-send, then run again: the pair runs twice (2)",
@@ -512,11 +515,11 @@ MUTANTS: tuple[Mutant, ...] = (
         id="replay-resolves-at-clear",
         module=REPLAY,
         original=(
-            "        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
             "            result.cleared.append(item)\n"
         ),
         replacement=(
-            "        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
             "            result.cleared.append(item)\n"
             '            _resolve_dead_letter(context, item.tenant, item.event_id, item.subscription, "replayed")\n'
         ),
@@ -589,7 +592,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="finding-old-hash-from-new-image",
-        module=AUDIT,
+        module=FINDINGS,
         original='        old_hash=old.get("hash", {}).get("S"),',
         replacement='        old_hash=new.get("hash", {}).get("S"),',
         description="a tamper finding records the row's new hash as the one it had: the evidence of what the "
@@ -599,7 +602,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="direct-marker-unconditional",
-        module=CLAIMS,
+        module=MARKERS,
         original='                "Item": row,\n                "ConditionExpression": "attribute_not_exists(pk)",\n',
         replacement='                "Item": row,\n',
         description="a DynamoDB-only subscription's completion marker is written whatever row is there: a "
@@ -845,9 +848,23 @@ MUTANTS: tuple[Mutant, ...] = (
         seeds=(6, 1, 7),
     ),
     Mutant(
+        id="reset-marks-nothing",
+        module=AUDIT,
+        original=(
+            "        now_marked, later = dealing_with[:RESET_MARKS_IN_TRANSACTION], "
+            "dealing_with[RESET_MARKS_IN_TRANSACTION:]"
+        ),
+        replacement="        now_marked, later = (), ()",
+        description="an anchor reset records itself but marks none of the findings it deals with: after the "
+        "documented repair the tenant never reports healthy again",
+        what_should_catch_it="a rewritten log repaired and re-anchored (the schedule's repair): status still shows "
+        "its findings (7)",
+        seeds=(18, 45, 12),
+    ),
+    Mutant(
         id="reset-deals-with-nothing",
         module=STATUS,
-        original="audit.finding_count(tenant, after=reset.observed_at if reset else None)",
+        original="audit.finding_count(tenant, after=reset)",
         replacement="audit.finding_count(tenant)",
         description="status counts every finding, also those the tenant's anchor reset dealt with: after the "
         "documented repair it never reports healthy again",
@@ -862,7 +879,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "            if claim.status == COMPLETED:\n"
             "                _refuse_if_applied_in_order(context, claim, seq)\n"
         ),
-        replacement="",
+        replacement="            if False:\n                pass\n",
         description="a forced replay of a pair the ordered subscription applied is taken and reported republished; "
         "the consumer skips it (the watermark covers it): nothing runs",
         what_should_catch_it="the operator forces a replay of an applied ledger pair (the schedule's force_replay): "

@@ -13,7 +13,7 @@ from unittest import mock
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.ops import OperationRefusedError
+from outbox.ops import OperationRefusedError, order_status
 from outbox.ops import ordering as ordering_ops
 from outbox.ops.groups import failure_groups, replay_group
 from simulation.catalog import ITEM_CREATED, LEDGER
@@ -180,7 +180,7 @@ class OperatorActions(DriverState):
     def skip_dead(self) -> None:
         """The runbook for a blocked ordered subscription, the skip way: each dead event it waits for is skipped."""
         with self.chaos.paused():
-            blocked = ordering_ops.blocked(self.operations, list(self.world.schedule.tenants))
+            blocked = order_status.blocked(self.operations, list(self.world.schedule.tenants))
         for waiting in blocked:
             if waiting.subscription == LEDGER and waiting.waits_for_state == "DEAD":
                 self.skip(waiting.tenant, waiting.waits_for_seq, "dead, and not worth replaying")

@@ -298,6 +298,8 @@ def _earned(
         if not _arrived_late_for(world, observations, key):
             return [Violation(2, f"{name}: dead as unverifiable, but no message for it arrived after the retention")]
         return []  # completed, then forgotten: the inbox rightly refused to guess
+    if reason == "left_out":
+        return _left_out_is_earned(world, state, key, name, error)
     claimed = observations.claims[key] + observations.uncertain_claims[key]
     if attempts < state.max_attempts or claimed < state.max_attempts:
         return [
@@ -362,6 +364,16 @@ def check_fencing(world: World, observations: Observations, state: State) -> lis
         if claim["status"]["S"] == "COMPLETED" and completer.get(key) != owner and owner not in maybe:
             found.append(Violation(4, f"{trace.key(key)} is COMPLETED under an owner whose completion was never seen"))
     return found
+
+
+def _left_out_is_earned(world: World, state: State, key: str, name: str, error: str) -> list[Violation]:
+    """A repair's message that reached a consumer whose deployed catalog no longer runs the pair makes it dead
+    as ``left_out``: earned only after the schedule's deploy, for a pair that catalog does not require."""
+    event_id, _, subscription = key.rpartition(":")
+    envelope = state.events.get(event_id)
+    if world.deployed_at is None or envelope is None or subscription in expected_pairs(world, envelope)[0]:
+        return [Violation(2, f"{name}: dead as left_out, but the deployed catalog runs it ({error})")]
+    return []
 
 
 def check_dead_stays_dead(world: World, observations: Observations) -> list[Violation]:

@@ -30,6 +30,7 @@ from simulation.mutation import (
 RUFF = Path(sys.executable).parent / "ruff"
 GUARANTEE_MODULES = {
     "outbox.inbox.claims",
+    "outbox.inbox.markers",
     "outbox.inbox.table",
     "outbox.inbox.dead_work",
     "outbox.consumer",
@@ -47,6 +48,7 @@ GUARANTEE_MODULES = {
     "outbox.chain",
     "outbox.verification",
     "outbox.audit",
+    "outbox.findings",
     "outbox.schemas",
     "outbox.ordering",
     "outbox.ops.ordering",

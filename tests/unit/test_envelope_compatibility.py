@@ -14,6 +14,7 @@ from outbox.chain import ChainHead
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
 from outbox.inbox import envelope_digest
+from outbox.inbox.rows import envelope_digests, same_content
 from outbox.messages import parse_body, relay_body
 from outbox.sealing import seal
 from outbox.tracing import TraceContext
@@ -114,11 +115,14 @@ def test_what_emit_seals_has_the_fields_this_engine_declares_and_no_more() -> No
 
 
 # An event of this release as the releases before it stored it, with and without a trace context: (hash, the
-# inbox's digest). Recorded from c7c7b13, before the envelope read unknown fields.
+# inbox's digest). Without one: as release 0.5.0 (2373484), which had no trace_context field, computed them, by
+# running its own code: `git archive 2373484 engine/src | tar -x -C "$tmp"`, then, with PYTHONPATH="$tmp/engine/src",
+# this test's event (fields() with the payload below) sealed, read back from its row, and hashed with that code's
+# Envelope.hashed_body and outbox.inbox.envelope_digest. With one: recorded from c7c7b13.
 RECORDED = {
     "without": (
         "7675ebb6ddafdf016ea49436419e0816093dc579ff54aa1182a2179e439a41d1",
-        "64368fe95b75fea719abee004e7d451beef84fbdfaa92e60a990637506ac908e",
+        "f42766c744455ef25368949ce8f9f51d2be77b12995885c4d2f85a57ca2f4c2a",
     ),
     "with a trace context": (
         "21396296fb6f1893997eac20dd5da8dac37de1508af33eaed3b34b7735b95ca6",
@@ -127,16 +131,45 @@ RECORDED = {
 }
 
 
+# The digest the engine wrote from a54ead0 (trace_context added) until 0.5.0's digest was restored, for the event
+# "without": its dump then said "trace_context": null. Recorded from c7c7b13 (this test's pin until then).
+WRITTEN_WITH_NULL_TRACE_CONTEXT = "64368fe95b75fea719abee004e7d451beef84fbdfaa92e60a990637506ac908e"
+
+
+def recorded_event(case: str) -> Envelope:
+    """The event RECORDED holds for ``case``, sealed and read back from its row."""
+    base = fields(payload={"order_id": "o-1", "total": 12.5})
+    if case == "with a trace context":
+        base["trace_context"] = {"traceparent": TRACEPARENT}
+    unsealed = Envelope.model_validate(base)
+    return Envelope.from_item(
+        unsealed.model_copy(update={"hash": chain_hash(GENESIS_HASH, unsealed.hashed_body())}).to_item()
+    )
+
+
 @pytest.mark.parametrize("case", sorted(RECORDED))
 def test_an_older_event_hashes_and_digests_as_the_release_before_recorded(case: str) -> None:
     # A field added to the envelope must leave both alone for an event without it (see Envelope's docstring):
     # the hash is stored (a changed one is an altered event), the digest is in claim rows (a changed one makes
     # their redeliveries and take-overs conflicts while a deploy is in flight).
-    base = fields(payload={"order_id": "o-1", "total": 12.5})
-    if case == "with a trace context":
-        base["trace_context"] = {"traceparent": TRACEPARENT}
-    unsealed = Envelope.model_validate(base)
-    event = Envelope.from_item(
-        unsealed.model_copy(update={"hash": chain_hash(GENESIS_HASH, unsealed.hashed_body())}).to_item()
-    )
+    event = recorded_event(case)
     assert (event.hash, envelope_digest(event)) == RECORDED[case]
+
+
+def test_a_claim_row_may_hold_the_digest_any_release_wrote_for_the_content_and_no_other() -> None:
+    # Without a trace context: 0.5.0's digest (written now too), then the one written with a null trace context.
+    without = recorded_event("without")
+    assert envelope_digests(without) == (RECORDED["without"][1], WRITTEN_WITH_NULL_TRACE_CONTEXT)
+    assert envelope_digests(without, RECORDED["without"][1]) == envelope_digests(without)
+    # With one, every release that had the field wrote the same digest.
+    traced = recorded_event("with a trace context")
+    assert envelope_digests(traced) == (RECORDED["with a trace context"][1],)
+
+    for digest in envelope_digests(without):
+        assert same_content({"digest": {"S": digest}}, without)
+    assert same_content({}, without), "a row without a digest is not a conflict (as before)"
+    assert not same_content({"digest": {"S": RECORDED["with a trace context"][1]}}, without)
+    assert not same_content({"digest": {"S": WRITTEN_WITH_NULL_TRACE_CONTEXT}}, traced)
+    other = without.model_copy(update={"payload": {"order_id": "o-2", "total": 12.5}})
+    assert not same_content({"digest": {"S": RECORDED["without"][1]}}, other)
+    assert not same_content({"digest": {"S": WRITTEN_WITH_NULL_TRACE_CONTEXT}}, other)

@@ -11,120 +11,50 @@ Two detectors that need nothing from the roles they watch:
   fails ``verify_chain`` against the anchor even if no stream record was ever seen.
 
 Only the auditor (engine code only, no application module) and the operator role may write this table.
+
+What an operator's anchor reset deals with is recorded, never inferred from times: a finding's time is AWS's
+(the stream record's, to the second) and a reset's is the operator's own clock, so comparing them would hide a
+rewrite made in the reset's second, or stamped before it by a clock behind the operator's, though it arrived
+after. The reset deals with exactly the findings in the table when the operator's command starts (read
+consistently), and marks each of them with its id (``dealt_with_by``); a finding that arrives later carries
+no mark and stays open, whatever its time.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
-from enum import StrEnum
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from outbox import keys
+from outbox.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
 from outbox.verification import Anchor, ChainReport
 
-__all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record"]
+__all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record", "iso_seconds"]
 
 _deserializer = TypeDeserializer()
 BATCH_GET_KEYS = 100  # DynamoDB's limit per BatchGetItem
 UNPROCESSED_RETRIES = 4  # reads of the keys a BatchGetItem left unprocessed, before they are left out
 RESET_PREFIX = "RESET#"  # an anchor reset's finding id: RESET#<when>, so the newest sorts last
-
-
-class FindingKind(StrEnum):
-    MODIFIED = "modified"  # an event row was overwritten or updated (the stream's MODIFY)
-    REMOVED = "removed"  # an event row was deleted (the stream's REMOVE)
-    CHAIN_BROKEN = "chain_broken"  # a scheduled verification found the chain broken
-    ANCHOR_RESET = "anchor_reset"  # an operator re-anchored a tenant after a documented repair
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing that should not have happened to a tenant's log. ``finding_id`` makes recording it twice
-    (a redelivered message, a second scheduled pass) write one row."""
-
-    tenant: str
-    kind: FindingKind
-    finding_id: str
-    seq: int | None
-    observed_at: str
-    detail: str
-    old_hash: str | None = None
-    new_hash: str | None = None
-    # Set on a finding observed at or before the tenant's latest anchor reset, when read back: the repair the
-    # reset records dealt with it. It stays in the table (history is never erased) but is no problem any more.
-    dealt_with: str | None = None
-
-    @property
-    def is_open(self) -> bool:
-        """Whether it needs an operator: not a reset (an operator's record) and not dealt with by one."""
-        return self.kind is not FindingKind.ANCHOR_RESET and self.dealt_with is None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "kind": self.kind.value}
-
-
-def finding_from_stream_record(record: Mapping[str, Any]) -> Finding:
-    """A MODIFY or REMOVE stream record of an event row (as the tamper pipe forwards it) -> its finding.
-
-    Refuses (ValueError) a record that is not one: the tamper pipe's filter admits only records with an
-    event row's old image, so anything else means the filter and this parser disagree.
-    """
-    name = record.get("eventName")
-    change = record.get("dynamodb")
-    if name not in ("MODIFY", "REMOVE") or not isinstance(change, Mapping):
-        raise ValueError(f"not a MODIFY or REMOVE stream record: eventName={name!r}")
-    key = change.get("Keys") or {}
-    tenant = keys.tenant_of_event_partition(str(key.get("pk", {}).get("S", "")))
-    if tenant is None:
-        raise ValueError(f"not an event row's key: {json.dumps(key)[:200]}")
-    old, new = change.get("OldImage") or {}, change.get("NewImage") or {}
-    seq_text = str(key.get("sk", {}).get("S", ""))
-    kind = FindingKind.MODIFIED if name == "MODIFY" else FindingKind.REMOVED
-    return Finding(
-        tenant=tenant,
-        kind=kind,
-        # The stream record's id: the same change, delivered twice, is one finding.
-        finding_id=f"STREAM#{record.get('eventID', '')}",
-        seq=int(seq_text) if seq_text.isdigit() else None,
-        observed_at=_stream_time(change),
-        detail=_change_detail(kind, old, new),
-        old_hash=old.get("hash", {}).get("S"),
-        new_hash=new.get("hash", {}).get("S"),
-    )
-
-
-def _stream_time(change: Mapping[str, Any]) -> str:
-    created = change.get("ApproximateCreationDateTime")
-    if isinstance(created, (int, float)):
-        return iso_seconds(datetime.fromtimestamp(created, UTC))
-    return str(created or "")
-
-
-def iso_seconds(moment: datetime) -> str:
-    """A moment as the audit table writes it: UTC, to the second."""
-    return moment.astimezone(UTC).isoformat(timespec="seconds")
+# On a finding: the id of the anchor reset that dealt with it (the reset's finding id).
+DEALT_WITH_BY = "dealt_with_by"
+# On a reset: how many findings it dealt with (marked). Its absence marks a reset row of the older format,
+# which recorded only its time.
+DEALS_WITH = "deals_with"
+# A reset row of the older format deals only with findings stamped strictly before its second less this
+# margin: the operator's clock may run ahead of AWS's, and a finding stamped within the margin may have
+# arrived after the reset. Wide, to err on the side of showing a finding; a new reset settles any it shows.
+LEGACY_RESET_SKEW_MARGIN = timedelta(minutes=5)
+# Findings a reset marks in its own transaction (DynamoDB's 100 items, less the anchor and the reset's record).
+RESET_MARKS_IN_TRANSACTION = 98
 
 
 def _anchor_of(tenant: str, item: Mapping[str, Any]) -> Anchor:
     return Anchor(tenant, int(item["seq"]["N"]), item["hash"]["S"], item.get("anchored_at", {}).get("S", ""))
-
-
-def _change_detail(kind: FindingKind, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """Which attributes changed, by name only: the values are the tenant's data."""
-    if kind is FindingKind.REMOVED:
-        return "the event row was deleted"
-    changed = sorted(name for name in set(old) | set(new) if _value(old.get(name)) != _value(new.get(name)))
-    return f"the event row was rewritten; attributes changed: {', '.join(changed) or 'none (rewritten as it was)'}"
-
-
-def _value(attribute: Any) -> Any:
-    return None if attribute is None else _deserializer.deserialize(attribute)
 
 
 class AuditLog:
@@ -186,10 +116,23 @@ class AuditLog:
             return None
         return anchor
 
-    def reset(self, report: ChainReport, now: datetime, *, who: str, reason: str) -> Anchor:
+    def reset(
+        self,
+        report: ChainReport,
+        now: datetime,
+        *,
+        who: str,
+        reason: str,
+        dealing_with: Sequence[Finding] = (),
+    ) -> Anchor:
         """After a documented repair: anchor the tenant's (intact) head as it is now, recorded as a finding
         with who and why. The one way an anchor moves other than forward: the anchor and its record are one
-        transaction, so neither is ever written without the other."""
+        transaction, so neither is ever written without the other.
+
+        ``dealing_with``: the findings the reset deals with, as ``findings_to_deal_with`` read them before (the
+        operator's reset passes every one there was); none by default. They are marked after the record is
+        written, in the same transaction as far as it holds them, so a refused reset marks nothing, and one cut short
+        past the first transaction leaves the rest open, to be reset again."""
         if not report.intact or report.head_seq == 0:
             raise ValueError(f"tenant {report.tenant}'s chain is not intact ({report.detail}): repair it first")
         anchor = Anchor(report.tenant, report.head_seq, report.head_hash, iso_seconds(now))
@@ -201,7 +144,31 @@ class AuditLog:
             observed_at=anchor.anchored_at,
             detail=f"re-anchored at seq {anchor.seq} by {who}: {reason}",
             new_hash=anchor.hash,
+            deals_with=len(dealing_with),
         )
+        # The marks that fit ride in the reset's own transaction: a reset cut short (the operator's process
+        # dies) has dealt with all of them or none, and a rerun refused as "re-anchored already" leaves none
+        # open. Past a transaction's 100 items, the rest are marked after it.
+        now_marked, later = dealing_with[:RESET_MARKS_IN_TRANSACTION], dealing_with[RESET_MARKS_IN_TRANSACTION:]
+        self._record_reset(anchor, record, [self._mark_item(f, record.finding_id) for f in now_marked])
+        self._mark_dealt_with(later, record.finding_id)
+        return anchor
+
+    def _mark_item(self, finding: Finding, reset_id: str) -> dict[str, Any]:
+        """A finding marked as dealt with by ``reset_id``, as a transaction item (one marked already by another
+        reset keeps its mark: the first reset that saw it dealt with it)."""
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": self._finding_key(finding.tenant, finding.finding_id),
+                "UpdateExpression": "SET #dealt = if_not_exists(#dealt, :reset)",
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeNames": {"#dealt": DEALT_WITH_BY},
+                "ExpressionAttributeValues": {":reset": {"S": reset_id}},
+            }
+        }
+
+    def _record_reset(self, anchor: Anchor, record: Finding, marks: Sequence[dict[str, Any]] = ()) -> None:
         try:
             self.client.transact_write_items(
                 TransactItems=[
@@ -213,6 +180,7 @@ class AuditLog:
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
+                    *marks,
                 ]
             )
         except ClientError as exc:
@@ -220,10 +188,26 @@ class AuditLog:
             if reasons[1:2] != ["ConditionalCheckFailed"]:  # the record's condition, not a throttle or conflict
                 raise
             raise ValueError(
-                f"tenant {report.tenant} was re-anchored at {anchor.anchored_at} already: wait a second and "
+                f"tenant {anchor.tenant} was re-anchored at {anchor.anchored_at} already: wait a second and "
                 "reset again if that one was not yours"
             ) from exc
-        return anchor
+
+    def _mark_dealt_with(self, found: Sequence[Finding], reset_id: str) -> None:
+        """Mark each of ``found`` as dealt with by the reset ``reset_id``. One marked already (by another reset
+        made meanwhile) keeps its mark: the first reset that saw it dealt with it."""
+        for finding in found:
+            try:
+                self.client.update_item(
+                    TableName=self.table_name,
+                    Key=self._finding_key(finding.tenant, finding.finding_id),
+                    UpdateExpression="SET #dealt = :reset",
+                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(#dealt)",
+                    ExpressionAttributeNames={"#dealt": DEALT_WITH_BY},
+                    ExpressionAttributeValues={":reset": {"S": reset_id}},
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
 
     @staticmethod
     def _anchor_item(anchor: Anchor) -> dict[str, Any]:
@@ -251,16 +235,21 @@ class AuditLog:
         return True
 
     @staticmethod
-    def _finding_item(finding: Finding) -> dict[str, Any]:
+    def _finding_key(tenant: str, finding_id: str) -> dict[str, Any]:
+        return {"pk": {"S": keys.finding_partition(tenant)}, "sk": {"S": finding_id}}
+
+    @classmethod
+    def _finding_item(cls, finding: Finding) -> dict[str, Any]:
         item: dict[str, Any] = {
-            "pk": {"S": keys.finding_partition(finding.tenant)},
-            "sk": {"S": finding.finding_id},
+            **cls._finding_key(finding.tenant, finding.finding_id),
             "kind": {"S": finding.kind.value},
             "observed_at": {"S": finding.observed_at},
             "detail": {"S": finding.detail},
         }
         if finding.seq is not None:
             item["seq"] = {"N": str(finding.seq)}
+        if finding.deals_with is not None:
+            item[DEALS_WITH] = {"N": str(finding.deals_with)}
         for name in ("old_hash", "new_hash"):
             value = getattr(finding, name)
             if value:
@@ -268,16 +257,24 @@ class AuditLog:
         return item
 
     def findings(self, tenant: str) -> list[Finding]:
-        """Every finding of ``tenant``, resets included, each one the latest reset dealt with marked so."""
+        """Every finding of ``tenant``, resets included, each one a reset dealt with marked so."""
         found = [self._finding_of(tenant, item) for item in self._finding_items(tenant)]
-        latest = max((f.observed_at for f in found if f.kind is FindingKind.ANCHOR_RESET), default=None)
-        if latest is None:
-            return found
+        latest = max((f for f in found if f.kind is FindingKind.ANCHOR_RESET), key=_reset_order, default=None)
+        if latest is None or latest.deals_with is not None:
+            return found  # the marks say which findings resets dealt with
+        cutoff = legacy_reset_cutoff(latest.observed_at)
         return [
-            replace(f, dealt_with=f"by the anchor reset at {latest}")
-            if f.kind is not FindingKind.ANCHOR_RESET and f.observed_at <= latest
-            else f
+            replace(f, dealt_with=_by_reset(latest.finding_id)) if f.is_open and f.observed_at < cutoff else f
             for f in found
+        ]
+
+    def findings_to_deal_with(self, tenant: str) -> list[Finding]:
+        """What a reset made now deals with: every finding in the table (read consistently) that no reset has
+        dealt with yet, also one an older-format reset's time covered: the new reset's marks replace it."""
+        return [
+            f
+            for f in (self._finding_of(tenant, item) for item in self._finding_items(tenant))
+            if f.kind is not FindingKind.ANCHOR_RESET and f.dealt_with is None
         ]
 
     def _finding_items(self, tenant: str) -> Iterator[dict[str, Any]]:
@@ -286,6 +283,7 @@ class AuditLog:
             TableName=self.table_name,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": keys.finding_partition(tenant)}},
+            ConsistentRead=True,  # a reset deals with what is there: one just recorded included
         ):
             yield from page.get("Items", [])
 
@@ -300,6 +298,8 @@ class AuditLog:
             detail=item["detail"]["S"],
             old_hash=item.get("old_hash", {}).get("S"),
             new_hash=item.get("new_hash", {}).get("S"),
+            dealt_with=_by_reset(item[DEALT_WITH_BY]["S"]) if DEALT_WITH_BY in item else None,
+            deals_with=int(item[DEALS_WITH]["N"]) if DEALS_WITH in item else None,
         )
 
     def last_reset(self, tenant: str) -> Finding | None:
@@ -319,18 +319,27 @@ class AuditLog:
         items = response.get("Items", [])
         return self._finding_of(tenant, items[0]) if items else None
 
-    def finding_count(self, tenant: str, *, after: str | None = None) -> int:
-        """Open findings: neither anchor resets (those are operators' records, not alarms) nor observed at or
-        before ``after`` (the latest reset, which dealt with them); counted by DynamoDB (``Select=COUNT``), so a
-        status row transfers no finding's content."""
+    def finding_count(self, tenant: str, *, after: Finding | str | None = None) -> int:
+        """Open findings: neither anchor resets (those are operators' records, not alarms) nor dealt with by
+        one; counted by DynamoDB (``Select=COUNT``), so a status row transfers no finding's content.
+
+        ``after``: the tenant's latest reset (``last_reset``), or its time from a caller that kept only that
+        (the record is then read again: what a reset dealt with is in the table, not in its time). None: no
+        reset applies, and every finding but the resets counts."""
         condition = "#kind <> :reset"
+        names = {"#kind": "kind"}
         values: dict[str, Any] = {
             ":pk": {"S": keys.finding_partition(tenant)},
             ":reset": {"S": FindingKind.ANCHOR_RESET.value},
         }
         if after is not None:
-            condition += " AND observed_at > :after"
-            values[":after"] = {"S": after}
+            reset = after if isinstance(after, Finding) else self.last_reset(tenant)
+            condition += " AND attribute_not_exists(#dealt)"
+            names["#dealt"] = DEALT_WITH_BY
+            if reset is None or reset.deals_with is None:  # an older-format reset: its time, with the margin
+                reset_at = reset.observed_at if reset else str(after)  # no row found: the time the caller read
+                condition += " AND observed_at >= :cutoff"
+                values[":cutoff"] = {"S": legacy_reset_cutoff(reset_at)}
         paginator = self.client.get_paginator("query")
         return sum(
             page.get("Count", 0)
@@ -338,8 +347,28 @@ class AuditLog:
                 TableName=self.table_name,
                 KeyConditionExpression="pk = :pk",
                 FilterExpression=condition,
-                ExpressionAttributeNames={"#kind": "kind"},
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 Select="COUNT",
             )
         )
+
+
+def legacy_reset_cutoff(reset_at: str) -> str:
+    """For a reset row of the older format (its time only): the findings it deals with are those stamped
+    before this, its second less ``LEGACY_RESET_SKEW_MARGIN``. An unreadable time deals with none."""
+    try:
+        moment = datetime.fromisoformat(reset_at)
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # the table's times are UTC (``iso_seconds``)
+    return iso_seconds(moment.replace(microsecond=0) - LEGACY_RESET_SKEW_MARGIN)
+
+
+def _by_reset(reset_id: str) -> str:
+    return f"by the anchor reset at {reset_id.removeprefix(RESET_PREFIX)}"
+
+
+def _reset_order(reset: Finding) -> str:
+    return reset.finding_id  # RESET#<when>: the order ``last_reset`` reads them in

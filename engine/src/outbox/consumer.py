@@ -36,6 +36,7 @@ from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, EnvelopeParseError, OutboxValidationError
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
+from outbox.pairs import Act, DeployedCatalog, Route, State, rule
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
@@ -92,6 +93,7 @@ class DurableConsumer:
         log: Any | None = None,
     ) -> None:
         self.registry = registry
+        self._deployed = DeployedCatalog(registry)
         self.log = log
         self.inbox = inbox
         self.store = store
@@ -125,6 +127,14 @@ class DurableConsumer:
         from outbox.delivery.ordered import OrderedGate
 
         return OrderedGate(self.attempts, self.lease, self.direct, self._wake_ups)
+
+    @property
+    def deployed(self) -> DeployedCatalog:
+        """What the deployed catalog does with each pair: the one answer every repair and status also ask (of the
+        registry as it is now: a test may swap it between invocations)."""
+        if self._deployed.registry is not self.registry:
+            self._deployed = DeployedCatalog(self.registry)
+        return self._deployed
 
     # What the paths share, as a caller configured it (a test may change it between invocations).
     @property
@@ -213,7 +223,7 @@ class DurableConsumer:
             (message.envelope.tenant, subscription.name)
             for message in messages
             for subscription in self._subscriptions(message)
-            if subscription.orders(message.envelope.occurred_at)
+            if self.deployed.route_of(subscription, message.envelope.occurred_at) is Route.IN_ORDER
         ]
 
     # -- one message ----------------------------------------------------------------------------------
@@ -237,6 +247,8 @@ class DurableConsumer:
         envelope = message.envelope
         log = {"event_id": envelope.id, "correlation_id": envelope.correlation_id, "tenant": envelope.tenant}
         subscriptions = self._subscriptions(message)
+        if message.targets is not None:
+            self._left_out(envelope, message.targets, subscriptions, message.receive_count)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self.attempts.count(Metric.UNMATCHED)
@@ -275,7 +287,7 @@ class DurableConsumer:
 
     def _subscriptions(self, message: Message) -> tuple[Subscription, ...]:
         """The durable subscriptions a message runs: its type's, narrowed to those a repair message names."""
-        subscriptions = self.registry.matching(message.envelope.type, Lane.DURABLE)
+        subscriptions = self.deployed.running(message.envelope.type)
         if message.targets is not None:
             subscriptions = tuple(s for s in subscriptions if s.name in message.targets)
         return subscriptions
@@ -315,14 +327,37 @@ class DurableConsumer:
         subscription became ordered after it had run) is not part of the order: it is delivered as the
         subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
         and replayed) runs once, and nothing waits for it."""
-        subscription = pair.subscription
-        if subscription.orders(pair.envelope.occurred_at):
+        if self.deployed.route_of(pair.subscription, pair.envelope.occurred_at) is Route.IN_ORDER:
             return self.ordered
         if DirectPath.takes(pair):
             return self.direct
         return self.lease
 
     # -- what never reaches a path --------------------------------------------------------------------
+
+    def _left_out(
+        self, envelope: Envelope, targets: Iterable[str], running: tuple[Subscription, ...], receive_count: int
+    ) -> None:
+        """A repair's message names pairs the deployed catalog no longer runs (a deploy removed, renamed or
+        narrowed their subscription, or moved it off DURABLE since the repair was sent): each that waited for
+        it (REPLAYING, DEFERRED) is made dead again with a dead letter that says why, so that no repair is
+        reported under way while nothing will ever run it (``outbox.pairs.machine``: the MARK_DEAD rules)."""
+        names = {subscription.name for subscription in running}
+        for name in sorted(set(targets) - names):
+            placement = self.deployed.place(name, envelope.type, envelope.occurred_at)
+            statuses = tuple(state.value for state in State if rule(state, placement.route).consumer is Act.MARK_DEAD)
+            if not statuses:
+                continue  # the deployed catalog runs it after all (another lane's dispatcher, say): not ours
+            why = placement.left_out_because
+            if self.inbox.mark_left_out(envelope, name, why, statuses, receive_count):
+                logger.error(
+                    "repair of %s:%s not run: %s",
+                    envelope.id,
+                    name,
+                    why,
+                    extra={"event_id": envelope.id, "subscription": name, "tenant": envelope.tenant},
+                )
+                self.attempts.count(Metric.DEAD_LETTERS)
 
     def _refuse(
         self, envelope: Envelope, subscriptions: tuple[Subscription, ...], doubt: tuple[str, str], receive_count: int

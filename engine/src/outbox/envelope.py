@@ -38,9 +38,9 @@ class Envelope(BaseModel):
     (``outbox.sealing``): what this engine writes has the fields it declares, no more.
 
     The other way round, a field added to this model must leave an event without it as it was: out of its hash
-    and its row (``_absent``, as ``trace_context`` is) and out of ``model_dump`` (``Field(exclude_if=...)``),
-    which the inbox's digest reads (``outbox.inbox.envelope_digest``): a changed digest of an older event makes
-    its claim rows, written by the release before, conflicts. tests/unit/test_envelope_compatibility.py pins both.
+    and its row (``_absent``, as ``trace_context`` is) and out of the inbox's digest (``digested_body``, which
+    ``outbox.inbox.envelope_digest`` hashes): a changed digest of an older event makes its claim rows, written by
+    the release before, conflicts. tests/unit/test_envelope_compatibility.py pins both.
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -106,6 +106,16 @@ class Envelope(BaseModel):
         if self.trace_context is None:
             return {"trace_context": True}
         return {"trace_context": {"tracestate"}} if self.trace_context.tracestate is None else {}
+
+    def digested_body(self) -> dict[str, Any]:
+        """Every field, as the inbox's digest covers them; ``trace_context`` only when the event has one. Release
+        0.5.0 had no such field, and its claim rows hold the digest of the event without it: written as null,
+        every event without a trace context would be other content than the claims 0.5.0 wrote for it. (Not
+        ``Field(exclude_if=...)``: that would change ``model_dump`` for every caller; an absent ``tracestate``
+        stays null here, as the releases that had it digested it.)"""
+        if self.trace_context is None:
+            return self.model_dump(mode="json", exclude={"trace_context"})
+        return self.model_dump(mode="json")
 
     def computed_hash(self) -> str:
         return chain_hash(self.prev_hash, self.hashed_body())

@@ -16,7 +16,7 @@ from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, note, progress, refuse, show
 from outbox.ops import OperationRefusedError, Status
-from outbox.ops.ordering import UNREADABLE
+from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
 from outbox.verification import ChainReport

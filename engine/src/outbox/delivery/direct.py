@@ -22,6 +22,7 @@ from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, is_
 from outbox.envelope import Envelope
 from outbox.exceptions import CallerWriteConditionFailedError, WatermarkMovedError
 from outbox.inbox import COMPLETED, DEAD, Claim
+from outbox.inbox.rows import same_content
 from outbox.subscriptions import Effects, HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class DirectPath:
         if existing is None:
             self.attempts.count(Metric.COMPLETIONS)
             return DeliveryOutcome.COMPLETED
-        if existing.get("digest", {}).get("S", digest) != digest:
+        if not same_content(existing, envelope, digest):  # an older engine's row holds an older digest
             return self.attempts.conflict(envelope, subscription, existing, 1)
         if existing.get("status", {}).get("S") in (COMPLETED, DEAD):
             logger.info("skipped %s: a duplicate delivery", subscription.name, extra={"event_id": envelope.id})

@@ -37,6 +37,7 @@ from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
 from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
+from outbox.pairs import DeployedCatalog, Route
 from outbox.subscriptions import HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)
@@ -352,6 +353,10 @@ class OrderedGate:
         except EnvelopeParseError:  # a row rewritten into something else: its message path records what it is
             return DeliveryOutcome.RETRY, None
         if envelope is None or envelope.id != ready.event_id:
+            return DeliveryOutcome.RETRY, None
+        if DeployedCatalog.route_of(subscription, envelope.occurred_at) is not Route.IN_ORDER:
+            # Deferred before a deploy took it out of the order (ordered_since moved past it): the watermark
+            # says nothing of it, so it runs from its wake-up message, the unordered way, never here.
             return DeliveryOutcome.RETRY, None
         self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
         pair = Pair(

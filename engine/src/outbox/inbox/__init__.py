@@ -22,8 +22,9 @@ guessing. A COMPLETED row that has expired but not yet been swept still counts a
 
 The package by concern: ``rows`` (statuses, a worker's claim, the rows written), ``records`` and ``reader``
 (the operator's typed views), ``table`` (settings, clock and the fenced writes every concern shares),
-``claims`` (the claim's state machine) and ``dead_work`` (dead letters, refusals, poison pills). ``Inbox`` is
-all of them on one table.
+``claims`` (a claim's writes, from the claim to its completion), ``markers`` (the DynamoDB-only path's
+completion marker) and ``dead_work`` (dead letters, refusals, poison pills). ``Inbox`` is all of them on one
+table. What a pair's states mean, and what each command may do with one, is ``outbox.pairs``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.inbox.claims import ClaimBook
 from outbox.inbox.dead_work import DeadWork
+from outbox.inbox.markers import CompletionMarkers
 from outbox.inbox.reader import InboxReader
 from outbox.inbox.rows import (
     COMPLETED,
@@ -94,7 +96,7 @@ __all__ = [
 ]
 
 
-class Inbox(ClaimBook, DeadWork):
+class Inbox(ClaimBook, CompletionMarkers, DeadWork):
     """Claims, completions and dead letters on the inbox table.
 
     Parameters

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import CompletionTooLargeError, WatermarkMovedError
+from outbox.exceptions import CompletionTooLargeError
 from outbox.inbox.rows import (
     COMPLETED,
     DEAD,
@@ -33,10 +33,18 @@ from outbox.inbox.rows import (
     _number,
     _string,
     envelope_digest,
+    envelope_digests,
     unclaimed_row,
 )
-from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row, refused_at
+from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row
 from outbox.transaction import MAX_TRANSACT_ITEMS
+
+
+def _any_of_digests(accepted: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """A condition that the row's digest is one of ``accepted``, and its values: the first is ``:digest``, which
+    the claim also writes (a row it takes over gets the current digest)."""
+    values = {(f":digest_{index}" if index else ":digest"): {"S": value} for index, value in enumerate(accepted)}
+    return f"digest IN ({', '.join(values)})", values
 
 
 class ClaimBook(InboxTable):
@@ -80,6 +88,9 @@ class ClaimBook(InboxTable):
         claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"
         if may_create:
             claimable = f"attribute_not_exists(pk) OR {claimable}"
+        # A row an older engine wrote for this content holds the digest it computed (envelope_digests).
+        accepted = envelope_digests(envelope, digest)
+        same_content, digests = _any_of_digests(accepted)
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -92,7 +103,7 @@ class ClaimBook(InboxTable):
                     # Read before this update sets it: the previous attempt's, if it never ended.
                     "unfinished_with_ms = if_not_exists(started_with_ms, :zero), started_with_ms = :budget"
                 ),
-                ConditionExpression=f"(attribute_not_exists(pk) OR digest = :digest) AND ({claimable})",
+                ConditionExpression=f"(attribute_not_exists(pk) OR {same_content}) AND ({claimable})",
                 ExpressionAttributeNames={"#status": "status", "#owner": "owner"},
                 ExpressionAttributeValues={
                     ":pending": {"S": PENDING},
@@ -104,7 +115,7 @@ class ClaimBook(InboxTable):
                     ":now_iso": {"S": format_timestamp(now)},
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
-                    ":digest": {"S": digest},
+                    **digests,
                     ":tenant": {"S": envelope.tenant},
                     ":event_type": {"S": envelope.type},
                     ":event_seq": {"N": str(envelope.seq)},
@@ -115,7 +126,7 @@ class ClaimBook(InboxTable):
             )
         except ClientError as exc:
             existing, own = self._refused(exc, envelope, subscription, owner)
-            return own or ClaimResult(self._why_not_claimable(existing, digest), existing=existing)
+            return own or ClaimResult(self._why_not_claimable(existing, digest, accepted), existing=existing)
         row = response["Attributes"]
         return ClaimResult(ClaimOutcome.CLAIMED, claim=self._claim_of(envelope, subscription, row))
 
@@ -173,13 +184,16 @@ class ClaimBook(InboxTable):
             open_dead_letter=_string(row, "open_dead_letter"),
             waits_for=_number(row, "waits_for"),
             unfinished_with_ms=_number(row, "unfinished_with_ms") or None,
+            event_seq=envelope.seq,
         )
 
     @staticmethod
-    def _why_not_claimable(existing: Mapping[str, Any], digest: str) -> ClaimOutcome:
+    def _why_not_claimable(existing: Mapping[str, Any], digest: str, accepted: Sequence[str] = ()) -> ClaimOutcome:
+        """``accepted``: the other digests a row of the same content may hold (``envelope_digests``)."""
         if not existing:
             return ClaimOutcome.UNVERIFIABLE  # absent, and the claim was not allowed to create it
-        if existing.get("digest", {}).get("S", digest) != digest:
+        stored = existing.get("digest", {}).get("S", digest)
+        if stored != digest and stored not in accepted:
             return ClaimOutcome.CONFLICT
         status = existing.get("status", {}).get("S")
         if status in (COMPLETED, SKIPPED):
@@ -248,6 +262,12 @@ class ClaimBook(InboxTable):
         subscription, with ``order`` (``OrderBook.advance_items``): the watermark moves in the same
         transaction, or ``WatermarkMovedError`` says it changed since it was read."""
         completion = [*self.completion_writes(claim), *map(dict, order)]
+        if claim.waits_for is not None and not order and claim.event_seq is not None:
+            # Deferred in an order a deploy has since taken it out of (made unordered, or ordered_since moved
+            # past it), and completed the unordered way: its deferred row goes with it, or it would look
+            # stranded for ever (outbox.pairs.machine: DEFERRED, UNORDERED).
+            deferred = keys.deferred_key(claim.tenant, claim.subscription, claim.event_seq)
+            completion.append({"Delete": {"TableName": self.table_name, "Key": deferred}})
         if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
                 f"{claim.subscription} returned {len(writes)} writes; at most "
@@ -312,61 +332,6 @@ class ClaimBook(InboxTable):
         self._fenced_transaction(
             claim, "defer", [{"Update": update}, *map(dict, order)], landed=DEFERRED, watermark_at=2
         )
-
-    # -- DynamoDB-only subscriptions: no lease, one request ------------------------------------------
-
-    def completion_marker(self, envelope: Envelope, subscription: str, digest: str) -> dict[str, Any]:
-        """A COMPLETED row for a pair that has none, as a transaction item: it commits with the handler's
-        writes, and only where no row exists. A duplicate delivery fails its condition (the row it finds says
-        whether the content was the same), and a pair with any history (a failed attempt, a replay, a live
-        lease) is left to the lease path."""
-        now = self._clock()
-        row = unclaimed_row(envelope, subscription, COMPLETED, now, digest, completed_at=format_timestamp(now))
-        row["attempts"] = {"N": "1"}
-        row["expires_at"] = {"N": str(int((now + self.retention).timestamp()))}
-        return {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": row,
-                "ConditionExpression": "attribute_not_exists(pk)",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-
-    def complete_directly(
-        self,
-        marker: Mapping[str, Any],
-        writes: Sequence[Mapping[str, Any]] = (),
-        order: Sequence[Mapping[str, Any]] = (),
-    ) -> dict[str, Any] | None:
-        """Commit ``marker`` (``completion_marker``) with the handler's ``writes`` and, for an ordered
-        subscription, ``order`` (``OrderBook.advance_items``): one PutItem alone, else one TransactWriteItems.
-        Returns None once committed, or the row that was there instead (the marker's condition failed, nothing
-        was written). ``WatermarkMovedError`` when the watermark is not as read; a failed condition of one of
-        the writes raises the transaction's ClientError, as a completion on the lease path does."""
-        own = 1 + len(order)  # the marker and the watermark's items, before the writes
-        if len(writes) + own > MAX_TRANSACT_ITEMS:
-            raise CompletionTooLargeError(
-                f"{marker['Put']['Item']['subscription']['S']} returned {len(writes)} writes; at most "
-                f"{MAX_TRANSACT_ITEMS - own} fit in one transaction with the completion"
-            )
-        try:
-            if own == 1 and not writes:
-                self.client.put_item(**marker["Put"])
-            else:
-                items = [dict(marker), *map(dict, order), *map(dict, writes)]
-                self.client.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            existing = _refusing_row(exc)
-            if existing is not None:
-                return existing
-            if any(refused_at(exc, index) for index in range(1, own)):  # the watermark's items
-                subscription = marker["Put"]["Item"]["subscription"]["S"]
-                raise WatermarkMovedError(
-                    f"the watermark of {subscription} moved before its direct completion"
-                ) from exc
-            raise
-        return None
 
     def release(self, claim: Claim, error: str, give_back: int = 0, *, still_unfinished: int | None = None) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries.

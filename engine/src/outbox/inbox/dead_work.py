@@ -97,6 +97,52 @@ class DeadWork(InboxTable):
             raise
         return True
 
+    def mark_left_out(
+        self, envelope: Envelope, subscription: str, why: str, statuses: tuple[str, ...], receive_count: int
+    ) -> bool:
+        """A repair's message for a pair the deployed catalog no longer runs (``outbox.pairs``: its rule for
+        ``statuses`` is to mark it dead): DEAD again, with an open dead letter that says why, and its deferred
+        row (if it waited in an order) gone, in one transaction. Nothing runs it, and nothing says it is on its
+        way: the operator deploys the subscription again and replays it, or acknowledges it (``outbox skip``).
+        False when the claim is in none of ``statuses`` (a row nobody is waiting on: nothing to do)."""
+        error = f"{envelope.id}:{subscription} was not run: {why}. Deploy it again and replay it, or skip it"
+        now_iso = format_timestamp(self._clock())
+        names = {f":s{index}": {"S": status} for index, status in enumerate(statuses)}
+        claim = {
+            "TableName": self.table_name,
+            "Key": keys.claim_key(envelope.id, subscription),
+            "UpdateExpression": (
+                "SET #status = :dead, last_error = :error, dead_reason = :reason, dead_at = :now_iso, "
+                "updated_at = :now_iso REMOVE lease_expires_at, started_with_ms, open_dead_letter, waits_for, "
+                "deferred_at"
+            ),
+            "ConditionExpression": f"#status IN ({', '.join(names)})",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": {
+                ":dead": {"S": DEAD},
+                ":error": {"S": error[:2000]},
+                ":reason": {"S": DeadReason.LEFT_OUT.value},
+                ":now_iso": {"S": now_iso},
+                **names,
+            },
+        }
+        letter = self.dead_letter_item(
+            envelope, subscription, error, "LeftOutByDeploy", DeadReason.LEFT_OUT, receive_count
+        )
+        deferred = keys.deferred_key(envelope.tenant, subscription, envelope.seq)
+        items = [
+            {"Update": claim},
+            {"Put": {"TableName": self.table_name, "Item": letter}},
+            {"Delete": {"TableName": self.table_name, "Key": deferred}},
+        ]
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if _cancelled_by_condition(exc):
+                return False
+            raise
+        return True
+
     def record_conflict(
         self, envelope: Envelope, subscription: str, existing: Mapping[str, Any], receive_count: int
     ) -> None:

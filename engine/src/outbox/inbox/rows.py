@@ -45,6 +45,9 @@ class DeadReason(StrEnum):
     EXHAUSTED = "exhausted"  # every attempt failed (or crashed): the claim's attempts, not receives, decide
     CONFLICT = "conflict"  # other content under a claimed event id, or an event the events table does not hold
     UNVERIFIABLE = "unverifiable"  # older than the inbox's retention: it may have completed and been forgotten
+    # A repair's message (a replay, a reconcile, a wake-up) reached a consumer whose deployed catalog no longer runs
+    # the pair (removed, renamed, narrowed, moved off DURABLE): dead again, with a letter that says why.
+    LEFT_OUT = "left_out"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Claim:
     # What was left of its invocation when the previous attempt started, if that attempt never ended (no
     # completion, release, dead mark or deferral: the deadline cut it off, or its worker died); None otherwise.
     unfinished_with_ms: int | None = None
+    # The claimed event's seq (None where a caller built the claim without one).
+    event_seq: int | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -80,8 +85,31 @@ class ClaimResult:
 
 
 def envelope_digest(envelope: Envelope) -> str:
-    """sha256 over every field of the envelope: equal digests mean the same content."""
-    return hashlib.sha256(canonical_json(envelope.model_dump(mode="json"))).hexdigest()
+    """sha256 over every field of the envelope (``Envelope.digested_body``): equal digests mean the same content.
+    The digest every claim row is written with; an event without a trace context has the one 0.5.0 wrote."""
+    return _sha256(envelope.digested_body())
+
+
+def envelope_digests(envelope: Envelope, digest: str | None = None) -> tuple[str, ...]:
+    """Every digest a claim row of this content may hold, ``envelope_digest`` first (``digest``, when the caller
+    has it). The engine from a54ead0 until 0.5.0's digest was restored digested an event without a trace context
+    with ``"trace_context": null``: its rows are the same content's, claimable, done or dead as they say."""
+    canonical = digest or envelope_digest(envelope)
+    if envelope.trace_context is not None:
+        return (canonical,)
+    return canonical, _sha256({**envelope.digested_body(), "trace_context": None})
+
+
+def same_content(row: Mapping[str, Any], envelope: Envelope, digest: str | None = None) -> bool:
+    """Whether a claim row was written for this envelope's content: its digest is one of ``envelope_digests``
+    (a row without one, as before, counts as the same). The older digest is computed only when the row's is not
+    the current one: most rows hold it."""
+    stored = _string(row, "digest")
+    return stored is None or stored == digest or stored in envelope_digests(envelope, digest)
+
+
+def _sha256(body: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
 def unclaimed_row(

@@ -26,9 +26,14 @@ def anchor(context: OperatorContext, tenants: Sequence[str] | None = None) -> An
 
 def reset_anchor(context: OperatorContext, tenant: str, *, who: str, reason: str) -> Anchor:
     """After a documented repair of the log: verify it in full (without the old anchor, which the repair
-    contradicts) and anchor its head, recording who and why as a finding."""
+    contradicts) and anchor its head, recording who and why as a finding. The reset deals with the findings
+    there are when the command starts, and with no finding recorded later, whatever that finding's time."""
     if not reason.strip():
         raise OperationRefusedError("say why the anchor is reset (--reason): it is recorded with the new anchor")
+    audit = _audit(context)
+    # Read before the verification, not after: a rewrite whose finding lands while the log is read was not
+    # before the operator when they decided the reset, and the verification may have read past its row.
+    present = audit.findings_to_deal_with(tenant)
     report = verify(context, tenant, full=True, use_anchor=False)
     if not report.intact:
         raise OperationRefusedError(
@@ -36,7 +41,7 @@ def reset_anchor(context: OperatorContext, tenant: str, *, who: str, reason: str
             "first; an anchor is only ever set on an intact chain"
         )
     try:
-        return _audit(context).reset(report, context.now(), who=who, reason=reason)
+        return audit.reset(report, context.now(), who=who, reason=reason, dealing_with=present)
     except ValueError as exc:
         raise OperationRefusedError(str(exc)) from exc
 

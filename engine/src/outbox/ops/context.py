@@ -18,6 +18,7 @@ from outbox.exceptions import OperationRefusedError
 from outbox.inbox import InboxReader
 from outbox.messages import relay_body, repair_attributes
 from outbox.ops.topology import Topology
+from outbox.pairs import DeployedCatalog, Placement
 from outbox.query import read_tenants
 from outbox.subscriptions import Subscription
 from outbox.tracing import repair_span, trace_context_of_image
@@ -82,6 +83,20 @@ class OperatorContext:
         if tenant not in self.tenants():
             raise OperationRefusedError(f"unknown tenant {tenant!r}: it has never emitted an event")
         return tenant
+
+    @property
+    def deployed(self) -> DeployedCatalog:
+        """What the deployed catalog does with each pair (``outbox.pairs``): every repair and status asks it."""
+        return DeployedCatalog(self.catalog.registry)
+
+    def placement(self, tenant: str, seq: int, event_type: str | None, subscription: str) -> Placement:
+        """The route of the pair (``tenant``'s event at ``seq``, ``subscription``) under the deployed catalog;
+        the event's row is read only when its type is not known or its time decides (``ordered_since``)."""
+        if event_type is None:
+            event_type = self.event_image(tenant, seq)["type"]["S"]
+        return self.deployed.place(
+            subscription, event_type, lambda: str(self.event_image(tenant, seq)["occurred_at"]["S"])
+        )
 
     def require_subscription(self, name: str) -> Subscription:
         """The catalog's subscription called ``name``; refused, naming where to look, when there is none."""

@@ -12,7 +12,7 @@ from typing import Any
 from outbox.inbox import ClaimRecord, DeadLetter, PoisonPill
 from outbox.ops import audit as auditing
 from outbox.ops import groups as grouping
-from outbox.ops import ordering as ordering
+from outbox.ops import order_status, ordering
 from outbox.ops import reconcile as reconciling
 from outbox.ops import redrive as redriving
 from outbox.ops import replay as replaying
@@ -30,7 +30,7 @@ class Operations(OperatorContext):
     pipe_states = reading.pipe_states
     verify = reading.verify
     findings = auditing.findings
-    blocked = ordering.blocked
+    blocked = order_status.blocked
     skip = ordering.skip
     failure_groups = grouping.failure_groups
 

@@ -19,28 +19,32 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from outbox import keys
 from outbox.envelope import format_timestamp
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import DEAD, SKIPPED, DeadLetter, DeadReason
+from outbox.inbox import DeadLetter, DeadReason
 from outbox.ops.context import (
     OperatorContext,
     ProgressCallback,
     no_progress,
     resolved_letter_update,
-    transact_or_refuse,
 )
-from outbox.ops.ordering import skip as skip_in_order
+from outbox.ops.ordering import skip as skip_pair
 from outbox.ops.replay import ReplayItem, dead_work, replay
 
 GROUP_ID_PREFIX: Final = "g-"
 GROUP_ID_HEX: Final = 10
 # What varies from one event to the next inside a message written for the operator (a TerminalError's: "no
-# capacity for order 4711"): ids, then numbers. A failure's place (file.py:41 in book) is kept as it is.
+# capacity for order 4711"): ids, hashes and digests, then numbers. A failure's place (file.py:41 in book) is kept
+# as it is.
 EVENT_ID: Final = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
 UUID: Final = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+# A sha256 (an event's hash, a claim's digest) and the like: blanking its digits alone would leave its letters,
+# other in every letter. At least one letter: a long number is blanked as a number, as it always was.
+HASH: Final = re.compile(r"\b(?=[0-9]*[a-fA-F])[0-9a-fA-F]{16,}\b")
 NUMBER: Final = re.compile(r"\d+")
 PLACE: Final = re.compile(r" at \S+:\d+ in \S+")
+# A tenant's name is these characters (keys.TENANT_PATTERN): a longer name that starts with it is another tenant.
+TENANT_CHARACTERS: Final = r"A-Za-z0-9_.\-"
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,24 @@ class FailureKey:
 
 
 def failure_key(letter: DeadLetter) -> FailureKey:
-    return FailureKey(letter.subscription, letter.reason, letter.error_type, _blank_what_varies(letter.error))
+    where = _blank_what_varies(letter.error, _named_tenant(letter))
+    return FailureKey(letter.subscription, letter.reason, letter.error_type, where)
 
 
-def _blank_what_varies(description: str) -> str:
+def _named_tenant(letter: DeadLetter) -> str | None:
+    """The letter's tenant, for a conflict letter only: the engine writes those texts ("seq 3 of tenant acme"), and
+    one incident across tenants is one group. A handler's text is left as it is, and so is its group's id."""
+    return letter.tenant if letter.reason == DeadReason.CONFLICT else None
+
+
+def _blank_what_varies(description: str, tenant: str | None = None) -> str:
     places = PLACE.findall(description)
-    text = NUMBER.sub("#", UUID.sub("<id>", EVENT_ID.sub("<event>", PLACE.sub("\0", description))))
+    text = PLACE.sub("\0", description)
+    if tenant is not None:
+        # Where the text says "tenant <name>", not wherever the name occurs: a short name ("at", "no") is a word of
+        # the text too. Before the numbers: a name of digits is still the tenant's.
+        text = re.sub(rf"\btenant {re.escape(tenant)}(?![{TENANT_CHARACTERS}])", "tenant <tenant>", text)
+    text = NUMBER.sub("#", HASH.sub("<hash>", UUID.sub("<id>", EVENT_ID.sub("<event>", text))))
     for place in places:  # the place where it was raised, line number included, stays as recorded
         text = text.replace("\0", place, 1)
     return text
@@ -242,19 +258,17 @@ def skip_group(
     outcome.planned = [GroupPair.of(letter) for letter in letters]
     if dry_run:
         return outcome
-    ordered = {s.name for s in context.catalog.registry.subscriptions if s.ordered}
     for done, letter in enumerate(letters, start=1):
         pair = GroupPair.of(letter)
         decision = f"skipped by {by} at {format_timestamp(context.now())}: {reason}"
         try:
             if letter.reason == DeadReason.CONFLICT:  # a record, not dead work: acknowledged
                 _resolve_letter_only(context, letter, decision)
-            elif pair.subscription in ordered:
-                woke = skip_in_order(context, pair.tenant, pair.subscription, pair.event_seq, by=by, reason=reason)
+            else:
+                # As ``outbox skip`` does, by the pair's rule: in its order, or acknowledged outside any.
+                woke = skip_pair(context, pair.tenant, pair.subscription, pair.event_seq, by=by, reason=reason)
                 if woke.woke_seq is not None:
                     outcome.sent.append(pair)
-            else:
-                _skip_dead_pair(context, pair, decision)
             outcome.skipped.append(pair)
         except OperationRefusedError as exc:
             outcome.refused.append(Refusal(pair, str(exc)))
@@ -269,32 +283,3 @@ def _resolve_letter_only(context: OperatorContext, letter: DeadLetter, decision:
         if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
             raise
         raise OperationRefusedError(f"{letter.event_id}:{letter.subscription} was resolved meanwhile") from exc
-
-
-def _skip_dead_pair(context: OperatorContext, pair: GroupPair, decision: str) -> None:
-    """The pair's DEAD claim becomes SKIPPED (final, like COMPLETED) and its dead letter is resolved with the
-    decision, in one transaction; refused if the claim is no longer DEAD (a replay or a take-over got there
-    first)."""
-    letter_key = keys.dead_letter_key(pair.tenant, pair.event_id, pair.subscription)
-    items = [
-        {
-            "Update": {
-                "TableName": context.topology.inbox_table,
-                "Key": keys.claim_key(pair.event_id, pair.subscription),
-                "UpdateExpression": "SET #status = :skipped, skipped = :decision",
-                "ConditionExpression": "#status = :dead",
-                "ExpressionAttributeNames": {"#status": "status"},
-                "ExpressionAttributeValues": {
-                    ":skipped": {"S": SKIPPED},
-                    ":dead": {"S": DEAD},
-                    ":decision": {"S": decision[:2000]},
-                },
-            }
-        },
-        {"Update": resolved_letter_update(context, letter_key, decision)},
-    ]
-    transact_or_refuse(
-        context,
-        items,
-        f"{pair.event_id}:{pair.subscription} is no longer dead (a replay or a take-over got there first)",
-    )

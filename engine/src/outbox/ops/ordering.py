@@ -6,40 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import EnvelopeParseError, OperationRefusedError
-from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, envelope_digest
+from outbox.inbox import COMPLETED, PENDING, SKIPPED, ClaimRecord, envelope_digest
 from outbox.ops.context import OperatorContext, resolved_letter_update, transact_or_refuse
 from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
-from outbox.subscriptions import Subscription
-
-UNREADABLE = "unreadable"  # the event row the order waits for is gone, or says no event id
-
-
-@dataclass(frozen=True)
-class Blocked:
-    """An ordered subscription that has events waiting for one tenant, and what holds them up."""
-
-    tenant: str
-    subscription: str
-    applied_seq: int  # the watermark
-    waiting: int  # events deferred behind it
-    waits_for_seq: int  # the first event of the order not applied: what the lowest deferred one waits for, or
-    # that one itself once what it waits for is applied
-    waits_for_state: str  # its claim row's status, "absent", or UNREADABLE
-    hint: str  # what the operator can do
-
-    @property
-    def what(self) -> str:
-        return (
-            f"tenant {self.tenant}: ordered subscription {self.subscription} waits for seq {self.waits_for_seq} "
-            f"({self.waits_for_state}); {self.waiting} events deferred behind it."
-        )
-
-    @property
-    def line(self) -> str:
-        return f"{self.what} {self.hint}"
+from outbox.pairs import Act, Placement, Route
 
 
 @dataclass(frozen=True)
@@ -67,69 +42,6 @@ def order_book(context: OperatorContext) -> OrderBook:
     return OrderBook(topology.inbox_table, topology.events_table, client=context.dynamodb, clock=context.now)
 
 
-def ordered_subscriptions(context: OperatorContext) -> list[Subscription]:
-    return sorted((s for s in context.catalog.registry.subscriptions if s.ordered), key=lambda s: s.name)
-
-
-def blocked(context: OperatorContext, tenants: list[str] | None = None) -> list[Blocked]:
-    """Every (tenant, ordered subscription) with deferred events: one query per pair (its lowest deferred
-    event), and where one waits, its watermark and the claim of the event the order waits for. Queries of the
-    inbox only, and reads of the log: what the operator endpoint may do."""
-    subscriptions = ordered_subscriptions(context)
-    if not subscriptions:
-        return []
-    book = order_book(context)
-    found: list[Blocked] = []
-    for tenant in tenants if tenants is not None else context.tenants():
-        for subscription in subscriptions:
-            lowest = book.deferred(tenant, subscription.name, limit=1)
-            if lowest:
-                found.append(_blocked(context, book.watermark(tenant, subscription.name), lowest[0]))
-    return found
-
-
-def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -> Blocked:
-    """What holds the order up: the event the lowest deferred one waits for, or, once that is applied, the
-    lowest deferred event itself (dead, running, or waiting for its wake-up)."""
-    tenant, name = watermark.tenant, watermark.subscription
-    event_id: str | None
-    if lowest.waits_for > watermark.applied_seq:
-        seq = lowest.waits_for
-        event_id = _event_id_at(context, tenant, seq)
-    else:
-        seq, event_id = lowest.seq, lowest.event_id
-    # A query: the endpoint reads the inbox by queries.
-    claim = None if event_id is None else context.inbox.claims_of(event_id).get(name)
-    state = UNREADABLE if event_id is None else "absent" if claim is None else claim.status
-    skip = f'outbox skip --tenant {tenant} --subscription {name} --seq {seq} --reason "..."'
-    reconcile = f"outbox reconcile --tenant {tenant} --subscription {name}"
-    hints = {
-        DEAD: (
-            f"It is dead: fix the cause and run outbox replay --tenant {tenant} --event-id {event_id} "
-            f"--subscription {name}, or {skip}."
-        ),
-        "absent": f"It never reached {name} (older than the subscription, or the stream): run {reconcile}, or {skip}.",
-        REPLAYING: "A replay of it is on its way.",
-        PENDING: "It is running or being retried.",
-        DEFERRED: f"It may run, and its wake-up is on its way (or in the durable DLQ); if it stays, run {reconcile}.",
-        COMPLETED: f"It completed before {name} was ordered: {skip}.",
-        UNREADABLE: f"No event row at seq {seq} says its id: run outbox verify-chain --tenant {tenant}.",
-    }
-    hint = hints.get(state, f"Look at its dead letters: outbox dead-letters list --tenant {tenant}.")
-    return Blocked(tenant, name, watermark.applied_seq, watermark.deferred, seq, state, hint)
-
-
-def _event_id_at(context: OperatorContext, tenant: str, seq: int) -> str | None:
-    """The id of the event at ``seq``, from its row's ``event_id`` alone: status reports a blocked order whatever
-    became of that row (gone, or rewritten into something that no longer reads as an event: verify-chain says
-    what), instead of failing as a whole."""
-    try:
-        event_id: str | None = context.event_image(tenant, seq).get("event_id", {}).get("S")
-    except OperationRefusedError:  # no row at that seq
-        return None
-    return event_id
-
-
 def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, by: str, reason: str) -> SkipResult:
     """Let ``subscription`` go on for ``tenant`` without the event at ``seq``: the next in its order, not
     applied, and not running. The watermark moves past it, its claim becomes SKIPPED (final: a replay does
@@ -137,7 +49,6 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
     for it is sent back to the queue. Running it again for a seq already skipped only sends that wake-up."""
     if not by.strip() or not reason.strip():
         raise OperationRefusedError("a skip records who decided it and why: give --by and --reason")
-    definition = _ordered(context, subscription)
     context.require_tenant(tenant)
     try:
         envelope = Envelope.from_item(context.event_image(tenant, seq))
@@ -145,8 +56,19 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
         raise OperationRefusedError(
             f"seq {seq} of {tenant} does not read as an event ({exc}): run outbox verify-chain --tenant {tenant}"
         ) from exc
-    if not (definition.matches(envelope.type) and definition.in_order(format_timestamp(envelope.occurred_at))):
-        raise OperationRefusedError(f"seq {seq} of {tenant} ({envelope.type}) is not an event {subscription} runs")
+    placement = context.deployed.place(subscription, envelope.type, envelope.occurred_at)
+    claim = context.inbox.read_claim(envelope.id, subscription)
+    status = None if claim is None else claim.status
+    act = placement.rule(status).skip
+    if act is Act.ACKNOWLEDGE:
+        return acknowledge(context, envelope, subscription, claim, by=by, reason=reason)
+    if act is Act.NOTHING:  # skipped before: a rerun sends the wake-up again, if there is an order to wake
+        woke = _wake_after(context, tenant, subscription)
+        return SkipResult(tenant, subscription, seq, envelope.id, True, woke)
+    if act is not Act.SKIP_IN_ORDER:
+        raise OperationRefusedError(_skip_refusal(placement, envelope, subscription, status))
+    assert placement.subscription is not None  # in order: the catalog runs it
+    definition = placement.subscription
     book = order_book(context)
     watermark = book.watermark(tenant, subscription)
     if seq <= watermark.applied_seq:
@@ -161,7 +83,6 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
             f"seq {seq} is not next for {subscription}: seq {first} comes first (watermark {watermark.applied_seq}); "
             "skip that one first"
         )
-    claim = context.inbox.read_claim(envelope.id, subscription)
     now = context.now()
     if claim is not None and claim.status == PENDING and claim.lease_expires_at and claim.lease_expires_at > now:
         raise OperationRefusedError(f"seq {seq} is running for {subscription} now: wait for it to finish or fail")
@@ -184,11 +105,134 @@ def skip(context: OperatorContext, tenant: str, subscription: str, seq: int, *, 
     return SkipResult(tenant, subscription, seq, envelope.id, False, _woken_seq(wake(context, book, after)))
 
 
-def _ordered(context: OperatorContext, name: str) -> Subscription:
-    subscription = context.require_subscription(name)
-    if not subscription.ordered:
-        raise OperationRefusedError(f"{name} is not an ordered subscription: there is no order to skip in")
-    return subscription
+def _skip_refusal(placement: Placement, envelope: Envelope, subscription: str, status: str | None) -> str:
+    """Why a skip is refused, in the words of the pair's rule (``outbox.pairs.machine``)."""
+    what = f"seq {envelope.seq} of {envelope.tenant} ({envelope.type})"
+    if placement.route is Route.LEFT_OUT:
+        return f"{what} is not an event {subscription} runs ({placement.left_out_because}): nothing of it to skip"
+    if status == COMPLETED:
+        return f"{what} completed for {subscription}: nothing to skip"
+    return (
+        f"{subscription} is not an ordered subscription for {what}, which is {placement.why(status)}: there is no "
+        "order to skip in, and a skip acknowledges dead work, not work under way"
+    )
+
+
+def acknowledge(
+    context: OperatorContext,
+    envelope: Envelope,
+    subscription: str,
+    claim: ClaimRecord | None,
+    *,
+    by: str,
+    reason: str,
+) -> SkipResult:
+    """Let a pair go without running it, outside any order: its claim becomes SKIPPED (final), its dead letter is
+    resolved with who and why, and its deferred row (if a deploy took it out of an order it waited in) goes, in
+    one transaction conditioned on the claim as read. The pairs the machine says a skip acknowledges: dead work,
+    and pairs the deployed catalog no longer runs or no longer orders."""
+    assert claim is not None  # every rule that acknowledges is of a state with a row
+    tenant = envelope.tenant
+    decision = f"skipped by {by} at {format_timestamp(context.now())}: {reason}"
+    claim_update: dict[str, Any] = {
+        "TableName": context.topology.inbox_table,
+        "Key": keys.claim_key(envelope.id, subscription),
+        "UpdateExpression": (
+            "SET #status = :skipped, skipped = :decision, updated_at = :now_iso "
+            "REMOVE lease_expires_at, open_dead_letter, waits_for, deferred_at"
+        ),
+        "ConditionExpression": "#status = :read",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {
+            ":skipped": {"S": SKIPPED},
+            ":read": {"S": claim.status},
+            ":decision": {"S": decision[:2000]},
+            ":now_iso": {"S": format_timestamp(context.now())},
+        },
+    }
+    if claim.status == PENDING:  # a stranded run: only once its lease is over
+        claim_update["ConditionExpression"] += " AND lease_expires_at < :now"
+        claim_update["ExpressionAttributeValues"][":now"] = {"N": str(int(context.now().timestamp() * 1000))}
+    items: list[dict[str, Any]] = [{"Update": claim_update}]
+    letter = context.inbox.dead_letter(tenant, envelope.id, subscription)
+    if letter is not None and letter.resolved is None:
+        items.append({"Update": resolved_letter_update(context, letter.key, decision)})
+    if claim.waits_for is not None:
+        items += order_release_items(context, tenant, subscription, envelope.seq)
+    transact_or_refuse(
+        context,
+        items,
+        f"{envelope.id}:{subscription} changed while skipping it (a run, a replay or a deploy's wake-up got there "
+        "first): run outbox status and try again",
+    )
+    woke = _wake_after(context, tenant, subscription)
+    return SkipResult(tenant, subscription, envelope.seq, envelope.id, False, woke)
+
+
+def _wake_after(context: OperatorContext, tenant: str, subscription: str) -> int | None:
+    """After a skip, the deferred event the deployed order now lets run (if ``subscription`` orders anything)."""
+    definition = context.deployed.find(subscription)
+    if definition is None or not definition.ordered:
+        return None
+    book = order_book(context)
+    return _woken_seq(wake(context, book, book.watermark(tenant, subscription)))
+
+
+def order_release_items(context: OperatorContext, tenant: str, subscription: str, seq: int) -> list[dict[str, Any]]:
+    """The items that take the deferred row at ``seq`` out of ``subscription``'s order for ``tenant`` (a deploy
+    took its pair out of the order): the row deleted, and the watermark's count of deferred events one less,
+    conditioned on both as read (a writer in between fails the transaction: look again). None when no row."""
+    book = order_book(context)
+    key = keys.deferred_key(tenant, subscription, seq)
+    found = context.dynamodb.get_item(TableName=context.topology.inbox_table, Key=key, ConsistentRead=True)
+    if "Item" not in found:
+        return []
+    items: list[dict[str, Any]] = [
+        {
+            "Delete": {
+                "TableName": context.topology.inbox_table,
+                "Key": key,
+                "ConditionExpression": "attribute_exists(pk)",
+            }
+        }
+    ]
+    watermark = book.watermark(tenant, subscription)
+    if watermark.version:
+        items.append(
+            {
+                "Update": {
+                    "TableName": context.topology.inbox_table,
+                    "Key": keys.watermark_key(tenant, subscription),
+                    "UpdateExpression": "SET deferred_count = :count, version = :next",
+                    "ConditionExpression": "version = :version",
+                    "ExpressionAttributeValues": {
+                        ":count": {"N": str(max(watermark.deferred - 1, 0))},
+                        ":next": {"N": str(watermark.version + 1)},
+                        ":version": {"N": str(watermark.version)},
+                    },
+                }
+            }
+        )
+    return items
+
+
+def release_from_order(context: OperatorContext, tenant: str, subscription: str, seq: int) -> None:
+    """Take the deferred row at ``seq`` out of ``subscription``'s order for ``tenant`` (``order_release_items``),
+    looking again while another writer moves the order under it."""
+    for _ in range(3):
+        items = order_release_items(context, tenant, subscription, seq)
+        if not items:
+            return
+        try:
+            context.dynamodb.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            continue
+        return
+    raise OperationRefusedError(
+        f"the order of {subscription} for {tenant} kept changing while seq {seq} was taken out of it: try again"
+    )
 
 
 def _was_deferred(claim: ClaimRecord | None) -> bool:
@@ -228,7 +272,7 @@ def _skipped_claim(context: OperatorContext, envelope: Envelope, subscription: s
 def wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Deferred | None:
     """Send the deferred event ``watermark`` lets run (if any) back to the durable queue, as the consumer
     does when it cannot run it itself; that event."""
-    ready = book.ready_deferred(watermark)
+    ready = ready_in_deployed_order(context, book, watermark)
     if ready is None:
         return None
     topology = context.topology
@@ -237,6 +281,28 @@ def wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Def
     )
     wake_ups.send(ready, watermark.applied_seq)
     return ready
+
+
+def ready_in_deployed_order(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Deferred | None:
+    """The lowest deferred event, if something may move it now: the watermark reached what it waits for; or what
+    it waits for is no longer part of the deployed order (narrowed away, removed, before ``ordered_since``), so
+    that no completion will ever wake it; or it is itself no longer part of it. Its wake-up is placed again by
+    the consumer under the deployed catalog (``outbox.pairs``): run, deferred behind its new predecessor, or run
+    the unordered way."""
+    lowest = book.deferred(watermark.tenant, watermark.subscription, limit=1)
+    if not lowest:
+        return None
+    first = lowest[0]
+    if first.waits_for <= watermark.applied_seq:
+        return first
+    itself = context.placement(first.tenant, first.seq, first.event_type, first.subscription)
+    if itself.route is not Route.IN_ORDER:
+        return first
+    try:
+        waited = context.placement(first.tenant, first.waits_for, None, first.subscription)
+    except OperationRefusedError:  # no row at that seq: verify-chain says what became of it
+        return None
+    return first if waited.route is not Route.IN_ORDER else None
 
 
 def _woken_seq(woken: Deferred | None) -> int | None:

@@ -25,9 +25,10 @@ from botocore.exceptions import ClientError
 from outbox.chain import read_event_rows
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
+from outbox.inbox import DEFERRED, PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
-from outbox.ops.ordering import order_book, wake
+from outbox.ops.ordering import order_book, ready_in_deployed_order, release_from_order, wake
+from outbox.pairs import Act, Route
 from outbox.subscriptions import Lane, Subscription
 
 EPOCH = datetime.fromtimestamp(0, tz=UTC)
@@ -67,7 +68,8 @@ def reconcile(
             f"{subscription} is ordered: it is reconciled from each tenant's watermark (what it applied last), "
             "at any age; leave out --since"
         )
-    window = _check_window(context, since) if order is None else None
+    # A subscription alone, unordered and without --since: only its pairs a deploy took out of an order.
+    window = _check_window(context, since) if order is None and (since is not None or selected is None) else None
     tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
     if not tenants:
         raise OperationRefusedError("there are no tenants: nothing to reconcile")
@@ -76,11 +78,15 @@ def reconcile(
     now = context.now()
     for done, tenant_name in enumerate(tenants):
         on_progress(f"scanning tenant {tenant_name} ({result.scanned} events so far)", done, len(tenants))
+        for one in [selected] if selected is not None else context.deployed.durable():
+            _out_of_order(context, tenant_name, one, result, dry_run)
+        candidates: Iterator[Envelope] | tuple[()]
         if order is not None:
             candidates = _in_order(context, tenant_name, order, result, dry_run)
-        else:
-            assert window is not None  # _check_window returned it
+        elif window is not None:
             candidates = _events_since(context, tenant_name, window)
+        else:
+            candidates = ()
         for envelope in candidates:
             result.scanned += 1
             names = [selected.name] if selected else _durable_names(context, envelope)
@@ -100,8 +106,8 @@ def _check_window(context: OperatorContext, since: datetime | None) -> datetime:
     """``since``, once it is a window reconcile can vouch for."""
     if since is None:
         raise OperationRefusedError(
-            "reconcile needs --since (a time or a duration back, like 7d); only an ordered --subscription is "
-            "reconciled without one"
+            "reconcile needs --since (a time or a duration back, like 7d); only a --subscription is reconciled "
+            "without one (an ordered one from its watermarks; any other for its pairs a deploy took out of an order)"
         )
     horizon = reconcile_horizon(context)
     if since < horizon:
@@ -129,7 +135,27 @@ def _durable(context: OperatorContext, name: str) -> Subscription:
 
 
 def _durable_names(context: OperatorContext, envelope: Envelope) -> list[str]:
-    return [s.name for s in context.catalog.registry.matching(envelope.type, Lane.DURABLE)]
+    return [s.name for s in context.deployed.running(envelope.type)]
+
+
+def _out_of_order(
+    context: OperatorContext, tenant: str, subscription: Subscription, result: ReconcileResult, dry_run: bool
+) -> None:
+    """Re-send every pair of ``subscription`` still deferred in an order a deploy took it out of (the
+    subscription made unordered, or ``ordered_since`` moved past it: ``outbox.pairs``, DEFERRED and
+    UNORDERED): no wake-up will come for it. Its deferred row leaves the order first; its DEFERRED claim
+    vouches for the message at any age, and it runs the unordered way. In a dry run, only named."""
+    for deferred in order_book(context).deferred(tenant, subscription.name):
+        placement = context.placement(tenant, deferred.seq, deferred.event_type, subscription.name)
+        if placement.route is Route.IN_ORDER or placement.rule(DEFERRED).reconcile is not Act.RESEND:
+            continue  # still in its order (its wake-up follows its predecessor), or left out of the catalog
+        if not dry_run:
+            release_from_order(context, tenant, subscription.name, deferred.seq)
+            image = context.event_image(tenant, deferred.seq)
+            dedup = repair_dedup_id("reconcile", deferred.event_id)
+            context.publish(image, tenant, dedup, targets=[subscription.name], repair="reconcile")
+        result.republished.append(deferred.event_id)
+        result.subscriptions.setdefault(deferred.event_id, []).append(subscription.name)
 
 
 def _in_order(
@@ -142,7 +168,7 @@ def _in_order(
     run, only named; then the events before the order's start (``_before_the_order``)."""
     book = order_book(context)
     watermark = book.watermark(tenant, subscription.name)
-    ready = book.ready_deferred(watermark) if dry_run else wake(context, book, watermark)
+    ready = ready_in_deployed_order(context, book, watermark) if dry_run else wake(context, book, watermark)
     if ready is not None:
         result.republished.append(ready.event_id)
         result.subscriptions[ready.event_id] = [subscription.name]

@@ -21,9 +21,10 @@ from outbox import keys
 from outbox.chain import read_event_rows
 from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
+from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
-from outbox.ops.ordering import order_book
+from outbox.ops.ordering import order_book, release_from_order
+from outbox.pairs import Act, Route
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class ReplayItem:
     subscription: str
     claim_status: str | None  # REPLAYING: a replay stopped after clearing the claim, before re-sending
     forced: bool = False  # a COMPLETED or unverifiable pair the operator asked to rerun (--force)
+    event_type: str | None = None  # None: read from the log when the deployed catalog's answer needs it
 
 
 @dataclass
@@ -64,13 +66,14 @@ def plan_replay(
     else:
         assert tenant is not None
         selected = _replay_dead_letters(context, tenant, subscription, since, until, force)
-    items, removed = _deployed_only(context, selected)
-    if not items and removed:
+    items, left_out = _deployed_only(context, selected)
+    if not items and left_out:
         raise OperationRefusedError(
-            f"the selection's dead work is of subscriptions the deployed catalog does not have "
-            f"({', '.join(removed)}): no consumer would run it, and its claims would wait for ever. Deploy the "
-            "subscription again to replay it; its dead letters stay open until then (outbox dead-letters list "
-            "shows them)"
+            f"the selection's dead work is of pairs the deployed catalog no longer runs ({'; '.join(left_out)}): no "
+            "consumer would run it, and its claims would wait for ever. Deploy the subscription again (or widen its "
+            "pattern) to replay it, or acknowledge it without running: outbox skip --tenant T --subscription S "
+            '--seq N (or --group ID) --reason "..."; its dead letters stay open until then (outbox dead-letters '
+            "list shows them)"
         )
     if not items:
         raise OperationRefusedError("the selection matches no dead work: nothing to replay")
@@ -78,14 +81,19 @@ def plan_replay(
 
 
 def _deployed_only(context: OperatorContext, items: list[ReplayItem]) -> tuple[list[ReplayItem], list[str]]:
-    """The items whose subscription the deployed catalog has, and the names of those it does not (removed by a
-    deploy, or renamed): a repair message naming one is acknowledged by the consumer, which runs nothing."""
-    deployed = _deployed(context)
-    kept = [item for item in items if item.subscription in deployed]
-    removed = sorted({item.subscription for item in items} - deployed)
-    if removed and kept:
-        logger.warning("replay leaves the dead work of %s: the deployed catalog does not have them", removed)
-    return kept, removed
+    """The items the deployed catalog runs, and why each of the others is left out (its subscription removed,
+    renamed, narrowed, or moved off DURABLE: ``outbox.pairs``): a repair message naming one would run
+    nothing (the consumer marks it dead again)."""
+    kept, left_out = [], []
+    for item in items:
+        placement = context.placement(item.tenant, item.event_seq, item.event_type, item.subscription)
+        if placement.route is Route.LEFT_OUT:
+            left_out.append(f"{item.event_id}:{item.subscription}: {placement.left_out_because}")
+        else:
+            kept.append(item)
+    if left_out and kept:
+        logger.warning("replay leaves dead work the deployed catalog no longer runs: %s", left_out)
+    return kept, sorted(set(left_out))
 
 
 def _deployed(context: OperatorContext) -> set[str]:
@@ -150,18 +158,25 @@ def dead_work(
     no longer dead (a take-over completed it, or it was skipped)."""
     if letter.reason == DeadReason.CONFLICT:
         return CONFLICT
-    if deployed_only and letter.subscription not in _deployed(context):
-        return f"{letter.subscription} is not in the deployed catalog: no consumer would run it (deploy it again)"
     claim = context.inbox.read_claim(letter.event_id, letter.subscription)
     status = None if claim is None else claim.status
+    if status not in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
+        return None
+    placement = context.placement(letter.tenant, letter.event_seq, letter.event_type, letter.subscription)
+    if deployed_only and placement.rule(status).replay is Act.REFUSE:
+        return f"{placement.why(status)}: no consumer would run it (deploy it again, or skip it to acknowledge it)"
     unverifiable = _dead_reason(claim) == DeadReason.UNVERIFIABLE
     if status == DEAD and unverifiable and not force:
         return UNVERIFIABLE
-    if status in (DEAD, REPLAYING):  # REPLAYING: a replay that stopped before it re-sent the event
-        return ReplayItem(
-            letter.tenant, letter.event_id, letter.event_seq, letter.subscription, status, forced=unverifiable
-        )
-    return None
+    return ReplayItem(
+        letter.tenant,
+        letter.event_id,
+        letter.event_seq,
+        letter.subscription,
+        status,
+        forced=unverifiable,
+        event_type=letter.event_type,
+    )
 
 
 def _replay_by_ids(
@@ -185,8 +200,24 @@ def _replay_by_ids(
             seq = _event_seq(context, claim)
             if claim.status == COMPLETED:
                 _refuse_if_applied_in_order(context, claim, seq)
-            items.append(ReplayItem(owner, event_id, seq, claim.subscription, claim.status, forced=_risky(claim)))
+            elif claim.status == DEFERRED:
+                _refuse_if_waiting_in_order(context, claim, seq)
+            items.append(
+                ReplayItem(owner, event_id, seq, claim.subscription, claim.status, _risky(claim), claim.event_type)
+            )
     return items
+
+
+def _refuse_if_waiting_in_order(context: OperatorContext, claim: ClaimRecord, seq: int) -> None:
+    """A DEFERRED pair still in its order waits for its predecessor, which its wake-up follows: a replay would
+    only run it out of order. One a deploy took out of the order is re-sent (``outbox.pairs``: DEFERRED,
+    UNORDERED); one left out of the catalog is refused with the others (``_deployed_only``)."""
+    placement = context.placement(claim.tenant, seq, claim.event_type, claim.subscription)
+    if placement.route is Route.IN_ORDER:
+        raise OperationRefusedError(
+            f"{claim.event_id}:{claim.subscription} waits in tenant {claim.tenant}'s order for seq {claim.waits_for}: "
+            "it runs when that one is applied. outbox status says what holds the order up"
+        )
 
 
 def _risky(claim: ClaimRecord) -> bool:
@@ -213,11 +244,7 @@ def _refuse_if_applied_in_order(context: OperatorContext, claim: ClaimRecord, se
     """An ordered subscription applies each event of its order once, in seq order: its watermark has passed a
     completed pair, and the consumer would skip the replayed message. Refused instead of reported as
     republished (an event before the order's start is no part of it, and is replayed like any pair)."""
-    definition = next((s for s in context.catalog.registry.subscriptions if s.name == claim.subscription), None)
-    if definition is None or not definition.ordered:
-        return
-    occurred_at = context.event_image(claim.tenant, seq)["occurred_at"]["S"]
-    if not definition.in_order(occurred_at):
+    if context.placement(claim.tenant, seq, claim.event_type, claim.subscription).route is not Route.IN_ORDER:
         return
     watermark = order_book(context).watermark(claim.tenant, claim.subscription)
     if watermark.applied_seq >= seq:
@@ -237,7 +264,11 @@ def replay(
     now = context.now()
     for done, item in enumerate(items, start=1):
         allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
-        if item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):
+        if item.claim_status == DEFERRED:
+            # Out of its order since a deploy: claimable as it is, once its deferred row no longer holds a place.
+            release_from_order(context, item.tenant, item.subscription, item.event_seq)
+            result.cleared.append(item)
+        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):
             result.cleared.append(item)
         on_progress("clearing claims", done, len(items))
     by_event: dict[tuple[str, int, str], list[str]] = {}

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from outbox.liveness import pipe_states as read_pipe_states
 from outbox.ops.context import OperatorContext
-from outbox.ops.ordering import Blocked, blocked
+from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
 from outbox.verification import ChainReport, verify_chain
 
@@ -209,7 +209,7 @@ def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:
         dead_letters,
         verified_from_seq=report.verified_from_seq,
         anchor_seq=report.anchor_seq,
-        tamper_findings=audit.finding_count(tenant, after=reset.observed_at if reset else None) if audit else 0,
+        tamper_findings=audit.finding_count(tenant, after=reset) if audit else 0,
         break_reason=report.reason.value if report.reason else None,
         last_reset=f"{reset.observed_at}: {reset.detail}" if reset else None,
         anchored_at=report.anchored_at,

@@ -1,0 +1,9 @@
+"""A pair's life: the (event, subscription) pair's states and transitions as data (``machine``), and the one
+answer to what the deployed catalog does with a pair now (``deployed``)."""
+
+from __future__ import annotations
+
+from outbox.pairs.deployed import DeployedCatalog, Placement
+from outbox.pairs.machine import Act, Outcome, Route, Rule, State, Step, rule, state_of
+
+__all__ = ["Act", "DeployedCatalog", "Outcome", "Placement", "Route", "Rule", "State", "Step", "rule", "state_of"]

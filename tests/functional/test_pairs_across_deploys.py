@@ -1,0 +1,306 @@
+"""A deploy changes what the catalog does with a pair, never what the pair is: each repair asks the one answer
+(``outbox.pairs``) and no pair is lost, doubled or blocked where a deploy meets dead, deferred or replayed work.
+
+Each test here is one of the ways the fourth review found to lose or block work (they failed before
+``outbox.pairs``): a narrowed ordered subscription behind a dead event, a replay after a deploy that narrows a
+pattern or moves a subscription off DURABLE, a dead pair from before ``ordered_since`` that could not be skipped,
+and deferred events a deploy took out of the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+import pytest
+
+from outbox import Envelope, TerminalError
+from outbox.consumer import DurableConsumer
+from outbox.exceptions import OperationRefusedError
+from outbox.inbox import DEAD, DEFERRED
+from outbox.ops.context import OperatorContext
+from outbox.ops.order_status import NOT_IN_ORDER, OUT_OF_ORDER, blocked
+from outbox.ops.ordering import skip
+from outbox.ops.reconcile import reconcile
+from outbox.ops.replay import plan_replay, replay
+from outbox.ops.status import Status
+from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+from tests.functional.inbox_harness import Harness, HarnessFactory, Recorder, operator_context
+from tests.functional.test_ordered_subscriptions import AUDIT, LEDGER, Applied, emit, ordered_harness, watermark
+
+
+def deploy(h: Harness, subscriptions: Iterable[Subscription]) -> OperatorContext:
+    """The same tables and queue with a consumer (and operator tools) of the deployed ``subscriptions``."""
+    deployed = list(subscriptions)
+    consumer = DurableConsumer(SubscriptionRegistry.of(deployed), h.inbox, h.store, wake_ups=h.consumer.wake_ups)
+    h.esm.handler = consumer.handle
+    h.consumer = consumer
+    return operator_context(h, deployed)
+
+
+def ledger(h: Harness, pattern: str = "account.*", **options: object) -> Subscription:
+    return Subscription(LEDGER, pattern, Lane.DURABLE, h.recorder.handler, **options)  # type: ignore[arg-type]
+
+
+def open_letters(h: Harness) -> list[tuple[str, str]]:
+    """(event id, subscription) of every open dead letter of tenant acme (conflict records aside)."""
+    return sorted(
+        (row["event_id"]["S"], row["subscription"]["S"])
+        for row in h.dead_letters()
+        if "resolved" not in row and row["reason"]["S"] != "conflict"
+    )
+
+
+def dead_then_deferred(make_harness: HarnessFactory) -> tuple[Harness, Applied, Envelope, Envelope]:
+    """The ledger (ordered) dies on seq 1 for good; seq 2 waits behind it, DEFERRED."""
+    h, applied = ordered_harness(make_harness)
+    first, second = emit(h, "account.opened"), emit(h, "account.credited")
+    applied.fail[1] = lambda: TerminalError("unknown account")
+    h.publish(first)
+    h.publish(second)
+    h.esm.drain()
+    assert (h.claim_status(LEDGER, first), h.claim_status(LEDGER, second)) == (DEAD, DEFERRED)
+    return h, applied, first, second
+
+
+# -- 2: narrowing an ordered subscription while its order waits behind a dead event ----------------------------
+
+
+def test_a_narrowed_order_waiting_behind_an_event_it_no_longer_has_is_named_and_moves_on(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1, when a deploy narrows the ledger so seq 1 no longer matches
+    h, applied, first, second = dead_then_deferred(make_harness)
+    context = deploy(h, [ledger(h, "account.credited", ordered=True)])
+
+    # Then status says the order waits for an event it no longer has, and names the commands that move it
+    (stuck,) = blocked(context)
+    assert stuck.waits_for_seq == 1
+    assert stuck.waits_for_state.startswith(NOT_IN_ORDER)
+    assert "outbox reconcile --tenant acme --subscription ledger.fold" in stuck.hint
+    assert "outbox skip --tenant acme --subscription ledger.fold --seq 1" in stuck.hint
+    # A replay of seq 1 is refused (nothing would run it), never reported under way
+    with pytest.raises(OperationRefusedError, match="no longer runs"):
+        plan_replay(context, tenant="acme")
+
+    # When the operator runs the two commands status names
+    result = reconcile(context, None, subscription=LEDGER)
+    h.esm.drain()
+    skipped = skip(context, "acme", LEDGER, 1, by="oncall", reason="no longer ours")
+
+    # Then seq 2 ran once, seq 1's dead letter is acknowledged, and nothing waits
+    assert second.id in result.republished
+    assert applied.seqs == {"acme": [2]}
+    assert (h.claim_status(LEDGER, first), skipped.already) == ("SKIPPED", False)
+    assert open_letters(h) == []
+    assert blocked(context) == []
+    assert watermark(h).applied_seq == 2
+
+
+def test_skipping_the_left_out_event_first_also_sends_the_waiting_one_on(make_harness: HarnessFactory) -> None:
+    h, applied, _first, _second = dead_then_deferred(make_harness)
+    context = deploy(h, [ledger(h, "account.credited", ordered=True)])
+
+    result = skip(context, "acme", LEDGER, 1, by="oncall", reason="no longer ours")
+    h.esm.drain()
+
+    assert result.woke_seq == 2
+    assert applied.seqs == {"acme": [2]}
+    assert blocked(context) == []
+    assert open_letters(h) == []
+
+
+# -- 3: replay after a deploy that narrows a pattern or moves a subscription off DURABLE --------------------------
+
+
+def dead_unordered(make_harness: HarnessFactory) -> tuple[Harness, Envelope]:
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours[AUDIT] = lambda _d: (_ for _ in ()).throw(TerminalError("no such account"))
+        return [recorder.subscription(AUDIT, "account.*")]
+
+    h = make_harness(subscriptions)
+    event = emit(h, "account.opened")
+    h.publish(event)
+    h.esm.drain()
+    assert h.claim_status(AUDIT, event) == DEAD
+    h.recorder.behaviours[AUDIT] = lambda _d: None  # the fix
+    return h, event
+
+
+@pytest.mark.parametrize(
+    ("change", "because"),
+    [
+        ("narrowed", "matches 'account.credited' now"),
+        ("moved to LOCAL", "on the LOCAL lane now"),
+    ],
+)
+def test_a_replay_of_a_pair_the_deployed_catalog_no_longer_runs_is_refused_and_its_letter_stays_open(
+    make_harness: HarnessFactory, change: str, because: str
+) -> None:
+    h, event = dead_unordered(make_harness)
+    if change == "narrowed":
+        deployed = Subscription(AUDIT, "account.credited", Lane.DURABLE, h.recorder.handler)
+    else:
+        deployed = Subscription(AUDIT, "account.*", Lane.LOCAL, h.recorder.handler)
+    context = deploy(h, [deployed])
+
+    for select in ({"tenant": "acme"}, {"event_ids": [event.id]}):
+        with pytest.raises(OperationRefusedError, match=because):
+            plan_replay(context, **select)  # type: ignore[arg-type]
+
+    assert h.claim_status(AUDIT, event) == DEAD
+    assert open_letters(h) == [(event.id, AUDIT)]
+    # The one command that moves it: acknowledged, final
+    skip(context, "acme", AUDIT, event.seq, by="oncall", reason="no longer ours")
+    assert (h.claim_status(AUDIT, event), open_letters(h)) == ("SKIPPED", [])
+
+
+def test_a_replay_that_raced_a_narrowing_deploy_is_dead_again_with_an_open_letter_not_replaying_for_ever(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given a replay planned and sent under the old catalog
+    h, event = dead_unordered(make_harness)
+    replay(operator_context(h), plan_replay(operator_context(h), tenant="acme"))
+    assert open_letters(h) == []  # the replay resolved it: the message is on its way
+
+    # When a deploy narrows the subscription before the message is received
+    context = deploy(h, [Subscription(AUDIT, "account.credited", Lane.DURABLE, h.recorder.handler)])
+    h.esm.drain()
+
+    # Then nothing ran it, and it is dead again with a letter that says why (status and groups show it)
+    assert h.runs(AUDIT, event) == 1
+    assert h.claim_status(AUDIT, event) == DEAD
+    assert open_letters(h) == [(event.id, AUDIT)]
+    (letter,) = [row for row in h.dead_letters() if "resolved" not in row]
+    assert (letter["reason"]["S"], letter["error_type"]["S"]) == ("left_out", "LeftOutByDeploy")
+    assert "matches 'account.credited' now" in letter["error"]["S"]
+    assert reconcile(context, h.clock() - timedelta(hours=1)).republished == []
+
+
+# -- 4: a dead pair from before ordered_since -----------------------------------------------------------------
+
+
+def test_a_dead_pair_from_before_the_order_s_start_can_be_skipped(make_harness: HarnessFactory) -> None:
+    # Given a ledger pair that died while the ledger was unordered
+    h, event = dead_unordered_ledger(make_harness)
+    # When the ledger is made ordered from a later moment
+    h.clock.advance(1)
+    since = h.clock()
+    h.clock.advance(1)
+    context = deploy(h, [ledger(h, ordered=True, ordered_since=since)])
+
+    # Then the operator can acknowledge it without running it: not through the order, which it is not part of
+    result = skip(context, "acme", LEDGER, event.seq, by="oncall", reason="booked by hand")
+    assert (result.already, result.woke_seq) == (False, None)
+    assert h.claim_status(LEDGER, event) == "SKIPPED"
+    assert open_letters(h) == []
+    assert watermark(h).applied_seq == 0, "the order never heard of it"
+
+
+def dead_unordered_ledger(make_harness: HarnessFactory) -> tuple[Harness, Envelope]:
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours[LEDGER] = lambda _d: (_ for _ in ()).throw(TerminalError("closed"))
+        return [recorder.subscription(LEDGER, "account.*")]
+
+    h = make_harness(subscriptions)
+    event = emit(h)
+    h.publish(event)
+    h.esm.drain()
+    assert h.claim_status(LEDGER, event) == DEAD
+    return h, event
+
+
+# -- 6: a deploy that takes deferred events out of the order --------------------------------------------------
+
+
+def test_deferred_events_of_a_subscription_made_unordered_are_named_by_status_and_run_once(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1
+    h, applied, _first, second = dead_then_deferred(make_harness)
+    # When a deploy makes the ledger unordered, and the dead predecessor is replayed after the fix
+    h.recorder.behaviours[LEDGER] = applied
+    del applied.fail[1]
+    context = deploy(h, [ledger(h)])
+    replay(context, plan_replay(context, tenant="acme"))
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1]}, "the replay ran seq 1 unordered, which wakes nothing"
+
+    # Then status names seq 2, which no wake-up will reach, and the command that moves it
+    (stranded,) = blocked(context)
+    assert (stranded.subscription, stranded.waits_for_seq, stranded.waits_for_state) == (LEDGER, 2, OUT_OF_ORDER)
+    assert "outbox reconcile --tenant acme --subscription ledger.fold" in stranded.hint
+    status_lines = Status(queues={}, pipes={}, tenants=[], poison_pills_today=0, blocked=[stranded]).problems()
+    assert any("no wake-up will come" in line for line in status_lines)
+
+    # When the operator runs it, it runs once, and nothing is left deferred
+    reconcile(context, None, subscription=LEDGER)
+    h.esm.drain()
+    assert applied.seqs == {"acme": [1, 2]}
+    assert h.claim_status(LEDGER, second) == "COMPLETED"
+    assert blocked(context) == []
+    assert reconcile(context, None, subscription=LEDGER).republished == []
+
+
+def test_a_deferred_event_replayed_by_id_after_the_order_was_dropped_runs_once(make_harness: HarnessFactory) -> None:
+    h, applied, _first, second = dead_then_deferred(make_harness)
+    h.recorder.behaviours[LEDGER] = applied
+    context = deploy(h, [ledger(h)])
+
+    replay(context, plan_replay(context, event_ids=[second.id], subscription=LEDGER))
+    h.esm.drain()
+
+    assert applied.seqs == {"acme": [2]}
+    assert blocked(context) == []
+
+
+def test_a_deferred_event_still_in_its_order_is_not_replayed_by_id(make_harness: HarnessFactory) -> None:
+    h, _applied, _first, second = dead_then_deferred(make_harness)
+    with pytest.raises(OperationRefusedError, match="waits in tenant acme's order for seq 1"):
+        plan_replay(operator_context(h), event_ids=[second.id], subscription=LEDGER)
+
+
+def moved_start(make_harness: HarnessFactory) -> tuple[Harness, Applied, Envelope, Envelope, OperatorContext]:
+    """seq 2 deferred behind a dead seq 1; then a deploy moves ordered_since past both."""
+    h, applied, first, second = dead_then_deferred(make_harness)
+    h.clock.advance(1)
+    since = h.clock()
+    h.clock.advance(1)
+    context = deploy(h, [ledger(h, ordered=True, ordered_since=since)])
+    h.recorder.behaviours[LEDGER] = applied
+    return h, applied, first, second, context
+
+
+def test_ordered_since_moved_past_a_deferred_event_is_named_and_reconciled_the_unordered_way(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied, first, second, context = moved_start(make_harness)
+
+    # Status names seq 2, and reconcile runs it once, the unordered way; seq 1 is acknowledged
+    (stranded,) = blocked(context)
+    assert (stranded.waits_for_seq, stranded.waits_for_state) == (2, OUT_OF_ORDER)
+    reconcile(context, None, subscription=LEDGER)
+    h.esm.drain()
+    skip(context, "acme", LEDGER, first.seq, by="oncall", reason="before the order")
+
+    assert applied.seqs == {"acme": [2]}
+    assert (h.claim_status(LEDGER, second), h.effects(LEDGER, second)) == ("COMPLETED", 1)
+    assert blocked(context) == []
+    assert open_letters(h) == []
+    assert watermark(h).applied_seq == 0, "neither is part of the order"
+
+
+def test_ordered_since_moved_past_a_deferred_event_the_next_completion_sends_it_the_unordered_way(
+    make_harness: HarnessFactory,
+) -> None:
+    h, applied, _first, second, context = moved_start(make_harness)
+    third = emit(h, "account.credited")
+    h.publish(third)
+    h.esm.drain()
+
+    # The order's first completion wakes seq 2, which is not part of the order: it runs from its wake-up, once,
+    # the unordered way, and never moves the watermark (nor is it taken for applied because the watermark is past)
+    assert applied.seqs == {"acme": [3, 2]}
+    assert (h.claim_status(LEDGER, second), h.effects(LEDGER, second)) == ("COMPLETED", 1)
+    assert watermark(h).applied_seq == 3
+    assert blocked(context) == []

@@ -106,12 +106,12 @@ class RedriveMethod(StrEnum):
 def skip(
     ctx: typer.Context,
     reason: Annotated[str, typer.Option(metavar="TEXT", help="why it may go on without this event (recorded)")],
-    tenant: Annotated[
-        str | None, typer.Option(metavar="TENANT", help="the tenant whose ordered subscription is blocked")
+    tenant: Annotated[str | None, typer.Option(metavar="TENANT", help="the tenant of the pair")] = None,
+    subscription: Annotated[
+        str | None, typer.Option(metavar="SUBSCRIPTION", help="the subscription of the pair")
     ] = None,
-    subscription: Annotated[str | None, typer.Option(metavar="SUBSCRIPTION", help="the ordered subscription")] = None,
     seq: Annotated[
-        int | None, typer.Option(metavar="SEQ", help="the seq it waits for (outbox status shows it)")
+        int | None, typer.Option(metavar="SEQ", help="the event's seq (outbox status shows the one an order waits for)")
     ] = None,
     group: Annotated[
         str | None, typer.Option(metavar="GROUP", help="every pair of one failure group (outbox dead-letters groups)")
@@ -123,11 +123,13 @@ def skip(
     yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Let an ordered subscription go on without one event (--tenant, --subscription, --seq): the next in its
-    order, not applied and not running (a dead one, typically). Final: a replay never runs a skipped event.
-    Sends the event that waited for it back to the queue. Running it again for the same seq only sends that
-    again. With --group: every dead pair of one failure group, each recorded and final (an ordered pair only
-    when it is next in its order: run it again for the rest); exit 1 if any was refused."""
+    """Let a pair go without running it (--tenant, --subscription, --seq), recorded and final: a replay never
+    runs a skipped pair. In an ordered subscription's order: the next event, not applied and not running (a dead
+    one, typically); the event that waited for it goes back to the queue, and running it again for the same seq
+    only sends that again. Outside any order: acknowledges dead work (of an unordered subscription, from before
+    ordered_since, or one the deployed catalog no longer runs) and an event a deploy took out of its order. With
+    --group: every dead pair of one failure group, each the same way (an ordered pair only when it is next in
+    its order: run it again for the rest); exit 1 if any was refused."""
     context = command_context(ctx, as_json)
     decided_by = by or getpass.getuser()
     if group is not None:

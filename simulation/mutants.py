@@ -515,11 +515,11 @@ MUTANTS: tuple[Mutant, ...] = (
         id="replay-resolves-at-clear",
         module=REPLAY,
         original=(
-            "        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "        if item.claim_status in (DEFERRED, REPLAYING) or _clear_claim(context, item, allowed, now):\n"
             "            result.cleared.append(item)\n"
         ),
         replacement=(
-            "        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):\n"
+            "        if item.claim_status in (DEFERRED, REPLAYING) or _clear_claim(context, item, allowed, now):\n"
             "            result.cleared.append(item)\n"
             '            _resolve_dead_letter(context, item.tenant, item.event_id, item.subscription, "replayed")\n'
         ),

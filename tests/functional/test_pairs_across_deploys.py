@@ -24,8 +24,17 @@ from outbox.ops.ordering import skip
 from outbox.ops.reconcile import reconcile
 from outbox.ops.replay import plan_replay, replay
 from outbox.ops.status import Status
+from outbox.ordering import OrderBook
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
-from tests.functional.inbox_harness import Harness, HarnessFactory, Recorder, operator_context
+from tests.functional.conftest import EVENTS_TABLE
+from tests.functional.inbox_harness import (
+    INBOX_TABLE,
+    Harness,
+    HarnessFactory,
+    Recorder,
+    WorkerCrash,
+    operator_context,
+)
 from tests.functional.test_ordered_subscriptions import AUDIT, LEDGER, Applied, emit, ordered_harness, watermark
 
 
@@ -51,10 +60,20 @@ def open_letters(h: Harness) -> list[tuple[str, str]]:
     )
 
 
-def dead_then_deferred(make_harness: HarnessFactory) -> tuple[Harness, Applied, Envelope, Envelope]:
+def assert_counted(h: Harness, *, waiting: int = 0) -> None:
+    """The ledger's order for acme holds ``waiting`` deferred rows, and its watermark counts exactly those: a row
+    that left the order without lowering the count (or the reverse) would make the order look held up for ever."""
+    book = OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb, clock=h.clock)
+    rows = book.deferred("acme", LEDGER)
+    assert (len(rows), watermark(h).deferred) == (waiting, waiting)
+
+
+def dead_then_deferred(
+    make_harness: HarnessFactory, types: tuple[str, str] = ("account.opened", "account.credited")
+) -> tuple[Harness, Applied, Envelope, Envelope]:
     """The ledger (ordered) dies on seq 1 for good; seq 2 waits behind it, DEFERRED."""
     h, applied = ordered_harness(make_harness)
-    first, second = emit(h, "account.opened"), emit(h, "account.credited")
+    first, second = emit(h, types[0]), emit(h, types[1])
     applied.fail[1] = lambda: TerminalError("unknown account")
     h.publish(first)
     h.publish(second)
@@ -240,6 +259,7 @@ def test_deferred_events_of_a_subscription_made_unordered_are_named_by_status_an
     assert h.claim_status(LEDGER, second) == "COMPLETED"
     assert blocked(context) == []
     assert reconcile(context, None, subscription=LEDGER).republished == []
+    assert_counted(h)
 
 
 def test_a_deferred_event_replayed_by_id_after_the_order_was_dropped_runs_once(make_harness: HarnessFactory) -> None:
@@ -252,6 +272,7 @@ def test_a_deferred_event_replayed_by_id_after_the_order_was_dropped_runs_once(m
 
     assert applied.seqs == {"acme": [2]}
     assert blocked(context) == []
+    assert_counted(h)
 
 
 def test_a_deferred_event_still_in_its_order_is_not_replayed_by_id(make_harness: HarnessFactory) -> None:
@@ -288,6 +309,7 @@ def test_ordered_since_moved_past_a_deferred_event_is_named_and_reconciled_the_u
     assert blocked(context) == []
     assert open_letters(h) == []
     assert watermark(h).applied_seq == 0, "neither is part of the order"
+    assert_counted(h)
 
 
 def test_ordered_since_moved_past_a_deferred_event_the_next_completion_sends_it_the_unordered_way(
@@ -304,3 +326,103 @@ def test_ordered_since_moved_past_a_deferred_event_the_next_completion_sends_it_
     assert (h.claim_status(LEDGER, second), h.effects(LEDGER, second)) == ("COMPLETED", 1)
     assert watermark(h).applied_seq == 3
     assert blocked(context) == []
+    assert_counted(h)
+
+
+def test_a_reconciled_out_of_order_event_keeps_its_place_in_status_until_the_consumer_runs_it(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1, and a deploy that makes the ledger unordered
+    h, applied, _first, second = dead_then_deferred(make_harness)
+    h.recorder.behaviours[LEDGER] = applied
+    context = deploy(h, [ledger(h)])
+
+    # When reconcile sends it, and nothing has received the message yet (the reconcile may stop right here)
+    assert reconcile(context, None, subscription=LEDGER).republished == [second.id]
+
+    # Then it is still named, with its row and count: an interruption leaves it for the next reconcile
+    assert [one.waits_for_seq for one in blocked(context)] == [2]
+    assert_counted(h, waiting=1)
+    # And once the consumer runs it, the row and the count leave the order together
+    h.esm.drain()
+    assert applied.seqs == {"acme": [2]}
+    assert blocked(context) == []
+    assert_counted(h)
+
+
+def test_a_woken_event_the_narrowed_order_no_longer_has_is_never_run_in_place(make_harness: HarnessFactory) -> None:
+    # Given seq 2 (account.opened) deferred behind a dead seq 1 (account.credited)
+    h, applied, first, second = dead_then_deferred(make_harness, ("account.credited", "account.opened"))
+
+    # When a deploy narrows the ledger to account.credited, and seq 1 is replayed after the fix
+    del applied.fail[1]
+    context = deploy(h, [ledger(h, "account.credited", ordered=True)])
+    replay(context, plan_replay(context, event_ids=[first.id], subscription=LEDGER))
+    h.esm.drain()
+
+    # Then seq 1's completion wakes seq 2, which the ledger no longer runs: never run (not in place, not from its
+    # wake-up), dead with a letter that says why, and out of the order with its count
+    assert applied.seqs == {"acme": [1]}
+    assert h.claim_status(LEDGER, second) == DEAD
+    assert open_letters(h) == [(second.id, LEDGER)]
+    assert_counted(h)
+    assert blocked(context) == []
+
+
+def test_a_run_under_way_when_a_deploy_leaves_it_out_is_dead_with_a_letter_and_its_order_goes_on(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 and seq 3 (account.opened) deferred behind seq 1 (account.credited), and a worker killed inside
+    # seq 2's handler right after seq 1 completed: seq 2 is PENDING, its lease running, still in the order
+    h, applied = ordered_harness(make_harness)
+    first, second, third = emit(h, "account.credited"), emit(h, "account.opened"), emit(h, "account.opened")
+    h.publish(second)
+    h.publish(third)
+    h.esm.drain()
+    crashes = iter([WorkerCrash("killed inside seq 2's handler")])
+    applied.fail[2] = lambda: next(crashes, None)
+    h.publish(first)
+    assert h.esm.poll() is not None
+    assert (h.claim_status(LEDGER, second), applied.seqs) == ("PENDING", {"acme": [1]})
+
+    # When a deploy narrows the ledger to account.credited before anything else runs
+    context = deploy(h, [ledger(h, "account.credited", ordered=True)])
+    h.esm.drain()
+
+    # Then neither opened event runs, each is dead with a letter that says why (status and the failure groups show
+    # it: nothing waits as if it were running), the order holds nothing, and each can be acknowledged
+    assert applied.seqs == {"acme": [1]}
+    assert (h.claim_status(LEDGER, second), h.claim_status(LEDGER, third)) == (DEAD, DEAD)
+    assert open_letters(h) == sorted([(second.id, LEDGER), (third.id, LEDGER)])
+    assert_counted(h)
+    assert blocked(context) == []
+    for event in (second, third):
+        skip(context, "acme", LEDGER, event.seq, by="oncall", reason="no longer ours")
+    assert open_letters(h) == []
+
+
+def test_a_pair_acknowledged_outside_the_order_is_skipped_in_it_once_a_deploy_orders_it_again(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1, the ledger moved to LOCAL, and seq 1 acknowledged there
+    h, applied, first, _second = dead_then_deferred(make_harness)
+    h.recorder.behaviours[LEDGER] = applied
+    del applied.fail[1]
+    local = deploy(h, [Subscription(LEDGER, "account.*", Lane.LOCAL, h.recorder.handler)])
+    skip(local, "acme", LEDGER, first.seq, by="oncall", reason="booked by hand")
+    assert (h.claim_status(LEDGER, first), watermark(h).applied_seq) == ("SKIPPED", 0)
+
+    # When a deploy orders the ledger again: its watermark never heard of that skip
+    context = deploy(h, [ledger(h, ordered=True)])
+
+    # Then status names the skip that moves the order past seq 1, and seq 2 runs once after it
+    (stuck,) = blocked(context)
+    assert (stuck.waits_for_seq, stuck.waits_for_state) == (1, "SKIPPED")
+    assert "outbox skip --tenant acme --subscription ledger.fold --seq 1" in stuck.hint
+    result = skip(context, "acme", LEDGER, first.seq, by="oncall", reason="booked by hand")
+    h.esm.drain()
+    assert (result.already, result.woke_seq) == (False, 2)
+    assert applied.seqs == {"acme": [2]}
+    assert watermark(h).applied_seq == 2
+    assert blocked(context) == []
+    assert_counted(h)

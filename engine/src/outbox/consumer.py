@@ -21,6 +21,7 @@ from outbox import keys
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
+from outbox.delivery.left_out import LeftOut
 from outbox.delivery.log_check import LogCheck, ReadAhead, read_record
 from outbox.delivery.path import (
     DeliveryOutcome,
@@ -33,10 +34,14 @@ from outbox.delivery.path import (
 )
 from outbox.delivery.timing import LeasePolicy, RunTimes
 from outbox.envelope import Envelope
-from outbox.exceptions import ContractViolationError, EnvelopeParseError, OutboxValidationError
+from outbox.exceptions import (
+    ContractViolationError,
+    EnvelopeParseError,
+    OutboxValidationError,
+)
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
-from outbox.pairs import Act, DeployedCatalog, Route, State, rule
+from outbox.pairs import DeployedCatalog, Route
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
@@ -114,6 +119,7 @@ class DurableConsumer:
         )
         self.log_check = LogCheck(store)
         self.lease = LeasePath(self.attempts)
+        self.left_out = LeftOut(self.attempts, self.lease, lambda: self.ordered)
         self.direct = DirectPath(self.attempts, self.lease)
         self._wake_ups = wake_ups
         if ordered:
@@ -223,7 +229,8 @@ class DurableConsumer:
             (message.envelope.tenant, subscription.name)
             for message in messages
             for subscription in self._subscriptions(message)
-            if self.deployed.route_of(subscription, message.envelope.occurred_at) is Route.IN_ORDER
+            if self.deployed.route_of(subscription, message.envelope.type, message.envelope.occurred_at)
+            is Route.IN_ORDER
         ]
 
     # -- one message ----------------------------------------------------------------------------------
@@ -248,7 +255,7 @@ class DurableConsumer:
         log = {"event_id": envelope.id, "correlation_id": envelope.correlation_id, "tenant": envelope.tenant}
         subscriptions = self._subscriptions(message)
         if message.targets is not None:
-            self._left_out(envelope, message.targets, subscriptions, message.receive_count)
+            self.left_out.record(self.deployed, envelope, message.targets, subscriptions, message.receive_count)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self.attempts.count(Metric.UNMATCHED)
@@ -327,37 +334,13 @@ class DurableConsumer:
         subscription became ordered after it had run) is not part of the order: it is delivered as the
         subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
         and replayed) runs once, and nothing waits for it."""
-        if self.deployed.route_of(pair.subscription, pair.envelope.occurred_at) is Route.IN_ORDER:
+        if self.deployed.route_of(pair.subscription, pair.envelope.type, pair.envelope.occurred_at) is Route.IN_ORDER:
             return self.ordered
         if DirectPath.takes(pair):
             return self.direct
         return self.lease
 
     # -- what never reaches a path --------------------------------------------------------------------
-
-    def _left_out(
-        self, envelope: Envelope, targets: Iterable[str], running: tuple[Subscription, ...], receive_count: int
-    ) -> None:
-        """A repair's message names pairs the deployed catalog no longer runs (a deploy removed, renamed or
-        narrowed their subscription, or moved it off DURABLE since the repair was sent): each that waited for
-        it (REPLAYING, DEFERRED) is made dead again with a dead letter that says why, so that no repair is
-        reported under way while nothing will ever run it (``outbox.pairs.machine``: the MARK_DEAD rules)."""
-        names = {subscription.name for subscription in running}
-        for name in sorted(set(targets) - names):
-            placement = self.deployed.place(name, envelope.type, envelope.occurred_at)
-            statuses = tuple(state.value for state in State if rule(state, placement.route).consumer is Act.MARK_DEAD)
-            if not statuses:
-                continue  # the deployed catalog runs it after all (another lane's dispatcher, say): not ours
-            why = placement.left_out_because
-            if self.inbox.mark_left_out(envelope, name, why, statuses, receive_count):
-                logger.error(
-                    "repair of %s:%s not run: %s",
-                    envelope.id,
-                    name,
-                    why,
-                    extra={"event_id": envelope.id, "subscription": name, "tenant": envelope.tenant},
-                )
-                self.attempts.count(Metric.DEAD_LETTERS)
 
     def _refuse(
         self, envelope: Envelope, subscriptions: tuple[Subscription, ...], doubt: tuple[str, str], receive_count: int

@@ -33,7 +33,6 @@ Key layout (``outbox.keys``): ``TENANT#<tenant>#ORDER#<subscription>`` holds ``W
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -42,9 +41,9 @@ from typing import Any
 from outbox import clock as engine_clock
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import OutboxError, WatermarkMovedError
-from outbox.messages import relay_body, repair_attributes
+from outbox.exceptions import WatermarkMovedError
 from outbox.subscriptions import Subscription
+from outbox.wake_ups import WakeUps  # the messages that put a deferred event back on the queue
 
 __all__ = ["Deferred", "OrderBook", "Skip", "WakeUps", "Watermark", "WatermarkMovedError"]
 
@@ -325,6 +324,34 @@ class OrderBook:
         }
         return [{"Put": {"TableName": self.inbox_table, "Item": row}}, {"Update": update}]
 
+    def release_items(self, tenant: str, subscription: str, seq: int) -> list[dict[str, Any]]:
+        """The items that take the deferred row at ``seq`` out of ``subscription``'s order for ``tenant`` (a deploy
+        took its pair out of the order, or an operator skips it): the row deleted, and the watermark's count of
+        deferred events one less, conditioned on both as read (a writer in between cancels the transaction: read
+        again). Empty when there is no row. Every deferred row leaves through these items or ``advance_items``,
+        so the watermark's count is always the number of rows that wait."""
+        key = keys.deferred_key(tenant, subscription, seq)
+        found = self.client.get_item(TableName=self.inbox_table, Key=key, ConsistentRead=True)
+        if "Item" not in found:
+            return []
+        items: list[dict[str, Any]] = [
+            {"Delete": {"TableName": self.inbox_table, "Key": key, "ConditionExpression": "attribute_exists(pk)"}}
+        ]
+        watermark = self.watermark(tenant, subscription)
+        if watermark.version:
+            values = {
+                ":count": {"N": str(max(watermark.deferred - 1, 0))},
+                ":next": {"N": str(watermark.version + 1)},
+            }
+            update = {
+                "TableName": self.inbox_table,
+                "Key": keys.watermark_key(tenant, subscription),
+                "UpdateExpression": "SET deferred_count = :count, version = :next",
+                **_versioned(watermark, values),
+            }
+            items.append({"Update": update})
+        return items
+
     def skip_record(self, envelope: Envelope, subscription: str, by: str, reason: str) -> dict[str, Any]:
         return {
             "Put": {
@@ -350,33 +377,3 @@ def _versioned(watermark: Watermark, values: dict[str, Any]) -> dict[str, Any]:
         "ConditionExpression": "version = :version",
         "ExpressionAttributeValues": {**values, ":version": {"N": str(watermark.version)}},
     }
-
-
-class WakeUps:
-    """Sends a deferred event back to the durable queue once it may run: its event row as the relay sends it,
-    for the one subscription it waits in (a repair message), in its tenant's group.
-
-    The deduplication id is the same for the same (event, subscription, watermark): a wake-up sent twice (a
-    redelivery of the message whose completion sent it) is one message for SQS's five minutes, and a later
-    duplicate finds the pair done."""
-
-    def __init__(self, queue_url: str, *, sqs: Any, dynamodb: Any, events_table: str) -> None:
-        self.queue_url = queue_url
-        self.sqs = sqs
-        self.dynamodb = dynamodb
-        self.events_table = events_table
-
-    def send(self, deferred: Deferred, applied_seq: int) -> None:
-        item = self.dynamodb.get_item(
-            TableName=self.events_table, Key=keys.event_key(deferred.tenant, deferred.seq), ConsistentRead=True
-        ).get("Item")
-        if item is None:  # the log lost a row it had: the chain check reports it; nothing to send
-            raise OutboxError(f"tenant {deferred.tenant!r} has no event at seq {deferred.seq} to wake")
-        identity = f"{deferred.event_id}:{deferred.subscription}:{applied_seq}"
-        self.sqs.send_message(
-            QueueUrl=self.queue_url,
-            MessageBody=relay_body(item),
-            MessageGroupId=deferred.tenant,
-            MessageDeduplicationId="wake-" + hashlib.sha256(identity.encode()).hexdigest()[:64],
-            MessageAttributes=repair_attributes([deferred.subscription]),
-        )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.path import (
@@ -25,7 +26,13 @@ from outbox.exceptions import CallerWriteConditionFailedError, LeaseLostError, W
 from outbox.inbox import Claim
 from outbox.subscriptions import HandlerResult, Subscription
 
+if TYPE_CHECKING:
+    from outbox.ordering import OrderBook
+
 logger = logging.getLogger(__name__)
+
+# How often a write conditioned on an order's watermark looks again when another writer moved it meanwhile.
+ORDER_RACE_LOOKS = 3
 
 T = TypeVar("T")
 
@@ -37,15 +44,46 @@ class LeasePath:
         self.attempts = attempts
         self.inbox = attempts.inbox
 
+    @cached_property
+    def order(self) -> OrderBook:
+        """The ordered subscriptions' rows (``outbox.ordering``): imported only once a pair needs them, so that a
+        consumer whose catalog orders nothing does not load them at its cold start."""
+        from outbox.ordering import OrderBook
+
+        store = self.attempts.store
+        return OrderBook(self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock)
+
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
         claimed = self.attempts.claim(pair, remaining_ms)
         if not isinstance(claimed, Claim):
             return claimed
         claim = claimed
+        if claim.waits_for is not None:
+            left = self.leave_order(claim, pair)
+            if isinstance(left, DeliveryOutcome):
+                return left
+            claim = left
         done = self.run_and_complete(
             claim, pair, remaining_ms, lambda result: self.complete(claim, pair.envelope, pair.subscription, result)
         )
         return DeliveryOutcome.COMPLETED if done is None else done
+
+    def leave_order(self, claim: Claim, pair: Pair) -> Claim | DeliveryOutcome:
+        """A pair deferred in an order the deployed catalog no longer routes it through (``outbox.pairs``: DEFERRED,
+        UNORDERED), claimed to run the unordered way: its deferred row leaves the order and the watermark's count
+        goes down with it, before it runs (a crash after this leaves the message to come back and run it; a crash
+        before, the row for the next claim to take out). RETRY when the order kept moving under it."""
+        for _ in range(ORDER_RACE_LOOKS):
+            items = self.order.release_items(claim.tenant, claim.subscription, pair.envelope.seq)
+            try:
+                return self.inbox.leave_order(claim, items)
+            except WatermarkMovedError:
+                continue
+            except LeaseLostError:
+                self.attempts.count(Metric.LEASES_LOST)
+                return DeliveryOutcome.RETRY
+        self.inbox.release(claim, "its order kept moving while it left it; it runs on the next receive", 1)
+        return DeliveryOutcome.RETRY
 
     def run_and_complete(
         self, claim: Claim, pair: Pair, remaining_ms: RemainingMs, complete: Callable[[HandlerResult], T]

@@ -31,19 +31,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from outbox import keys
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
-from outbox.delivery.lease import LeasePath
+from outbox.delivery.lease import ORDER_RACE_LOOKS, LeasePath
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
-from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
+from outbox.ordering import Deferred, WakeUps, Watermark
 from outbox.pairs import DeployedCatalog, Route
 from outbox.subscriptions import HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)
-
-# How often an ordered delivery reads the watermark again when another writer moved it under its write.
-ORDER_RACE_LOOKS = 3
 
 
 @dataclass(frozen=True)
@@ -64,10 +61,7 @@ class OrderedGate:
         self.lease = lease
         self.direct = direct
         self.wake_ups = wake_ups
-        store = attempts.store
-        self.order = OrderBook(
-            self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock
-        )
+        self.order = lease.order
         # Per thread (a handler called from several threads at once carries each batch's own):
         # ``carried``, (tenant, subscription) -> its watermark as this batch last read or wrote it.
         self._batch = threading.local()
@@ -338,6 +332,18 @@ class OrderedGate:
             return DeliveryOutcome.RETRY
         return outcome
 
+    def send_next(self, tenant: str, subscription: str, left_seq: int) -> None:
+        """After the pair at ``left_seq`` left the order with no completion (a deploy left it out), which wakes
+        nothing by itself: send the lowest deferred event back to the queue if the watermark lets it run, or if it
+        waited for the pair that left (its wake-up places it again under the deployed catalog: it runs, waits for
+        its new predecessor, or is left out too)."""
+        assert self.wake_ups is not None  # checked at construction for every ordered subscription
+        watermark = self._read(tenant, subscription)
+        lowest = self.order.deferred(tenant, subscription, limit=1)
+        if lowest and (lowest[0].waits_for <= watermark.applied_seq or lowest[0].waits_for == left_seq):
+            self.wake_ups.send(lowest[0], watermark.applied_seq)
+            self.attempts.count(Metric.WAKE_UPS)
+
     def run_woken(
         self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs
     ) -> tuple[DeliveryOutcome, Watermark | None]:
@@ -354,9 +360,10 @@ class OrderedGate:
             return DeliveryOutcome.RETRY, None
         if envelope is None or envelope.id != ready.event_id:
             return DeliveryOutcome.RETRY, None
-        if DeployedCatalog.route_of(subscription, envelope.occurred_at) is not Route.IN_ORDER:
-            # Deferred before a deploy took it out of the order (ordered_since moved past it): the watermark
-            # says nothing of it, so it runs from its wake-up message, the unordered way, never here.
+        if DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is not Route.IN_ORDER:
+            # Deferred before a deploy took it out of the order (ordered_since moved past it, made unordered, or
+            # narrowed so that it no longer matches): the watermark says nothing of it, so its wake-up message
+            # decides, the unordered way or left out, never here.
             return DeliveryOutcome.RETRY, None
         self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
         pair = Pair(

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import CompletionTooLargeError
+from outbox.exceptions import CompletionTooLargeError, WatermarkMovedError
 from outbox.inbox.rows import (
     COMPLETED,
     DEAD,
@@ -36,7 +36,7 @@ from outbox.inbox.rows import (
     envelope_digests,
     unclaimed_row,
 )
-from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row
+from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row, refused_at
 from outbox.transaction import MAX_TRANSACT_ITEMS
 
 
@@ -262,12 +262,6 @@ class ClaimBook(InboxTable):
         subscription, with ``order`` (``OrderBook.advance_items``): the watermark moves in the same
         transaction, or ``WatermarkMovedError`` says it changed since it was read."""
         completion = [*self.completion_writes(claim), *map(dict, order)]
-        if claim.waits_for is not None and not order and claim.event_seq is not None:
-            # Deferred in an order a deploy has since taken it out of (made unordered, or ordered_since moved
-            # past it), and completed the unordered way: its deferred row goes with it, or it would look
-            # stranded for ever (outbox.pairs.machine: DEFERRED, UNORDERED).
-            deferred = keys.deferred_key(claim.tenant, claim.subscription, claim.event_seq)
-            completion.append({"Delete": {"TableName": self.table_name, "Key": deferred}})
         if len(writes) + len(completion) > MAX_TRANSACT_ITEMS:
             raise CompletionTooLargeError(
                 f"{claim.subscription} returned {len(writes)} writes; at most "
@@ -332,6 +326,32 @@ class ClaimBook(InboxTable):
         self._fenced_transaction(
             claim, "defer", [{"Update": update}, *map(dict, order)], landed=DEFERRED, watermark_at=2
         )
+
+    def leave_order(self, claim: Claim, order: Sequence[Mapping[str, Any]]) -> Claim:
+        """A claim that waited DEFERRED in an order the deployed catalog no longer routes it through (a deploy made
+        its subscription unordered, or moved ``ordered_since`` past it), taken to run the unordered way: it forgets
+        that it waited, with ``order`` (``OrderBook.release_items``: its deferred row out of the order and the
+        watermark's count one less) in the same transaction, before it runs. The claim as it is then. Raises
+        ``WatermarkMovedError`` when the order changed since ``order`` was read (read it again)."""
+        update = self._fenced_item(
+            claim,
+            {
+                "UpdateExpression": "SET updated_at = :now_iso REMOVE waits_for, deferred_at",
+                "ExpressionAttributeValues": {},
+            },
+        )
+        if not order:
+            self._fenced_update(claim, "leave its order", update, landed=PENDING)
+            return replace(claim, waits_for=None)
+        try:
+            self._fenced_transaction(
+                claim, "leave its order", [{"Update": update}, *map(dict, order)], landed=PENDING, watermark_at=2
+            )
+        except ClientError as exc:
+            if refused_at(exc, 1):  # the deferred row went meanwhile: the order moved
+                raise WatermarkMovedError(f"the order of {claim.subscription} for {claim.tenant} moved") from exc
+            raise
+        return replace(claim, waits_for=None)
 
     def release(self, claim: Claim, error: str, give_back: int = 0, *, still_unfinished: int | None = None) -> None:
         """Give the claim back after a retryable error: the lease ends now, the next receive retries.

@@ -5,23 +5,27 @@ acknowledged, so an operator sees everything the consumer gave up on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
+from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox.rows import (
     DEAD,
+    PENDING,
     POISON_BODY_LIMIT,
     Claim,
     DeadReason,
+    _epoch_ms,
+    _string,
     envelope_digest,
     storable_text,
     unclaimed_row,
 )
-from outbox.inbox.table import InboxTable, _cancelled_by_condition
+from outbox.inbox.table import InboxTable, _cancelled_by_condition, _refusing_row, refused_at
 
 
 class DeadWork(InboxTable):
@@ -98,16 +102,35 @@ class DeadWork(InboxTable):
         return True
 
     def mark_left_out(
-        self, envelope: Envelope, subscription: str, why: str, statuses: tuple[str, ...], receive_count: int
+        self,
+        envelope: Envelope,
+        subscription: str,
+        why: str,
+        statuses: tuple[str, ...],
+        receive_count: int,
+        order: Sequence[Mapping[str, Any]] = (),
     ) -> bool:
         """A repair's message for a pair the deployed catalog no longer runs (``outbox.pairs``: its rule for
-        ``statuses`` is to mark it dead): DEAD again, with an open dead letter that says why, and its deferred
-        row (if it waited in an order) gone, in one transaction. Nothing runs it, and nothing says it is on its
-        way: the operator deploys the subscription again and replays it, or acknowledges it (``outbox skip``).
-        False when the claim is in none of ``statuses`` (a row nobody is waiting on: nothing to do)."""
+        ``statuses`` is to mark it dead): DEAD again, with an open dead letter that says why, and ``order``
+        (``OrderBook.release_items``: its deferred row, if it waited in an order, out of it, the watermark's count
+        one less), in one transaction. Nothing runs it, and nothing says it is on its way: the operator deploys the
+        subscription again and replays it, or acknowledges it (``outbox skip``). False when the claim is in none
+        of ``statuses`` (a row nobody is waiting on: nothing to do); ``LeaseLostError`` when it is PENDING under a
+        live lease (a run of the code before the deploy: ask again once it ended or lapsed);
+        ``WatermarkMovedError`` when the order changed since ``order`` was read (read it again)."""
         error = f"{envelope.id}:{subscription} was not run: {why}. Deploy it again and replay it, or skip it"
-        now_iso = format_timestamp(self._clock())
-        names = {f":s{index}": {"S": status} for index, status in enumerate(statuses)}
+        now = self._clock()
+        now_iso = format_timestamp(now)
+        names = {f":s{index}": {"S": status} for index, status in enumerate(statuses) if status != PENDING}
+        conditions = [f"#status IN ({', '.join(names)})"] if names else []
+        if PENDING in statuses:
+            # A claim under a live lease is someone's run (the code before the deploy): it ends it, never this.
+            names[":pending"] = {"S": PENDING}
+            names[":now"] = {"N": _epoch_ms(now)}
+            conditions.append("(#status = :pending AND lease_expires_at < :now)")
+        if not conditions:
+            raise ValueError("mark_left_out needs the statuses a left-out pair is made dead from")
+        condition = " OR ".join(conditions)
         claim = {
             "TableName": self.table_name,
             "Key": keys.claim_key(envelope.id, subscription),
@@ -116,7 +139,7 @@ class DeadWork(InboxTable):
                 "updated_at = :now_iso REMOVE lease_expires_at, started_with_ms, open_dead_letter, waits_for, "
                 "deferred_at"
             ),
-            "ConditionExpression": f"#status IN ({', '.join(names)})",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": {"#status": "status"},
             "ExpressionAttributeValues": {
                 ":dead": {"S": DEAD},
@@ -125,19 +148,19 @@ class DeadWork(InboxTable):
                 ":now_iso": {"S": now_iso},
                 **names,
             },
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         letter = self.dead_letter_item(
             envelope, subscription, error, "LeftOutByDeploy", DeadReason.LEFT_OUT, receive_count
         )
-        deferred = keys.deferred_key(envelope.tenant, subscription, envelope.seq)
-        items = [
-            {"Update": claim},
-            {"Put": {"TableName": self.table_name, "Item": letter}},
-            {"Delete": {"TableName": self.table_name, "Key": deferred}},
-        ]
+        items = [{"Update": claim}, {"Put": {"TableName": self.table_name, "Item": letter}}, *map(dict, order)]
         try:
             self.client.transact_write_items(TransactItems=items)
         except ClientError as exc:
+            if any(refused_at(exc, index) for index in range(2, len(items))):
+                raise WatermarkMovedError(f"the order of {subscription} for {envelope.tenant} moved") from exc
+            if PENDING in statuses and _string(_refusing_row(exc) or {}, "status") == PENDING:
+                raise LeaseLostError(envelope.id, subscription, "mark it left out") from exc
             if _cancelled_by_condition(exc):
                 return False
             raise

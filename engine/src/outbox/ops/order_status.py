@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from outbox.exceptions import OperationRefusedError
-from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING
+from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import order_book
 from outbox.ordering import Deferred, Watermark
@@ -98,6 +98,7 @@ def _blocked(context: OperatorContext, watermark: Watermark, lowest: Deferred) -
         PENDING: "It is running or being retried.",
         DEFERRED: f"It may run, and its wake-up is on its way (or in the durable DLQ); if it stays, run {reconcile}.",
         COMPLETED: f"It completed before {name} was ordered: {skip}.",
+        SKIPPED: f"It was skipped outside the order (before a deploy put it back in): {skip} moves the order past it.",
         UNREADABLE: f"No event row at seq {seq} says its id: run outbox verify-chain --tenant {tenant}.",
     }
     hint = hints.get(state, f"Look at its dead letters: outbox dead-letters list --tenant {tenant}.")

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import EnvelopeParseError, OperationRefusedError
@@ -179,60 +177,8 @@ def _wake_after(context: OperatorContext, tenant: str, subscription: str) -> int
 
 
 def order_release_items(context: OperatorContext, tenant: str, subscription: str, seq: int) -> list[dict[str, Any]]:
-    """The items that take the deferred row at ``seq`` out of ``subscription``'s order for ``tenant`` (a deploy
-    took its pair out of the order): the row deleted, and the watermark's count of deferred events one less,
-    conditioned on both as read (a writer in between fails the transaction: look again). None when no row."""
-    book = order_book(context)
-    key = keys.deferred_key(tenant, subscription, seq)
-    found = context.dynamodb.get_item(TableName=context.topology.inbox_table, Key=key, ConsistentRead=True)
-    if "Item" not in found:
-        return []
-    items: list[dict[str, Any]] = [
-        {
-            "Delete": {
-                "TableName": context.topology.inbox_table,
-                "Key": key,
-                "ConditionExpression": "attribute_exists(pk)",
-            }
-        }
-    ]
-    watermark = book.watermark(tenant, subscription)
-    if watermark.version:
-        items.append(
-            {
-                "Update": {
-                    "TableName": context.topology.inbox_table,
-                    "Key": keys.watermark_key(tenant, subscription),
-                    "UpdateExpression": "SET deferred_count = :count, version = :next",
-                    "ConditionExpression": "version = :version",
-                    "ExpressionAttributeValues": {
-                        ":count": {"N": str(max(watermark.deferred - 1, 0))},
-                        ":next": {"N": str(watermark.version + 1)},
-                        ":version": {"N": str(watermark.version)},
-                    },
-                }
-            }
-        )
-    return items
-
-
-def release_from_order(context: OperatorContext, tenant: str, subscription: str, seq: int) -> None:
-    """Take the deferred row at ``seq`` out of ``subscription``'s order for ``tenant`` (``order_release_items``),
-    looking again while another writer moves the order under it."""
-    for _ in range(3):
-        items = order_release_items(context, tenant, subscription, seq)
-        if not items:
-            return
-        try:
-            context.dynamodb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise
-            continue
-        return
-    raise OperationRefusedError(
-        f"the order of {subscription} for {tenant} kept changing while seq {seq} was taken out of it: try again"
-    )
+    """The items that take the deferred row at ``seq`` out of ``subscription``'s order (``OrderBook.release_items``)."""
+    return order_book(context).release_items(tenant, subscription, seq)
 
 
 def _was_deferred(claim: ClaimRecord | None) -> bool:

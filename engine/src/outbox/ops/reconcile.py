@@ -27,7 +27,7 @@ from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import DEFERRED, PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
-from outbox.ops.ordering import order_book, ready_in_deployed_order, release_from_order, wake
+from outbox.ops.ordering import order_book, ready_in_deployed_order, wake
 from outbox.pairs import Act, Route
 from outbox.subscriptions import Lane, Subscription
 
@@ -143,14 +143,14 @@ def _out_of_order(
 ) -> None:
     """Re-send every pair of ``subscription`` still deferred in an order a deploy took it out of (the
     subscription made unordered, or ``ordered_since`` moved past it: ``outbox.pairs``, DEFERRED and
-    UNORDERED): no wake-up will come for it. Its deferred row leaves the order first; its DEFERRED claim
-    vouches for the message at any age, and it runs the unordered way. In a dry run, only named."""
+    UNORDERED): no wake-up will come for it. Its DEFERRED claim vouches for the message at any age; the consumer
+    that claims it takes its deferred row out of the order and runs it the unordered way (the row stays until
+    then, so an interrupted reconcile leaves it for status to name again). In a dry run, only named."""
     for deferred in order_book(context).deferred(tenant, subscription.name):
         placement = context.placement(tenant, deferred.seq, deferred.event_type, subscription.name)
         if placement.route is Route.IN_ORDER or placement.rule(DEFERRED).reconcile is not Act.RESEND:
             continue  # still in its order (its wake-up follows its predecessor), or left out of the catalog
         if not dry_run:
-            release_from_order(context, tenant, subscription.name, deferred.seq)
             image = context.event_image(tenant, deferred.seq)
             dedup = repair_dedup_id("reconcile", deferred.event_id)
             context.publish(image, tenant, dedup, targets=[subscription.name], repair="reconcile")

@@ -23,7 +23,7 @@ from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
-from outbox.ops.ordering import order_book, release_from_order
+from outbox.ops.ordering import order_book
 from outbox.pairs import Act, Route
 
 logger = logging.getLogger(__name__)
@@ -264,11 +264,9 @@ def replay(
     now = context.now()
     for done, item in enumerate(items, start=1):
         allowed = (DEAD, COMPLETED) if item.forced else (DEAD,)
-        if item.claim_status == DEFERRED:
-            # Out of its order since a deploy: claimable as it is, once its deferred row no longer holds a place.
-            release_from_order(context, item.tenant, item.subscription, item.event_seq)
-            result.cleared.append(item)
-        elif item.claim_status == REPLAYING or _clear_claim(context, item, allowed, now):
+        # A DEFERRED pair out of its order since a deploy is claimable as it is: the consumer that claims it takes
+        # its deferred row out of the order (an interrupted replay leaves the row, for status to name again).
+        if item.claim_status in (DEFERRED, REPLAYING) or _clear_claim(context, item, allowed, now):
             result.cleared.append(item)
         on_progress("clearing claims", done, len(items))
     by_event: dict[tuple[str, int, str], list[str]] = {}

@@ -49,8 +49,11 @@ class DeployedCatalog:
         return self.registry.matching(event_type, Lane.DURABLE)
 
     @staticmethod
-    def route_of(subscription: Subscription, occurred_at: datetime) -> Route:
-        """The route of a pair of ``subscription``, one of ``running``'s, for an event that occurred then."""
+    def route_of(subscription: Subscription, event_type: str, occurred_at: datetime) -> Route:
+        """The route of the pair (an event of ``event_type`` that occurred at ``occurred_at``, ``subscription`` as
+        deployed): a subscription that no longer matches the type, or left the DURABLE lane, leaves it out."""
+        if subscription.lane is not Lane.DURABLE or not subscription.matches(event_type):
+            return Route.LEFT_OUT
         return Route.IN_ORDER if subscription.orders(occurred_at) else Route.UNORDERED
 
     def place(self, subscription: str, event_type: str, occurred_at: datetime | str | Callable[[], str]) -> Placement:

@@ -77,6 +77,7 @@ TRANSITIONS: Final[dict[tuple[State, Step], State]] = {
     (State.PENDING, Step.RECONCILE): State.PENDING,  # a lease long lapsed whose message was lost: re-sent
     (State.PENDING, Step.SKIP): State.SKIPPED,  # only once its lease lapsed
     (State.PENDING, Step.CONFLICT): State.PENDING,
+    (State.PENDING, Step.LEAVE_OUT): State.DEAD,  # a repair's message for it, once its lease lapsed
     (State.DEAD, Step.REPLAY): State.REPLAYING,
     (State.DEAD, Step.SKIP): State.SKIPPED,
     (State.DEAD, Step.CONFLICT): State.DEAD,
@@ -168,10 +169,11 @@ RULES: Final[dict[tuple[State, Route], Rule]] = {
     (State.PENDING, Route.IN_ORDER): Rule(
         Act.RUN, Act.REFUSE, Act.SKIP_IN_ORDER, Act.RESEND, Outcome.UNDER_WAY, "running or being retried"
     ),
-    # A run under way when a deploy left it out: its own message finishes it (the running code still has it),
-    # or, redelivered to the new code, matches nothing there; an operator acknowledges it.
+    # A run under way when a deploy left it out: its own message finishes it (the running code still has it).
+    # A repair's message naming it (its wake-up, a reconcile's re-send) that finds its lease lapsed makes it dead
+    # with a letter that says why, as for a replay: never acknowledged with the pair still claimed by no one.
     (State.PENDING, Route.LEFT_OUT): Rule(
-        Act.NOTHING, Act.REFUSE, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
+        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
     ),
     # -- final ----------------------------------------------------------------------------------------------
     (State.COMPLETED, Route.UNORDERED): Rule(
@@ -188,8 +190,14 @@ RULES: Final[dict[tuple[State, Route], Rule]] = {
         (State.SKIPPED, route): Rule(
             Act.NOTHING, Act.NOTHING, Act.NOTHING, Act.NOTHING, Outcome.SKIPPED, "skipped by an operator"
         )
-        for route in Route
+        for route in (Route.UNORDERED, Route.LEFT_OUT)
     },
+    # Skipped in its order (the watermark is past it: a rerun only wakes what follows), or acknowledged outside
+    # any order (while its subscription was unordered, or left it out) and in an order again since a deploy: no
+    # watermark heard of that, so the skip moves the order past it, as for a pair completed before the order.
+    (State.SKIPPED, Route.IN_ORDER): Rule(
+        Act.NOTHING, Act.NOTHING, Act.SKIP_IN_ORDER, Act.NOTHING, Outcome.SKIPPED, "skipped by an operator"
+    ),
     # -- dead: only an operator moves it, by replay where the catalog runs it, else by acknowledging it --------
     (State.DEAD, Route.UNORDERED): Rule(
         Act.NOTHING, Act.RESEND, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.DEAD, "dead", _REPLAY

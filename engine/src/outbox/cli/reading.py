@@ -122,8 +122,9 @@ def findings(
     as_json: JsonFlag = False,
 ) -> None:
     """Tamper findings: every change or deletion of an event row the stream showed, every broken chain the
-    hourly anchoring found, every anchor reset. A finding observed before the tenant's latest reset is marked
-    dealt with (the repair the reset records). Exit code 1 if any finding is open."""
+    hourly anchoring found, every anchor reset. A finding that was recorded when an anchor reset ran is marked
+    dealt with by it (the repair the reset records); one recorded later stays open. Exit code 1 if any finding
+    is open."""
     context = command_context(ctx, as_json)
     try:
         tenants = [context.operations.require_tenant(tenant)] if tenant else None

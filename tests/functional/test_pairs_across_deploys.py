@@ -9,7 +9,8 @@ and deferred events a deploy took out of the order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -26,6 +27,7 @@ from outbox.ops.replay import plan_replay, replay
 from outbox.ops.status import Status
 from outbox.ordering import OrderBook
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+from outbox_cdk.durable_consumer import INBOX_ACTIONS, ORDERED_INBOX_ACTIONS
 from tests.functional.conftest import EVENTS_TABLE
 from tests.functional.inbox_harness import (
     INBOX_TABLE,
@@ -66,6 +68,25 @@ def assert_counted(h: Harness, *, waiting: int = 0) -> None:
     book = OrderBook(INBOX_TABLE, EVENTS_TABLE, client=h.dynamodb, clock=h.clock)
     rows = book.deferred("acme", LEDGER)
     assert (len(rows), watermark(h).deferred) == (waiting, waiting)
+
+
+@contextmanager
+def granted_to_the_consumer(h: Harness) -> Iterator[None]:
+    """Every request the consumer sends to the inbox meanwhile is one its role allows (outbox_cdk.durable_consumer:
+    a transaction is authorised item by item): moto allows anything, AWS does not."""
+    granted = {action.removeprefix("dynamodb:") for action in (*INBOX_ACTIONS, *ORDERED_INBOX_ACTIONS)}
+    used: set[str] = set()
+
+    def record(params: dict[str, object], model: object, **_: object) -> None:
+        if params.get("TableName") == INBOX_TABLE:
+            used.add(model.name)  # type: ignore[attr-defined]
+
+    h.dynamodb.meta.events.register("provide-client-params.dynamodb.*", record)
+    try:
+        yield
+    finally:
+        h.dynamodb.meta.events.unregister("provide-client-params.dynamodb.*", record)
+    assert used - granted == set(), f"the consumer's role does not allow {sorted(used - granted)} on the inbox"
 
 
 def dead_then_deferred(
@@ -343,8 +364,9 @@ def test_a_reconciled_out_of_order_event_keeps_its_place_in_status_until_the_con
     # Then it is still named, with its row and count: an interruption leaves it for the next reconcile
     assert [one.waits_for_seq for one in blocked(context)] == [2]
     assert_counted(h, waiting=1)
-    # And once the consumer runs it, the row and the count leave the order together
-    h.esm.drain()
+    # And once the consumer runs it, the row and the count leave the order together (with what its role allows)
+    with granted_to_the_consumer(h):
+        h.esm.drain()
     assert applied.seqs == {"acme": [2]}
     assert blocked(context) == []
     assert_counted(h)
@@ -387,7 +409,8 @@ def test_a_run_under_way_when_a_deploy_leaves_it_out_is_dead_with_a_letter_and_i
 
     # When a deploy narrows the ledger to account.credited before anything else runs
     context = deploy(h, [ledger(h, "account.credited", ordered=True)])
-    h.esm.drain()
+    with granted_to_the_consumer(h):
+        h.esm.drain()
 
     # Then neither opened event runs, each is dead with a letter that says why (status and the failure groups show
     # it: nothing waits as if it were running), the order holds nothing, and each can be acknowledged

@@ -331,8 +331,14 @@ class OrderBook:
         again). Empty when there is no row. Every deferred row leaves through these items or ``advance_items``,
         so the watermark's count is always the number of rows that wait."""
         key = keys.deferred_key(tenant, subscription, seq)
-        found = self.client.get_item(TableName=self.inbox_table, Key=key, ConsistentRead=True)
-        if "Item" not in found:
+        # A query of the one key, not a GetItem: the durable consumer's role may only query the order partitions.
+        found = self.client.query(
+            TableName=self.inbox_table,
+            KeyConditionExpression="pk = :pk AND sk = :sk",
+            ExpressionAttributeValues={":pk": key["pk"], ":sk": key["sk"]},
+            ConsistentRead=True,
+        )["Items"]
+        if not found:
             return []
         items: list[dict[str, Any]] = [
             {"Delete": {"TableName": self.inbox_table, "Key": key, "ConditionExpression": "attribute_exists(pk)"}}

@@ -204,9 +204,9 @@ def test_reconcile_sends_nothing_for_a_pair_claimed_between_its_read_and_its_rep
     ops = operations(local)
     unclaimed = reconciling._unclaimed
 
-    def claimed_meanwhile(context: Any, event_id: str, wanted: list[str], stale: Any) -> dict[str, str | None]:
-        missing = unclaimed(context, event_id, wanted, stale)
-        if event_id == payment:  # a slow pipe delivery claims every pair right now
+    def claimed_meanwhile(context: Any, envelope: Any, selected: Any, stale: Any) -> dict[str, str | None]:
+        missing = unclaimed(context, envelope, selected, stale)
+        if envelope.id == payment:  # a slow pipe delivery claims every pair right now
             for name in missing:
                 local.client("dynamodb").put_item(
                     TableName=local.output("InboxTableName"),

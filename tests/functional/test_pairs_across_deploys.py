@@ -449,3 +449,94 @@ def test_a_pair_acknowledged_outside_the_order_is_skipped_in_it_once_a_deploy_or
     assert watermark(h).applied_seq == 2
     assert blocked(context) == []
     assert_counted(h)
+
+
+# -- a run cut short by a deploy that leaves it out: its own message no longer names it --------------------------
+
+
+def crashed_unordered(make_harness: HarnessFactory) -> tuple[Harness, Envelope]:
+    """The audit pair of one account.opened event: its worker killed inside the handler, so it is PENDING."""
+    crashes = iter([WorkerCrash("killed inside the handler")])
+
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        recorder.behaviours[AUDIT] = lambda _d: _raise(next(crashes, None))
+        return [recorder.subscription(AUDIT, "account.*"), recorder.subscription(LEDGER, "account.*")]
+
+    h = make_harness(subscriptions)
+    event = emit(h, "account.opened")
+    h.publish(event)
+    assert h.esm.poll() is not None
+    assert h.claim_status(AUDIT, event) == "PENDING"
+    return h, event
+
+
+def _raise(error: BaseException | None) -> None:
+    if error is not None:
+        raise error
+
+
+@pytest.mark.parametrize(
+    ("change", "because"),
+    [("narrowed", "matches 'account.credited' now"), ("moved to LOCAL", "on the LOCAL lane now"), ("removed", "")],
+)
+def test_a_run_a_deploy_left_out_whose_own_message_no_longer_names_it_is_made_dead_by_a_window_reconcile(
+    make_harness: HarnessFactory, change: str, because: str
+) -> None:
+    # Given an audit pair PENDING (its run cut short), when a deploy leaves audit out of the event
+    h, event = crashed_unordered(make_harness)
+    kept = [Subscription(LEDGER, "account.*", Lane.DURABLE, h.recorder.handler)]
+    changed = {
+        "narrowed": [Subscription(AUDIT, "account.credited", Lane.DURABLE, h.recorder.handler)],
+        "moved to LOCAL": [Subscription(AUDIT, "account.*", Lane.LOCAL, h.recorder.handler)],
+        "removed": [],
+    }[change]
+    context = deploy(h, [*kept, *changed])
+
+    # and the event's own message comes back and is done with: it names no pair the catalog still gives audit
+    h.clock.advance(7200)
+    with granted_to_the_consumer(h):
+        h.esm.drain()
+    assert (h.claim_status(AUDIT, event), h.queue_depth(h.queue_url)) == ("PENDING", 0)
+
+    # Then a window reconcile re-sends to that pair alone, and its message makes it dead with a letter that says why
+    result = reconcile(context, h.clock() - timedelta(hours=3))
+    assert result.subscriptions == {event.id: [AUDIT]}
+    with granted_to_the_consumer(h):
+        h.esm.drain()
+    assert h.runs(AUDIT, event) == 1, "a pair the catalog no longer runs was run"
+    assert (h.claim_status(AUDIT, event), open_letters(h)) == (DEAD, [(event.id, AUDIT)])
+    (letter,) = [row for row in h.dead_letters() if "resolved" not in row]
+    assert (letter["reason"]["S"], letter["error_type"]["S"]) == ("left_out", "LeftOutByDeploy")
+    assert because in letter["error"]["S"]
+    # and the one command that moves it on acknowledges it; a reconcile again sends nothing
+    skip(context, "acme", AUDIT, event.seq, by="oncall", reason="no longer ours")
+    assert (h.claim_status(AUDIT, event), open_letters(h)) == ("SKIPPED", [])
+    assert reconcile(context, h.clock() - timedelta(hours=3)).republished == []
+
+
+def test_a_run_a_deploy_left_out_is_not_re_sent_while_its_lease_is_live(make_harness: HarnessFactory) -> None:
+    h, event = crashed_unordered(make_harness)
+    context = deploy(h, [Subscription(LEDGER, "account.*", Lane.DURABLE, h.recorder.handler)])
+    result = reconcile(context, h.clock() - timedelta(hours=1))
+    assert result.subscriptions == {event.id: [LEDGER]}, "only the ledger pair, which never got a claim"
+    assert h.claim_status(AUDIT, event) == "PENDING"
+
+
+def test_reconciling_one_subscription_over_a_window_leaves_the_events_it_does_not_match_alone(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given a narrow audit subscription and events of a type it does not run
+    def subscriptions(recorder: Recorder) -> list[Subscription]:
+        return [recorder.subscription(AUDIT, "account.credited")]
+
+    h = make_harness(subscriptions)
+    opened, credited = emit(h, "account.opened"), emit(h, "account.credited")
+
+    # When the operator reconciles audit over a window (both messages were lost)
+    result = reconcile(operator_context(h), h.clock() - timedelta(hours=1), subscription=AUDIT)
+    h.esm.drain()
+
+    # Then only the event audit runs was re-sent and ran; the other has no claim and no dead letter
+    assert result.subscriptions == {credited.id: [AUDIT]}
+    assert (h.runs(AUDIT, credited), h.claim_status(AUDIT, opened)) == (1, None)
+    assert open_letters(h) == []

@@ -12,6 +12,11 @@ every event of its order above the watermark that has no claim, however old: the
 subscription over an existing log, or of one whose events the stream no longer holds. A subscription made
 ordered after it ran (``ordered_since``) is also sent the events before its order starts that have no claim,
 within the window the inbox can vouch for, as an unordered reconcile would.
+
+A window reconcile also looks at the event's claims of subscriptions the deployed catalog no longer runs for it:
+a run a deploy cut short (PENDING, its lease long over) or a repair whose message was never sent (REPLAYING)
+is re-sent, and the consumer makes it dead with a letter that says why (``outbox.pairs``), so it is never left
+looking under way. A pair the catalog never ran for the event is left alone.
 """
 
 from __future__ import annotations
@@ -89,8 +94,7 @@ def reconcile(
             candidates = ()
         for envelope in candidates:
             result.scanned += 1
-            names = [selected.name] if selected else _durable_names(context, envelope)
-            missing = _unclaimed(context, envelope.id, names, stale)
+            missing = _unclaimed(context, envelope, [selected.name] if selected else None, stale)
             if missing and not dry_run:
                 missing = _resend(context, envelope, missing, now)
             if not missing:
@@ -132,10 +136,6 @@ def _durable(context: OperatorContext, name: str) -> Subscription:
     if subscription.lane is not Lane.DURABLE:
         raise OperationRefusedError(f"{name} is on the {subscription.lane.value} lane: only durable work is reconciled")
     return subscription
-
-
-def _durable_names(context: OperatorContext, envelope: Envelope) -> list[str]:
-    return [s.name for s in context.deployed.running(envelope.type)]
 
 
 def _out_of_order(
@@ -195,25 +195,38 @@ def _before_the_order(context: OperatorContext, tenant: str, subscription: Subsc
             yield envelope
 
 
-def _unclaimed(context: OperatorContext, event_id: str, wanted: list[str], stale: timedelta) -> dict[str, str | None]:
-    """The subscriptions of ``wanted`` that need a re-send, each with its claim's status: no claim (None),
-    a lease long expired and never taken over (PENDING: the message itself was lost), or a repair whose
-    message may never have been sent (REPLAYING)."""
+def _unclaimed(
+    context: OperatorContext, envelope: Envelope, selected: list[str] | None, stale: timedelta
+) -> dict[str, str | None]:
+    """The pairs of ``envelope`` that need a re-send, each with its claim's status: no claim (None), a lease
+    long expired and never taken over (PENDING: the message itself was lost, or a deploy left the pair out while
+    it ran, and its redelivered message no longer names it), or a repair whose message may never have been sent
+    (REPLAYING). Only the ``selected`` subscriptions' pairs; without them, every pair the deployed catalog runs
+    and every other pair the inbox holds a claim of. What is re-sent is what the pair's rule says
+    (``outbox.pairs``): a pair the catalog runs is run; one it left out is made dead with a letter that says why."""
+    claims = context.inbox.claims_of(envelope.id)
+    if selected is None:
+        names = {s.name for s in context.deployed.running(envelope.type)} | set(claims)
+    else:
+        names = set(selected)
     now = context.now()
-    claims = context.inbox.claims_of(event_id)
     missing: dict[str, str | None] = {}
-    for name in wanted:
+    for name in sorted(names):
         claim = claims.get(name)
-        if claim is None:
-            missing[name] = None
+        if claim is not None and not _waits_for_a_message(claim, now, stale):
             continue
-        status = claim.status
-        # A REPLAYING pair waits for a repair's message, which may never have been sent (a repair cut short):
-        # re-send it at any age; a copy too many is absorbed by the inbox.
-        lease_end = _lease_end(claim)
-        if status == REPLAYING or (lease_end is not None and now - lease_end > stale):
+        status = claim.status if claim is not None else None
+        placement = context.deployed.place(name, envelope.type, envelope.occurred_at)
+        if placement.rule(status).reconcile is Act.RESEND:
             missing[name] = status
     return missing
+
+
+def _waits_for_a_message(claim: ClaimRecord, now: datetime, stale: timedelta) -> bool:
+    """A REPLAYING pair waits for a repair's message, which may never have been sent (a repair cut short): it is
+    re-sent at any age (a copy too many is absorbed by the inbox). A PENDING one, once its lease is long over."""
+    lease_end = _lease_end(claim)
+    return claim.status == REPLAYING or (lease_end is not None and now - lease_end > stale)
 
 
 def _resend(

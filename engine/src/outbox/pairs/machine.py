@@ -172,8 +172,10 @@ RULES: Final[dict[tuple[State, Route], Rule]] = {
     # A run under way when a deploy left it out: its own message finishes it (the running code still has it).
     # A repair's message naming it (its wake-up, a reconcile's re-send) that finds its lease lapsed makes it dead
     # with a letter that says why, as for a replay: never acknowledged with the pair still claimed by no one.
+    # Its own message, redelivered, no longer names it: a window reconcile re-sends to it once its lease is long
+    # lapsed (a run cut short by the deploy), and that message makes it dead.
     (State.PENDING, Route.LEFT_OUT): Rule(
-        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
+        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.RESEND, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
     ),
     # -- final ----------------------------------------------------------------------------------------------
     (State.COMPLETED, Route.UNORDERED): Rule(
@@ -216,9 +218,10 @@ RULES: Final[dict[tuple[State, Route], Rule]] = {
         Act.RUN, Act.RESEND, Act.SKIP_IN_ORDER, Act.RESEND, Outcome.UNDER_WAY, "a replay of it is on its way"
     ),
     # Its message runs nothing now: the consumer makes it dead again with an open dead letter that says why,
-    # so a replay that raced a deploy is never reported done while nothing runs.
+    # so a replay that raced a deploy is never reported done while nothing runs. A repair cut short before it sent
+    # that message: a reconcile sends it.
     (State.REPLAYING, Route.LEFT_OUT): Rule(
-        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
+        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.RESEND, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
     ),
     # -- deferred behind its predecessor ------------------------------------------------------------------------
     (State.DEFERRED, Route.IN_ORDER): Rule(

@@ -91,6 +91,48 @@ def test_a_failing_local_handler_is_logged_and_never_reaches_the_caller(
     assert any(envelope.id in r.getMessage() and "a.broken" in r.getMessage() for r in caplog.records)
 
 
+class Signup(BaseModel):
+    email: str
+
+
+def test_a_failing_local_handler_s_log_says_what_the_durable_lane_says_never_the_payload(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    email = "jane.doe@example.com"
+
+    def bounce(delivery: Delivery) -> None:
+        raise LookupError(f"no mailbox for {delivery.envelope.payload['email']}")
+
+    store = EventStore(
+        EVENTS_TABLE,
+        client=dynamodb,
+        catalog=Catalog(
+            [
+                Module(
+                    "test",
+                    (),
+                    (EventTypeSpec("user.signed_up", Signup),),
+                    (),
+                    (Subscription("a.welcome", "user.*", Lane.LOCAL, bounce),),
+                )
+            ]
+        ),
+    )
+
+    with caplog.at_level(logging.DEBUG, logger="outbox"):
+        envelope = store.emit("user.signed_up", {"email": email}, tenant="acme", actor="t")
+
+    records = [r for r in caplog.records if r.name.startswith("outbox")]
+    formatter = logging.Formatter()
+    assert all(email not in formatter.format(r) for r in records), caplog.text
+    assert all(r.exc_info is None and r.exc_text is None for r in records), "no traceback, which repeats the text"
+    failures = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+    assert any(
+        "a.welcome" in message and envelope.id in message and "LookupError at test_lanes_in_emit.py" in message
+        for message in failures
+    ), failures
+
+
 def test_emit_runs_neither_durable_nor_best_effort_subscriptions(dynamodb: Any) -> None:
     def must_not_run(_: Any) -> None:
         raise AssertionError("emit() is not the dispatcher of this lane")

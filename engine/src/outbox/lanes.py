@@ -1,6 +1,6 @@
 """The in-process lanes emit() dispatches: INLINE handlers before the commit (their writes join its
-transaction, and an error fails the emit), LOCAL handlers after it (best effort: an error is logged, never
-raised, since the caller must learn that its event committed)."""
+transaction, and an error fails the emit), LOCAL handlers after it (best effort: an error is logged, redacted as
+``outbox.redaction`` says, never raised, since the caller must learn that its event committed)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from outbox import keys
 from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError
+from outbox.redaction import describe_failure
 from outbox.subscriptions import Delivery, HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,16 @@ def run_local(envelope: Envelope, subscriptions: Sequence[Subscription]) -> None
             result = subscription.handler(_delivery(envelope, subscription))
         except (KeyboardInterrupt, SystemExit):
             raise  # the process is going away: the event committed, the rest of LOCAL is best effort
-        except BaseException:  # best effort by contract: the caller must learn that its event committed
-            logger.exception("LOCAL subscription %s failed for event %s", subscription.name, envelope.id, extra=log)
+        except BaseException as exc:  # best effort by contract: the caller must learn that its event committed
+            # Said as the durable lane says a handler's failure (its type and place, no traceback): a
+            # traceback's text can repeat the payload the handler was working on.
+            logger.error(
+                "LOCAL subscription %s failed for event %s: %s",
+                subscription.name,
+                envelope.id,
+                describe_failure(exc),
+                extra=log,
+            )
             continue
         if result is not None:
             logger.error(

@@ -8,7 +8,8 @@
 Tables and queues are created from the template (names are the logical ids); pipes and event source
 mappings are emulated (outbox.local.pipe, outbox.local.esm); functions run in-process with their
 template environment. Two modes: in-process (``mock_aws``) for tests, and a moto server on a loopback
-port so that any boto3 client or the AWS CLI can look at the tables and queues while it runs.
+port so that any boto3 client or the AWS CLI of this machine can look at the tables and queues while it runs
+(no web page can: ``outbox.local.loopback``).
 """
 
 from __future__ import annotations
@@ -129,9 +130,10 @@ class LocalRuntime:
             finally:
                 LocalRuntime._in_process_active = False
             return
-        from moto.server import ThreadedMotoServer
+        from outbox.local.loopback import LoopbackServer
 
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        # For this machine's SDK clients only: no CORS, no other origin, no Host but its own (DNS rebinding).
+        server = LoopbackServer(self.port)
         server.start()
         try:
             yield

@@ -137,6 +137,33 @@ def test_the_policy_stays_under_dynamodb_s_size_limit_with_every_emitter_it_admi
         events.grant_emit(iam.Role(stack, "OneTooMany", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
 
 
+# What IAM's ARN operators match as patterns (ArnNotEquals as ArnNotLike): each would exempt every principal it
+# matches from the PutItem Deny.
+WILDCARD_ARNS = [
+    "arn:aws:iam::123456789012:role/*",
+    "arn:aws:iam::123456789012:role/producer-?",
+    "arn:aws:iam::123456789012:user/ci*",
+]
+
+
+@pytest.mark.parametrize("arn", WILDCARD_ARNS)
+def test_grant_emit_refuses_a_wildcard_arn_and_says_to_name_each_role(arn: str) -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    from outbox_cdk.events_table import EventsTable
+
+    stack = Stack(App(), "Emitters")
+    events = EventsTable(stack, "Events", operators=[iam.AccountRootPrincipal()])
+    many = iam.User.from_user_arn(stack, "Many", arn) if ":user/" in arn else iam.Role.from_role_arn(stack, "Many", arn)
+
+    with pytest.raises(ValueError, match=r"grant_emit: .* a wildcard .* exact ARN"):
+        events.grant_emit(many)
+
+    assert arn not in json.dumps(Template.from_stack(stack).to_json()), "admitted by no policy"
+
+
 # --- what AWS would decide, asked of the synthesized policies ----------------------------------------------
 
 

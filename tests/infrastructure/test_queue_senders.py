@@ -8,6 +8,7 @@ is asked of the synthesized policies with ``policy_evaluation``, a deliberately 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -181,6 +182,20 @@ def test_admit_queue_sender_adds_one_role_to_every_lane_queue_once() -> None:
             {"Fn::GetAtt": [role_id(template, prefix), "Arn"]}
             for prefix in (pipe_role_prefix, OPERATOR_ROLE, RUNBOOK_ROLE, "Oncall")
         ]
+
+
+@pytest.mark.parametrize("arn", ["arn:aws:iam::123456789012:role/*", "arn:aws:iam::123456789012:role/oncall-?"])
+def test_a_wildcard_arn_is_admitted_to_no_queue(arn: str) -> None:
+    # ArnNotEquals matches * and ? as ArnNotLike does: such a sender would exempt every role it matches.
+    pipeline = record_change_pipeline()
+    many = iam.Role.from_role_arn(pipeline.stack, "Many", arn)
+
+    with pytest.raises(ValueError, match=r"admit_queue_sender: .* a wildcard .* exact ARN"):
+        pipeline.admit_queue_sender(many)
+    with pytest.raises(ValueError, match=r"a wildcard .* exact ARN"):
+        pipeline.durable.admit_sender(many)
+
+    assert arn not in json.dumps(Template.from_stack(pipeline.stack).to_json()), "admitted by no queue policy"
 
 
 def test_a_queue_is_fed_by_one_pipe() -> None:

@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from outbox_cdk.encryption import acknowledge_key_wildcards
-from outbox_cdk.grants import OperatorTrust, grant_items, trusting
+from outbox_cdk.grants import OperatorTrust, grant_items, one_principal_arn, trusting
 from outbox_cdk.table_defaults import protected_table
 
 # Key layout shared with the engine (outbox.keys): the partition key of every
@@ -170,6 +170,7 @@ class EventsTable(Construct):
                 f"got {principal}: the events table's resource policy refuses PutItem on event rows to every "
                 "principal it does not name by ARN"
             )
+        one_principal_arn(self, arn, "grant_emit", "the events table's Deny of PutItem on event rows")
         if not isinstance(principal, Construct):
             return arn
         owner = Stack.of(principal)

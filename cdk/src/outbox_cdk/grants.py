@@ -10,14 +10,17 @@ constructs name their actions instead, next to the code that calls them, and the
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from aws_cdk import Stack, Token
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
+from constructs import IConstruct
 
 # To read items of a table encrypted with a customer-managed key (CDK's KEY_READ_ACTIONS), and to write them
 # too: CDK's key read and write actions without their two wildcards (kms:ReEncrypt*, and kms:GenerateDataKey*
@@ -73,6 +76,25 @@ def grant_messages(queue: sqs.IQueue, grantee: iam.IGrantable, actions: Iterable
 def grant_pipe_status(grantee: iam.IGrantable, pipe_arns: Iterable[str]) -> None:
     """DescribePipe on exactly these pipes (a pipe has no key to grant: its state is not encrypted)."""
     iam.Grant.add_to_principal(grantee=grantee, actions=list(PIPE_STATUS_ACTIONS), resource_arns=list(pipe_arns))
+
+
+# What IAM's ARN condition operators match as patterns, ArnEquals and ArnNotEquals as much as ArnLike: an admitted
+# ARN with one of them exempts every principal it matches from a Deny's ArnNotEquals.
+ARN_WILDCARDS: Final = ("*", "?")
+
+
+def one_principal_arn(scope: IConstruct, arn: str, what: str, deny: str) -> str:
+    """``arn``, checked to name one role or user: one with a wildcard (``role/*``) is refused at synth, saying
+    ``what`` was called, which ``deny`` it would have lifted, and what to pass instead. Of an ARN known only at
+    deploy time (a parameter's, an import's) only the literal parts can be read here."""
+    literal = json.dumps(Stack.of(scope).resolve(arn)) if Token.is_unresolved(arn) else arn
+    if any(wildcard in literal for wildcard in ARN_WILDCARDS):
+        raise ValueError(
+            f"{what}: {literal} has a wildcard (* or ?), which IAM's ArnNotEquals matches as a pattern: it would "
+            f"exempt every principal it matches from {deny}. Name each role or user by its exact ARN, one call "
+            "per role (iam.Role.from_role_arn(scope, id, 'arn:aws:iam::123456789012:role/Name'))"
+        )
+    return arn
 
 
 # An IAM tag key (of a user or role, or a session tag): letters, digits, spaces and _.:/=+-@, up to 128.

@@ -51,7 +51,7 @@ from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
-from outbox_cdk.grants import OperatorTrust
+from outbox_cdk.grants import OperatorTrust, one_principal_arn
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
@@ -394,7 +394,8 @@ class OutboxPipeline(Construct):
         """Let ``role`` send to the durable, record-change and tamper queues, whose policies deny
         ``sqs:SendMessage`` to every principal but the pipe that feeds each and these roles (the operator role is
         one): a role your repairs run as. A message from it runs every matching subscription, so admit only who
-        may repair."""
+        may repair. A wildcard ARN (``role/*``) is refused: name each role."""
+        one_principal_arn(self, role.role_arn, "admit_queue_sender", "the lanes' queues' Deny of SendMessage")
         self._queue_senders.append(role)
         for queue in (self.durable, self.record_changes, self.auditor.queue):
             if queue is not None:

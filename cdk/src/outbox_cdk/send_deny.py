@@ -9,6 +9,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
+from outbox_cdk.grants import one_principal_arn
+
 # sqs:SendMessage also authorises SendMessageBatch (docs/aws-behaviour.md R10.4), and a move task from a DLQ
 # sends with its caller's permissions, so this one action covers every way a principal puts a message here.
 SEND_ACTIONS: Final = ("sqs:SendMessage",)
@@ -46,9 +48,10 @@ class SendDeny:
         return list(self._roles)
 
     def admit(self, role: iam.IRole) -> None:
-        """Let ``role`` send; a role admitted twice counts once."""
+        """Let ``role`` send; a role admitted twice counts once. A wildcard ARN is refused."""
         if any(role is known for known in self._roles):
             return
+        one_principal_arn(self.policy, role.role_arn, "admit_sender", "the queue's Deny of SendMessage")
         self._roles.append(role)
         # The same operator and key again replaces the value (CDK merges conditions by operator and key), so the
         # statement always names every admitted role once.

@@ -1,4 +1,4 @@
-"""Tamper evidence outside the runtime roles' reach: the audit table, the tamper pipe and the auditor.
+"""Tamper evidence outside the producers' and consumers' reach: the audit table, the tamper pipe and the auditor.
 
 - ``AuditTable``: each tenant's anchor (the last verified seq and hash) and its tamper findings. Only the
   auditor's two functions and the operator role may write it; producers and consumers get nothing on it.

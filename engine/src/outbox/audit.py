@@ -1,4 +1,5 @@
-"""The audit table: each tenant's anchor and its tamper findings, where no runtime role can write.
+"""The audit table: each tenant's anchor and its tamper findings, where no producer's or consumer's role can
+write (the anchoring function writes anchors, the tamper recorder findings, and the operator role both).
 
 Two detectors that need nothing from the roles they watch:
 

@@ -22,8 +22,9 @@ from outbox.exceptions import EnvelopeParseError
 @dataclass(frozen=True)
 class Anchor:
     """A (seq, hash) of a tenant's log that was verified from genesis or from an earlier anchor, kept where
-    no runtime role can write (the audit table). A log whose row at ``seq`` no longer has ``hash`` was
-    rewritten, however carefully its hashes were recomputed."""
+    no producer's or consumer's role can write (the audit table: the anchoring function and the operator role
+    may). A log whose row at ``seq`` no longer has ``hash`` was rewritten, however carefully its hashes were
+    recomputed."""
 
     tenant: str
     seq: int

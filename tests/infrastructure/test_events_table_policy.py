@@ -6,6 +6,7 @@ policies with ``policy_evaluation``, a deliberately small evaluator."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from outbox_cdk.events_table import (
     EVENT_ROW_PUT,
     PUT_DENY_SID,
     RESOURCE_DENY_SID,
+    TLS_DENY_SID,
 )
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.policy_evaluation import (
@@ -102,6 +104,53 @@ def test_the_events_table_denies_putting_event_rows_to_all_but_the_operator_role
         "Resource": "*",
         "Condition": {**EVENT_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": exempt}},
     }
+
+
+def relayed_table(stack_template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The table whose stream the relay carries to the durable queue (the one queue that is FIFO and redriven):
+    the events table, found by what it feeds, not by its name."""
+    [durable] = [
+        logical_id
+        for logical_id, queue in resources_of_type(stack_template, "AWS::SQS::Queue").items()
+        if queue["Properties"].get("FifoQueue") and "RedrivePolicy" in queue["Properties"]
+    ]
+    [source] = [
+        pipe["Properties"]["Source"]
+        for pipe in resources_of_type(stack_template, "AWS::Pipes::Pipe").values()
+        if pipe["Properties"]["Target"] == {"Fn::GetAtt": [durable, "Arn"]}
+    ]
+    table_id, attribute = source["Fn::GetAtt"]
+    assert attribute == "StreamArn", source
+    return table_id, resources_of_type(stack_template, "AWS::DynamoDB::Table")[table_id]
+
+
+def test_the_events_table_refuses_every_request_without_tls(stack_template: dict[str, Any]) -> None:
+    table_id, table = relayed_table(stack_template)
+    statements = table["Properties"]["ResourcePolicy"]["PolicyDocument"]["Statement"]
+
+    assert {
+        "Sid": TLS_DENY_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "dynamodb:*",
+        "Resource": "*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    } in statements
+
+    # Evaluated: whoever calls over plain HTTP is refused, whatever their own policy allows; over TLS, not
+    arns = template_arns(stack_template)
+    policy = resolve(statements, arns)
+    operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
+    item_calls = [("dynamodb:GetItem", EVENT_ROW), ("dynamodb:PutItem", HEAD_ROW)]
+    calls = [
+        *((action, {"dynamodb:LeadingKeys": [key]}) for action, key in item_calls),
+        *((a, {}) for a in TABLE_ACTIONS),
+    ]
+    for arn in (arns[operator_id], role_arn("Administrator")):
+        for action, context in calls:
+            plain = Request(action, arns[table_id], arn, context, secure_transport=False)
+            assert decide(plain, EVERYTHING, policy) is Decision.EXPLICIT_DENY, (arn, action)
+            assert decide(dataclasses.replace(plain, secure_transport=True), EVERYTHING, policy) is Decision.ALLOWED
 
 
 def test_no_other_table_has_a_resource_policy(stack_template: dict[str, Any]) -> None:

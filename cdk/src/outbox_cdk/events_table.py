@@ -45,6 +45,8 @@ RESOURCE_DENY_SID: Final = "DenyEventRowMutationToAllButTheOperatorRole"
 # resource policy refuses it to every principal but the operator role and the roles granted ``grant_emit``.
 EVENT_ROW_PUT: Final = ("dynamodb:PutItem",)
 PUT_DENY_SID: Final = "DenyEventRowPutToAllButTheOperatorRoleAndTheEmitters"
+# Every request over plain HTTP, refused (DynamoDB's endpoints take both): what every queue's enforce_ssl does.
+TLS_DENY_SID: Final = "DenyRequestsWithoutTls"
 # As many emitters as keep the resource policy under DynamoDB's 20 KB whatever their ARNs (IAM allows a role
 # ARN of about 600 characters; tests/infrastructure/test_events_table_policy.py measures it). Producers can
 # share a role.
@@ -82,8 +84,9 @@ class EventsTable(Construct):
     resource policy carries the same Deny for every principal whose ARN is not the operator role's, so no
     principal of the account but the operator role can update or delete an event row. A second statement of
     that policy refuses ``PutItem`` on event rows to every principal but the operator role and the roles
-    ``grant_emit`` admitted, so an administrator or a CI role cannot overwrite one either. With
-    ``encryption_key`` (a customer-managed key for the table and its stream), every grant grants the key too.
+    ``grant_emit`` admitted, so an administrator or a CI role cannot overwrite one either; a third refuses
+    every request without TLS. With ``encryption_key`` (a customer-managed key for the table and its stream),
+    every grant grants the key too.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class EventsTable(Construct):
         self._deny_event_row_mutation_to_all_but_the_operator_role()
         self._emitters: list[str] = []
         self._put_deny = self._deny_event_row_put_to_all_but_the_emitters()
+        self._deny_requests_without_tls()
         if encryption_key is not None:
             acknowledge_key_wildcards(self.operator_role, "grant_read_write_data on the events table")
 
@@ -210,6 +214,21 @@ class EventsTable(Construct):
         )
         self.table.add_to_resource_policy(statement)
         return statement
+
+    def _deny_requests_without_tls(self) -> None:
+        """Every DynamoDB action on the table, by any principal, when the request did not come over TLS
+        (``aws:SecureTransport`` false), as the queues' and the topic's policies refuse theirs. A request without
+        the key (a service's on its own behalf, if any) is not denied: ``Bool`` is false on an absent key."""
+        self.table.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=TLS_DENY_SID,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["dynamodb:*"],
+                resources=["*"],
+                conditions={"Bool": {"aws:SecureTransport": "false"}},
+            )
+        )
 
     def _deny_event_row_mutation_to_all_but_the_operator_role(self) -> None:
         """The same Deny in the table's resource policy, so that it binds every principal, admins, CI and

@@ -132,6 +132,8 @@ class QueueConsumer(Construct):
             report_batch_item_failures=True,
             max_concurrency=max_concurrency,
         )
+        # Nobody else may take a message off the queue; the mapping polls once its role is the one admitted.
+        self.mapping.node.add_dependency(queue.polled_by(self.role).policy)
         self._acknowledge_queue_driven_failure_handling(max_concurrency)
         self.errors_alarm = alarm_above(
             self,

@@ -14,7 +14,7 @@ from constructs import Construct
 
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.queue_defaults import encrypted_queue
-from outbox_cdk.send_deny import SendDeny
+from outbox_cdk.send_deny import ReceiveDeny, SendDeny
 from outbox_cdk.timing import QUEUE_RETENTION_DAYS
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 QUEUE_RETENTION: Final = Duration.days(QUEUE_RETENTION_DAYS)
 # The queue policy statement that refuses a message from anyone but the queue's pipe and its senders.
 SEND_DENY_SID: Final = "OnlyThePipeAndTheRepairsSend"
+# The queue policy statement that refuses a receive, delete or visibility change to anyone but the consumer.
+RECEIVE_DENY_SID: Final = "OnlyTheConsumerReceives"
 
 
 class RedrivenQueue(Construct):
@@ -41,6 +43,12 @@ class RedrivenQueue(Construct):
       role nor one of ``senders`` (``admit_sender`` adds one later): the roles the operator's repairs
       (replay, reconcile, redrive) run as (``send_deny.SendDeny``). A role session's ``aws:PrincipalArn`` is
       its role's ARN, and a request without one (anonymous, a service principal) is denied too (R10.1, R10.2).
+    - Once ``polled_by(role)`` names the role its consumer's event source mapping polls as (the function's
+      execution role), its policy also denies ``sqs:ReceiveMessage``, ``sqs:DeleteMessage`` and
+      ``sqs:ChangeMessageVisibility`` to every other principal (``send_deny.ReceiveDeny``): a message leaves
+      only through a consumer's run or SQS's move to the alarmed DLQ, never by someone's receive and delete. No
+      repair receives from this queue (a redrive receives from the DLQ and sends here), so no other role is
+      admitted.
     - The DLQ (an ``AlarmedDeadLetterQueue`` of a queue) denies every principal's send: nothing but SQS's own
       move after ``max_receive_count`` receives, which is no principal's SendMessage (R10.8), puts a message
       there, and a redrive sends back to this queue, not to it. Its redrive allow policy stays ``allowAll``:
@@ -64,6 +72,7 @@ class RedrivenQueue(Construct):
         self._senders: list[iam.IRole] = []
         self._pipe_role: iam.IRole | None = None
         self._send_deny: SendDeny | None = None
+        self._receive_deny: ReceiveDeny | None = None
         for sender in senders:
             self.admit_sender(sender)
         self.max_receive_count = max_receive_count
@@ -116,3 +125,14 @@ class RedrivenQueue(Construct):
         self._senders.append(role)
         if self._send_deny is not None:
             self._send_deny.admit(role)
+
+    def polled_by(self, role: iam.IRole) -> ReceiveDeny:
+        """From now on only ``role``, its consumer's (the event source mapping polls as the function's role), may
+        receive, delete or hide a message here. Make the mapping depend on the returned statement's policy."""
+        if self._receive_deny is not None:
+            raise ValueError(
+                f"{self.node.path} is polled by one consumer, already {self._receive_deny.roles[0].node.path}"
+            )
+        self._receive_deny = ReceiveDeny(self.queue, RECEIVE_DENY_SID)
+        self._receive_deny.admit(role)
+        return self._receive_deny

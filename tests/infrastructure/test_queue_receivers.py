@@ -1,0 +1,84 @@
+"""Only its consumer takes a message off a lane's queue: the policy of every queue an event source mapping polls
+denies sqs:ReceiveMessage, sqs:DeleteMessage and sqs:ChangeMessageVisibility to every principal but the role of
+that mapping's function (the mapping polls as it), so an administrator or a CI role granted ``sqs:*`` cannot make
+a durable message vanish. Found by what the template connects (mapping -> queue, mapping -> function -> role),
+and evaluated on the synthesized policies (``policy_evaluation``): moto enforces no queue policy (M23).
+
+A redrive still works: it receives from and deletes on the DLQ, and sends to the lane's queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outbox.outputs import StackOutput
+from tests.infrastructure.conftest import resources_of_type
+from tests.infrastructure.policy_evaluation import Decision, Request, account_principals, decide, resolve, template_arns
+
+RECEIVE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility")
+# What a principal with sqs:* in its own policy (an administrator's, a CI role's) is allowed on every queue.
+EVERY_SQS_ACTION = {"Effect": "Allow", "Action": "sqs:*", "Resource": "*"}
+
+
+def polled_queues(template: dict[str, Any]) -> dict[str, str]:
+    """Each queue an event source mapping polls -> the logical id of the role of that mapping's function."""
+    polled = {}
+    for mapping in resources_of_type(template, "AWS::Lambda::EventSourceMapping").values():
+        queue_id, _ = mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"]
+        assert template["Resources"][queue_id]["Type"] == "AWS::SQS::Queue"
+        function = template["Resources"][mapping["Properties"]["FunctionName"]["Ref"]]
+        role_id, _ = function["Properties"]["Role"]["Fn::GetAtt"]
+        polled[queue_id] = role_id
+    return polled
+
+
+def queue_policy(template: dict[str, Any], queue_id: str, arns: dict[str, str]) -> list[dict[str, Any]]:
+    [statements] = [
+        policy["Properties"]["PolicyDocument"]["Statement"]
+        for policy in resources_of_type(template, "AWS::SQS::QueuePolicy").values()
+        if {"Ref": queue_id} in policy["Properties"]["Queues"]
+    ]
+    return list(resolve(statements, arns))
+
+
+def dead_letter_queue(template: dict[str, Any], queue_id: str) -> str:
+    dlq_id, _ = template["Resources"][queue_id]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"]
+    return str(dlq_id)
+
+
+def test_the_durable_record_change_and_tamper_queues_are_polled(stack_template: dict[str, Any]) -> None:
+    # The durable consumer, the record-change consumer and the tamper recorder: one mapping each.
+    assert len(polled_queues(stack_template)) == 3
+
+
+def test_each_polled_queue_lets_only_its_consumer_receive_delete_or_hide_a_message(
+    stack_template: dict[str, Any],
+) -> None:
+    arns = template_arns(stack_template)
+    principals = account_principals(stack_template)
+    for queue_id, consumer in polled_queues(stack_template).items():
+        policy = queue_policy(stack_template, queue_id, arns)
+        for name, (arn, identity) in principals.items():
+            for action in RECEIVE_ACTIONS:
+                # Whatever its own policy allows: sqs:* on every queue, as an administrator's or a CI role's.
+                decision = decide(Request(action, arns[queue_id], arn), [*identity, EVERY_SQS_ACTION], policy)
+                expected = Decision.ALLOWED if name == consumer else Decision.EXPLICIT_DENY
+                assert decision is expected, (queue_id, name, action)
+        # And the consumer's mapping still polls with the consumer's own grants.
+        _, identity = principals[consumer]
+        for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage"):
+            assert decide(Request(action, arns[queue_id], arns[consumer]), identity, policy) is Decision.ALLOWED
+
+
+def test_a_redrive_from_each_lane_s_dlq_back_into_its_queue_is_still_allowed(stack_template: dict[str, Any]) -> None:
+    arns = template_arns(stack_template)
+    runbook_id, _ = stack_template["Outputs"][StackOutput.RUNBOOK_ROLE.value]["Value"]["Fn::GetAtt"]
+    _, identity = account_principals(stack_template)[runbook_id]
+    # Every lane's DLQ is redriven (the durable, record-change and tamper ones: outbox redrive --dlq).
+    for queue_id in polled_queues(stack_template):
+        dlq_id = dead_letter_queue(stack_template, queue_id)
+        receive = Request("sqs:ReceiveMessage", arns[dlq_id], arns[runbook_id])
+        delete = Request("sqs:DeleteMessage", arns[dlq_id], arns[runbook_id])
+        send = Request("sqs:SendMessage", arns[queue_id], arns[runbook_id])
+        assert decide(receive, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
+        assert decide(delete, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
+        assert decide(send, identity, queue_policy(stack_template, queue_id, arns)) is Decision.ALLOWED, queue_id

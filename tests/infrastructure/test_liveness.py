@@ -95,3 +95,80 @@ def test_without_a_record_change_lane_the_anchoring_watches_the_two_pipes_there_
 
     _, names = function["Properties"]["Environment"]["Variables"][liveness.WATCHED_PIPES_VARIABLE]["Fn::Join"]
     assert sorted(name["Ref"] for name in names) == pipes
+
+
+# --- what no one can publish, and what falls behind: found by what the anchoring schedule targets ------------------
+
+# EventBridge's rate expression for the anchoring schedule: the alarms below are sized to its period.
+SCHEDULE_PERIODS = {"rate(1 hour)": HOUR_SECONDS}
+
+
+def scheduled_function(stack_template: dict[str, Any]) -> tuple[str, int]:
+    """The function the one scheduled rule of the stack targets, and the schedule's period in seconds."""
+    scheduled = [
+        rule["Properties"]
+        for rule in resources_of_type(stack_template, "AWS::Events::Rule").values()
+        if "ScheduleExpression" in rule["Properties"]
+    ]
+    [rule] = scheduled
+    [target] = rule["Targets"]
+    function_id, _ = target["Arn"]["Fn::GetAtt"]
+    assert stack_template["Resources"][function_id]["Type"] == "AWS::Lambda::Function"
+    return function_id, SCHEDULE_PERIODS[rule["ScheduleExpression"]]
+
+
+def alarms_reading(stack_template: dict[str, Any], namespace: str, name: str, dimensions: Any) -> list[dict[str, Any]]:
+    """The alarms whose metric math reads this metric (with exactly these dimensions)."""
+    return [
+        alarm["Properties"]
+        for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
+        for query in alarm["Properties"].get("Metrics", [])
+        if "MetricStat" in query
+        and (query["MetricStat"]["Metric"]["Namespace"], query["MetricStat"]["Metric"]["MetricName"])
+        == (namespace, name)
+        and query["MetricStat"]["Metric"].get("Dimensions") == dimensions
+    ]
+
+
+def assert_zero_filled_sum(alarm: dict[str, Any], period: int) -> None:
+    """The alarm reads the metric's Sum over ``period``, each period without a datapoint as 0 (R9.6)."""
+    [expression] = [query for query in alarm["Metrics"] if "Expression" in query]
+    [counted] = [query for query in alarm["Metrics"] if "MetricStat" in query]
+    assert (counted["MetricStat"]["Stat"], counted["MetricStat"]["Period"]) == ("Sum", period)
+    assert expression["Expression"] == f"FILL({counted['Id']}, 0)"
+    assert (expression["ReturnData"], counted["ReturnData"]) == (True, False)
+
+
+def test_the_scheduled_function_not_invoked_for_two_periods_alarms_on_what_lambda_counts(
+    stack_template: dict[str, Any],
+) -> None:
+    # AnchoringPasses and PipesNotRunning are custom metrics anyone allowed cloudwatch:PutMetricData can publish;
+    # AWS/Lambda's Invocations no one can: a disabled schedule rule fires this whatever is published by hand.
+    topic_id, _ = only_resource(stack_template, "AWS::SNS::Topic")
+    function_id, period = scheduled_function(stack_template)
+    [alarm] = alarms_reading(
+        stack_template, "AWS/Lambda", "Invocations", [{"Name": "FunctionName", "Value": {"Ref": function_id}}]
+    )
+
+    assert_zero_filled_sum(alarm, period)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
+    assert_notifies_and_breaches_when_silent(alarm, topic_id)
+    assert "outbox anchor" in alarm["AlarmDescription"]
+
+
+def test_passes_that_defer_tenants_three_periods_in_a_row_alarm(stack_template: dict[str, Any]) -> None:
+    topic_id, _ = only_resource(stack_template, "AWS::SNS::Topic")
+    function_id, period = scheduled_function(stack_template)
+    service = stack_template["Resources"][function_id]["Properties"]["Environment"]["Variables"][
+        "POWERTOOLS_SERVICE_NAME"
+    ]
+    [alarm] = alarms_reading(
+        stack_template, METRICS_NAMESPACE, Metric.ANCHORS_DEFERRED.value, [{"Name": "service", "Value": service}]
+    )
+
+    # Counted only by a pass that defers: an hour without one is a 0, so only three deferring passes in a row fire.
+    assert_zero_filled_sum(alarm, period)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 3)
+    assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic_id}]
+    assert "outbox anchor" in alarm["AlarmDescription"]

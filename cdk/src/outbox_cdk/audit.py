@@ -37,7 +37,13 @@ from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable
 from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction, engine_metric
-from outbox_cdk.liveness import anchoring_stopped_alarm, pipes_not_running_alarm, watch_pipes
+from outbox_cdk.liveness import (
+    anchoring_not_invoked_alarm,
+    anchoring_stopped_alarm,
+    pipes_not_running_alarm,
+    watch_pipes,
+    zero_filled,
+)
 from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
@@ -55,6 +61,9 @@ RECORDER_TIMEOUT_SECONDS: Final = 30
 ANCHOR_TIMEOUT_SECONDS: Final = 300
 ANCHOR_SCHEDULE: Final = Duration.hours(1)
 TAMPER_MAX_RECEIVE_COUNT: Final = 5
+# Passes in a row that left tenants to the next before AnchorsDeferredAlarm fires: a burst of new tenants (each
+# verified from genesis, first) may defer one or two passes and be caught up; three mean the passes fall behind.
+DEFERRAL_PERIODS: Final = 3
 
 # Attribute names of an event row (outbox.envelope.Envelope.to_item), as in relay_pipe.
 KIND_ATTRIBUTE: Final = "kind"
@@ -237,6 +246,10 @@ class Auditor(Construct):
         self.anchoring_stopped_alarm = anchoring_stopped_alarm(
             self, service=ANCHOR_SERVICE, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
         )
+        self.anchoring_not_invoked_alarm = anchoring_not_invoked_alarm(
+            self, function=self.anchoring, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
+        )
+        self.anchors_deferred_alarm = _anchors_deferred_alarm(self, alarm_topic)
 
     def watch_pipes(self, pipes: Sequence[StreamPipe]) -> None:
         """Each anchoring pass publishes how many of ``pipes`` are not running (``PipesNotRunningAlarm``): call
@@ -253,6 +266,8 @@ class Auditor(Construct):
             self.anchoring_errors_alarm,
             self.pipes_not_running_alarm,
             self.anchoring_stopped_alarm,
+            self.anchoring_not_invoked_alarm,
+            self.anchors_deferred_alarm,
         ]
 
     @property
@@ -342,4 +357,24 @@ def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.I
                 function, retry_attempts=2, max_event_age=ANCHOR_SCHEDULE, dead_letter_queue=dead_letters
             )
         ],
+    )
+
+
+def _anchors_deferred_alarm(scope: Construct, alarm_topic: sns.ITopic) -> cloudwatch.Alarm:
+    """Every pass of ``DEFERRAL_PERIODS`` hours in a row left tenants unverified: their breaks go unseen while it
+    lasts. Counted only when a pass defers, so filled with zeros: quiet hours between deferrals do not join."""
+    deferred = engine_metric(
+        ANCHOR_SERVICE, Metric.ANCHORS_DEFERRED.value, statistic=cloudwatch.Stats.SUM, period=ANCHOR_SCHEDULE
+    )
+    return alarm_above(
+        scope,
+        "AnchorsDeferredAlarm",
+        zero_filled(deferred, "deferred", Metric.ANCHORS_DEFERRED.value),
+        threshold=0,
+        evaluation_periods=DEFERRAL_PERIODS,
+        datapoints_to_alarm=DEFERRAL_PERIODS,
+        description="Three hourly anchoring passes in a row left tenants unverified (out of time, or their anchors "
+        "unreadable): the passes fall behind the tenants, and those left over are checked late. `outbox anchor` "
+        "catches up by hand; see the runbook (AnchorsDeferredAlarm).",
+        alarm_topic=alarm_topic,
     )

@@ -51,7 +51,20 @@ EXPECTED_CALLS: Final = {
         "SetTopicAttributes",
         "Unsubscribe",
     ],
+    "cloudtrail.amazonaws.com": [
+        "DeleteTrail",
+        "PutAdvancedEventSelectors",
+        "PutEventSelectors",
+        "StopLogging",
+        "UpdateTrail",
+    ],
+    "events.amazonaws.com": ["DeleteRule", "DisableRule", "PutRule", "PutTargets", "RemoveTargets"],
 }
+EVENTS: Final = "events.amazonaws.com"
+# The calls that silence or rewrite an EventBridge rule, and the field each names it by (R12.7).
+RULE_CALLS: Final = dict.fromkeys(("DisableRule", "DeleteRule", "PutRule"), "name") | dict.fromkeys(
+    ("PutTargets", "RemoveTargets"), "rule"
+)
 WATCH_PREFIX: Final = "OutboxControlPlane"
 ACCOUNT: Final = "123456789012"
 REGION: Final = "us-east-1"
@@ -59,12 +72,26 @@ REGION: Final = "us-east-1"
 PATTERN_LIMIT: Final = 2048
 
 
-def watch_rules(template: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Each watch rule by the service it watches: (logical id, properties)."""
-    found = [
-        (rule["Properties"]["EventPattern"]["detail"]["eventSource"][0], (logical, rule["Properties"]))
+def every_watch_rule(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every rule of the watch, by logical id: its properties."""
+    return {
+        logical: rule["Properties"]
         for logical, rule in resources_of_type(dict(template), "AWS::Events::Rule").items()
         if logical.startswith(WATCH_PREFIX)
+    }
+
+
+def service_of(rule: Mapping[str, Any]) -> str:
+    return str(rule["EventPattern"]["detail"]["eventSource"][0])
+
+
+def watch_rules(template: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each watch rule by the service it watches: (logical id, properties); EventBridge's rules, which watch
+    the watch, are ``events_rules``."""
+    found = [
+        (service_of(rule), (logical, rule))
+        for logical, rule in every_watch_rule(template).items()
+        if service_of(rule) != EVENTS
     ]
     rules = dict(found)
     assert len(rules) == len(found), "one rule per service"
@@ -102,8 +129,10 @@ def test_the_watched_calls_are_exactly_the_reviewed_ones() -> None:
 
 def test_one_rule_per_service_matches_exactly_the_watched_calls(stack_template: dict[str, Any]) -> None:
     rules = watch_rules(stack_template)
-    assert set(rules) == set(EXPECTED_CALLS)
-    for service, (_, rule) in rules.items():
+    assert set(rules) == set(EXPECTED_CALLS) - {EVENTS}
+    watches = [rule for rule in every_watch_rule(stack_template).values() if service_of(rule) == EVENTS]
+    assert len(watches) == 2  # the rules rule, and the rule that watches it
+    for service, rule in [*((s, r) for s, (_, r) in rules.items()), *((EVENTS, r) for r in watches)]:
         pattern = rule["EventPattern"]
         assert rule["State"] == "ENABLED"
         assert set(pattern) == {"detail-type", "detail"}, service
@@ -153,8 +182,10 @@ def test_each_rule_names_this_pipelines_resources_and_nothing_wider(stack_templa
             {"requestParameters": {"subscriptionArn": [{"prefix": {"Fn::Join": ["", [{"Ref": topic}, ":"]]}}]}},
         ]
     }
+    # Any trail: the watch needs one and cannot tell which.
+    assert resource_part(rules["cloudtrail.amazonaws.com"][1]["EventPattern"]) == {}
     # No wildcard, no negation, no "exists": only names, ARNs and their prefixes or ends.
-    for service, (_, rule) in rules.items():
+    for service, rule in every_watch_rule(stack_template).items():
         found = list(walk(rule["EventPattern"]))
         assert {key for key, _ in found} & {"wildcard", "anything-but", "exists", "equals-ignore-case"} == set()
         assert [value for _, value in found if isinstance(value, str) and "*" in value] == [], service
@@ -165,7 +196,7 @@ def test_each_rule_notifies_the_alarm_topic_in_one_line_and_keeps_what_it_cannot
 ) -> None:
     topic = logical_id(stack_template, "AWS::SNS::Topic", "OutboxAlarmsTopic")
     dead_letters = logical_id(stack_template, "AWS::SQS::Queue", "OutboxControlPlaneDeadLetters")
-    for service, (_, rule) in watch_rules(stack_template).items():
+    for service, rule in every_watch_rule(stack_template).items():
         [target] = rule["Targets"]
         assert target["Arn"] == {"Ref": topic}, service
         assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dead_letters, "Arn"]}}
@@ -202,7 +233,8 @@ def test_the_alarm_topic_admits_eventbridge_for_these_rules_only(stack_template:
         if p["Properties"]["Topics"] == [{"Ref": topic}]
     ]
     [statement] = [s for s in policy if s.get("Principal") == {"Service": "events.amazonaws.com"}]
-    rule_arns = [{"Fn::GetAtt": [rule_id, "Arn"]} for rule_id, _ in watch_rules(stack_template).values()]
+    rule_arns = sorted(every_watch_rule(stack_template))
+    assert sorted(arn["Fn::GetAtt"][0] for arn in statement["Condition"]["ArnEquals"]["aws:SourceArn"]) == rule_arns
     assert statement == {
         "Sid": "AllowTheControlPlaneWatchToPublish",
         "Effect": "Allow",
@@ -211,7 +243,7 @@ def test_the_alarm_topic_admits_eventbridge_for_these_rules_only(stack_template:
         "Resource": {"Ref": topic},
         "Condition": {
             "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-            "ArnEquals": {"aws:SourceArn": rule_arns},
+            "ArnEquals": {"aws:SourceArn": statement["Condition"]["ArnEquals"]["aws:SourceArn"]},
         },
     }
 
@@ -242,7 +274,7 @@ def test_the_dead_letters_take_undeliverable_notices_from_these_rules_only(stack
     assert all(s["Principal"] == {"Service": "events.amazonaws.com"} for s in admitted)
     assert all(s["Action"] == "sqs:SendMessage" for s in admitted)
     assert sorted(s["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0] for s in admitted) == sorted(
-        rule_id for rule_id, _ in watch_rules(stack_template).values()
+        every_watch_rule(stack_template)
     )
 
 
@@ -284,7 +316,7 @@ def test_a_topic_of_yours_is_watched_and_the_synth_says_its_policy_must_admit_ev
     )
     rules = watch_rules(Template.from_stack(stack).to_json())
     # Its key is not the app's to see: not watched. The topic is, by its ARN.
-    assert set(rules) == set(EXPECTED_CALLS) - {"kms.amazonaws.com"}
+    assert set(rules) == set(EXPECTED_CALLS) - {"kms.amazonaws.com", EVENTS}
     topic_part = resource_part(rules["sns.amazonaws.com"][1]["EventPattern"])
     assert topic_part["$or"][0] == {"requestParameters": {"topicArn": [arn]}}
     assert rules["sns.amazonaws.com"][1]["Targets"][0]["Arn"] == arn
@@ -324,6 +356,8 @@ def physical_names(template: Mapping[str, Any], *, stack_name: str, longest: boo
             names[f"{logical}.Arn"] = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{names[logical]}"
         elif kind == "AWS::SNS::Topic":
             names[logical] = f"arn:aws:sns:{REGION}:{ACCOUNT}:{named(logical, 256)}"
+        elif kind == "AWS::Events::Rule":
+            names[logical] = resource["Properties"].get("Name") or named(logical, 64)
     return names
 
 
@@ -352,10 +386,11 @@ def names(stack_template: dict[str, Any]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def patterns(stack_template: dict[str, Any], names: dict[str, str]) -> dict[str, EventPattern]:
-    """Each service's pattern as deployed, loaded by moto's EventBridge (which also refuses a malformed one)."""
+    """Each rule's pattern as deployed, by logical id, loaded by moto's EventBridge (which also refuses a
+    malformed one)."""
     return {
-        service: EventPattern.load(json.dumps(resolve(rule["EventPattern"], names)))
-        for service, (_, rule) in watch_rules(stack_template).items()
+        logical: EventPattern.load(json.dumps(resolve(rule["EventPattern"], names)))
+        for logical, rule in every_watch_rule(stack_template).items()
     }
 
 
@@ -487,14 +522,54 @@ def test_the_patterns_report_the_calls_on_this_pipeline_and_nothing_else(
         if any(pattern.matches_event(event) for pattern in patterns.values()) != expected
     ]
     assert wrong == []
-    # Each event is matched by its own service's rule alone: one notice per call.
+    # Each event is matched by one rule alone, its own service's: one notice per call.
+    rules = every_watch_rule(stack_template)
     for what, event, expected in cases(stack_template, names):
-        matching = [service for service, pattern in patterns.items() if pattern.matches_event(event)]
+        matching = [service_of(rules[logical]) for logical, pattern in patterns.items() if pattern.matches_event(event)]
         assert matching == ([event["detail"]["eventSource"]] if expected else []), what
 
 
 def test_every_pattern_stays_within_eventbridges_limit_with_the_longest_names(stack_template: dict[str, Any]) -> None:
     longest = physical_names(stack_template, stack_name="S" * 128, longest=True)
-    for service, (_, rule) in watch_rules(stack_template).items():
+    for service, rule in every_watch_rule(stack_template).items():
         resolved = json.dumps(resolve(rule["EventPattern"], longest))
         assert len(resolved) <= PATTERN_LIMIT, f"{service}: {len(resolved)} characters"
+
+
+def test_every_watch_rule_silenced_or_rewritten_is_reported_by_another(
+    stack_template: dict[str, Any], names: dict[str, str], patterns: dict[str, EventPattern]
+) -> None:
+    """One DisableRule would silence a rule that watched only the others: each rule is named by another, so the
+    first call of an attempt to silence the watch is reported, and each by one rule alone."""
+    events = partial(cloudtrail_event, EVENTS)
+    rules = every_watch_rule(stack_template)
+    assert len(rules) == len(EXPECTED_CALLS) + 1  # one per service, and the rule that watches the rules rule
+    unreported = []
+    for logical in rules:
+        for call, field in RULE_CALLS.items():
+            event = events(call, {field: names[logical]})
+            reporting = [other for other, pattern in patterns.items() if pattern.matches_event(event)]
+            if len(reporting) != 1 or reporting == [logical]:
+                unreported.append(f"{call} on {logical}: reported by {reporting}")
+    assert unreported == []
+    # Another rule of the account (the anchoring schedule's), or a read of a watch rule, is not reported.
+    schedule = names[logical_id(stack_template, "AWS::Events::Rule", "OutboxAuditorAnchoringSchedule")]
+    for event in (
+        events("DisableRule", {"name": schedule}),
+        events("DisableRule", {"name": "someone-elses"}),
+        events("DescribeRule", {"name": next(names[logical] for logical in rules)}),
+    ):
+        assert not any(pattern.matches_event(event) for pattern in patterns.values()), event["detail"]
+
+
+def test_a_trail_stopped_or_made_to_log_less_is_reported(
+    stack_template: dict[str, Any], patterns: dict[str, EventPattern]
+) -> None:
+    trail = f"arn:aws:cloudtrail:{REGION}:{ACCOUNT}:trail/management"
+    trails = partial(cloudtrail_event, "cloudtrail.amazonaws.com")
+    for call in EXPECTED_CALLS["cloudtrail.amazonaws.com"]:
+        for request in ({"name": trail}, {"name": "management"}, {"trailName": trail}):
+            event = trails(call, request)
+            assert sum(pattern.matches_event(event) for pattern in patterns.values()) == 1, (call, request)
+    for call in ("StartLogging", "GetTrailStatus", "LookupEvents"):
+        assert not any(pattern.matches_event(trails(call, {"name": trail})) for pattern in patterns.values()), call

@@ -19,6 +19,11 @@ R12.3):
 - KMS: the alarm topic's key (the pipeline's own ``AlarmTopic``), by ``keyId`` (its id or ARN: these calls
   take no alias).
 - SNS: the alarm topic by ``topicArn``, and its subscriptions by ``subscriptionArn`` (``<topic ARN>:<id>``).
+- CloudTrail: any trail of the region (the watch needs one and cannot tell which), every call that stops it
+  logging or changes what it logs.
+- EventBridge: the watch's own rules, by ``name`` or ``rule``. One ``DisableRule`` would silence a rule, so each
+  rule is named by another: the rules rule names every other rule of the watch, and a second rule names the rules
+  rule alone (R12.7). Silencing the watch takes two calls, and the first is reported.
 
 Each notice is one line on the alarm topic: the call, the principal (``userIdentity``, with ``invokedBy`` when
 a service such as CloudFormation made it), where from, when, its error code if it failed, and the request
@@ -34,11 +39,12 @@ are SNS messages.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as eventbridge
 from aws_cdk import aws_iam as iam
@@ -62,6 +68,8 @@ PIPES: Final = "pipes.amazonaws.com"
 CLOUDWATCH: Final = "monitoring.amazonaws.com"
 KMS: Final = "kms.amazonaws.com"
 SNS: Final = "sns.amazonaws.com"
+CLOUDTRAIL: Final = "cloudtrail.amazonaws.com"
+EVENTS: Final = "events.amazonaws.com"
 WATCHED_CALLS: Final[Mapping[str, tuple[str, ...]]] = {
     # The resource policy's Deny lifted; the stream (the relay's and the tamper pipe's source) or the deletion
     # protection switched off; a TTL that would delete event rows; the table itself.
@@ -83,6 +91,10 @@ WATCHED_CALLS: Final[Mapping[str, tuple[str, ...]]] = {
         "SetTopicAttributes",
         "Unsubscribe",
     ),
+    # The trail the watch relies on stopped, deleted, or made to log no management events in this region.
+    CLOUDTRAIL: ("DeleteTrail", "PutAdvancedEventSelectors", "PutEventSelectors", "StopLogging", "UpdateTrail"),
+    # A rule of the watch disabled, deleted, rewritten (its pattern, its state) or given other targets.
+    EVENTS: ("DeleteRule", "DisableRule", "PutRule", "PutTargets", "RemoveTargets"),
 }
 # Each rule's construct id, by service.
 RULE_IDS: Final[Mapping[str, str]] = {
@@ -92,7 +104,13 @@ RULE_IDS: Final[Mapping[str, str]] = {
     CLOUDWATCH: "AlarmsRule",
     KMS: "AlarmKeyRule",
     SNS: "AlarmTopicRule",
+    CLOUDTRAIL: "TrailRule",
+    EVENTS: "RulesRule",
 }
+# The rule that watches the rules rule: EventBridge calls on it alone.
+RULES_WATCH_ID: Final = "RulesRuleWatch"
+# EventBridge's longest rule name.
+RULE_NAME_LIMIT: Final = 64
 
 # EventBridge's limits on a target: the longest it keeps retrying and the most attempts (R12.5), for an error it
 # counts as transient (a refusal, such as a missing permission, goes to the DLQ at once). A notice the topic
@@ -172,9 +190,20 @@ class ControlPlaneWatch(Construct):
         key = alarm_topic.master_key
         if key is not None:
             matches[KMS] = {"requestParameters": {"keyId": [key.key_id, key.key_arn]}}
+        matches[CLOUDTRAIL] = {}
         self.rules: dict[str, eventbridge.CfnRule] = {
-            service: self._rule(service, match) for service, match in matches.items()
+            service: self._rule(RULE_IDS[service], service, match) for service, match in matches.items()
         }
+        # The rules rule is named here, not by CloudFormation: the rule that watches it must name it, and a Ref
+        # each way would be a dependency cycle. It names the others by Ref, so it is created last.
+        rules_rule_name = self._rule_name(RULE_IDS[EVENTS])
+        self.rules_watch = self._rule(RULES_WATCH_ID, EVENTS, _rules_match([rules_rule_name]))
+        self.rules[EVENTS] = self._rule(
+            RULE_IDS[EVENTS],
+            EVENTS,
+            _rules_match([rule.ref for rule in [*self.rules.values(), self.rules_watch]]),
+            name=rules_rule_name,
+        )
         self._admit_eventbridge(key)
 
     def quiet_for(self, alarms: Sequence[cloudwatch.IAlarm]) -> None:
@@ -186,13 +215,25 @@ class ControlPlaneWatch(Construct):
 
     @property
     def rule_arns(self) -> list[str]:
-        return [rule.attr_arn for rule in self.rules.values()]
+        return [rule.attr_arn for rule in [*self.rules.values(), self.rules_watch]]
 
-    def _rule(self, service: str, match: Mapping[str, Any]) -> eventbridge.CfnRule:
+    def _rule_name(self, construct_id: str) -> str:
+        """``<stack name>-<construct id>-<digest of the stack name and this watch's path>``, the stack name cut
+        to fit EventBridge's 64 characters (the digest keeps two pipelines, or two long stack names, apart)."""
+        stack_name = Stack.of(self).stack_name
+        assert not Token.is_unresolved(stack_name), "the rules rule's name needs the stack's name at synth"
+        digest = hashlib.sha256(f"{stack_name}/{self.node.path}".encode()).hexdigest()[:8].upper()
+        suffix = f"-{construct_id}-{digest}"
+        return stack_name[: RULE_NAME_LIMIT - len(suffix)] + suffix
+
+    def _rule(
+        self, construct_id: str, service: str, match: Mapping[str, Any], *, name: str | None = None
+    ) -> eventbridge.CfnRule:
         short = service.split(".", 1)[0]
         rule = eventbridge.CfnRule(
             self,
-            RULE_IDS[service],
+            construct_id,
+            name=name,
             description=f"Outbox control-plane watch: {short} calls that could lift a guard of this pipeline or "
             "silence its alarms, to the alarm topic (needs a CloudTrail trail)",
             state="ENABLED",
@@ -320,6 +361,17 @@ def _alarm_match(prefix: str) -> dict[str, Any]:
         "$or": [
             {"requestParameters": {"alarmNames": [{"prefix": prefix}]}},
             {"requestParameters": {"alarmName": [{"prefix": prefix}]}},
+        ]
+    }
+
+
+def _rules_match(names: Sequence[str]) -> dict[str, Any]:
+    # DisableRule, DeleteRule and PutRule take the rule's name as ``name``; PutTargets and RemoveTargets as
+    # ``rule`` (R12.7). A rule's name is unique on its bus: the watch's are on the default bus.
+    return {
+        "$or": [
+            {"requestParameters": {"name": list(names)}},
+            {"requestParameters": {"rule": list(names)}},
         ]
     }
 

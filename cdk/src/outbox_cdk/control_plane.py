@@ -7,7 +7,7 @@ tamper pipe, a ``DisableAlarmActions`` or a ``DisableKey`` on the alarm topic's 
 notification at once). CloudTrail records each of those calls as a management event, and delivers it to
 EventBridge's default bus of the call's region (``detail-type`` ``AWS API Call via CloudTrail``), where one
 rule per service matches exactly ``WATCHED_CALLS`` on this pipeline's resources (docs/aws-behaviour.md R12.1 to
-R12.3):
+R12.3 and R12.7):
 
 - DynamoDB: the events table, named by ``tableName`` (its name or ARN) or ``resourceArn`` (the table's or its
   stream's ARN). ``UpdateTable`` covers the stream switched off and the deletion protection lifted.
@@ -134,7 +134,8 @@ NOTICE_FIELDS: Final[Mapping[str, str]] = {
 
 
 class ControlPlaneWatch(Construct):
-    """``self.rules`` (one EventBridge rule per service of ``WATCHED_CALLS``) and ``self.dead_letters``.
+    """``self.rules`` (one EventBridge rule per service of ``WATCHED_CALLS``), ``self.rules_watch`` (the rule
+    that watches the EventBridge service's rule) and ``self.dead_letters``.
 
     Parameters
     ----------

@@ -11,6 +11,7 @@ without the prop has none of it, and one given a topic of yours warns that its p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, Final
@@ -118,6 +119,20 @@ def walk(value: Any) -> Iterator[tuple[str | None, Any]]:
             yield from walk(item)
     else:
         yield None, value
+
+
+def watched_pipeline(stack: Stack, **options: Any) -> None:
+    """A pipeline with the watch in ``stack``; ``options`` say who reads its alarms."""
+    OutboxPipeline(
+        stack,
+        "Outbox",
+        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
+        catalog=outbox_stack.CATALOG,
+        environment=APP_ENVIRONMENT,
+        operators=NOBODY["operators"],
+        watch_control_plane=True,
+        **options,
+    )
 
 
 # --- the template ------------------------------------------------------------------------------------------
@@ -301,16 +316,7 @@ def test_without_the_prop_nothing_watches_the_control_plane() -> None:
 def test_a_topic_of_yours_is_watched_and_the_synth_says_its_policy_must_admit_eventbridge() -> None:
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
     arn = f"arn:aws:sns:{REGION}:{ACCOUNT}:paging"
-    OutboxPipeline(
-        stack,
-        "Outbox",
-        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
-        catalog=outbox_stack.CATALOG,
-        environment=APP_ENVIRONMENT,
-        alarm_topic=sns.Topic.from_topic_arn(stack, "Paging", arn),
-        operators=NOBODY["operators"],
-        watch_control_plane=True,
-    )
+    watched_pipeline(stack, alarm_topic=sns.Topic.from_topic_arn(stack, "Paging", arn))
     Annotations.from_stack(stack).has_warning(
         "/Mine/Outbox/ControlPlane", Match.string_like_regexp("must let events.amazonaws.com publish")
     )
@@ -573,3 +579,16 @@ def test_a_trail_stopped_or_made_to_log_less_is_reported(
             assert sum(pattern.matches_event(event) for pattern in patterns.values()) == 1, (call, request)
     for call in ("StartLogging", "GetTrailStatus", "LookupEvents"):
         assert not any(pattern.matches_event(trails(call, {"name": trail})) for pattern in patterns.values()), call
+
+
+def test_the_rules_rules_name_fits_eventbridge_with_the_longest_stack_name() -> None:
+    """The rules rule is named at synth (its watcher must name it): a stack name of 128 characters is cut to fit
+    EventBridge's 64, and the watcher names the rule by that name."""
+    stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
+    watched_pipeline(stack, alarm_email="ops@example.com")
+    rules = every_watch_rule(Template.from_stack(stack).to_json())
+    [name] = [rule["Name"] for rule in rules.values() if "Name" in rule]
+    assert len(name) == 64
+    assert re.fullmatch(r"S+-RulesRule-[0-9A-F]{8}", name), name
+    watchers = [rule for rule in rules.values() if name in json.dumps(rule["EventPattern"])]
+    assert len(watchers) == 1

@@ -197,16 +197,37 @@ def durable_subscriptions(world: World) -> dict[str, tuple[str, ...]]:
 def expected_pairs(world: World, envelope: Envelope) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The durable subscriptions that must run ``envelope`` once, and those that may (at most once): sim.tally
     as the schedule's deploy left it. Added, it must run every event (its backfill sends the older ones);
-    removed or narrowed away, it may have run an event from before the switch, and none after."""
+    removed or narrowed away, it may have run an event from before the switch, and none after. A deploy of a
+    pair's route: the ledger narrowed to sim.item_noted must run every note (it had them before too) and may have
+    run an item from before the switch; made unordered, or ordered from the switch on, it must still run every
+    item once (what the deploy took out of the order, the unordered way); sim.tally moved to LOCAL may have run an
+    item from before the switch (durably), and none after."""
     required = durable_subscriptions(world)[envelope.type]
     deploy, at = world.schedule.deploy, world.deployed_at
     before = at is None or envelope.occurred_at < at
     created = envelope.type == ITEM_CREATED
+    if deploy == "ledger_narrowed":
+        if not created:
+            return (*required, LEDGER), ()
+        return tuple(s for s in required if s != LEDGER), (LEDGER,) if before else ()
+    if deploy == "tally_to_local":
+        return required, (TALLY,) if created and before else ()
     if (deploy == "added" and created) or (deploy == "narrowed" and created):
         return (*required, TALLY), ()
     if (deploy == "removed" and created and before) or (deploy == "narrowed" and before):
         return required, (TALLY,)
     return required, ()
+
+
+def left_out_by_the_deploy(world: World, envelope: Envelope, subscription: str) -> bool:
+    """Whether the schedule's deploy (gone out) left this pair out of the deployed catalog (``outbox.pairs``)."""
+    deploy = world.schedule.deploy if world.deployed_at is not None else None
+    created = envelope.type == ITEM_CREATED
+    if deploy == "ledger_narrowed":
+        return subscription == LEDGER and created
+    if deploy == "tally_to_local":
+        return subscription == TALLY
+    return False
 
 
 @dataclass(frozen=True)
@@ -376,9 +397,16 @@ class SimulatedApp:
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
 
     def tally(self, delivery: Delivery) -> Any:
-        """The subscription a deploy adds, removes or narrows: a DynamoDB effect under a lease."""
+        """The subscription a deploy adds, removes, narrows or moves to LOCAL: a DynamoDB effect under a lease. In a
+        schedule that moves it to LOCAL, it refuses one item once (its dead work at the switch)."""
         self._trace_run(delivery)
         self._maybe_fail(delivery)
+        key = delivery.idempotency_key
+        refuses = self.world.schedule.tally_refuses
+        refused = refuses is not None and delivery.envelope.payload.get("operation") == refuses
+        if refused and key not in self.world.ledger_refused:
+            self.world.ledger_refused.add(key)  # once: a replay of it (before the switch) succeeds
+            raise self._injected(delivery, "terminal", TerminalError, "the tally refuses it (once)")
         return self._result(delivery, HandlerResult(writes=[self._effect(delivery)]))
 
     def ledger(self, delivery: Delivery) -> Any:
@@ -386,20 +414,26 @@ class SimulatedApp:
         completion (and the watermark's advance): the row lists what was applied, in the order it committed."""
         self._trace_run(delivery)
         self._maybe_fail(delivery)
-        item = self._current_item(delivery)
         key = delivery.idempotency_key
+        if delivery.envelope.type == ITEM_NOTED:  # a ledger of sim.item_* (the ledger_narrowed deploy's, before it)
+            self._current_note(delivery)
+            return self._result(delivery, HandlerResult(writes=[self._effect(delivery), self._applied(delivery)]))
+        item = self._current_item(delivery)
         if item.operation == self.world.schedule.ledger_refuses and key not in self.world.ledger_refused:
             self.world.ledger_refused.add(key)  # once: a replay of it succeeds
             raise self._injected(delivery, "terminal", TerminalError, "the ledger refuses it (once)")
+        return self._result(delivery, HandlerResult(writes=[self._effect(delivery), self._applied(delivery)]))
+
+    def _applied(self, delivery: Delivery) -> Mapping[str, Any]:
+        """The event's seq appended to its tenant's ledger row (the order the ledger applied in)."""
         envelope = delivery.envelope
         values = {":none": [], ":seq": [envelope.seq]}
-        applied = writes.update(
+        return writes.update(
             self.world.data_table,
             applied_order_key(envelope.tenant),
             "SET seqs = list_append(if_not_exists(seqs, :none), :seq)",
             values=values,
         )
-        return self._result(delivery, HandlerResult(writes=[self._effect(delivery), applied]))
 
     def _result(self, delivery: Delivery, result: HandlerResult) -> Any:
         """The handler's result, or (the ``contract_breach`` fault) a dict where a HandlerResult belongs."""
@@ -408,6 +442,10 @@ class SimulatedApp:
             self.world.injected[key].append(InjectedError("terminal", CONTRACT_BREACH, delivery.attempt))
             return {"writes": list(result.writes)}
         return result
+
+    def tally_locally(self, delivery: Delivery) -> None:
+        """sim.tally after the tally_to_local deploy: best effort, after the commit, with no effect to count (the
+        LOCAL lane's promises are invariant 1's, on sim.note_locally)."""
 
     # -- best effort: the record-change Lambda --------------------------------------------------------
 
@@ -558,14 +596,21 @@ class SimulatedApp:
     def _ordered(self) -> tuple[Subscription, ...]:
         if not self.ordered:
             return ()
-        if self.world.schedule.deploy == "ordered":
+        deploy, since = self.world.schedule.deploy, self.world.deployed_at
+        pattern = ITEM_CREATED
+        options: dict[str, Any] = {"ordered": True}
+        if deploy == "ordered":
             # Unordered until the deploy; then ordered from the switch on (its old completions moved no watermark).
-            since = self.world.deployed_at
-            options: dict[str, Any] = {"ordered": True, "ordered_since": since} if since is not None else {}
-        else:
-            options = {"ordered": True}
+            options = {"ordered": True, "ordered_since": since} if since is not None else {}
+        elif deploy == "ledger_narrowed":
+            # Ordered over sim.item_* until the deploy; then over sim.item_noted alone.
+            pattern = ITEM_NOTED if since is not None else "sim.item_*"
+        elif deploy == "ledger_unordered" and since is not None:
+            options = {}
+        elif deploy == "ledger_since_moved" and since is not None:
+            options = {"ordered": True, "ordered_since": since}
         # effects="dynamodb": the next item in order commits with no claim on its first receive (the gate's direct run).
-        return (Subscription(LEDGER, ITEM_CREATED, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, **options),)
+        return (Subscription(LEDGER, pattern, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, **options),)
 
     def _tally(self) -> tuple[Subscription, ...]:
         """sim.tally as the schedule's deploy has it now: added by it, removed by it, or narrowed by it."""
@@ -574,6 +619,10 @@ class SimulatedApp:
             return (Subscription(TALLY, ITEM_CREATED, Lane.DURABLE, self.tally),)
         if deploy == "narrowed":
             return (Subscription(TALLY, ITEM_CREATED if deployed else "sim.item_*", Lane.DURABLE, self.tally),)
+        if deploy == "tally_to_local":
+            if deployed:
+                return (Subscription(TALLY, ITEM_CREATED, Lane.LOCAL, self.tally_locally),)
+            return (Subscription(TALLY, ITEM_CREATED, Lane.DURABLE, self.tally),)
         return ()
 
 

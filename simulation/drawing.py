@@ -10,13 +10,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 from simulation.bodies import ALTERED_EVENT, MALFORMED_BODIES
+from simulation.drawing_deploys import with_a_deploy, with_a_route_deploy
 from simulation.schedule import (
-    DEPLOY_KINDS,
     FAULT_MENU,
     PARTIAL_ANSWERS,
     Action,
     Crowding,
-    Deploy,
     Emit,
     Fault,
     FaultRate,
@@ -44,9 +43,6 @@ _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
 _REPAIR_CHANCE = 0.5  # of a rewrite: repaired and re-anchored
 _FORCED_REPLAY_CHANCE = 0.5  # of a schedule with the ordered ledger
-# A deploy between two emits, while their work is in flight: a stream of its own too. "ordered" only in a
-# schedule with the ledger.
-_DEPLOY_CHANCE = 0.4
 _IMPORT_CHANCE = 0.05  # an emit that is an import: more items with it in one emit_many
 # The ordered ledger (sim.ledger), its operator's skips and its race: drawn from a stream of their own too.
 _ORDERED_CHANCE = 0.6
@@ -112,7 +108,9 @@ def generate(seed: int) -> Schedule:
             faults[kind] = drawn
     refused = _ledger_refuses(ordering, actions) if ordered else None
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
-    actions, deploy = _with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
+    actions, deploy = with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
+    route = random.Random(f"schedule:{seed}:deploy-route")
+    actions, deploy, tally_refuses, races = with_a_route_deploy(route, actions, deploy, refused)
     partial = random.Random(f"schedule:{seed}:partial")
     for kind, (chance, (low, high), (fewest, most)) in PARTIAL_ANSWERS.items():
         if partial.random() < chance:
@@ -151,6 +149,8 @@ def generate(seed: int) -> Schedule:
         deploy=deploy,
         slow_ledger=slow_ledger,
         crowded=crowded,
+        tally_refuses=tally_refuses,
+        replay_races_deploy=races,
     )
 
 
@@ -181,17 +181,6 @@ def _drawn_rate(
         return None
     (low, high), (fewest, most) = rate
     return FaultRate(round(rng.uniform(low, high), 2), rng.randint(fewest, most))
-
-
-def _with_a_deploy(rng: random.Random, actions: list[Action], ordered: bool) -> tuple[list[Action], str | None]:
-    """Now and then a deploy after the first emit and before the last, so that work is in flight across it."""
-    emits = [index for index, action in enumerate(actions) if isinstance(action, Emit)]
-    if rng.random() >= _DEPLOY_CHANCE or len(emits) < 2:
-        return actions, None
-    kinds = [kind for kind in DEPLOY_KINDS if ordered or kind != "ordered"]
-    kind = rng.choice(kinds)
-    at = rng.randint(emits[0] + 1, emits[-1])
-    return [*actions[:at], Deploy(kind), *actions[at:]], kind
 
 
 def _with_read_only_passes(rng: random.Random, actions: list[Action]) -> tuple[list[Action], FaultRate | None]:

@@ -16,10 +16,12 @@ from botocore.exceptions import ClientError
 
 from outbox import Envelope
 from outbox.local import faults
+from outbox.ops.ordering import order_book
 from simulation.catalog import (
     ARCHIVE,
     ITEM_CREATED,
     ITEM_NOTED,
+    LEDGER,
     TALLY,
     NewItem,
     catalog_for,
@@ -28,13 +30,21 @@ from simulation.catalog import (
     legacy_catalog_for,
 )
 from simulation.chaos_actor import FaultSeams
-from simulation.driver_state import DEDUPLICATION_WINDOW, DEPLOY_WAITS_STEPS, REPLAY_ON_ALARM, SCHEDULED_EVENT, client
+from simulation.driver_state import (
+    DEDUPLICATION_WINDOW,
+    DEPLOY_WAITS_FOR_DEAD_WORK,
+    DEPLOY_WAITS_STEPS,
+    REPLAY_ON_ALARM,
+    SCHEDULED_EVENT,
+    client,
+)
 from simulation.emitters import Emitter
 from simulation.intruder_actor import Intrusions
 from simulation.operator_actor import OperatorActions
 from simulation.recorder import brief
 from simulation.schedule import (
     DEPLOY_KINDS,
+    ROUTE_DEPLOYS,
     Action,
     Deploy,
     Emit,
@@ -146,6 +156,8 @@ class Driver(FaultSeams, OperatorActions, Intrusions):
         the new catalog, every emitter and the operator's tools use it. After adding a subscription, the
         operator backfills it as docs/concepts.md says: ``reconcile --subscription S --since <the first event>``."""
         self._until_a_note_waits()
+        if kind in ROUTE_DEPLOYS:
+            self._until_dead_work_waits(kind)
         clock = self.runtime.clock
         clock.advance(timedelta(seconds=1))
         self.world.deployed_at = clock.now_ms()  # every event emitted so far occurred before the switch
@@ -165,6 +177,38 @@ class Driver(FaultSeams, OperatorActions, Intrusions):
         self.trace.add("deploy", f"{DEPLOY_KINDS[kind]}; sim.item_noted goes to version 2 (noted_by)")
         if kind == "added":
             self.reconcile(self._start, TALLY)
+
+    def _until_dead_work_waits(self, kind: str) -> None:
+        """Before a deploy that changes a pair's route: the pipeline runs a few steps more, until the item the
+        schedule's subscription refuses is dead (and, for the ledger, an event of its tenant deferred behind it),
+        so that the deploy meets dead and deferred work; and, when the schedule says so, the operator replays the
+        dead pair right before the switch, so that the replay's message reaches the new code."""
+        schedule = self.world.schedule
+        ledger = kind != "tally_to_local"
+        operation = schedule.ledger_refuses if ledger else schedule.tally_refuses
+        subscription = LEDGER if ledger else TALLY
+        record = next((r for r in self.world.emits if r.operation == operation and r.envelope is not None), None)
+        if record is None or record.envelope is None:
+            return
+        envelope = record.envelope
+        dead = False
+        for _ in range(DEPLOY_WAITS_FOR_DEAD_WORK):
+            with self.chaos.paused():
+                claim = self.operations.inbox.read_claim(envelope.id, subscription)
+                dead = claim is not None and claim.status == "DEAD"
+                book = order_book(self.operations)
+                waiting = not ledger or bool(book.deferred(envelope.tenant, LEDGER, limit=1))
+            if dead and waiting:
+                break
+            if not self.runtime.step():  # as run_until_idle does: time passes while messages wait to be visible
+                runtime = self.runtime
+                waits = [entry.visible_at for m in runtime.mappings.values() for entry in m.in_flight]
+                waits += [p.next_retry_at for p in runtime.running_pipes() if p.next_retry_at is not None]
+                if not waits:
+                    break
+                runtime.clock.advance(max(timedelta(0), min(waits) - runtime.clock()))
+        if dead and schedule.replay_races_deploy:
+            self.replay_pair(envelope, subscription)
 
     def _until_a_note_waits(self) -> None:
         """Let the pipeline run a few steps, until a follow-up the old code noted (``sim.item_noted`` at version

@@ -34,6 +34,8 @@ SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event", "de
 DEDUPLICATION_WINDOW = timedelta(minutes=5)
 SHARD_REFRESH = timedelta(hours=1)
 DEPLOY_WAITS_STEPS = 4  # at most, for a follow-up noted by the old code to wait for its consumer
+# At most, before a deploy that changes a pair's route, for its dead work (and deferred work behind it) to be there.
+DEPLOY_WAITS_FOR_DEAD_WORK = 30
 # Before the operator reconciles while settling: long enough that a lease left by a lost message is stale.
 RECONCILE_WAIT = timedelta(hours=2)
 # The operator's process dies before one of the first this many changing calls of an action.

@@ -60,6 +60,8 @@ class Invocation:
     # The time nested pair runs took, one entry per pair run open (a fault may run one inside another): the outer
     # run's tenant is not charged for it twice.
     nested: list[float] = field(default_factory=list)
+    # How often each deferred pair was run in place after its predecessor in this invocation (a loop shows here).
+    woken_runs: dict[str, int] = field(default_factory=dict)
 
     def others_spent(self, tenant: str) -> float:
         return sum(seconds for other, seconds in self.spent.items() if other != tenant)

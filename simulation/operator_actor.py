@@ -12,10 +12,11 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
-from outbox import keys
+from outbox import Envelope, keys
 from outbox.ops import OperationRefusedError, order_status
 from outbox.ops import ordering as ordering_ops
 from outbox.ops.groups import failure_groups, replay_group
+from outbox.pairs import Route
 from simulation.catalog import ITEM_CREATED, LEDGER
 from simulation.driver_state import (
     MAX_DEATH_CALL,
@@ -28,20 +29,23 @@ from simulation.driver_state import (
 )
 from simulation.operator_clients import OperatorInterrupted
 from simulation.recorder import brief
-from simulation.schedule import Fault
+from simulation.schedule import ROUTE_DEPLOYS, Fault
 from simulation.world import EmitRecord
 
 # How often in a row an operator runs a command again after AWS's answer failed it, before they escalate.
 OPERATOR_RUNS_AFTER_FAILURES = 10
+# How many turns the operator takes at what outbox status names after a deploy that changed pairs' routes.
+FOLLOW_STATUS_TURNS = 4
 
 
 class OperatorActions(DriverState):
-    def operator(self, name: str, action: Callable[[], str]) -> None:
+    def operator(self, name: str, action: Callable[[], str], *, hinted: bool = False) -> None:
         """Run an operator action with the pipeline's faults paused. If the operator's process dies in the
         middle, they run the same command again until it completes, as the runbook says (the fault's budget
         bounds the deaths). An answer of AWS that fails the command they read, and run it again, up to
         ``OPERATOR_RUNS_AFTER_FAILURES`` times in a row: a command that fails every time is broken (the faults'
-        budgets bound the failures a healthy one meets)."""
+        budgets bound the failures a healthy one meets). A ``hinted`` command is one outbox status (or the rule of a
+        dead letter) named: its refusal is recorded (invariant 17)."""
         failures = 0
         with self.chaos.paused(), self._armed():
             while True:
@@ -61,6 +65,8 @@ class OperatorActions(DriverState):
                     self.trace.add("operator", f"{name} failed: {brief(str(exc))}, runs it again")
                 except OperationRefusedError as exc:
                     self.trace.add("operator", f"{name} refused: {exc}")
+                    if hinted:
+                        self.world.hint_refusals.append(f"{name}: {brief(str(exc))}")
                     return
                 except Exception as exc:  # what no runbook step answers: the command is broken (invariant 17)
                     what = f"{name}: {type(exc).__name__}: {brief(str(exc))}"
@@ -165,17 +171,18 @@ class OperatorActions(DriverState):
             calls = len(self.observations.dead_calls)
             self.observations.replay_counts.extend((key, calls, self.observations.attempt_counts(key)) for key in keys)
 
-    def skip(self, tenant: str, seq: int, reason: str) -> None:
-        """The operator skips the event the ordered ledger waits for (``outbox skip``), recorded before it runs:
-        an interrupted skip may have committed."""
+    def skip(self, tenant: str, seq: int, reason: str, subscription: str = LEDGER, *, hinted: bool = False) -> None:
+        """The operator skips the event the ordered ledger waits for (``outbox skip``), or acknowledges a pair the
+        deployed catalog no longer runs, recorded before it runs: an interrupted skip may have committed."""
 
         def run() -> str:
-            self.world.skips.append((tenant, seq))
-            result = ordering_ops.skip(self.operations, tenant, LEDGER, seq, by=OPERATOR, reason=reason)
+            if subscription == LEDGER:
+                self.world.skips.append((tenant, seq))
+            result = ordering_ops.skip(self.operations, tenant, subscription, seq, by=OPERATOR, reason=reason)
             woke = f", woke seq {result.woke_seq}" if result.woke_seq is not None else ""
             return f"{'already skipped' if result.already else 'skipped'}{woke}"
 
-        self.operator(f"skip {tenant} seq {seq} for {LEDGER}", run)
+        self.operator(f"skip {tenant} seq {seq} for {subscription}", run, hinted=hinted)
 
     def skip_dead(self) -> None:
         """The runbook for a blocked ordered subscription, the skip way: each dead event it waits for is skipped."""
@@ -185,7 +192,7 @@ class OperatorActions(DriverState):
             if waiting.subscription == LEDGER and waiting.waits_for_state == "DEAD":
                 self.skip(waiting.tenant, waiting.waits_for_seq, "dead, and not worth replaying")
 
-    def reconcile(self, since: datetime | None, subscription: str | None = None) -> None:
+    def reconcile(self, since: datetime | None, subscription: str | None = None, *, hinted: bool = False) -> None:
         """``outbox reconcile --since``, or ``--subscription S`` alone for an ordered S (from its watermark)."""
         publish = self.operations.publish
 
@@ -201,7 +208,8 @@ class OperatorActions(DriverState):
             return f"scanned {result.scanned}, re-sent {sent}"
 
         with mock.patch.object(self.operations, "publish", recorded):
-            self.operator("reconcile" + (f" --subscription {subscription}" if subscription else ""), run)
+            name = "reconcile" + (f" --subscription {subscription}" if subscription else "")
+            self.operator(name, run, hinted=hinted)
 
     def settle(self) -> None:
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""
@@ -220,9 +228,76 @@ class OperatorActions(DriverState):
                 self.reconcile(self._start)
                 if self.world.schedule.ordered:
                     self.reconcile(None, LEDGER)  # a lost wake-up: what the status's hint for a DEFERRED wait says
+            if round_ == 0 and self.world.schedule.deploy in ROUTE_DEPLOYS:
+                self.follow_status()
+                self.after_a_route_deploy()
             self.runtime.run_until_idle()
             if self.durable_dlq_depth() == 0:
                 return
+
+    def follow_status(self) -> None:
+        """The runbook after a deploy that changed pairs' routes, turn after turn until nothing is named: what
+        ``outbox status`` says holds an order up, and the commands its hints name (``reconcile --subscription``,
+        ``skip`` to acknowledge a dead event the order no longer has); every open dead letter of a pair the
+        deployed catalog no longer runs acknowledged (``skip``: a replay would be refused); then the dead work it
+        does run replayed. Each command a hint or a dead letter's rule names must not be refused (invariant 17)."""
+        tenants = list(self.world.schedule.tenants)
+        for turn in range(FOLLOW_STATUS_TURNS):
+            with self.chaos.paused():
+                blocked = order_status.blocked(self.operations, tenants)
+                left_out, runnable = self._open_letters(tenants)
+            reconciled: set[str] = set()
+            for waiting in blocked:
+                self.trace.add("operator", f"status: {waiting.line}")
+                if "outbox reconcile" in waiting.hint and waiting.subscription not in reconciled:
+                    reconciled.add(waiting.subscription)
+                    self.reconcile(None, waiting.subscription, hinted=True)
+                if "acknowledge it with outbox skip" in waiting.hint:
+                    left_out.add((waiting.tenant, waiting.subscription, waiting.waits_for_seq))
+            for tenant, subscription, seq in sorted(left_out):
+                self.skip(tenant, seq, "the deployed catalog no longer runs it", subscription, hinted=True)
+            if runnable and turn == 0:
+                self.replay(settling=True)
+            if not (blocked or left_out):
+                return
+            self.runtime.run_until_idle()
+
+    def after_a_route_deploy(self) -> None:
+        """The runbook's last step after a deploy that changed pairs' routes: an hour on, a reconcile of a window
+        that covers it, for runs the deploy cut short that nothing else will send a message for (their own,
+        redelivered, no longer names them); then what status names again (their dead letters, acknowledged)."""
+        self.runtime.run_until_idle()
+        self.runtime.clock.advance(RECONCILE_WAIT)
+        self.reconcile(self._start, hinted=True)
+        self.runtime.run_until_idle()
+        self.follow_status()
+
+    def _open_letters(self, tenants: list[str]) -> tuple[set[tuple[str, str, int]], bool]:
+        """(tenant, subscription, seq) of each open dead letter of a pair the deployed catalog no longer runs, and
+        whether any other is open (conflicts aside: no repair runs those)."""
+        left_out: set[tuple[str, str, int]] = set()
+        runnable = False
+        for tenant in tenants:
+            for letter in self.operations.dead_letters(tenant):
+                if letter.resolved is not None or letter.reason == "conflict":
+                    continue
+                where = self.operations.placement(tenant, letter.event_seq, letter.event_type, letter.subscription)
+                if where.route is Route.LEFT_OUT:
+                    left_out.add((tenant, letter.subscription, letter.event_seq))
+                else:
+                    runnable = True
+        return left_out, runnable
+
+    def replay_pair(self, envelope: Envelope, subscription: str) -> None:
+        """``outbox replay --event-id ... --subscription ...`` of one dead pair."""
+
+        def run() -> str:
+            items = self.operations.plan_replay(event_ids=[envelope.id], subscription=subscription)
+            self._record_repair([f"{item.event_id}:{item.subscription}" for item in items], replay=True)
+            result = self.operations.replay(items)
+            return f"republished {', '.join(map(self.trace.event, result.republished)) or 'nothing'}"
+
+        self.operator(f"replay {self.trace.event(envelope.id)} for {subscription}", run)
 
     def age(self) -> None:
         """Days later (``Schedule.aged``): old messages arrive again and the operator repairs; nothing

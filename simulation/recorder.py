@@ -277,7 +277,7 @@ class Recorder:
         return existing
 
     def _applied(self, key: str, envelope: Envelope) -> None:
-        if key.endswith(f":{LEDGER}") and self.observations.invocations:
+        if key.endswith(f":{LEDGER}") and self.observations.invocations and self.world.in_order(envelope):
             self.observations.invocations[-1].applied.append((envelope.tenant, envelope.seq))
 
     def _fruitless(self, key: str) -> None:
@@ -456,9 +456,29 @@ class Recorder:
     def run_woken(self, gate: OrderedGate, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
         key = f"{ready.event_id}:{subscription.name}"
         if self.observations.invocations:
-            self.observations.invocations[-1].woken.add(ready.tenant)
+            invocation = self.observations.invocations[-1]
+            invocation.woken.add(ready.tenant)
+            invocation.woken_runs[key] = runs = invocation.woken_runs.get(key, 0) + 1
+            if runs > WOKEN_RUNS_IN_A_LOOP:
+                self._stopped_in_a_loop(key)
         with self._cut_off_noted(key, ready.tenant):
             return self._run_woken(gate, subscription, ready, *args)
+
+    def _stopped_in_a_loop(self, key: str) -> None:
+        """The consumer runs the same deferred pair in place again and again in one invocation: a loop that no
+        virtual time passes in, so only Lambda's timeout would end it. Recorded (invariant 14), and the invocation
+        is given its deadline, as Lambda would stop it there."""
+        what = (
+            f"{self.trace.key(key)} was run in place after its predecessor {WOKEN_RUNS_IN_A_LOOP} times in one "
+            "invocation and stayed deferred: a loop only Lambda's timeout stops"
+        )
+        if what not in self.world.wake_loops:
+            self.world.wake_loops.append(what)
+        self.trace.add("loop", what)
+        if self.observations.deadlines:
+            clock = self.durable.clock
+            clock.advance(max(timedelta(0), self.observations.deadlines[-1] - clock()) + timedelta(seconds=1))
+        raise InvocationTimedOut()
 
     def process_record(self, consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
         tenant = str((record.raw_event.get("attributes") or {}).get("MessageGroupId", ""))
@@ -540,6 +560,10 @@ class Recorder:
         elif result is not None and result.failed:
             self.trace.add("batch", f"failed, to come back: {', '.join(map(self.trace.message, result.failed))}")
         return result
+
+
+# How often one invocation may run the same deferred pair in place before the simulator calls it a loop.
+WOKEN_RUNS_IN_A_LOOP = 25
 
 
 def _group(record: dict[str, Any]) -> str:

@@ -130,7 +130,19 @@ DEPLOY_KINDS: dict[str, str] = {
     "removed": "sim.tally is removed",
     "narrowed": "sim.tally's glob narrows from sim.item_* to sim.item_created",
     "version": "sim.item_created goes to version 3 (a channel field), with its upcaster from version 2",
+    # The deploys of a pair's route (outbox.pairs), drawn from a stream of their own (simulation.drawing): each goes
+    # out while the work it changes is dead or deferred, and the operator then does what outbox status says.
+    "ledger_narrowed": "sim.ledger's glob narrows from sim.item_* to sim.item_noted while its order waits behind a "
+    "dead sim.item_created",
+    "ledger_unordered": "sim.ledger is made unordered while events wait deferred behind a dead one",
+    "ledger_since_moved": "sim.ledger's ordered_since moves to the switch, past a dead event and those deferred "
+    "behind it",
+    "tally_to_local": "sim.tally moves from the DURABLE lane to LOCAL while one of its pairs is dead",
 }
+# The deploys that change a pair's route while its work is dead or deferred (the operator follows outbox status).
+ROUTE_DEPLOYS = ("ledger_narrowed", "ledger_unordered", "ledger_since_moved", "tally_to_local")
+# The deploys of the ledger's route: only in a schedule with the ledger, whose order waits behind a dead item.
+LEDGER_ROUTE_DEPLOYS = ("ledger_narrowed", "ledger_unordered", "ledger_since_moved")
 
 
 # -- the ordered part: what the workload and the operator do ----------------------------------------------
@@ -290,6 +302,11 @@ class Schedule:
     slow_ledger: timedelta | None = None
     # Batches crowded by one tenant's slow ordered work (with the slow ledger and two tenants): see Crowding.
     crowded: Crowding | None = None
+    # sim.tally (in a schedule whose deploy moves it to LOCAL) refuses this workload emit's item once (terminal).
+    tally_refuses: str | None = None
+    # Right before a deploy of ROUTE_DEPLOYS, the operator replays the dead pair it changes: the replay's message
+    # reaches the new code.
+    replay_races_deploy: bool = False
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -327,6 +344,10 @@ class Schedule:
             lines.append("  at the end: the operator forces a replay of an event the ordered ledger applied")
         if self.ledger_refuses:
             lines.append(f"  the ordered ledger refuses {self.ledger_refuses}'s item once (terminal)")
+        if self.tally_refuses:
+            lines.append(f"  sim.tally refuses {self.tally_refuses}'s item once (terminal)")
+        if self.replay_races_deploy:
+            lines.append("  right before the deploy, the operator replays the dead pair it changes")
         if self.slow_ledger:
             lines.append(f"  the ordered ledger is slow: each run takes {self.slow_ledger.total_seconds():.1f} s")
         if self.crowded:

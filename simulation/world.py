@@ -133,6 +133,10 @@ class World:
     # idempotency key of each deferred pair a wake-up message was sent for (a repair no operator selected).
     skips: list[tuple[str, int]] = field(default_factory=list)
     wake_ups: list[str] = field(default_factory=list)
+    # Commands outbox status (or a dead letter's rule) named that were refused (the operator follows the hints).
+    hint_refusals: list[str] = field(default_factory=list)
+    # Deferred pairs an invocation ran in place again and again without them leaving the order (recorder).
+    wake_loops: list[str] = field(default_factory=list)
     ledger_refused: set[str] = field(default_factory=set)  # keys the ordered ledger refused (Schedule.ledger_refuses)
     # The slow_handler fault: idempotency key -> how long each run of its handler takes, and the keys whose
     # handler takes longer than the function's whole timeout (those die of their own deadline).
@@ -156,11 +160,20 @@ class World:
         return self.schedule.deploy == kind and self.deployed_at is not None
 
     def in_order(self, envelope: Envelope) -> bool:
-        """Whether an item is part of the ordered ledger's order: all are, unless the ledger was made ordered by
-        the schedule's deploy, whose order starts at the switch (what occurred before is delivered unordered)."""
-        if self.schedule.deploy != "ordered":
-            return True
-        return self.deployed_at is not None and envelope.occurred_at >= self.deployed_at
+        """Whether an event is part of the ordered ledger's order as the deployed catalog has it: every item is,
+        unless the ledger was made ordered by the schedule's deploy, whose order starts at the switch (what
+        occurred before is delivered unordered), or a deploy of its route took items out of it (made unordered,
+        ordered_since moved to the switch, narrowed to sim.item_noted, whose notes are in the order then)."""
+        deploy, at = self.schedule.deploy, self.deployed_at
+        if envelope.type != "sim.item_created":
+            return deploy == "ledger_narrowed"
+        if deploy == "ordered":
+            return at is not None and envelope.occurred_at >= at
+        if deploy == "ledger_since_moved":
+            return at is None or envelope.occurred_at >= at
+        if deploy in ("ledger_unordered", "ledger_narrowed"):
+            return at is None
+        return True
 
     def emitted(self, tenant: str) -> bool:
         """Whether ``tenant`` has a committed event (a log to read)."""

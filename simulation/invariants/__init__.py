@@ -113,4 +113,5 @@ def check_all(world: World, observations: Observations, state: State, topology: 
             for what in world.false_breaks
         ),
         *(Violation(17, f"an operator command crashed: {what}") for what in world.operator_crashes),
+        *(Violation(17, f"a command outbox status named was refused: {what}") for what in world.hint_refusals),
     ]

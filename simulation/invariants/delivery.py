@@ -17,6 +17,7 @@ from simulation.catalog import (
     expected_pairs,
 )
 from simulation.invariants.base import Violation, name_of
+from simulation.invariants.deploys import nothing_left_hanging
 from simulation.invariants.log import rewritten_ids
 from simulation.observations import DIRECT, Observations
 from simulation.state import State
@@ -48,6 +49,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
                 )
     for key in sorted(set(ledger) - expected):
         found.append(Violation(2, f"{name_of(world, key)}: an effect for no event of the log"))
+    found.extend(nothing_left_hanging(world, state, set(letters)))
     found.extend(_effects_match_the_log(world, state))
     found.extend(_conflicts_are_recorded(world, state))
     found.extend(_repairs_run_what_they_name(world, observations))

@@ -60,6 +60,7 @@ GUARANTEE_MODULES = {
     "outbox.canonical",
     "outbox.envelope",
     "outbox.local.runtime",
+    "outbox.pairs.machine",
 }
 
 

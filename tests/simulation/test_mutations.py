@@ -43,7 +43,7 @@ def first_seed_reporting(stack: StackSpec, signature: str, seeds: Sequence[int])
         ),
         # Not bugs of the seed article: machinery whose failure only invariants 4 and 6 would notice.
         pytest.param(
-            introduce_unfenced_completion, "which no longer owned it", (10, 40), id="completion-without-fencing"
+            introduce_unfenced_completion, "which no longer owned it", (17, 20), id="completion-without-fencing"
         ),
         pytest.param(introduce_reversed_receive, "but first received as", (1, 2), id="fifo-order-broken"),
     ],

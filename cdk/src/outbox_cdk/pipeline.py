@@ -167,10 +167,12 @@ class OutboxPipeline(Construct):
         table's resource policy, stream, TTL or deletion; a queue's policy, attributes, purge or deletion; a
         pipe stopped, updated or deleted; an alarm of the stack disabled, rewritten or deleted; the alarm topic's
         key disabled, scheduled for deletion or its policy rewritten; the alarm topic's policy, deletion and
-        subscriptions. It needs a CloudTrail trail that logs this region's management events (the README says
-        how to check), and reports deploys that change these settings too. With an ``alarm_topic`` of yours,
-        its policy (and its key's) must admit ``events.amazonaws.com`` (the synth warns), and its key is not
-        watched. False (the default): nothing watches the control plane (docs/security.md, "Not caught").
+        subscriptions. Two more rules watch the watch (any watch rule disabled, deleted or retargeted is reported
+        by another), and one reports a trail stopped or made to log less. It needs a CloudTrail trail that logs
+        this region's management events (the README says how to check), and reports deploys that change these
+        settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
+        ``events.amazonaws.com`` (the synth warns), and its key is not watched. False (the default): nothing
+        watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems
         The synth loads ``catalog`` from ``code`` and fails on its contract's problems (``Catalog.problems()``:
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).

@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
-from unittest import mock
 
 from botocore.exceptions import ClientError
 
@@ -194,22 +192,22 @@ class OperatorActions(DriverState):
 
     def reconcile(self, since: datetime | None, subscription: str | None = None, *, hinted: bool = False) -> None:
         """``outbox reconcile --since``, or ``--subscription S`` alone for an ordered S (from its watermark)."""
-        publish = self.operations.publish
 
-        def recorded(image: dict[str, Any], tenant: str, dedup_id: str, *, targets: Any, repair: str) -> None:
+        def recorded(event_id: str, targets: list[str], _repair: str) -> None:
             # Recorded as it is sent: a reconcile cut short has still repaired what it sent.
-            targets = list(targets)
-            self._record_repair([f"{image['event_id']['S']}:{name}" for name in targets])
-            publish(image, tenant, dedup_id, targets=targets, repair=repair)
+            self._record_repair([f"{event_id}:{name}" for name in targets])
 
         def run() -> str:
             result = self.operations.reconcile(since, subscription=subscription)
             sent = ", ".join(map(self.trace.event, result.republished)) or "nothing"
             return f"scanned {result.scanned}, re-sent {sent}"
 
-        with mock.patch.object(self.operations, "publish", recorded):
+        self.operations.sending.append(recorded)
+        try:
             name = "reconcile" + (f" --subscription {subscription}" if subscription else "")
             self.operator(name, run, hinted=hinted)
+        finally:
+            self.operations.sending.remove(recorded)
 
     def settle(self) -> None:
         """The runbook after the alarm: the cause is fixed, the DLQ redriven, (maybe) dead letters replayed."""

@@ -498,9 +498,13 @@ def test_a_run_a_deploy_left_out_whose_own_message_no_longer_names_it_is_made_de
         h.esm.drain()
     assert (h.claim_status(AUDIT, event), h.queue_depth(h.queue_url)) == ("PENDING", 0)
 
-    # Then a window reconcile re-sends to that pair alone, and its message makes it dead with a letter that says why
+    # Then a window reconcile re-sends to that pair alone (what it sends is told to whoever listens, as it is sent),
+    # and its message makes it dead with a letter that says why
+    told: list[tuple[str, list[str], str]] = []
+    context.sending.append(lambda *sent: told.append(sent))
     result = reconcile(context, h.clock() - timedelta(hours=3))
     assert result.subscriptions == {event.id: [AUDIT]}
+    assert told == [(event.id, [AUDIT], "reconcile")]
     with granted_to_the_consumer(h):
         h.esm.drain()
     assert h.runs(AUDIT, event) == 1, "a pair the catalog no longer runs was run"

@@ -16,7 +16,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import clock as engine_clock
-from outbox import emit_transaction, keys
+from outbox import emit_transaction, entropy, keys
 from outbox.chain import ChainHead, read_events, read_head
 from outbox.emit_transaction import TRANSIENT_ERRORS, SealWrites
 from outbox.envelope import Envelope
@@ -109,8 +109,8 @@ class EventStore:
         sleep: Callable[[float], None] = engine_clock.sleep,
         rng: random.Random | None = None,
         clock: Callable[[], datetime] = engine_clock.now_ms,
-        # A ULID from keys.new_event_id, looked up at each emit (the simulation seeds it there).
-        new_event_id: Callable[[], str] = lambda: keys.new_event_id(),
+        # None: a new ULID from the engine's sources (outbox.entropy), drawn at each emit.
+        new_event_id: Callable[[], str] | None = None,
         catalog: Catalog | None = None,
         trace_context: Callable[[], TraceContext | None] = current_trace_context,
     ) -> None:
@@ -123,9 +123,9 @@ class EventStore:
         self.max_transient_retries = max_transient_retries
         self._backoff = (backoff_base_seconds, backoff_cap_seconds)
         self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._rng = rng or entropy.current().backoff_rng()
         self._clock = clock
-        self._new_event_id = new_event_id
+        self._new_event_id = new_event_id or (lambda: entropy.current().event_id())
         # Heads seen by this process: a stale entry costs one failed condition, which returns the
         # current head (ALL_OLD), so the cache saves a read per emit and can never corrupt the chain.
         self._heads: OrderedDict[str, ChainHead] = OrderedDict()

@@ -7,7 +7,6 @@ recognises a worker's own write whose answer was lost (an HTTP 500 after the wri
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import clock as engine_clock
-from outbox import keys
+from outbox import entropy, keys
 from outbox.envelope import format_timestamp
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox.reader import InboxReader
@@ -34,13 +33,13 @@ class InboxTable(InboxReader):
         max_attempts: int,
         retention: timedelta = timedelta(days=7),
         clock: Callable[[], datetime] = engine_clock.now,
-        new_owner: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_owner: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(table_name, client=client)
         self.max_attempts = max_attempts
         self.retention = retention
         self._clock = clock
-        self._new_owner = new_owner
+        self._new_owner = new_owner or (lambda: entropy.current().owner_token())
 
     @property
     def clock(self) -> Callable[[], datetime]:

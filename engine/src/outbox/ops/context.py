@@ -3,7 +3,6 @@ several actions share (the tenants, an event's row, the repair message)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import clock as engine_clock
-from outbox import keys
+from outbox import entropy, keys
 from outbox.audit import AuditLog
 from outbox.catalog import Catalog
 from outbox.exceptions import OperationRefusedError
@@ -55,6 +54,9 @@ class OperatorContext:
         self.cloudwatch = cloudwatch
         self._clock = clock
         self._sleep = sleep
+        # Told of each repair message right before it is sent (``publish``): (event id, the pairs it names, the
+        # repair that sends it). A caller that must know what a repair sent, even one cut short, listens here.
+        self.sending: list[Callable[[str, list[str], str], None]] = []
 
     def now(self) -> datetime:
         """The operations' clock: the system clock, or the local runtime's virtual one."""
@@ -131,6 +133,8 @@ class OperatorContext:
         targets = list(targets)
         event_id = str(image.get("event_id", {}).get("S", ""))
         attributes = {"tenant": tenant, "event.id": event_id, "subscriptions": ",".join(targets)}
+        for listener in self.sending:
+            listener(event_id, targets, repair)
         with repair_span(repair, attributes, trace_context_of_image(image)):
             self.sqs.send_message(
                 QueueUrl=self.topology.durable_queue_url,
@@ -167,4 +171,4 @@ def transact_or_refuse(context: OperatorContext, items: list[dict[str, Any]], re
 def repair_dedup_id(repair: str, event_id: str) -> str:
     """A repair message's deduplication id, new for every send: SQS must not drop the message of a repair run
     again after an interruption as a duplicate of the first run's."""
-    return f"{repair}-{event_id}-{uuid.uuid4().hex[:12]}"
+    return f"{repair}-{event_id}-{entropy.current().repair_token()}"

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
+
 from outbox.outputs import StackOutput
+from outbox_cdk.redriven_queue import RedrivenQueue
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.policy_evaluation import Decision, Request, account_principals, decide, resolve, template_arns
 
@@ -82,3 +88,22 @@ def test_a_redrive_from_each_lane_s_dlq_back_into_its_queue_is_still_allowed(sta
         assert decide(receive, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
         assert decide(delete, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
         assert decide(send, identity, queue_policy(stack_template, queue_id, arns)) is Decision.ALLOWED, queue_id
+
+
+def test_a_queue_takes_one_consumer_and_refuses_a_second_by_name() -> None:
+    # A second consumer on a lane's queue would have its receives denied on AWS: the synth refuses it instead.
+    stack = Stack(App(), "Lane")
+    queue = RedrivenQueue(
+        stack,
+        "Queue",
+        alarm_topic=sns.Topic(stack, "Alarms"),
+        fifo=True,
+        visibility_timeout_seconds=60,
+        dead_letter_description="lane",
+        max_receive_count=5,
+    )
+    polling = iam.Role(stack, "First", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    queue.polled_by(polling)
+    second = iam.Role(stack, "Second", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    with pytest.raises(ValueError, match="polled by one consumer, already Lane/First"):
+        queue.polled_by(second)

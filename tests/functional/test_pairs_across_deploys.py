@@ -567,7 +567,7 @@ def test_an_event_a_widened_order_holds_below_its_watermark_runs_once_when_recon
     make_harness: HarnessFactory,
 ) -> None:
     # Given seq 1 newly in the order, below the watermark, with no claim (nothing ever ran it)
-    h, applied, opened, credited = widened_behind_the_watermark(make_harness)
+    h, applied, opened, _ = widened_behind_the_watermark(make_harness)
     context = operator_context(h, [ledger(h, "account.*", ordered=True)])
 
     # When the operator reconciles the window (no claim where the deployed catalog runs the pair)
@@ -597,4 +597,3 @@ def test_a_late_copy_of_an_event_a_widened_order_holds_below_its_watermark_runs_
     # Then it ran once: the first copy ran it, the second found it done
     assert applied.seqs == {"acme": [2, 1]}
     assert (h.claim_status(LEDGER, opened), h.runs(LEDGER, opened)) == ("COMPLETED", 1)
-

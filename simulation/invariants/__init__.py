@@ -6,13 +6,15 @@
    (with recomputed hashes) is reported broken at the rewrite.
 2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
    with its error; never both, never neither. A dead letter must be earned: a terminal error the
-   schedule injected, or every attempt the claim allows, each claimed.
+   schedule injected, or every attempt the claim allows, each claimed. A conflict is recorded only for other
+   content (a copy, a forgery, a rewrite), never for the log's own, also after an upgrade's rows.
 3. External effects: at most one per idempotency key, and at least one call for every completed claim.
 4. No claim is completed (or marked dead) by a worker that did not own it.
 5. An event whose emit failed has no row, no entity change and no delivery; an event past the relay's
    bound never commits.
 6. Per tenant, the durable consumer first receives the pipe's messages in the order SQS accepted them.
-7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``.
+7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``; a row rewritten in the
+   second of an anchor reset shows as its finding; one incident's conflict letters are one failure group.
 8. Every item row reaches its BEST_EFFORT subscriber at least once (the record-change lane).
 9. Every malformed body is recorded as a poison pill, and none is left in a queue.
 10. Dead work never runs again without an operator: after a pair is marked dead, its handler runs only
@@ -70,6 +72,7 @@ from simulation.invariants.log import (
 from simulation.invariants.operations import (
     check_best_effort_lane,
     check_forced_replays_run,
+    check_one_incident_one_group,
     check_poison,
     check_repaired,
     check_status,
@@ -99,6 +102,7 @@ def check_all(world: World, observations: Observations, state: State, topology: 
             {tenant for tenant, victim in world.tampered.items() if too_large_for_a_finding(victim, state)},
         ),
         *check_repaired(world, state),
+        *check_one_incident_one_group(world, state),
         *check_forced_replays_run(world),
         *check_best_effort_lane(world, state),
         *check_poison(world, state),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from aws_cdk import Stack, Token
@@ -113,6 +113,8 @@ class EventsTable(Construct):
         self.grant_repair(self.operator_role)
         self._deny_event_row_mutation_to_all_but_the_operator_role()
         self._emitters: list[str] = []
+        self._emitter_grantees: list[iam.IGrantable] = []
+        self._emitter_listeners: list[Callable[[iam.IGrantable], None]] = []
         self._put_deny = self._deny_event_row_put_to_all_but_the_emitters()
         self._deny_requests_without_tls()
         if encryption_key is not None:
@@ -127,12 +129,22 @@ class EventsTable(Construct):
     def grant_emit(self, grantee: iam.IGrantable) -> None:
         """Least privilege for code that calls emit(): read the head, write one transaction. The grantee's role
         (or user) is admitted by the resource policy's PutItem Deny, which refuses everyone else."""
-        self._admit_emitter(grantee)
+        if self._admit_emitter(grantee):
+            self._emitter_grantees.append(grantee)
+            for listener in self._emitter_listeners:
+                listener(grantee)
         iam.Grant.add_to_principal(grantee=grantee, actions=EMIT_ACTIONS, resource_arns=[self.table.table_arn])
         # Written by hand, so CDK grants no key with it: the key grant is here.
         if self.table.encryption_key is not None:
             self.table.encryption_key.grant(grantee, *EMIT_KEY_ACTIONS)
         self._deny_event_row_mutation(grantee)
+
+    def on_emitter(self, listener: Callable[[iam.IGrantable], None]) -> None:
+        """Call ``listener`` with each grantee ``grant_emit`` admitted so far, then with each it admits later (the
+        control-plane watch watches each emitting function and role)."""
+        for grantee in self._emitter_grantees:
+            listener(grantee)
+        self._emitter_listeners.append(listener)
 
     def grant_confirm(self, grantee: iam.IGrantable) -> None:
         """Read a batch's event rows at once (BatchGetItem), as the durable consumer confirms each message
@@ -148,10 +160,11 @@ class EventsTable(Construct):
         """Full item access, for the operator role only. No deny: this is the one exempt role."""
         self.table.grant_read_write_data(grantee)  # and the table's key, if any (CDK's key read and write actions)
 
-    def _admit_emitter(self, grantee: iam.IGrantable) -> None:
+    def _admit_emitter(self, grantee: iam.IGrantable) -> bool:
+        """Name ``grantee`` in the PutItem Deny; False if it was named already."""
         arn = self._principal_arn(grantee)
         if arn in self._emitters:
-            return
+            return False
         if len(self._emitters) == MAX_EMITTERS:
             raise ValueError(
                 f"grant_emit admits at most {MAX_EMITTERS} roles or users (the events table's resource policy names "
@@ -162,6 +175,7 @@ class EventsTable(Construct):
         self._put_deny.add_condition(
             "ArnNotEquals", {"aws:PrincipalArn": [self.operator_role.role_arn, *self._emitters]}
         )
+        return True
 
     def _principal_arn(self, grantee: iam.IGrantable) -> str:
         """The ARN ``aws:PrincipalArn`` carries for ``grantee``'s requests: its role's (a role session's is its

@@ -647,7 +647,7 @@ def emitting_and_anchoring(template: Mapping[str, Any]) -> tuple[set[str], set[s
         if "ResourcePolicy" in resource["Properties"]
     ]
     statements = table["Properties"]["ResourcePolicy"]["PolicyDocument"]["Statement"]
-    [put_deny] = [s for s in statements if s["Effect"] == "Deny" and listed(s["Action"]) == ["dynamodb:PutItem"]]
+    [put_deny] = [s for s in statements if s["Effect"] == "Deny" and "dynamodb:PutItem" in listed(s["Action"])]
     admitted = [arn["Fn::GetAtt"][0] for arn in put_deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]]
     operator_role = logical_id(template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
     roles = set(admitted) - {operator_role}

@@ -288,7 +288,7 @@ def test_the_alarm_topic_admits_eventbridge_for_these_rules_only(stack_template:
     }
 
 
-def test_the_alarm_key_admits_eventbridge_for_this_accounts_rules_only(stack_template: dict[str, Any]) -> None:
+def test_the_alarm_key_admits_eventbridge_for_these_rules_only(stack_template: dict[str, Any]) -> None:
     key = logical_id(stack_template, "AWS::KMS::Key", "OutboxAlarmsKey")
     statements = stack_template["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
     [statement] = [s for s in statements if s.get("Principal") == {"Service": "events.amazonaws.com"}]
@@ -296,11 +296,16 @@ def test_the_alarm_key_admits_eventbridge_for_this_accounts_rules_only(stack_tem
     assert (statement["Effect"], statement["Resource"]) == ("Allow", "*")
     assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
     assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    # The account's rules: a rule's own ARN would make the key depend on the rule, which depends on the topic,
-    # which depends on the key.
-    (pattern,) = statement["Condition"]["ArnLike"].values()
-    assert pattern["Fn::Join"][1][-1] == ":rule/*"
-    assert set(statement["Condition"]) == {"StringEquals", "ArnLike"}
+    assert set(statement["Condition"]) == {"StringEquals", "ArnEquals"}
+    # Each rule of the watch by the ARN its name gives, and no other rule of the account; no reference to a rule
+    # (the key would depend on the rule, which depends on the topic, which depends on the key).
+    (arns,) = statement["Condition"]["ArnEquals"].values()
+    assert "Fn::GetAtt" not in json.dumps(arns)
+    names = physical_names(stack_template, stack_name=STACK_NAME)
+    rules = every_watch_rule(stack_template)
+    expected = sorted(f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule['Name']}" for rule in rules.values())
+    assert sorted(resolve(arns, names)) == expected
+    assert len(expected) == len(rules) == len(set(expected))
 
 
 def test_the_dead_letters_take_undeliverable_notices_from_these_rules_only(stack_template: dict[str, Any]) -> None:
@@ -618,8 +623,9 @@ def test_the_rules_rules_name_fits_eventbridge_with_the_longest_stack_name() -> 
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
     watched_pipeline(stack, alarm_email="ops@example.com")
     rules = every_watch_rule(Template.from_stack(stack).to_json())
-    [name] = [rule["Name"] for rule in rules.values() if "Name" in rule]
-    assert len(name) == 64
+    # Every rule is named (the alarm key names each), each within 64 characters.
+    assert all(len(rule["Name"]) == 64 for rule in rules.values())
+    [name] = [rule["Name"] for rule in rules.values() if "-RulesRule-" in rule["Name"]]
     assert re.fullmatch(r"S+-RulesRule-[0-9A-F]{8}", name), name
     watchers = [rule for rule in rules.values() if name in json.dumps(rule["EventPattern"])]
     assert len(watchers) == 1

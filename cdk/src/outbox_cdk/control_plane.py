@@ -294,6 +294,7 @@ class ControlPlaneWatch(Construct):
         self.lambda_rules.append(rule)
         self.rules[EVENTS].event_pattern = self._rules_rule_pattern()
         self._topic_statement.add_condition("ArnEquals", {"aws:SourceArn": self.rule_arns})
+        self._key_statement.add_condition("ArnEquals", {"aws:SourceArn": self.named_rule_arns()})
         return rule
 
     def watched_rules(self) -> list[eventbridge.CfnRule]:
@@ -316,7 +317,16 @@ class ControlPlaneWatch(Construct):
 
     @property
     def rule_arns(self) -> list[str]:
-        return [rule.attr_arn for rule in [*self.rules.values(), *self.lambda_rules, self.rules_watch]]
+        return [rule.attr_arn for rule in self._every_rule()]
+
+    def named_rule_arns(self) -> list[str]:
+        """Each rule's ARN written from its name, referencing no rule: what the key's policy can hold."""
+        stack = Stack.of(self)
+        prefix = f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/"
+        return [f"{prefix}{rule.name}" for rule in self._every_rule()]
+
+    def _every_rule(self) -> list[eventbridge.CfnRule]:
+        return [*self.rules.values(), *self.lambda_rules, self.rules_watch]
 
     def _rule_name(self, construct_id: str) -> str:
         """``<stack name>-<construct id>-<digest of the stack name and this watch's path>``, the stack name cut
@@ -340,7 +350,8 @@ class ControlPlaneWatch(Construct):
         rule = eventbridge.CfnRule(
             self,
             construct_id,
-            name=name,
+            # Named here, so that the alarm key's policy can name each rule's ARN (a Ref would be a cycle).
+            name=name or self._rule_name(construct_id),
             description=f"Outbox control-plane watch: {short} calls that could lift a guard of this pipeline or "
             "silence its alarms, to the alarm topic (needs a CloudTrail trail)",
             state="ENABLED",
@@ -375,9 +386,9 @@ class ControlPlaneWatch(Construct):
         return rule
 
     def _admit_eventbridge(self, key: kms.IKey | None) -> iam.PolicyStatement:
-        """EventBridge publishes as itself: the topic policy admits it for these rules only, and the topic's key
-        for this account's rules (a rule's own ARN in the key policy would be a cycle: the key, the topic, the
-        rule), both on behalf of this account only, as ``AlarmTopic`` admits CloudWatch."""
+        """EventBridge publishes as itself: the topic policy admits it for these rules only, and so does the topic's
+        key, by the ARNs the rules' names give (a rule's ``Arn`` in the key policy would be a cycle: the key, the
+        topic, the rule), both on behalf of this account only, as ``AlarmTopic`` admits CloudWatch."""
         stack = Stack.of(self)
         principal = iam.ServicePrincipal(EVENTBRIDGE_PRINCIPAL)
         topic_statement = iam.PolicyStatement(
@@ -391,22 +402,19 @@ class ControlPlaneWatch(Construct):
             },
         )
         topic_added = self.alarm_topic.add_to_resource_policy(topic_statement).statement_added
+        # Each rule by the ARN its name gives (a Ref to the rule would be a cycle: the key, the topic, the rule).
+        self._key_statement = iam.PolicyStatement(
+            sid="AllowTheControlPlaneWatchToPublishEncrypted",
+            principals=[principal],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],  # in a key policy, "*" means this key
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnEquals": {"aws:SourceArn": self.named_rule_arns()},
+            },
+        )
         key_added = key is not None and bool(
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AllowTheControlPlaneWatchToPublishEncrypted",
-                    principals=[principal],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                    resources=["*"],  # in a key policy, "*" means this key
-                    conditions={
-                        "StringEquals": {"aws:SourceAccount": stack.account},
-                        "ArnLike": {
-                            "aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"
-                        },
-                    },
-                ),
-                allow_no_op=True,
-            ).statement_added
+            key.add_to_resource_policy(self._key_statement, allow_no_op=True).statement_added
         )
         if not topic_added:
             self._warn(

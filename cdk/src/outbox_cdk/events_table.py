@@ -114,8 +114,8 @@ class EventsTable(Construct):
     that policy refuses ``PutItem`` and ``UpdateItem`` on event rows, chain heads and tenant index rows to every
     principal but the operator role and the roles ``grant_emit`` admitted, so an administrator or a CI role
     cannot overwrite one either; a third refuses every request without TLS; a fourth refuses deleting a head or
-    an index row to all but the operator role. With ``encryption_key`` (a customer-managed key for the table and its stream),
-    every grant grants the key too.
+    an index row to all but the operator role. With ``encryption_key`` (a customer-managed key for the table and
+    its stream), every grant grants the key too.
     """
 
     def __init__(

@@ -49,13 +49,12 @@ Lambda's patterns match is apart, in ``lambda_watch``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 import jsii
-from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as eventbridge
 from aws_cdk import aws_iam as iam
@@ -77,6 +76,7 @@ from outbox_cdk.lambda_watch import (
     roles_match,
 )
 from outbox_cdk.operator_endpoint import OperatedPipeline
+from outbox_cdk.rule_names import RULE_NAME_LIMIT, rule_arn, rule_name
 
 # What every CloudTrail management event on EventBridge carries as its detail-type (R12.1).
 CLOUDTRAIL_DETAIL_TYPE: Final = "AWS API Call via CloudTrail"
@@ -156,8 +156,6 @@ RULE_IDS: Final[Mapping[str, str]] = {
 ROLES_RULE_ID: Final = "FunctionRolesRule"
 # The rule that watches the rules rule: EventBridge calls on it alone.
 RULES_WATCH_ID: Final = "RulesRuleWatch"
-# EventBridge's longest rule name.
-RULE_NAME_LIMIT: Final = 64
 # EventBridge's limits on a target: the longest it keeps retrying and the most attempts (R12.5), for an error it
 # counts as transient (a refusal, such as a missing permission, goes to the DLQ at once). A notice the topic
 # cannot take now may still arrive within the day.
@@ -193,7 +191,7 @@ class ControlPlaneWatch(Construct):
         admit ``events.amazonaws.com`` (``sns:Publish``) and, if it is encrypted, its key too.
     encryption_key
         The pipeline's ``encryption_key``, for the dead-letter queue (``OutboxPipeline`` admits EventBridge
-        to it for this account's rules: ``encryption.admit_eventbridge_dead_letters``).
+        to it for the watch's rules and the anchoring schedule's: ``encryption.admit_eventbridge_dead_letters``).
     """
 
     def __init__(
@@ -320,22 +318,14 @@ class ControlPlaneWatch(Construct):
         return [rule.attr_arn for rule in self._every_rule()]
 
     def named_rule_arns(self) -> list[str]:
-        """Each rule's ARN written from its name, referencing no rule: what the key's policy can hold."""
-        stack = Stack.of(self)
-        prefix = f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/"
-        return [f"{prefix}{rule.name}" for rule in self._every_rule()]
+        """Each rule's ARN written from its name, referencing no rule: what a key's policy can hold."""
+        return [rule_arn(self, str(rule.name)) for rule in self._every_rule()]
 
     def _every_rule(self) -> list[eventbridge.CfnRule]:
         return [*self.rules.values(), *self.lambda_rules, self.rules_watch]
 
     def _rule_name(self, construct_id: str) -> str:
-        """``<stack name>-<construct id>-<digest of the stack name and this watch's path>``, the stack name cut
-        to fit EventBridge's 64 characters (the digest keeps two pipelines, or two long stack names, apart)."""
-        stack_name = Stack.of(self).stack_name
-        assert not Token.is_unresolved(stack_name), "the rules rule's name needs the stack's name at synth"
-        digest = hashlib.sha256(f"{stack_name}/{self.node.path}".encode()).hexdigest()[:8].upper()
-        suffix = f"-{construct_id}-{digest}"
-        return stack_name[: RULE_NAME_LIMIT - len(suffix)] + suffix
+        return rule_name(self, construct_id)
 
     def _rule(
         self,

@@ -43,7 +43,7 @@ from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
-from outbox_cdk.audit import Auditor, AuditTable
+from outbox_cdk.audit import ANCHORING_SCHEDULE_ID, Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
 from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
@@ -68,6 +68,7 @@ from outbox_cdk.record_change_consumer import RecordChangeConsumer
 from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.record_change_queue import RecordChangeQueue
 from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.rule_names import rule_arn, rule_name
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
@@ -140,8 +141,9 @@ class OutboxPipeline(Construct):
         cannot be changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
         ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
         ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups) and
-        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for this account's rules, which write
-        to the anchoring schedule's and the control-plane watch's DLQs): the synth warns, and without the first
+        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for the anchoring schedule's and the
+        control-plane watch's rules, which write to their DLQs; a key of this app admits those rules alone, by
+        the ARNs of their names): the synth warns, and without the first
         the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     error_detail
@@ -457,7 +459,7 @@ class OutboxPipeline(Construct):
         # EventBridge already, which the synth cannot see, and refusing it would refuse the usual shape of a
         # central key.
         admitted = admit_cloudwatch_logs(self, key)
-        admitted = admit_eventbridge_dead_letters(self, key) and admitted
+        admitted = admit_eventbridge_dead_letters(self, key, self._eventbridge_rule_arns) and admitted
         if not admitted:
             Annotations.of(self).add_warning_v2(
                 "outbox:encryptionKeyPolicy",
@@ -466,6 +468,11 @@ class OutboxPipeline(Construct):
                 "pipeline's log groups fail to deploy, and EventBridge (events.amazonaws.com) for this account's "
                 "rules, or what they cannot deliver is lost (see OutboxPipeline's encryption_key).",
             )
+
+    def _eventbridge_rule_arns(self) -> list[str]:
+        """The rules whose targets' DLQs the key encrypts: the anchoring schedule's, and the watch's, if on."""
+        schedule = rule_arn(self, rule_name(self.auditor, ANCHORING_SCHEDULE_ID))  # its name, not a reference
+        return [schedule, *(self.control_plane.named_rule_arns() if self.control_plane is not None else [])]
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]

@@ -170,9 +170,12 @@ class OutboxPipeline(Construct):
         pipe stopped, updated or deleted; an alarm of the stack disabled, rewritten or deleted; the alarm topic's
         key disabled, scheduled for deletion or its policy rewritten; the alarm topic's policy, deletion and
         subscriptions. Two more rules watch the watch (any watch rule disabled, deleted or retargeted is reported
-        by another), and one reports a trail stopped or made to log less. It needs a CloudTrail trail that logs
-        this region's management events (the README says how to check), and reports deploys that change these
-        settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
+        by another), one reports a trail stopped or made to log less, and the Lambda rules report new code,
+        configuration, versions, aliases or permissions on every function whose role may emit (each one
+        ``grant_emit`` admits, even after this) or anchor, and any function given one of their roles (as many
+        rules as EventBridge's limit needs; ``self.control_plane.watch_function`` adds one). It needs a
+        CloudTrail trail that logs this region's management events (the README says how to check), and reports
+        deploys that change these settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
         ``events.amazonaws.com`` (the synth warns), and its key is not watched. False (the default): nothing
         watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems

@@ -253,6 +253,8 @@ class Auditor(Construct):
             self, function=self.anchoring, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
         )
         self.anchors_deferred_alarm = _anchors_deferred_alarm(self, alarm_topic)
+        # outbox_cdk.completeness.check_completeness sets it, where the synth loaded the catalog
+        self.missing_pairs_alarm: cloudwatch.Alarm | None = None
 
     def watch_pipes(self, pipes: Sequence[StreamPipe]) -> None:
         """Each anchoring pass publishes how many of ``pipes`` are not running (``PipesNotRunningAlarm``): call
@@ -271,6 +273,7 @@ class Auditor(Construct):
             self.anchoring_stopped_alarm,
             self.anchoring_not_invoked_alarm,
             self.anchors_deferred_alarm,
+            *([self.missing_pairs_alarm] if self.missing_pairs_alarm is not None else []),
         ]
 
     @property

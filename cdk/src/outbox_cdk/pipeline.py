@@ -39,12 +39,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox.catalog import Catalog
+from outbox.ops.completeness import catalog_data
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
 from outbox_cdk.alarm_topic import AlarmTopic
-from outbox_cdk.audit import ANCHORING_SCHEDULE_ID, Auditor, AuditTable
-from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
+from outbox_cdk.audit import ANCHOR_SCHEDULE, ANCHOR_SERVICE, ANCHORING_SCHEDULE_ID, Auditor, AuditTable
+from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, load_checked_catalog
+from outbox_cdk.completeness import check_completeness
 from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
@@ -72,6 +75,11 @@ from outbox_cdk.rule_names import rule_arn, rule_name
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
+
+# The most missing pairs one completeness pass may re-send itself (completeness_repairs).
+MAX_COMPLETENESS_REPAIRS = 100
+# Lambda's 4 KB for all of a function's variables, less what the anchoring's others take.
+MAX_CATALOG_DATA_LENGTH = 3000
 
 
 class OutboxPipeline(Construct):
@@ -183,6 +191,12 @@ class OutboxPipeline(Construct):
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
         Each ``AcceptedCatalogProblem(problem=<part of its text>, reason=...)`` lets one through, recorded in
         the template's metadata; one that matches no problem fails the synth too (remove it).
+    completeness_repairs
+        The hourly completeness pass (``outbox.ops.completeness``) finds every durable (event, subscription) pair
+        with no outcome past a bound derived from this pipeline's settings, and raises ``MissingPairsAlarm``.
+        0 (the default): it only reports (``outbox status`` names the repair). N, up to 100: it also re-sends at
+        most N missing pairs a pass itself, as ``outbox reconcile`` does (never a pair whose rule says an
+        operator decides), each logged with why; the anchoring role may then send to the durable queue.
     """
 
     def __init__(
@@ -214,6 +228,7 @@ class OutboxPipeline(Construct):
         ordered_subscriptions: bool = False,
         watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
+        completeness_repairs: int = 0,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -235,7 +250,7 @@ class OutboxPipeline(Construct):
         )
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
-        accepted = check_catalog(code, catalog, environment, accept_catalog_problems)
+        deployed_catalog, accepted = load_checked_catalog(code, catalog, environment, accept_catalog_problems)
         if accepted:  # in the template, where the testing fixture and a reviewer find them
             self.stack.add_metadata(ACCEPTED_METADATA, [{"problem": a.problem, "reason": a.reason} for a in accepted])
         self.alarm_topic: sns.ITopic = (
@@ -302,6 +317,9 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
             error_detail=error_detail_of(error_detail),
             ordered_subscriptions=ordered_subscriptions,
+        )
+        self.completeness_bound_seconds = self._check_completeness(
+            deployed_catalog, consumer_seconds, completeness_repairs
         )
         if record_changes_from is not None:
             self._add_record_change_lane(
@@ -456,6 +474,57 @@ class OutboxPipeline(Construct):
             timeout_seconds=self.record_change_timeout_seconds,
             encryption_key=self.encryption_key,
         )
+
+    def _check_completeness(self, catalog: Catalog | None, consumer_seconds: int, repairs: int) -> int | None:
+        """The completeness pass on the anchoring function (``outbox.ops.completeness``), with the catalog loaded at
+        synth as data and the bound derived from the durable lane's settings; the bound, or None where the synth
+        could not load the catalog (inline or S3 code: the synth warns)."""
+        if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= MAX_COMPLETENESS_REPAIRS:
+            raise ValueError(
+                f"completeness_repairs must be 0 (off: the pass only reports) to {MAX_COMPLETENESS_REPAIRS} re-sends "
+                f"a pass, got {repairs!r}"
+            )
+        if catalog is None:
+            Annotations.of(self).add_warning_v2(
+                "outbox:noCompletenessPass",
+                "code is not an asset the synth can import, so the completeness pass (MissingPairsAlarm) has no "
+                "catalog and is left out: give code as lambda_.Code.from_asset(...)",
+            )
+            return None
+        bound = timing.completeness_bound_seconds(
+            record_age_seconds=timing.RELAY_MAXIMUM_RECORD_AGE_HOURS * 3600,
+            pipe_batching_window_seconds=timing.PIPE_BATCHING_WINDOW_SECONDS,
+            visibility_timeout_seconds=self.durable.visibility_timeout_seconds,
+            max_receive_count=self.durable.max_receive_count,
+            consumer_batching_window_seconds=timing.CONSUMER_BATCHING_WINDOW_SECONDS,
+            max_attempts=timing.MAX_ATTEMPTS,
+            lease_seconds=consumer_seconds,
+        )
+        timing.check_completeness_bound(bound, self.inbox.retention_days, int(ANCHOR_SCHEDULE.to_seconds()))
+        data = catalog_data(catalog)
+        if len(data) > MAX_CATALOG_DATA_LENGTH:
+            raise ValueError(
+                f"the catalog's durable subscriptions make {len(data)} characters of data for the completeness pass, "
+                f"and the anchoring function's environment holds {MAX_CATALOG_DATA_LENGTH} (Lambda's 4 KB for all "
+                "its variables): shorten the subscriptions' names or patterns (a glob can cover several types)"
+            )
+        if repairs:
+            assert self.auditor.anchoring.role is not None
+            self.admit_queue_sender(self.auditor.anchoring.role)
+        self.auditor.missing_pairs_alarm = check_completeness(
+            self.auditor,
+            self.auditor.anchoring,
+            audit=self.audit,
+            catalog_data=data,
+            inbox=self.inbox,
+            bound_seconds=bound,
+            durable_queue=self.durable.queue,
+            repairs=repairs,
+            alarm_topic=self.alarm_topic,
+            service=ANCHOR_SERVICE,
+            period=ANCHOR_SCHEDULE,
+        )
+        return bound
 
     def _admit_services(self, key: kms.IKey) -> None:
         # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs and

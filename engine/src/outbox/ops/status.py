@@ -3,7 +3,7 @@ open dead letters."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox.liveness import pipe_states as read_pipe_states
+from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
@@ -46,6 +47,8 @@ class TenantStatus:
     last_reset: str | None = None
     # When its anchor was set (by the hourly anchoring pass, or a reset); None without one.
     anchored_at: str | None = None
+    # Pairs the last completeness pass found with no outcome past the bound (outbox.ops.completeness).
+    missing_pairs: int = 0
 
 
 class Concern(StrEnum):
@@ -56,6 +59,7 @@ class Concern(StrEnum):
     TENANT = "tenant"
     ORDER = "order"  # an ordered subscription whose events wait (subject: the tenant)
     POISON = "poison"
+    MISSING = "missing"  # a pair with no outcome past the completeness bound (subject: the tenant)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,9 @@ class Status:
     application: dict[str, str] = field(default_factory=dict)
     # Ordered subscriptions with events waiting, per tenant, and what they wait for.
     blocked: list[Blocked] = field(default_factory=list)
+    # The pairs the last completeness pass found missing, each with the command that repairs it (the first
+    # ``outbox.ops.completeness.MISSING_LISTED`` of each tenant; ``TenantStatus.missing_pairs`` counts them all).
+    missing: list[MissingPair] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """What needs an operator, one line each, ending with the command that looks closer or repairs it:
@@ -121,6 +128,19 @@ class Status:
             Problem(Concern.ORDER, waiting.tenant, waiting.what, waiting.hint, separator=" ")
             for waiting in self.blocked
         ]
+        found += [Problem(Concern.MISSING, m.tenant, m.line, m.repair, separator=". ") for m in self.missing]
+        for tenant in self.tenants:
+            unlisted = tenant.missing_pairs - sum(1 for pair in self.missing if pair.tenant == tenant.tenant)
+            if unlisted > 0:
+                found.append(
+                    Problem(
+                        Concern.MISSING,
+                        tenant.tenant,
+                        f"tenant {tenant.tenant}: {plural(unlisted, 'more pair')} with no outcome past the bound",
+                        f"outbox reconcile --tenant {tenant.tenant} --since <the oldest's time> --dry-run",
+                        separator=". ",
+                    )
+                )
         if self.poison_pills_today:
             found.append(
                 Problem(
@@ -187,11 +207,21 @@ def _tenant_problems(tenant: TenantStatus) -> list[Problem]:
 
 def read_status(context: OperatorContext) -> Status:
     names = context.tenants()
-    tenants = [tenant_status(context, tenant) for tenant in names]
+    found = {name: completeness_state(context, name) for name in names}
+    tenants = [replace(tenant_status(context, name), missing_pairs=found[name].missing_count) for name in names]
     queues, pipes = queue_depths(context), pipe_states(context)
     pills = len(context.inbox.poison_pills(context.now()))
     waiting = blocked(context, names)
-    return Status(queues, pipes, tenants, pills, application=dict(context.topology.application), blocked=waiting)
+    missing = [pair for name in names for pair in found[name].missing]
+    return Status(
+        queues,
+        pipes,
+        tenants,
+        pills,
+        application=dict(context.topology.application),
+        blocked=waiting,
+        missing=missing,
+    )
 
 
 def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:

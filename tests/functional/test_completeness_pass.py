@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import pytest
 
+from outbox import keys
 from outbox.envelope import format_timestamp
 from outbox.inbox import DEAD, DEFERRED, REPLAYING, ClaimRecord, unclaimed_row
 from outbox.ops.completeness import (
@@ -316,3 +317,36 @@ def test_a_pass_out_of_time_keeps_what_it_judged_and_the_next_goes_on_from_there
     second = check.run()
     assert second.events_read == 7
     assert sorted(m.event_id for m in second.missing["acme"]) == sorted(event.id for event in lost)
+
+
+def test_a_pair_without_a_claim_older_than_the_inbox_s_memory_is_not_judged(make_harness: HarnessFactory) -> None:
+    # A first pass over an old log: a completion may have been swept with its claim, so nothing can say it is lost
+    h = make_harness(one_subscription)
+    context = with_audit(operator_context(h))
+    check = pass_of(context)
+    old = emit(h, "account.opened")
+    h.clock.advance(context.topology.inbox_retention)
+    recent = emit(h, "account.opened")
+    h.clock.advance(BOUND + timedelta(minutes=1))
+
+    result = check.run()
+
+    assert result.events_read == 2
+    assert [m.event_id for m in result.missing["acme"]] == [recent.id]
+    assert old.id != recent.id
+
+
+def test_a_row_of_the_log_that_is_no_event_stops_nothing(make_harness: HarnessFactory) -> None:
+    # A row rewritten into something that is no event (the chain's checks and the tamper alarm report it)
+    h = make_harness(one_subscription)
+    context = with_audit(operator_context(h))
+    check = pass_of(context)
+    first = emit(h, "account.opened")
+    emit(h, "account.opened")
+    last = emit(h, "account.opened")
+    h.dynamodb.put_item(TableName="events", Item=keys.event_key("acme", 2))
+    h.clock.advance(BOUND + timedelta(minutes=1))
+
+    result = check.run()
+
+    assert sorted(m.event_id for m in result.missing["acme"]) == sorted([first.id, last.id])

@@ -49,6 +49,7 @@ ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "
 GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
 PAIRS = "outbox.pairs.machine"
 ROWS = "outbox.inbox.rows"
+COMPLETENESS = "outbox.ops.completeness"
 _LEFT_OUT_RUN = "    (State.PENDING, Route.LEFT_OUT): Rule(\n        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, "
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -1118,5 +1119,26 @@ MUTANTS: tuple[Mutant, ...] = (
         what_should_catch_it="a row rewritten again right after the repair's anchor reset, in its second: status "
         "healthy, with no finding (7)",
         seeds=(63, 66, 75),
+    ),
+    # -- completeness ----------------------------------------------------------------------------------------
+    Mutant(
+        id="completeness-no-check",
+        module=COMPLETENESS,
+        original="        return ref, Verdict.MISSING, self._missing(tenant, ref, status, since, why, placement)\n",
+        replacement="        return ref, Verdict.OPEN, None\n",
+        description="the completeness pass judges every pair and reports none missing: a lost message is silent",
+        what_should_catch_it="the completeness invariant's probe: a completed pair read as if its claim were lost "
+        "is not reported (18)",
+        seeds=(1, 2, 3),
+    ),
+    Mutant(
+        id="completeness-dead-is-missing",
+        module=COMPLETENESS,
+        original="        if rule.outcome is Outcome.DEAD:\n",
+        replacement="        if rule.outcome is Outcome.DEAD and not rule.repair:\n",
+        description="the completeness pass counts a dead pair, which has its open dead letter, as missing: a false "
+        "alarm on every dead letter",
+        what_should_catch_it="any run with a dead pair: the pass reports a pair with an outcome (18)",
+        seeds=(3, 8, 13),
     ),
 )

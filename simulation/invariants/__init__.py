@@ -44,6 +44,8 @@
     before the dead mark, if any: a replay starts the attempts over).
 16. Read-only passes: the anchoring pass, status and verify-chain, run while other writers emit, never report a
     break of a log nobody altered (and invariant 12: the anchoring pass records no finding for it).
+18. Completeness: the completeness pass reports exactly the pairs with no outcome past its bound
+    (``simulation.invariants.completeness``).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 from outbox.ops import Topology
 from simulation.invariants.base import NAMES, Violation
+from simulation.invariants.completeness import check_completeness
 from simulation.invariants.deadline import check_deadline, check_runtime_as_strict_as_aws
 from simulation.invariants.delivery import (
     check_dead_stays_dead,
@@ -118,4 +121,5 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         ),
         *(Violation(17, f"an operator command crashed: {what}") for what in world.operator_crashes),
         *(Violation(17, f"a command outbox status named was refused: {what}") for what in world.hint_refusals),
+        *check_completeness(world, state, topology),
     ]

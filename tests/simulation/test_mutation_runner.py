@@ -62,6 +62,7 @@ GUARANTEE_MODULES = {
     "outbox.envelope",
     "outbox.local.runtime",
     "outbox.pairs.machine",
+    "outbox.ops.completeness",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -476,3 +477,25 @@ def test_a_pair_not_started_for_lack_of_time_comes_back_with_its_attempt_unspent
     h.esm.drain()
     assert h.claim_status("shipping.book", batch[2]) == "COMPLETED"
     assert h.inbox.read_claim(batch[2].id, "shipping.book").attempts == 1  # type: ignore[union-attr]
+
+
+def test_a_handler_with_lambdas_signature_is_dead_at_once_naming_it_not_the_engine(
+    make_harness: HarnessFactory,
+) -> None:
+    def record_sale(event: Any, context: Any) -> None:  # Lambda's habit: the engine passes one Delivery
+        raise AssertionError("never called")
+
+    h = make_harness(lambda _recorder: [Subscription("shop.record_sale", "*", Lane.DURABLE, record_sale)])
+    event = h.emit()
+
+    h.esm.drain()
+
+    [dead] = h.dead_letters()
+    assert dead["reason"]["S"] == "terminal", "no retry can bind it: not retried as a transient failure"
+    assert dead["attempts"]["N"] == "1"
+    assert h.claim_status("shop.record_sale", event) == "DEAD"
+    error = dead["error"]["S"]
+    assert error.startswith("ContractViolationError: subscription 'shop.record_sale': its handler ")
+    assert ".record_sale(event, context) at " in error
+    assert f"{__file__}:" in error, "where the user's handler is, not attempts.py"
+    assert "attempts.py" not in error

@@ -238,3 +238,60 @@ def test_make_catalog_refuses_to_rewrite_a_version_the_code_changed_incompatibly
     assert "order.created version 2: payload.gift_note: the field was removed" in error
     assert "declare version 3 instead" in error
     assert json.loads(written.read_text()) == recorded
+
+
+def lambda_style(event: Any, context: Any) -> None:
+    return None
+
+
+def no_argument() -> None:
+    return None
+
+
+def keyword_only(*, delivery: Any) -> None:
+    return None
+
+
+def with_defaults(delivery: Any, context: Any = None, *rest: Any, **named: Any) -> None:
+    return None
+
+
+class CallableHandler:
+    def __call__(self, delivery: Any) -> None:
+        return None
+
+
+UNBINDABLE = (lambda_style, no_argument, keyword_only)
+BINDABLE = (noop, with_defaults, CallableHandler(), lambda delivery: None, print)
+
+
+@pytest.mark.parametrize("lane", list(Lane))
+@pytest.mark.parametrize("handler", UNBINDABLE, ids=lambda h: h.__name__)
+def test_a_handler_that_cannot_take_the_lanes_one_argument_is_a_problem_naming_it_where_it_is(
+    handler: Any, lane: Lane
+) -> None:
+    pattern = "record.CONTACTADDRESS.*" if lane is Lane.BEST_EFFORT else "widget.*"
+    subscription = Subscription("widgets.count", pattern, lane, handler)
+    [problem] = widgets(subscription).problems()
+
+    assert problem == subscription.cannot_bind
+    assert f"{__name__}:{handler.__name__}(" in problem, "the user's handler, by module and name"
+    line = handler.__code__.co_firstlineno
+    assert f" at {__file__}:{line} " in problem, "where it is defined"
+    argument = "record_change: RecordChange" if lane is Lane.BEST_EFFORT else "delivery: Delivery"
+    assert f"def {handler.__name__}({argument})" in problem, "what to write instead"
+
+
+@pytest.mark.parametrize("handler", BINDABLE, ids=lambda h: getattr(h, "__name__", type(h).__name__))
+def test_a_handler_that_takes_one_argument_is_no_problem(handler: Any) -> None:
+    subscription = Subscription("widgets.count", "widget.*", Lane.DURABLE, handler)
+    assert subscription.cannot_bind is None
+    assert widgets(subscription).problems() == []
+
+
+def test_a_handler_that_cannot_bind_is_refused_at_its_call_not_run() -> None:
+    from outbox.exceptions import ContractViolationError
+
+    subscription = Subscription("widgets.count", "widget.*", Lane.DURABLE, lambda_style)
+    with pytest.raises(ContractViolationError, match="lambda_style"):
+        subscription.run(object())

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from outbox.exceptions import InvalidEventError
 from outbox.redaction import validation_summary
 from outbox.schemas import Upcaster, check_versions, upcast_payload
-from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry, handler_place
 
 DISPATCHERS = {
     Lane.INLINE: "emit() (before the transaction, fail-closed)",
@@ -247,7 +247,7 @@ class Catalog:
         return found
 
     def _subscription_problems(self) -> list[str]:
-        found = []
+        found = [s.cannot_bind for s in self.registry.subscriptions if s.cannot_bind is not None]
         for subscription in self.registry.subscriptions:
             domain = [t for t in sorted(self.domain_types) if subscription.matches(t)]
             rows = [t for t in sorted(self.row_change_types) if subscription.matches(t)]
@@ -317,12 +317,8 @@ class Catalog:
 
 def _declared_at(subscription: Subscription) -> str:
     """Where the subscription's handler is defined (``, handler at shop/catalog.py:19``), if Python can tell."""
-    handler = inspect.unwrap(subscription.handler)
-    try:
-        path, line = inspect.getsourcefile(handler), inspect.getsourcelines(handler)[1]
-    except (OSError, TypeError):
-        return ""
-    return f", handler at {path}:{line}" if path else ""
+    place = handler_place(subscription.handler)
+    return f", handler at {place}" if place else ""
 
 
 def _closest(pattern: str, candidates: Iterable[str]) -> str:

@@ -22,7 +22,7 @@ def run_inline(envelope: Envelope, subscriptions: Sequence[Subscription]) -> lis
     event)."""
     writes: list[tuple[str, Mapping[str, object]]] = []
     for subscription in subscriptions:
-        result = subscription.handler(_delivery(envelope, subscription))
+        result = subscription.run(_delivery(envelope, subscription))
         if result is None:
             continue
         if not isinstance(result, HandlerResult) or result.follow_up is not None:
@@ -42,7 +42,7 @@ def run_local(envelope: Envelope, subscriptions: Sequence[Subscription]) -> None
     for subscription in subscriptions:
         log = {"event_id": envelope.id, "subscription": subscription.name}
         try:
-            result = subscription.handler(_delivery(envelope, subscription))
+            result = subscription.run(_delivery(envelope, subscription))
         except (KeyboardInterrupt, SystemExit):
             raise  # the process is going away: the event committed, the rest of LOCAL is best effort
         except BaseException as exc:  # best effort by contract: the caller must learn that its event committed

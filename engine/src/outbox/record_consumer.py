@@ -65,7 +65,7 @@ class RecordChangeConsumer:
         for subscription in subscriptions:
             with self._observed(change, subscription.name) as observed:
                 try:
-                    result = subscription.handler(change)
+                    result = subscription.run(change)
                 except Exception:
                     observed.outcome("retry")  # the record fails and comes back, every subscription of it with it
                     raise

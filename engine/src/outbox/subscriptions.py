@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from outbox.envelope import Envelope, format_timestamp
-from outbox.exceptions import OutboxValidationError
+from outbox.exceptions import ContractViolationError, OutboxValidationError
 from outbox.tracing import TraceContext, outgoing_headers
 
 # Names are stored in inbox keys and dead-letter rows: keep them stable, short and key-safe.
@@ -112,6 +113,22 @@ class Subscription:
                 f"subscription {self.name!r}: effects={self.effects!r} is not one of {choices}"
             ) from None
         self._check_order()
+        # Asked once here, not at each call: the catalog's contract lists it, and ``run`` refuses the call.
+        object.__setattr__(self, "_unbindable", _unbindable(self))
+
+    @property
+    def cannot_bind(self) -> str | None:
+        """Why the handler cannot be called as its lane calls it (with one argument), or None."""
+        found: str | None = getattr(self, "_unbindable", None)
+        return found
+
+    def run(self, argument: Any) -> Any:
+        """The handler on ``argument`` (a ``Delivery``; a ``RecordChange`` on BEST_EFFORT). A handler whose
+        signature cannot take it is a ``ContractViolationError`` naming the handler: terminal on DURABLE (no
+        retry binds it), never a ``TypeError`` raised in the engine's frame."""
+        if self.cannot_bind is not None:
+            raise ContractViolationError(self.cannot_bind)
+        return self.handler(argument)
 
     def _check_order(self) -> None:
         if self.ordered and self.lane is not Lane.DURABLE:
@@ -145,6 +162,47 @@ class Subscription:
         subscription's order: always, unless it occurred before ``ordered_since``."""
         since: str | None = getattr(self, "_since_text", None)
         return since is None or occurred_at >= since
+
+
+def handler_place(handler: Callable[..., Any]) -> str:
+    """Where a handler is defined (``shop/catalog.py:19``), if Python can tell; else ''."""
+    try:
+        unwrapped = inspect.unwrap(handler)
+        path, line = inspect.getsourcefile(unwrapped), inspect.getsourcelines(unwrapped)[1]
+    except (OSError, TypeError):
+        return ""
+    return f"{path}:{line}" if path else ""
+
+
+def _unbindable(subscription: Subscription) -> str | None:
+    """Why ``subscription``'s handler cannot be called with the one positional argument its lane passes (a
+    ``Delivery``, or a ``RecordChange`` on BEST_EFFORT), or None: Lambda's ``def handler(event, context)``
+    passes every other check and fails only when an event comes."""
+    handler = subscription.handler
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # a builtin or a callable Python cannot describe: called as it is
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        pass
+    else:
+        return None
+    argument = "record_change: RecordChange" if subscription.lane is Lane.BEST_EFFORT else "delivery: Delivery"
+    name = getattr(handler, "__name__", type(handler).__name__)
+    module = getattr(handler, "__module__", None)
+    qualified = f"{module}:{getattr(handler, '__qualname__', name)}" if module else name
+    place = handler_place(handler)
+    bare = signature.replace(
+        parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
+    return (
+        f"subscription {subscription.name!r}: its handler {qualified}{bare}"
+        f"{f' at {place}' if place else ''} cannot be called with the one argument the {subscription.lane.value} "
+        f"lane passes: define it as def {name}({argument}) (not Lambda's (event, context))"
+    )
 
 
 @dataclass

@@ -70,7 +70,7 @@ class Attempts:
         try:
             delivery = Delivery(self.delivered(pair.envelope), subscription.name, key, attempt, remaining_ms)
             with attempt_of_pair(attempt):
-                return checked_result(subscription, subscription.handler(delivery))
+                return checked_result(subscription, subscription.run(delivery))
         finally:
             self.times.note_run(subscription, started_ms, remaining_ms())
 

@@ -355,7 +355,7 @@ def first_batches(endpoint: str, count: int) -> list[dict[str, Any]]:
     for table in (EVENTS_TABLE, INBOX_TABLE):
         aws.create_table(dynamodb, table)
     aws.create_table(dynamodb, IDEMPOTENCY_TABLE, key=("id", None))
-    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None, unchecked=True)
     queue_url = aws.create_fifo_queue(sqs, "cold-start")
     arn = aws.queue_arn(sqs, queue_url)
     events = []

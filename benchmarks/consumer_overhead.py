@@ -123,7 +123,7 @@ class Counted:
 def make_batches(dynamodb: Any, sqs: Any, count: int, batch_size: int) -> list[Batch]:
     """Emit ``count`` events, send them as the relay pipe does and receive them as Lambda would."""
     aws.create_table(dynamodb, "events")
-    store = EventStore("events", client=dynamodb, sleep=lambda _s: None)
+    store = EventStore("events", client=dynamodb, sleep=lambda _s: None, unchecked=True)
     queue_url = aws.create_fifo_queue(sqs, "bench-durable")
     arn = aws.queue_arn(sqs, queue_url)
     for n in range(count):
@@ -158,7 +158,7 @@ class Consumers:
         self.dynamodb = dynamodb  # Powertools' client
         self.engine = engine if engine is not None else dynamodb  # the engine's
         self.admin = admin
-        self.store = EventStore("events", client=self.engine, sleep=lambda _s: None)
+        self.store = EventStore("events", client=self.engine, sleep=lambda _s: None, unchecked=True)
         self.sqs = sqs  # where ordered subscriptions send their wake-ups (none on in-order batches)
         self.wake_queue = aws.create_fifo_queue(sqs, "bench-wake-ups") if sqs is not None else "unused"
         self.created: list[str] = []  # every table a build made, in order

@@ -79,7 +79,7 @@ class Writers:
         for index in range(count):
             client = aws.client("dynamodb")
             self.meter.attach(client.meta.events)
-            EventStore(table, client=client).emit(
+            EventStore(table, client=client, unchecked=True).emit(
                 EVENT_TYPE, sample_payload(index), tenant=f"warm-up-{index}", actor="warm-up"
             )
             self.clients.append(client)
@@ -258,7 +258,7 @@ def batch_cost(admin: Any, sizes: Sequence[int], events: int) -> dict[str, Any]:
         client = aws.client("dynamodb")
         meter = AwsMeter.on_moto()
         meter.attach(client.meta.events)
-        store = EventStore(table, client=client)
+        store = EventStore(table, client=client, unchecked=True)
         store.emit(EVENT_TYPE, sample_payload(0), tenant="acme", actor="warm-up")  # the tenant's first emit apart
         meter.reset()
         gc.collect()
@@ -298,13 +298,13 @@ def tenant_scale(admin: Any, present: Sequence[int], emits: int, repetitions: in
     tables = {}
     for count in present:
         table = _fresh_table(admin)
-        tables[count] = (table, seed_tenants(EventStore(table, client=admin), count))
+        tables[count] = (table, seed_tenants(EventStore(table, client=admin, unchecked=True), count))
     cpu: dict[int, list[float]] = {count: [] for count in present}
     wall: dict[int, list[float]] = {count: [] for count in present}
     for repetition in range(repetitions):
         for count in present if repetition % 2 == 0 else list(reversed(present)):
             table, names = tables[count]
-            store = EventStore(table, client=aws.client("dynamodb"))
+            store = EventStore(table, client=aws.client("dynamodb"), unchecked=True)
             store.emit(EVENT_TYPE, sample_payload(0), tenant=names[0], actor="warm-up")  # reads the head once
             per_emit_cpu, per_emit_wall = timed_emits(store, names[:1], emits)
             cpu[count].append(per_emit_cpu)
@@ -324,12 +324,12 @@ def head_cache_cliff(admin: Any, cache_size: int, active: Sequence[int], emits: 
     results = {}
     for count in active:
         table = _fresh_table(admin)
-        names = seed_tenants(EventStore(table, client=admin), count)
+        names = seed_tenants(EventStore(table, client=admin, unchecked=True), count)
         client = aws.client("dynamodb")
         meter = AwsMeter()
         meter.attach(client.meta.events)
         # The cache is off by default (several writers make it stale): the cliff is that of a store that opts in.
-        store = EventStore(table, client=client, cache_heads=True, head_cache_size=cache_size)
+        store = EventStore(table, client=client, cache_heads=True, head_cache_size=cache_size, unchecked=True)
         for tenant in names:  # one pass to warm the cache as far as it holds
             store.emit(EVENT_TYPE, sample_payload(0), tenant=tenant, actor="warm-up")
         meter.reset()

@@ -63,7 +63,7 @@ def dynamodb(aws: None) -> Any:
 
 @pytest.fixture
 def store(dynamodb: Any) -> EventStore:
-    return EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _seconds: None)
+    return EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _seconds: None, unchecked=True)
 
 
 @pytest.fixture

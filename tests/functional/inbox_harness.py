@@ -160,7 +160,7 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
     for table in (EVENTS_TABLE, ORDERS_TABLE, INBOX_TABLE):
         create_pk_sk_table(dynamodb, table, stream=table == EVENTS_TABLE)
     queue_url, dlq_url = create_fifo_pair(sqs)
-    store = EventStore(EVENTS_TABLE, client=dynamodb, clock=clock.now_ms, sleep=clock.sleep)
+    store = EventStore(EVENTS_TABLE, client=dynamodb, clock=clock.now_ms, sleep=clock.sleep, unchecked=True)
     inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_ATTEMPTS, clock=clock)
     recorder = Recorder()
     wake_ups = WakeUps(queue_url, sqs=sqs, dynamodb=dynamodb, events_table=EVENTS_TABLE)

@@ -83,7 +83,12 @@ def seed() -> Seed:
         create_pk_sk_table(client, SEED_TABLE)
         clock = VirtualClock()
         store = EventStore(
-            SEED_TABLE, client=client, clock=clock.now_ms, sleep=clock.sleep, new_event_id=lambda: SEED_EVENT_ID
+            SEED_TABLE,
+            client=client,
+            clock=clock.now_ms,
+            sleep=clock.sleep,
+            new_event_id=lambda: SEED_EVENT_ID,
+            unchecked=True,
         )
         envelope = store.emit("order.created", SEED_PAYLOAD, tenant="acme", actor="test")
         rows = {row["kind"]["S"]: row for row in client.scan(TableName=SEED_TABLE)["Items"]}

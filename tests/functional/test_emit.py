@@ -76,7 +76,7 @@ def test_eight_concurrent_emitters_on_one_tenant_lose_nothing_and_stay_gapless(d
 
     def emitter(worker: int) -> None:
         # Each worker is its own process in spirit: its own store, so its own head cache.
-        store = EventStore(EVENTS_TABLE, client=dynamodb, max_head_retries=5)
+        store = EventStore(EVENTS_TABLE, client=dynamodb, max_head_retries=5, unchecked=True)
         try:
             for n in range(per_thread):
                 while True:
@@ -95,11 +95,11 @@ def test_eight_concurrent_emitters_on_one_tenant_lose_nothing_and_stay_gapless(d
         worker.join()
 
     assert failures == []
-    logged = list(EventStore(EVENTS_TABLE, client=dynamodb).events("acme"))
+    logged = list(EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True).events("acme"))
     assert [e.seq for e in logged] == list(range(1, per_thread * threads + 1))
     committed = sorted((e.payload["worker"], e.payload["n"]) for e in logged)
     assert committed == sorted((w, n) for w in range(threads) for n in range(per_thread)), "lost or doubled"
-    assert EventStore(EVENTS_TABLE, client=dynamodb).verify_chain("acme").intact
+    assert EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True).verify_chain("acme").intact
 
 
 class RacingClient:
@@ -120,9 +120,9 @@ class RacingClient:
 
 
 def test_exhausted_head_retries_raise_the_typed_error_and_commit_nothing(dynamodb: Any) -> None:
-    rival = EventStore(EVENTS_TABLE, client=dynamodb)
+    rival = EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True)
     racing = RacingClient(dynamodb, rival)
-    loser = EventStore(EVENTS_TABLE, client=racing, max_head_retries=3, sleep=lambda _s: None)
+    loser = EventStore(EVENTS_TABLE, client=racing, max_head_retries=3, sleep=lambda _s: None, unchecked=True)
 
     with pytest.raises(ChainHeadContentionError) as raised:
         loser.emit(
@@ -142,8 +142,8 @@ def test_exhausted_head_retries_raise_the_typed_error_and_commit_nothing(dynamod
 
 
 def test_a_stale_head_cache_costs_one_retry_and_never_breaks_the_chain(dynamodb: Any) -> None:
-    first = EventStore(EVENTS_TABLE, client=dynamodb, cache_heads=True)
-    second = EventStore(EVENTS_TABLE, client=dynamodb)
+    first = EventStore(EVENTS_TABLE, client=dynamodb, cache_heads=True, unchecked=True)
+    second = EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True)
     first.emit("counter.bumped", {"n": 1}, tenant="acme", actor="system")  # first caches seq 1
     second.emit("counter.bumped", {"n": 2}, tenant="acme", actor="system")  # head moves to 2 behind its back
 
@@ -198,7 +198,7 @@ class LostResponseClient:
 
 def test_a_lost_response_is_resolved_without_a_duplicate_event(dynamodb: Any) -> None:
     flaky = LostResponseClient(dynamodb)
-    store = EventStore(EVENTS_TABLE, client=flaky, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=flaky, sleep=lambda _s: None, unchecked=True)
 
     envelope = store.emit("order.created", {"order_id": "o-1"}, tenant="acme", actor="u")
 
@@ -231,7 +231,9 @@ def test_a_throttled_head_read_is_retried_and_surfaces_only_as_the_engine_s_erro
     from outbox.local import faults
 
     no_sdk_retries = boto3.client("dynamodb", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
-    store = EventStore(EVENTS_TABLE, client=no_sdk_retries, sleep=lambda _s: None, max_transient_retries=3)
+    store = EventStore(
+        EVENTS_TABLE, client=no_sdk_retries, sleep=lambda _s: None, max_transient_retries=3, unchecked=True
+    )
 
     with faults.throttle_dynamodb("GetItem", times=2):
         envelope = store.emit("counter.bumped", {"n": 1}, tenant="acme", actor="system")

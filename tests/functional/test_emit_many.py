@@ -107,8 +107,8 @@ def test_an_empty_batch_and_a_bad_event_among_good_ones_are_refused(store: Event
 
 
 def test_a_lost_head_race_reseals_every_event_on_the_new_head(dynamodb: Any) -> None:
-    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None)
-    rival = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None, unchecked=True)
+    rival = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None, unchecked=True)
 
     with faults.rival_emit_before_commit(lambda tenant: rival.emit("rival.won", {}, tenant=tenant, actor="rival")):
         emitted = store.emit_many(events(5), tenant="acme", actor="system")
@@ -120,7 +120,7 @@ def test_a_lost_head_race_reseals_every_event_on_the_new_head(dynamodb: Any) -> 
 
 @pytest.mark.parametrize("resent", [False, True], ids=["surfaced", "resent-by-the-sdk"])
 def test_a_lost_answer_commits_the_batch_once(dynamodb: Any, resent: bool) -> None:
-    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=dynamodb, sleep=lambda _s: None, unchecked=True)
     lost = FaultCount(1)
 
     with faults.lose_answers_after_commit(lost, operations=("TransactWriteItems",), resent=lambda _s: resent):

@@ -108,7 +108,7 @@ class SdkResends500s:
 @pytest.fixture
 def rival(dynamodb: Any) -> EventStore:
     """Another writer of the same tenant, which has one event and an account with balance 0."""
-    rival = EventStore(EVENTS_TABLE, client=dynamodb)
+    rival = EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True)
     rival.emit("account.opened", {"account": "a-1"}, tenant=TENANT, actor="rival")
     dynamodb.put_item(TableName=ORDERS_TABLE, Item=writes.typed({**ACCOUNT_KEY, "balance": 0}))
     return rival
@@ -151,7 +151,7 @@ def test_a_commit_answered_as_unknown_is_not_committed_again_after_a_rival_moved
     # it, as a transaction still in progress does), and a rival that commits the tenant's next event
     # before the retry
     client = AmbiguousClient(dynamodb, [lost_answer], before={2: rival_emits(rival)})
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     envelope = deposit(store)
@@ -167,7 +167,7 @@ def test_a_lost_response_then_a_throttle_keeps_the_token_and_commits_once(dynamo
     # Given a transaction that commits but whose response times out, a retry that is throttled (which
     # says nothing about the first send), and a rival that commits the tenant's next event meanwhile
     client = AmbiguousClient(dynamodb, ["commit, then read timeout", "throttle"], before={3: rival_emits(rival)})
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     envelope = deposit(store)
@@ -184,7 +184,7 @@ def test_a_commit_the_sdk_hid_behind_a_throttle_is_found_with_the_token_and_comm
     # Given a transaction that commits but whose answer is lost, which the SDK's own retry re-sends and sees
     # throttled (so the caller's first answer is a throttle), and a rival that commits the next event meanwhile
     client = AmbiguousClient(dynamodb, ["commit, then 500"], before={2: rival_emits(rival)})
-    store = EventStore(EVENTS_TABLE, client=SdkResends500s(client), sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=SdkResends500s(client), sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     envelope = deposit(store)
@@ -201,7 +201,7 @@ def test_an_unknown_outcome_that_did_not_commit_is_resealed_after_the_rival_and_
     # Given a first send answered with a 500 that did not commit, and a rival that commits seq 2 before
     # the retry
     client = AmbiguousClient(dynamodb, ["500"], before={2: rival_emits(rival)})
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     envelope = deposit(store)
@@ -226,7 +226,9 @@ def test_unknown_outcomes_past_the_idempotency_window_raise_may_have_committed_a
         before={2: rival_emits(rival)},
         each_call=lambda: clock.advance(60),
     )
-    store = EventStore(EVENTS_TABLE, client=client, clock=clock.now_ms, sleep=clock.sleep, max_transient_retries=30)
+    store = EventStore(
+        EVENTS_TABLE, client=client, clock=clock.now_ms, sleep=clock.sleep, max_transient_retries=30, unchecked=True
+    )
     started = clock()
 
     # When the caller emits
@@ -252,7 +254,7 @@ def test_unknown_outcomes_until_the_retries_run_out_raise_with_committed_unknown
 ) -> None:
     # Given DynamoDB answering every send with a 500
     client = AmbiguousClient(dynamodb, ["500"] * 10)
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, max_transient_retries=3)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, max_transient_retries=3, unchecked=True)
 
     # When the caller emits
     with pytest.raises(EventStoreUnavailableError) as raised:
@@ -269,7 +271,7 @@ def test_an_idempotent_parameter_mismatch_is_reported_as_a_bug_with_committed_un
 ) -> None:
     # Given a commit answered with a 500, and its re-send refused as "same token, other parameters"
     client = AmbiguousClient(dynamodb, ["commit, then 500", "parameter mismatch"])
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     with pytest.raises(EventStoreUnavailableError) as raised:
@@ -284,7 +286,7 @@ def test_an_idempotent_parameter_mismatch_is_reported_as_a_bug_with_committed_un
 def test_an_error_answer_to_a_re_sent_token_reports_the_outcome_as_unknown(dynamodb: Any, rival: EventStore) -> None:
     # Given a commit answered with a 500, and its re-send refused for a reason that says nothing about it
     client = AmbiguousClient(dynamodb, ["commit, then 500", "access denied"])
-    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None)
+    store = EventStore(EVENTS_TABLE, client=client, sleep=lambda _s: None, unchecked=True)
 
     # When the caller emits
     with pytest.raises(EventStoreUnavailableError) as raised:

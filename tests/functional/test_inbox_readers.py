@@ -28,7 +28,7 @@ def inbox(dynamodb: Any, clock: VirtualClock) -> Inbox:
 
 @pytest.fixture
 def store(dynamodb: Any) -> EventStore:
-    return EventStore(EVENTS_TABLE, client=dynamodb)
+    return EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True)
 
 
 def emit(store: EventStore, tenant: str = "acme") -> Envelope:

@@ -37,7 +37,7 @@ def versioned_harness(make_harness: HarnessFactory, effects: Effects = Effects.E
 
 def stored_by_old_code(h: Harness, version: int, payload: dict[str, Any]) -> Any:
     """An event as code of another version stored it: emitted without today's catalog."""
-    old = EventStore(h.store.table_name, client=h.dynamodb, clock=h.clock.now_ms, sleep=h.clock.sleep)
+    old = EventStore(h.store.table_name, client=h.dynamodb, clock=h.clock.now_ms, sleep=h.clock.sleep, unchecked=True)
     envelope = old.emit(ORDERED, payload, tenant="acme", actor="last-year", schema_version=version)
     h.publish(envelope)
     return envelope

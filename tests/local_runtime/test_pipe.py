@@ -173,7 +173,9 @@ def fail_sends(times: int) -> Callable[[Sequence[Mapping[str, Any]]], None]:
 
 def test_only_event_row_inserts_arrive_as_the_raw_image_grouped_by_tenant(world: World) -> None:
     # Given an engine that emits three events for two tenants (each emit also writes its chain head)
-    store = EventStore(EVENTS_TABLE, client=world.dynamodb, clock=world.clock.now_ms, sleep=world.clock.sleep)
+    store = EventStore(
+        EVENTS_TABLE, client=world.dynamodb, clock=world.clock.now_ms, sleep=world.clock.sleep, unchecked=True
+    )
     pipe = world.pipe()
     envelopes = [
         store.emit("order.created", {"n": 1}, tenant="acme", actor="test"),

@@ -22,7 +22,7 @@ class NoAwsClient:
 
 @pytest.fixture
 def store() -> EventStore:
-    return EventStore("events", client=NoAwsClient(), clock=lambda: FIXED_TIME)
+    return EventStore("events", client=NoAwsClient(), clock=lambda: FIXED_TIME, unchecked=True)
 
 
 def emit(store: EventStore, **overrides: Any) -> Envelope:
@@ -97,7 +97,7 @@ def test_invalid_extra_writes_are_refused_before_aws(
 
 
 def test_a_declared_key_schema_finds_duplicates_on_other_key_names() -> None:
-    store = EventStore("events", client=NoAwsClient(), table_keys={"orders": ["order_id"]})
+    store = EventStore("events", client=NoAwsClient(), table_keys={"orders": ["order_id"]}, unchecked=True)
     with pytest.raises(InvalidWriteError, match="same item"):
         emit(
             store,
@@ -170,3 +170,46 @@ def test_a_small_row_with_a_large_relay_body_is_refused(store: EventStore) -> No
 
     with pytest.raises(InvalidEventError, match="relay would carry this event as a"):
         emit(store, payload=payload)
+
+
+def test_a_store_without_a_catalog_refuses_every_type_before_any_aws_call_and_says_what_to_pass() -> None:
+    store = EventStore("events", client=NoAwsClient())
+    for event_type in ("order.created", "order.craeted"):  # declared somewhere or not: it cannot tell
+        with pytest.raises(InvalidEventError, match="has no catalog") as refused:
+            emit(store, event_type=event_type)
+        assert "catalog=" in str(refused.value)
+        assert "unchecked=True" in str(refused.value)
+
+
+def test_unchecked_and_a_catalog_together_are_refused() -> None:
+    from outbox.catalog import Catalog
+
+    with pytest.raises(InvalidEventError, match="unchecked=True"):
+        EventStore("events", client=NoAwsClient(), catalog=Catalog([]), unchecked=True)
+
+
+def test_a_mistyped_type_says_which_declared_type_was_meant() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+    from pydantic import BaseModel
+
+    from outbox.catalog import Catalog, EventTypeSpec, Module
+
+    class Order(BaseModel):
+        order_id: str
+
+    declared = ("shop.order_placed", "shop.order_cancelled", "shop.refund_issued")
+    catalog = Catalog([Module("shop", (), tuple(EventTypeSpec(name, Order) for name in declared))])
+    store = EventStore("events", client=NoAwsClient(), catalog=catalog)
+
+    @given(st.sampled_from(declared), st.integers(min_value=0, max_value=100), st.sampled_from("xqz"))
+    def one_letter_off(meant: str, at: int, letter: str) -> None:
+        index = at % len(meant)
+        typo = meant[:index] + letter + meant[index + 1 :]
+        if typo in declared:
+            return
+        with pytest.raises(InvalidEventError, match="not declared by any module") as refused:
+            emit(store, event_type=typo, payload={"order_id": "o-1"})
+        assert f"did you mean {meant!r}?" in str(refused.value)
+
+    one_letter_off()

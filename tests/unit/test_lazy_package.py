@@ -66,7 +66,7 @@ def consumer(ordered):
     subscription = Subscription("app.sub", "app.thing", Lane.DURABLE, lambda delivery: None, ordered=ordered)
     wake_ups = WakeUps("queue", sqs=None, dynamodb=None, events_table="events") if ordered else None
     built = DurableConsumer(SubscriptionRegistry.of([subscription]), Inbox("inbox", client=None, max_attempts=3),
-                            EventStore("events", client=None), wake_ups=wake_ups)
+                            EventStore("events", client=None, unchecked=True), wake_ups=wake_ups)
     return "ordered" in vars(built)
 print(consumer(False), consumer(True))
 """

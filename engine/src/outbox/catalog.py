@@ -156,8 +156,8 @@ class Catalog:
         spec = self.spec(event_type)
         if spec is None:
             raise InvalidEventError(
-                f"event type {event_type!r} is not declared by any module; declare it in the owning module's "
-                "event_types (docs/concepts.md, Adding an event type)"
+                f"event type {event_type!r} is not declared by any module{_closest(event_type, self._types)}; "
+                "declare it in the owning module's event_types (docs/concepts.md, Adding an event type)"
             )
         if schema_version is not None and schema_version != spec.version:
             raise InvalidEventError(

@@ -20,6 +20,16 @@ class OperationRefusedError(OutboxValidationError):
 class InvalidEventError(OutboxValidationError):
     """The envelope would be invalid: tenant, type, ids, or a payload that is not canonical JSON."""
 
+    @classmethod
+    def without_catalog(cls, event_type: str) -> InvalidEventError:
+        """An emit of an ``EventStore`` that has no catalog and was not made ``unchecked``."""
+        return cls(
+            f"this EventStore has no catalog, so emit() cannot tell whether {event_type!r} is declared (a type no "
+            "module declares commits, and nothing ever runs it): pass "
+            "catalog=outbox.settings.load_catalog('package.module:function'), or unchecked=True to append types "
+            "unchecked"
+        )
+
 
 class InvalidWriteError(OutboxValidationError):
     """The caller's ``extra_writes`` cannot go into the transaction (shape, count, duplicates, size)."""

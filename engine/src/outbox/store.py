@@ -81,8 +81,10 @@ class EventStore:
     max_head_retries:
         How often a lost race for the tenant's chain head is retried before ``ChainHeadContentionError``.
     catalog:
-        The application's catalog: with it, emit() refuses undeclared types and payloads their schema
-        rejects, and dispatches the INLINE and LOCAL lanes. Without it, emit() only appends.
+        The application's catalog: with it, emit() refuses undeclared types ("did you mean") and payloads
+        their schema rejects, and dispatches the INLINE and LOCAL lanes. Without it, emit() refuses every type.
+    unchecked:
+        The opt-out, without a catalog: emit() appends any type unchecked, and runs no lane.
     trace_context:
         Where each emit finds the calling code's trace context, recorded with its events
         (``outbox.tracing.current_trace_context``: OpenTelemetry's current span, else Lambda's X-Ray header).
@@ -112,8 +114,12 @@ class EventStore:
         # None: a new ULID from the engine's sources (outbox.entropy), drawn at each emit.
         new_event_id: Callable[[], str] | None = None,
         catalog: Catalog | None = None,
+        unchecked: bool = False,
         trace_context: Callable[[], TraceContext | None] = current_trace_context,
     ) -> None:
+        if catalog is not None and unchecked:
+            raise InvalidEventError("EventStore: pass catalog= (checked) or unchecked=True (no catalog), not both")
+        self.unchecked = unchecked
         self.table_name = table_name
         self._trace_context = trace_context
         self.catalog = catalog
@@ -193,6 +199,8 @@ class EventStore:
             version = 1 if event.schema_version is None else event.schema_version
             if self.catalog is not None:
                 version = self.catalog.validate_payload(event.event_type, event.payload, event.schema_version)
+            elif not self.unchecked:
+                raise InvalidEventError.without_catalog(event.event_type)
             event_id = self._new_event_id()
             drafts.append(
                 validated_draft(

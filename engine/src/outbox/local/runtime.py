@@ -1,7 +1,7 @@
 """LocalRuntime: boots the synthesized stack on moto and drives the pipeline with the virtual clock.
 
     with LocalRuntime.from_assembly("cdk.out") as runtime:
-        store = runtime.event_store()
+        store = runtime.event_store(unchecked=True)
         store.emit("order.created", {...}, tenant="acme", actor="me")
         runtime.run_until_idle()
 

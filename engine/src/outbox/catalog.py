@@ -286,7 +286,9 @@ class Catalog:
                     "type": name,
                     "owner": module.name,
                     "description": spec.description,
-                    "producers": sorted(set(producers.get(name, []))),
+                    # A producer outside the modules (EventTypeSpec(..., emitted_by=...)) in its own words.
+                    "producers": sorted(set(producers.get(name, [])))
+                    + ([f"{spec.emitted_by} (emitted_by)"] if spec.emitted_by else []),
                     "version": spec.version,
                     "schemas": [
                         {"version": version, "schema": model.model_json_schema()}

@@ -1,5 +1,5 @@
 """``outbox``: the operator's command line. Same code paths against AWS (``--stack``) or the local
-runtime (``--local``, while ``make demo ARGS="--serve 4566"`` runs). Tables for people; with ``--json``
+runtime (``--local``, in the folder of an app ``outbox local serve`` serves). Tables for people; with ``--json``
 (before or after the command's name) stdout holds exactly one JSON document, also when the command
 fails; prompts, progress and messages go to stderr. Every command that changes something asks first
 unless ``--yes``.

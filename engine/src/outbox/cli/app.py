@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -77,7 +78,7 @@ def main(
     ctx: typer.Context,
     stack: Annotated[str | None, typer.Option(metavar="STACK", help="CloudFormation stack to operate on")] = None,
     local: Annotated[
-        bool, typer.Option("--local", help="operate on the local runtime (make demo ARGS='--serve 4566')")
+        bool, typer.Option("--local", help="operate on your app served here by `outbox local serve`")
     ] = False,
     region: Annotated[str | None, typer.Option(metavar="REGION", help="AWS region")] = None,
     profile: Annotated[str | None, typer.Option(metavar="PROFILE", help="AWS profile")] = None,
@@ -100,8 +101,38 @@ def main(
     if ctx.resilient_parsing:
         return
     ctx.obj = CliContext(
-        connect=lambda: _operations(stack, local, region, profile, catalog), json=as_json, catalog_reference=catalog
+        connect=lambda: _operations(stack, local, region, profile, catalog),
+        json=as_json,
+        catalog_reference=catalog,
+        invocation=_invocation(ctx, stack=stack, local=local, region=region, profile=profile, catalog=catalog),
+        served=_served if local and not stack else None,
     )
+
+
+def _invocation(ctx: typer.Context, **given: str | bool | None) -> str:
+    """``outbox`` with the root options this command was given on its command line (not from the
+    environment), as a suggested command must carry them to work when pasted."""
+    words = ["outbox"]
+    for name, value in given.items():
+        source = ctx.get_parameter_source(name)
+        if value in (None, False) or (source is not None and source.name != "COMMANDLINE"):
+            continue
+        words += [f"--{name}"] if value is True else [f"--{name}", shlex.quote(str(value))]
+    return " ".join(words)
+
+
+def _served() -> dict[str, Any]:
+    """The served app's .local/topology.json; its code folder goes on the import path, as its functions load it."""
+    if not LOCAL_TOPOLOGY.exists():
+        raise typer.BadParameter(
+            f"no {LOCAL_TOPOLOGY} here: serve your app with `outbox local serve` in this folder, then run this "
+            "in the same folder",
+            param_hint="--local",
+        )
+    saved: dict[str, Any] = json.loads(LOCAL_TOPOLOGY.read_text())
+    if saved.get("code") and saved["code"] not in sys.path:
+        sys.path.insert(0, saved["code"])
+    return saved
 
 
 def _operations(
@@ -117,17 +148,9 @@ def _operations(
             "say where: --stack NAME (AWS) or --local (the local runtime)", param_hint="--stack/--local"
         )
     if local:
-        if not LOCAL_TOPOLOGY.exists():
-            raise typer.BadParameter(
-                f"no {LOCAL_TOPOLOGY} here: serve your app with `outbox local serve` (this repository's example: "
-                "make demo ARGS='--serve 4566')",
-                param_hint="--local",
-            )
-        saved = json.loads(LOCAL_TOPOLOGY.read_text())
+        saved = _served()
         outputs = saved["outputs"]
         # The served app's catalog, and the folder of its code, as its functions load them.
-        if saved.get("code") and saved["code"] not in sys.path:
-            sys.path.insert(0, saved["code"])
         reference = required_catalog(catalog or saved.get("catalog"))
         client: Callable[[str], Any] = partial(local_client, endpoint_url=saved["endpoint_url"])
     else:

@@ -4,6 +4,7 @@ catalog, found the way the command line says (``--catalog``, ``OUTBOX_CATALOG`` 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable
@@ -22,6 +23,10 @@ from outbox.outputs import application_environment
 from outbox.settings import load_catalog
 
 CATALOG_ENV = "OUTBOX_CATALOG"
+# A command a message suggests: `outbox` and one of its commands (not the package, outbox.local, or a word).
+SUGGESTED = re.compile(
+    r"(?<![\w.\-/])outbox (status|verify-chain|findings|anchor|dead-letters|replay|skip|redrive|reconcile|catalog)\b"
+)
 
 # The variables a catalog listed without a stack may read and not find (each one rebuilds it).
 MAX_PLACEHOLDERS = 20
@@ -37,6 +42,11 @@ class CliContext:
     console: Console | None = None  # stdout: the command's result
     err_console: Console | None = None  # stderr: prompts, progress, messages
     catalog_reference: str | None = None
+    # How this command was invoked up to its name (``outbox --local``, ``outbox --stack Shop --region eu-west-1``):
+    # every command it suggests is said with the same flags, so it can be pasted as printed.
+    invocation: str = "outbox"
+    # The served app (``--local``: its .local/topology.json: outputs, catalog), read without connecting.
+    served: Callable[[], dict[str, Any]] | None = None
     _operations: Operations | None = None
 
     @classmethod
@@ -61,7 +71,17 @@ class CliContext:
             return self._operations.catalog
         # No stack: what the catalog's builder reads from the environment may be missing (outbox catalog lists
         # and checks a catalog offline): a placeholder stands in for each variable it reads and does not find.
-        return load_application_catalog(required_catalog(self.catalog_reference), {}, placeholders=True)
+        # With --local, the served app's topology knows them (and its catalog), and nothing is connected to.
+        saved = self.served() if self.served is not None else {}
+        reference = required_catalog(self.catalog_reference or saved.get("catalog"))
+        return load_application_catalog(reference, saved.get("outputs", {}), placeholders=True)
+
+    def hint(self, text: str) -> str:
+        """``text`` with each command it suggests (``outbox replay ...``) said as this one was invoked
+        (``outbox --local replay ...``)."""
+        if self.invocation == "outbox":
+            return text
+        return SUGGESTED.sub(lambda match: f"{self.invocation} {match[1]}", text)
 
     @property
     def out(self) -> Console:

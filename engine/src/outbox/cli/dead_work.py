@@ -61,8 +61,10 @@ def _print_dead_letters(context: CliContext, rows: list[DeadLetter], *, resolved
     pills = context.operations.poison_pills()
     still_open = f" ({sum(row.resolved is None for row in rows)} open)" if resolved_column else ""
     context.out.print(
-        f"{plural(len(rows), 'dead letter')}{still_open}; {plural(len(pills), 'poison pill')} today "
-        "(outbox dead-letters poison)"
+        context.hint(
+            f"{plural(len(rows), 'dead letter')}{still_open}; {plural(len(pills), 'poison pill')} today "
+            "(outbox dead-letters poison)"
+        )
     )
 
 

@@ -21,6 +21,7 @@ DEBUG_ENV = "OUTBOX_DEBUG"
 def report_failure(context: CliContext | None, exc: Exception, *, as_json: bool = False) -> NoReturn:
     """``exc`` escaped a command: what AWS refused, what the engine refused, or something nobody expected."""
     kind, prefix, message = describe_failure(exc)
+    message = context.hint(message) if context is not None else message
     err = context.err if context is not None else Console(stderr=True)
     err.print(f"[bold red]{prefix}:[/] {message}", highlight=False, soft_wrap=True)
     if os.environ.get(DEBUG_ENV):

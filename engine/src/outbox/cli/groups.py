@@ -63,7 +63,7 @@ def _print_groups(context: CliContext, groups: list[FailureGroup]) -> None:
     missing = sum(group.count for group in groups if group.example is None)
     context.out.print(summary + (f", {plural(missing, 'missing pair')}" if missing else ""))
     for group in groups:
-        context.out.print(f"{group.id}: {group.repair}", highlight=False)
+        context.out.print(f"{group.id}: {context.hint(group.repair)}", highlight=False, markup=False)
 
 
 def repair_group(

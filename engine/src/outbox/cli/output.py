@@ -23,6 +23,7 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -63,13 +64,14 @@ def show(context: CliContext, document: Any, human: Callable[[], None]) -> None:
 
 def note(context: CliContext, message: str) -> None:
     """A message for the person at the terminal (stderr): never mixed into a table or a JSON document."""
-    context.err.print(message, highlight=False)
+    context.err.print(context.hint(message), highlight=False)
 
 
 def refuse(context: CliContext, error: Exception) -> NoReturn:
-    context.err.print(f"[bold red]refused:[/] {error}", highlight=False)
+    message = context.hint(str(error))
+    context.err.print(f"[bold red]refused:[/] {escape(message)}", highlight=False)
     if context.json:
-        emit_json(context, error_document("refused", str(error)))
+        emit_json(context, error_document("refused", message))
     raise typer.Exit(code=2)
 
 
@@ -80,7 +82,8 @@ def error_document(kind: str, message: str, exit_code: int = 2) -> dict[str, Any
 
 def decline(context: CliContext, message: str) -> NoReturn:
     """The operator said no (or nobody could answer): nothing was changed, exit 1."""
-    context.err.print(f"[bold]declined:[/] {message}", highlight=False)
+    message = context.hint(message)
+    context.err.print(f"[bold]declined:[/] {escape(message)}", highlight=False)
     if context.json:
         emit_json(context, error_document("declined", message, 1))
     raise typer.Exit(code=1)
@@ -168,8 +171,8 @@ def explain_aws_error(exc: BotoCoreError | ClientError) -> str:
         return f"{exc}: check --profile against ~/.aws/config"
     if isinstance(exc, EndpointConnectionError):
         return (
-            f"cannot reach {exc.kwargs.get('endpoint_url', 'the endpoint')}: for --local, start the local runtime "
-            "(make demo ARGS='--serve 4566'); a stopped demo leaves a stale .local/topology.json behind"
+            f"cannot reach {exc.kwargs.get('endpoint_url', 'the endpoint')}: for --local, serve your app "
+            "(outbox local serve, in its folder); a stopped one leaves a stale .local/topology.json behind"
         )
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from outbox.audit import Finding
@@ -20,6 +21,8 @@ from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
 from outbox.verification import ChainReport
+
+HEALTHY = "healthy: nothing needs an operator (no DLQ message, dead letter, finding or poison pill; pipes running)"
 
 
 @app.command(epilog=example("outbox --stack OutboxEngine status --html status.html --json"))
@@ -85,7 +88,9 @@ def _print_status(context: CliContext, report: Status) -> None:
             )
         context.out.print(waiting)
     for problem in report.problems():
-        context.out.print(f"[bold red]needs attention:[/] {problem}")
+        context.out.print(f"[bold red]needs attention:[/] {escape(context.hint(problem))}")
+    if not report.problems():
+        context.out.print(HEALTHY, highlight=False)
 
 
 @app.command("verify-chain", epilog=example("outbox --local verify-chain --tenant acme"))

@@ -89,7 +89,7 @@ def replay(
             f"; {len(plan) - len(result.cleared)} of the plan had been picked up again meanwhile and were left to "
             "the inbox (outbox dead-letters list shows what is still open)"
         )
-    show(context, {"dry_run": False, "plan": plan, "result": result}, lambda: context.out.print(summary))
+    show(context, {"dry_run": False, "plan": plan, "result": result}, lambda: context.out.print(context.hint(summary)))
 
 
 class RedriveMethod(StrEnum):

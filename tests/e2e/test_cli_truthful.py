@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.backends import LocalBackend, claim_statuses, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tests.e2e.test_runbook import as_json, broken_consumer, outbox, paid_with_a_dead_pet_tag
+from tests.e2e.test_runbook import as_json, broken_consumer, dead_letter_rows, outbox, paid_with_a_dead_pet_tag
 
 
 def flat(text: str) -> str:
@@ -157,7 +157,7 @@ def test_any_answer_but_yes_declines_in_words_and_exits_1_changing_nothing(local
         assert "pass --yes" in flat(plain.stderr)
     document = json.loads(scripted.stdout)
     assert (document["error"]["kind"], document["exit_code"]) == ("declined", 1)
-    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))[0]["resolved"] is None
+    assert dead_letter_rows(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))[0]["resolved"] is None
 
 
 def test_every_needs_attention_line_names_its_next_command(local: LocalBackend) -> None:

@@ -17,7 +17,7 @@ from outbox_cdk import operator_endpoint
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_lanes_and_modes import function_url_event
 from tests.e2e.test_pipeline import order_and_pay, send_a_conflicting_copy, unique
-from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag
+from tests.e2e.test_runbook import as_json, dead_letter_rows, operations, outbox, paid_with_a_dead_pet_tag
 
 TENANTS = 5
 PAYMENTS = 100  # each leaves two dead letters: 200
@@ -136,7 +136,7 @@ def test_skipping_a_group_records_each_pair_final_and_a_replay_never_runs_them(
     tenant = next(pair["tenant"] for pair in skipped["planned"] if pair["event_id"] == payment)
     [letter] = [
         row
-        for row in as_json(outbox(local, "--json", "dead-letters", "show", payment, "--tenant", tenant))
+        for row in dead_letter_rows(outbox(local, "--json", "dead-letters", "show", payment, "--tenant", tenant))
         if row["subscription"] == TAG
     ]
     assert letter["resolved"].startswith("skipped by ops at ")

@@ -14,7 +14,7 @@ from outbox.local.pipe import PipeFaults, TargetInvocationError
 from outbox.ops import reconcile as reconciling
 from tests.e2e.backends import LocalBackend, claim_statuses, event_image, queue_depth
 from tests.e2e.test_pipeline import order_and_pay, unique
-from tests.e2e.test_runbook import as_json, operations, outbox, paid_with_a_dead_pet_tag
+from tests.e2e.test_runbook import as_json, dead_letter_rows, operations, outbox, paid_with_a_dead_pet_tag
 
 
 @pytest.mark.parametrize("days", [8, 15, 31])
@@ -64,7 +64,7 @@ def test_an_event_redelivered_after_the_inbox_forgot_it_is_dead_lettered_as_unve
     # Then nothing ran again; each pair is an unverifiable dead letter the operator can see
     assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
     assert set(claim_statuses(local, payment).values()) == {"DEAD"}
-    listed = as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
+    listed = dead_letter_rows(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant))
     assert {row["reason"] for row in listed} == {"unverifiable"}
     refused = outbox(local, "replay", "--tenant", tenant, "--yes")
     assert refused.exit_code == 2
@@ -136,7 +136,7 @@ def test_a_replay_cut_short_before_it_re_sent_loses_nothing_and_leaves_no_stale_
 
     # Then the pair ran once, and its dead letter was resolved by that completion, not left open
     assert claim_statuses(local, payment)["pet_tag.mark_ordered"] == "COMPLETED"
-    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
+    assert dead_letter_rows(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
     assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
 
 
@@ -172,7 +172,7 @@ def test_a_reconciled_pair_runs_once_even_when_its_message_arrives_after_the_ret
     # Then every subscription ran once: the rows reconcile wrote vouched for the message
     assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
     assert local.service("carrier").calls[f"{payment}:shipping.book_shipment"] == 1
-    assert as_json(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
+    assert dead_letter_rows(outbox(local, "--json", "dead-letters", "list", "--tenant", tenant)) == []
 
 
 def test_reconcile_run_again_re_sends_what_a_cut_short_run_marked_and_each_effect_happens_once(

@@ -17,6 +17,11 @@ class OperationRefusedError(OutboxValidationError):
     """An operation refused before changing anything: unknown tenant, malformed id, empty selection."""
 
 
+class NothingToDoError(OperationRefusedError):
+    """The selection is well formed and names nothing that needs the operation (a replay of a tenant with no
+    open dead work): nothing was changed, and nothing had to be. The command line exits 0."""
+
+
 class InvalidEventError(OutboxValidationError):
     """The envelope would be invalid: tenant, type, ids, or a payload that is not canonical JSON."""
 

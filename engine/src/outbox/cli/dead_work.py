@@ -28,7 +28,7 @@ def dead_letters_list(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Dead letters per tenant and subscription, with error, attempts and time."""
+    """Dead letters per tenant and subscription, with error, attempts and time. Exit code 1 when one is open."""
     context = command_context(ctx, as_json)
     try:
         tenants = [context.operations.require_tenant(tenant)] if tenant else context.operations.tenants()
@@ -40,6 +40,8 @@ def dead_letters_list(
         for row in context.operations.dead_letters(name, subscription=subscription, include_resolved=include_resolved)
     ]
     show(context, rows, lambda: _print_dead_letters(context, rows, resolved_column=include_resolved))
+    if any(row.resolved is None for row in rows):
+        raise typer.Exit(code=1)
 
 
 def _print_dead_letters(context: CliContext, rows: list[DeadLetter], *, resolved_column: bool) -> None:
@@ -77,7 +79,7 @@ def dead_letters_show(
     tenant: Annotated[str, typer.Option(metavar="TENANT", help="the event's tenant")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Every dead letter of one event, with the full error."""
+    """Every dead letter of one event, with the full error. Exit code 1 when one is open."""
     context = command_context(ctx, as_json)
     try:
         context.operations.require_tenant(tenant)
@@ -87,6 +89,8 @@ def dead_letters_show(
     except OperationRefusedError as exc:
         refuse(context, exc)
     show(context, rows, lambda: print_records(context, rows))
+    if any(row.resolved is None for row in rows):
+        raise typer.Exit(code=1)
 
 
 @dead_letters_app.command("poison", epilog=example("outbox --local dead-letters poison --day 2026-12-01 --json"))
@@ -95,7 +99,8 @@ def poison(
     day: Annotated[str | None, typer.Option(metavar="YYYY-MM-DD", help="YYYY-MM-DD, default today")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Poison pills: messages that were not events at all (kept under a global partition per day)."""
+    """Poison pills: messages that were not events at all (kept under a global partition per day). Exit code 1
+    when the day has any."""
     context = command_context(ctx, as_json)
     moment = parse_day(day) if day else None
     pills = context.operations.poison_pills(moment)
@@ -111,3 +116,5 @@ def poison(
         context.out.print(f"{plural(len(pills), 'poison pill')} (the whole body: --json)")
 
     show(context, pills, human)
+    if pills:
+        raise typer.Exit(code=1)

@@ -16,7 +16,7 @@ from rich.table import Table
 from outbox.cli.app import app
 from outbox.cli.groups import repair_group
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, parse_moment, progress, refuse, show
-from outbox.exceptions import OutboxError
+from outbox.exceptions import NothingToDoError, OutboxError
 from outbox.ops import OperationRefusedError, RedriveResult
 from outbox.ops.wording import plural
 
@@ -68,6 +68,10 @@ def replay(
             until=window[1],
             force=force,
         )
+    except NothingToDoError as exc:  # exit 0: nothing was changed, and nothing had to be
+        nothing = str(exc)
+        show(context, {"dry_run": dry_run, "plan": [], "result": None}, lambda: context.out.print(nothing))
+        return
     except OperationRefusedError as exc:
         refuse(context, exc)
     table = Table("tenant", "event", "seq", "subscription", "claim", title="replay")

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from outbox import keys
 from outbox.chain import read_event_rows
 from outbox.envelope import ULID_PATTERN, format_timestamp
-from outbox.exceptions import OperationRefusedError
+from outbox.exceptions import NothingToDoError, OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book
@@ -76,7 +76,7 @@ def plan_replay(
             "list shows them)"
         )
     if not items:
-        raise OperationRefusedError("the selection matches no dead work: nothing to replay")
+        raise NothingToDoError("the selection matches no dead work: nothing to replay")
     return items
 
 

@@ -4,14 +4,17 @@ into one typed object; the stack passes them to ``OutboxPipeline`` as props."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 from constructs import Node
 
 from modules.services import ServicesNotConfiguredError, parse_services_choice
 from outbox_cdk import OperatorTrust, inbox_table, queue_consumer
 from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
+
+T = TypeVar("T")
 
 # CDK context keys (cdk.json or `cdk synth -c key=value`).
 # Required, with no default: "fake" or the base URL of the services the commerce module calls.
@@ -65,33 +68,71 @@ class ExampleSettings:
 
     @classmethod
     def from_context(cls, node: Node) -> ExampleSettings:
-        """Read the settings; a value that is present but wrong fails the synth, never falls back."""
-        email = node.try_get_context(ALARM_EMAIL_CONTEXT)
-        if email is not None and (not isinstance(email, str) or "@" not in email):
-            raise ValueError(f"context {ALARM_EMAIL_CONTEXT} must be an e-mail address, got {email!r}")
-        no_subscriber = _no_alarm_subscriber(node, email)
-        level = node.try_get_context(PIPE_LOG_LEVEL_CONTEXT) or "ERROR"
-        if level not in PIPE_LOG_LEVELS:
-            raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
-        return cls(
-            commerce_services=_commerce_services(node),
+        """Read the settings; a value that is present but wrong fails the synth, never falls back. Every key
+        missing or wrong is said at once (``ContextError``), not one per synth."""
+        problems: list[str] = []
+
+        def read(reader: Callable[[], T], stand_in: T) -> T:
+            try:
+                return reader()
+            except ValueError as exc:
+                problems.append(str(exc))
+                return stand_in
+
+        email = read(lambda: _alarm_email(node.try_get_context(ALARM_EMAIL_CONTEXT)), None)
+        settings = cls(
+            commerce_services=read(lambda: _commerce_services(node), ""),
             alarm_email=email or None,
-            no_alarm_subscriber=no_subscriber,
-            operator_arns=_operator_arns(node.try_get_context(OPERATOR_ARNS_CONTEXT)),
-            operator_trust=_operator_trust(node.try_get_context(OPERATOR_TRUST_CONTEXT)),
-            pipe_log_level=cast(PipeLogLevel, level),
-            pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
-            inbox_retention_days=_integer(
-                node,
-                INBOX_RETENTION_DAYS_CONTEXT,
-                default=inbox_table.DEFAULT_RETENTION_DAYS,
-                minimum=inbox_table.MIN_RETENTION_DAYS,
-                maximum=inbox_table.MAX_RETENTION_DAYS,
+            no_alarm_subscriber=read(lambda: _no_alarm_subscriber(node, email), None),
+            operator_arns=read(lambda: _operator_arns(node.try_get_context(OPERATOR_ARNS_CONTEXT)), ()),
+            operator_trust=read(lambda: _operator_trust(node.try_get_context(OPERATOR_TRUST_CONTEXT)), None),
+            pipe_log_level=read(lambda: _pipe_log_level(node.try_get_context(PIPE_LOG_LEVEL_CONTEXT)), "ERROR"),
+            pipe_log_execution_data=read(lambda: _flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)), False),
+            inbox_retention_days=read(
+                lambda: _integer(
+                    node,
+                    INBOX_RETENTION_DAYS_CONTEXT,
+                    default=inbox_table.DEFAULT_RETENTION_DAYS,
+                    minimum=inbox_table.MIN_RETENTION_DAYS,
+                    maximum=inbox_table.MAX_RETENTION_DAYS,
+                ),
+                0,
             ),
-            consumer_max_concurrency=_max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT),
-            record_change_max_concurrency=_max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT),
-            record_change_entities=_record_change_entities(node.try_get_context(RECORD_CHANGE_ENTITIES_CONTEXT)),
+            consumer_max_concurrency=read(lambda: _max_concurrency(node, CONSUMER_MAX_CONCURRENCY_CONTEXT), 0),
+            record_change_max_concurrency=read(
+                lambda: _max_concurrency(node, RECORD_CHANGE_MAX_CONCURRENCY_CONTEXT), 0
+            ),
+            record_change_entities=read(
+                lambda: _record_change_entities(node.try_get_context(RECORD_CHANGE_ENTITIES_CONTEXT)), None
+            ),
         )
+        if problems:
+            raise ContextError(problems)
+        return settings
+
+
+class ContextError(ValueError):
+    """Every CDK context key of the example that is missing or wrong, each with what to pass."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        count = f"{len(problems)} CDK context keys are" if len(problems) > 1 else "a CDK context key is"
+        super().__init__(
+            f"{count} missing or wrong (cdk.json or -c KEY=VALUE):\n" + "\n".join(f"- {p}" for p in problems)
+        )
+
+
+def _alarm_email(email: Any) -> str | None:
+    if email is not None and (not isinstance(email, str) or "@" not in email):
+        raise ValueError(f"context {ALARM_EMAIL_CONTEXT} must be an e-mail address, got {email!r}")
+    return None if email is None else str(email)
+
+
+def _pipe_log_level(value: Any) -> PipeLogLevel:
+    level = value or "ERROR"
+    if level not in PIPE_LOG_LEVELS:
+        raise ValueError(f"context {PIPE_LOG_LEVEL_CONTEXT} must be one of {PIPE_LOG_LEVELS}, got {level!r}")
+    return cast(PipeLogLevel, level)
 
 
 def _record_change_entities(value: Any) -> tuple[str, ...] | None:

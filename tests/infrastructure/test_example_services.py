@@ -4,6 +4,10 @@ and a function started without it fails at start with what to set."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,3 +151,44 @@ def test_the_example_carries_the_row_changes_its_catalog_watches_unless_told_oth
     )
     with pytest.raises(ValueError, match="must name entities"):
         settings_from({RECORD_CHANGE_ENTITIES_CONTEXT: " , "})
+
+
+REQUIRED = {
+    "commerceServices": "fake",
+    "alarmEmail": "ops@example.com",
+    "operatorArns": "arn:aws:iam::123456789012:role/oncall",
+}
+NAMED_AS = {"commerceServices": "commerceServices", "alarmEmail": "alarmEmail", "operatorArns": "operatorArns"}
+
+
+@pytest.mark.parametrize("missing", range(1, 2 ** len(REQUIRED)))
+def test_every_missing_or_wrong_context_key_is_said_at_once(missing: int) -> None:
+    from aws_cdk import App
+
+    from stacks.settings import ContextError, ExampleSettings
+
+    left_out = [key for bit, key in enumerate(REQUIRED) if missing >> bit & 1]
+    given = {key: value for key, value in REQUIRED.items() if key not in left_out}
+    wrong = {"pipeLogLevel": "LOUD", "inboxRetentionDays": "forever"}
+
+    with pytest.raises(ContextError) as raised:
+        ExampleSettings.from_context(App(context={**given, **wrong}).node)
+
+    assert len(raised.value.problems) == len(left_out) + len(wrong)
+    said = str(raised.value)
+    assert all(f"context {key} " in said for key in left_out)
+    assert "pipeLogLevel" in said
+    assert "inboxRetentionDays" in said
+
+
+def test_the_apps_command_says_what_is_missing_without_a_traceback(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDK_")}  # no context: as from an empty cdk.json
+    result = subprocess.run(
+        [sys.executable, str(root / "app.py")], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: 3 CDK context keys are missing or wrong")
+    assert all(f"context {key} " in result.stderr for key in REQUIRED)
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 4, "the three keys, each on its line, and nothing else"

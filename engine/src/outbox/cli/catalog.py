@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from outbox.cli.app import app
-from outbox.cli.output import JsonFlag, command_context, example, show
+from outbox.cli.output import JsonFlag, command_context, example, print_table, show
 
 
 @app.command(epilog=example("outbox --catalog shop.catalog:build catalog --json"))
@@ -26,7 +26,7 @@ def catalog(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         subs = Table("subscription", "glob", "lane", "dispatcher", title="subscriptions")
         for entry in document["subscriptions"]:
             subs.add_row(entry["name"], entry["glob"], entry["lane"], entry["dispatcher"])
-        context.out.print(types, subs)
+        print_table(context.out, types, subs)
         for problem in problems:
             context.out.print(f"[red]problem:[/] {escape(problem)}")
 

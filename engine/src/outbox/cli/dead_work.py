@@ -10,7 +10,7 @@ from rich.table import Table
 
 from outbox.cli.app import dead_letters_app
 from outbox.cli.context import CliContext
-from outbox.cli.output import JsonFlag, command_context, example, parse_day, print_records, refuse, show
+from outbox.cli.output import JsonFlag, command_context, example, parse_day, print_records, print_table, refuse, show
 from outbox.ops import DeadLetter, OperationRefusedError
 from outbox.ops.wording import plural
 
@@ -59,7 +59,7 @@ def _print_dead_letters(context: CliContext, rows: list[DeadLetter], *, resolved
             row.error[:80],
         ]
         table.add_row(*cells, *([row.resolved or "open"] if resolved_column else []))
-    context.out.print(table)
+    print_table(context.out, table)
     pills = context.operations.poison_pills()
     still_open = f" ({sum(row.resolved is None for row in rows)} open)" if resolved_column else ""
     context.out.print(
@@ -112,7 +112,7 @@ def poison(
             table.add_row(
                 pill.message_id, pill.recorded_at, pill.attributes.get("MessageGroupId", "-"), pill.error, body
             )
-        context.out.print(table)
+        print_table(context.out, table)
         context.out.print(f"{plural(len(pills), 'poison pill')} (the whole body: --json)")
 
     show(context, pills, human)

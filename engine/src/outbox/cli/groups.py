@@ -12,7 +12,7 @@ from rich.table import Table
 
 from outbox.cli.app import dead_letters_app
 from outbox.cli.context import CliContext
-from outbox.cli.output import JsonFlag, command_context, confirm, example, progress, refuse, show
+from outbox.cli.output import JsonFlag, command_context, confirm, example, print_table, progress, refuse, show
 from outbox.ops import FailureGroup, GroupRepair, OperationRefusedError
 from outbox.ops.context import ProgressCallback
 from outbox.ops.groups import GroupPair
@@ -57,7 +57,7 @@ def _print_groups(context: CliContext, groups: list[FailureGroup]) -> None:
             group.last_seen,
             f"{group.example.event_id} ({group.example.tenant})" if group.example else group.sample,
         )
-    context.out.print(table)
+    print_table(context.out, table)
     letters = sum(group.count for group in groups if group.example is not None)
     summary = f"{plural(len(groups), 'failure group')}, {plural(letters, 'dead letter')}"
     missing = sum(group.count for group in groups if group.example is None)
@@ -125,7 +125,7 @@ def _print_repair(context: CliContext, repair: GroupRepair, *, to_stderr: bool =
     table = Table("tenant", "event", "seq", "subscription", title=f"{verb}: group {repair.group}")
     for pair in repair.planned:
         table.add_row(pair.tenant, pair.event_id, str(pair.event_seq), pair.subscription)
-    console.print(table)
+    print_table(console, table)
     for refusal in repair.refused:
         pair = refusal.pair
         console.print(f"refused {pair.tenant} seq {pair.event_seq} {pair.subscription}: {refusal.why}", highlight=False)

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from outbox.cli.context import CliContext
 from outbox.ops.context import ProgressCallback
@@ -136,13 +137,44 @@ def parse_moment(
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+# What separates the words of a rendered table: spaces and the box's lines.
+BETWEEN_WORDS = re.compile(r"[\s\u2500-\u257f]+")
+
+
+def print_table(console: Console, *tables: Table) -> None:
+    """Each table as it is where rich lays it out with every word whole at the console's width (80 columns when
+    not a terminal); else each row as lines of ``column: value``, so no cell is broken in the middle of a word
+    (an event id, a subscription's name, a command to paste) nor cut short with an ellipsis."""
+    for table in tables:
+        with console.capture() as captured:
+            console.print(table)
+        laid_out = Text.from_ansi(captured.get())
+        if _words(table) <= set(BETWEEN_WORDS.split(laid_out.plain)):
+            console.print(laid_out, end="", soft_wrap=True)
+            continue
+        if table.title:
+            console.print(table.title, highlight=False)
+        headers = [str(column.header) for column in table.columns]
+        for row in zip(*(column.cells for column in table.columns), strict=True):
+            for header, cell in zip(headers, row, strict=True):
+                console.print(f"{escape(header)}:", cell, highlight=False, soft_wrap=True)
+            console.print()
+
+
+def _words(table: Table) -> set[str]:
+    """Every word of the table's headers and cells, as printed (markup taken out)."""
+    texts = [cell for column in table.columns for cell in (column.header, *column.cells)]
+    plain = (text.plain if isinstance(text, Text) else Text.from_markup(str(text)).plain for text in texts)
+    return {word for text in plain for word in BETWEEN_WORDS.split(text) if word}
+
+
 def print_records(context: CliContext, rows: Sequence[Any]) -> None:
     """Each dataclass row as a two-column table of its fields, nothing cut."""
     for row in rows:
         table = Table("field", "value", show_header=False)
         for name, value in asdict(row).items():
             table.add_row(name, "-" if value is None else str(value))
-        context.out.print(table)
+        print_table(context.out, table)
 
 
 def parse_day(value: str) -> datetime:

@@ -15,7 +15,18 @@ from outbox.audit import Finding
 from outbox.auditor import AnchorPass
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
-from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, note, progress, refuse, show
+from outbox.cli.output import (
+    JsonFlag,
+    YesFlag,
+    command_context,
+    confirm,
+    example,
+    note,
+    print_table,
+    progress,
+    refuse,
+    show,
+)
 from outbox.ops import OperationRefusedError, Status
 from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
@@ -68,7 +79,7 @@ def _print_status(context: CliContext, report: Status) -> None:
         findings = f"[red]{tenant.tamper_findings}[/]" if tenant.tamper_findings else "0"
         verified = f"{tenant.verified_from_seq} (anchor)" if tenant.anchor_seq else str(tenant.verified_from_seq)
         tenants.add_row(tenant.tenant, chain, str(tenant.head_seq), verified, findings, str(tenant.dead_letters))
-    context.out.print(queues, tenants)
+    print_table(context.out, queues, tenants)
     for tenant in report.tenants:
         if tenant.last_reset:
             context.out.print(f"{tenant.tenant}: last anchor reset {tenant.last_reset}", highlight=False)
@@ -86,7 +97,7 @@ def _print_status(context: CliContext, report: Status) -> None:
             waiting.add_row(
                 row.tenant, row.subscription, str(row.applied_seq), str(row.waits_for_seq), state, str(row.waiting)
             )
-        context.out.print(waiting)
+        print_table(context.out, waiting)
     for problem in report.problems():
         context.out.print(f"[bold red]needs attention:[/] {escape(context.hint(problem))}")
     if not report.problems():
@@ -148,7 +159,10 @@ def _print_findings(context: CliContext, found: list[Finding]) -> None:
         table.add_row(
             f.tenant, f.kind.value, str(f.seq or "-"), f.observed_at, f.detail, f.dealt_with or "-", style=style
         )
-    context.out.print(table if found else "no findings")
+    if found:
+        print_table(context.out, table)
+    else:
+        context.out.print("no findings")
 
 
 @app.command(
@@ -203,4 +217,4 @@ def _print_chain_reports(context: CliContext, reports: list[ChainReport]) -> Non
             str(r.first_broken_seq or "-"),
             r.detail or "-",
         )
-    context.out.print(table)
+    print_table(context.out, table)

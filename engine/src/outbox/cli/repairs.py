@@ -15,7 +15,18 @@ from rich.table import Table
 
 from outbox.cli.app import app
 from outbox.cli.groups import repair_group
-from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, parse_moment, progress, refuse, show
+from outbox.cli.output import (
+    JsonFlag,
+    YesFlag,
+    command_context,
+    confirm,
+    example,
+    parse_moment,
+    print_table,
+    progress,
+    refuse,
+    show,
+)
 from outbox.exceptions import NothingToDoError, OutboxError
 from outbox.ops import OperationRefusedError, RedriveResult
 from outbox.ops.wording import plural
@@ -78,10 +89,10 @@ def replay(
     for item in plan:
         table.add_row(item.tenant, item.event_id, str(item.event_seq), item.subscription, str(item.claim_status))
     if dry_run:
-        show(context, {"dry_run": True, "plan": plan, "result": None}, lambda: context.out.print(table))
+        show(context, {"dry_run": True, "plan": plan, "result": None}, lambda: print_table(context.out, table))
         return
     # The plan is what the question is about: shown where the person answering it looks.
-    (context.err if context.json else context.out).print(table)
+    print_table(context.err if context.json else context.out, table)
     confirm(context, yes, f"clear {plural(len(plan), 'claim')} and re-send their events?")
     with progress(context, "replaying", len(plan)) as report_progress:
         result = context.operations.replay(plan, on_progress=report_progress)
@@ -271,7 +282,7 @@ def reconcile(
         table = Table("event", "subscriptions", title="would re-publish" if dry_run else "re-published")
         for event, subscriptions in result.subscriptions.items():
             table.add_row(event, ", ".join(subscriptions))
-        context.out.print(table)
+        print_table(context.out, table)
         verb = "would re-publish" if dry_run else "re-published"
         context.out.print(
             f"reconcile: scanned {plural(result.scanned, 'event')}, {verb} {len(result.republished)}, "

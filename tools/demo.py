@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from modules.profile import Profile
 from modules.services import FAKE, SERVICE_NAMES, SERVICES_VARIABLE, Services
 from outbox import EventStore, Lane, TerminalError
 from outbox.local import faults
+from outbox.local.clients import CREDENTIALS, REGION
 from outbox.local.clock import VirtualClock
 from outbox.local.pipe import PipeFaults
 from outbox.local.resources import ACCOUNT as LOCAL_ACCOUNT
@@ -255,6 +257,46 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     console.print(table)
 
 
+def verdict(report: dict[str, Any]) -> str:
+    """What happened, in one sentence, and what to try next."""
+    dead = sum(report["dead_letters"].values())
+    if report["lost"] or not all(report["chain_intact"].values()):
+        broken = [tenant for tenant, intact in report["chain_intact"].items() if not intact]
+        return (
+            f"verdict: NOT GOOD: {report['lost']} (event, subscription) pairs are neither done nor dead-lettered"
+            f"{f' and the chains of {broken} are broken' if broken else ''}: the lost_items of the report name "
+            "them; this is a bug, please report it with the seed."
+        )
+    injected = report["workload"]["injected_faults"]
+    terminal = injected.get("terminal handler errors", 0)
+    expected = (
+        f"the {dead} dead letters are the {terminal} terminal handler errors injected, as expected"
+        if dead == terminal
+        else f"{dead} dead letters where {terminal} terminal handler errors were injected: look at them"
+    )
+    return (
+        f"verdict: every effect happened once ({sum(report['completed_effects'].values())} completed, none lost, "
+        f"every chain intact) despite {sum(injected.values())} injected faults; {expected}. Next: "
+        '`make demo ARGS="--serve 4566"` keeps it running for `.venv/bin/outbox --local dead-letters groups`, '
+        "which groups them and names the command that repairs them."
+    )
+
+
+def aws_command(endpoint_url: str) -> str:
+    """An AWS CLI command that works against the served runtime as printed: its region and (fake) credentials."""
+    return (
+        f"AWS_ACCESS_KEY_ID={CREDENTIALS} AWS_SECRET_ACCESS_KEY={CREDENTIALS} aws --endpoint-url {endpoint_url} "
+        f"--region {REGION} dynamodb list-tables"
+    )
+
+
+def quiet_server() -> None:
+    """No access log of each request the served runtime answers (thousands, before the report), nor botocore's
+    notes on each client: as `outbox local serve`."""
+    for noisy in ("werkzeug", "botocore", "boto3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 @contextmanager
 def booted(
     seed: int, port: int | None, console: Console, out: Path
@@ -290,10 +332,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--orders must be at least 1")
     console = Console()
     out: Path = args.out
+    if args.serve:
+        quiet_server()
     with booted(args.seed, args.serve, console, out) as (runtime, fakes):
         workload = run_workload(runtime, fakes, args.seed, args.orders, console)
         report = build_report(runtime, fakes, workload)
         print_report(console, report)
+        console.print(verdict(report), highlight=False, markup=False)
         out.mkdir(parents=True, exist_ok=True)
         (out / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {out / 'demo-report.json'}")
@@ -302,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
             (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
             console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
             console.print(
-                f"serving on {runtime.endpoint_url}: try `aws --endpoint-url {runtime.endpoint_url} "
-                "dynamodb list-tables`; Ctrl-C to stop"
+                f"serving on {runtime.endpoint_url}: try `{aws_command(runtime.endpoint_url)}`; Ctrl-C to stop",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
             )
             _wait_forever()
     return 0 if report["lost"] == 0 and all(report["chain_intact"].values()) else 1

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tools import demo
 
 
-def test_the_demo_loses_nothing_and_reports_it(tmp_path: Path) -> None:
+def test_the_demo_loses_nothing_and_reports_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--orders", "24", "--out", str(tmp_path)]) == 0
 
     report = json.loads((tmp_path / "demo-report.json").read_text())
@@ -19,3 +26,57 @@ def test_the_demo_loses_nothing_and_reports_it(tmp_path: Path) -> None:
     assert report["poison_pills"] == 1
     assert set(report["queues"].values()) == {0}, "drained"
     assert report["completed_effects"]["sales.project_order"] == report["workload"]["orders_placed"]
+    # It ends with what happened in one sentence, and what to try next
+    printed = " ".join(capsys.readouterr().out.split())
+    [verdict] = printed.split("verdict: ")[1:]
+    assert verdict.startswith("every effect happened once")
+    assert f"the {sum(report['dead_letters'].values())} dead letters are the" in verdict
+    assert "as expected" in verdict, "its dead letters are the injected terminal errors"
+    assert "--serve 4566" in verdict
+    assert "dead-letters groups" in verdict
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [({"lost": 2}, "2 (event, subscription) pairs are neither done"), ({"chain_intact": {"acme": False}}, "acme")],
+)
+def test_a_report_that_lost_something_says_so_first(change: dict[str, object], says: str) -> None:
+    report = {
+        "lost": 0,
+        "chain_intact": {"acme": True},
+        "dead_letters": {"terminal": 2},
+        "completed_effects": {"a": 1},
+        "workload": {"injected_faults": {"terminal handler errors": 2}},
+        **change,
+    }
+    said = demo.verdict(report)
+    assert said.startswith("verdict: NOT GOOD")
+    assert says in said
+
+
+def test_serving_prints_no_request_log_and_an_aws_command_that_works_as_printed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    answered: list[subprocess.CompletedProcess[str]] = []
+
+    def run_the_printed_command() -> None:  # while it serves: the command, from what it printed
+        printed = capfd.readouterr()
+        command = re.search(r"try `([^`]+)`", printed.out)
+        assert command, printed.out
+        without_aws_settings = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # no ~/.aws, no AWS_*
+        answered.append(subprocess.run(["bash", "-c", command[1]], env=without_aws_settings, capture_output=True,
+                                       text=True, check=False))  # fmt: skip
+        print(printed.out, end="")
+        print(printed.err, end="", file=sys.stderr)
+
+    monkeypatch.setattr(demo, "_wait_forever", run_the_printed_command)
+    assert demo.main(["--orders", "8", "--serve", str(port), "--out", str(tmp_path)]) == 0
+
+    printed = capfd.readouterr()
+    [listed] = answered
+    assert listed.returncode == 0, listed.stderr
+    assert "OutboxEngine" in listed.stdout or "Events" in listed.stdout
+    assert "HTTP/1.1" not in printed.out + printed.err, "no access log line of the served requests"

@@ -27,7 +27,8 @@ GUIDE = ROOT / "docs" / "testing.md"
 GUIDE_BLOCK = re.compile(r"<!-- testing-guide -->\n```python\n(?P<body>.*?)```", re.DOTALL)
 SHELL_BLOCK = re.compile(r"<!-- shell: adoption -->\n```bash\n(?P<body>.*?)```", re.DOTALL)
 # Of this process's environment, what a user's own shell would not have: our Python, pytest and make settings.
-NOT_THE_USERS = ("PYTHON", "VIRTUAL_ENV", "PYTEST", "MAKE", "MFLAGS")
+# And jsii's banner switches, which the README's own line sets.
+NOT_THE_USERS = ("PYTHON", "VIRTUAL_ENV", "PYTEST", "MAKE", "MFLAGS", "JSII_SILENCE_WARNING")
 
 
 def section() -> str:
@@ -51,6 +52,7 @@ def test_the_section_shows_every_file_and_command_the_app_needs() -> None:
         "pyproject.toml",
         "src/shop/__init__.py",
         "src/shop/catalog.py",
+        "src/shop/checkout.py",
         "tests/conftest.py",
         "tests/test_shop.py",
     }
@@ -87,7 +89,7 @@ class Shell:
 
     def env(self, *, activated: bool) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith(NOT_THE_USERS)}
-        env.update(AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled", JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20")
+        env.update(AWS_ACCOUNT_ID_ENDPOINT_MODE="disabled")
         if activated:  # what `. .venv/bin/activate` leaves in the shell
             env.update(VIRTUAL_ENV=str(self.venv), PATH=f"{self.venv / 'bin'}{os.pathsep}{env['PATH']}")
         return env
@@ -144,10 +146,40 @@ def test_the_app_synthesizes_and_its_effect_happens_once_under_a_crash(adopted: 
     template = json.loads((adopted.shell.app / "cdk.out" / "Shop.template.json").read_text())
     assert any(r["Type"] == "AWS::Pipes::Pipe" for r in template["Resources"].values())
     # pytest ran after the synth, with cdk.out/ (and the layer's own packages) beside the tests.
-    assert re.search(r"\b1 passed\b", adopted.built_and_tested), adopted.built_and_tested[-3000:]
+    assert re.search(r"\b2 passed\b", adopted.built_and_tested), adopted.built_and_tested[-3000:]
     # outbox catalog listed it offline, ORDERS_TABLE standing in as a placeholder, with no problem (exit 0).
     assert "shop.record_sale" in adopted.built_and_tested
     assert "placeholders for ORDERS_TABLE" in adopted.built_and_tested
+    # ... with its producer, which the catalog names with emitted_by=.
+    assert "the checkout API (emitted_by)" in adopted.built_and_tested
+
+
+def size_mb(folder: Path) -> float:
+    """What the files under ``folder`` take on disk (symbolic links not followed), in MB."""
+    return sum(path.lstat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink()) / 1e6
+
+
+# What the README's install may take at most. It is what the app needs, not what the local runtime's moto could
+# use: aws-cdk-lib with its jsii bundle and cdk-nag (the CDK app), botocore's service models (boto3, and moto,
+# which serves DynamoDB and SQS), pydantic's core, Powertools, typer and rich, pytest, flask (moto's server for
+# `outbox local serve`): MEASURED_MB (files' sizes, 10^6 bytes), of which aws-cdk-lib alone is some 450; the
+# bound leaves 6% for patch releases. moto[server] brought cfn-lint with sympy and networkx, docker, and the
+# OpenAPI and GraphQL validators, none of which the local runtime imports: 782 MB on disk with them.
+MEASURED_MB = 602
+MAX_MB = 640
+
+
+@pytest.mark.slow
+def test_the_apps_environment_holds_what_the_app_needs_and_no_more(adopted: Adopted) -> None:
+    measured = size_mb(adopted.shell.venv)
+    print(f"the app's virtual environment: {measured:.0f} MB (set at {MEASURED_MB} MB; at most {MAX_MB} MB)")
+    assert measured <= MAX_MB, f"{measured:.0f} MB: what did [testing] or [local] start to pull in?"
+    installed = adopted.shell.run("pip list --format=freeze\n", adopted.shell.app, activated=True).lower()
+    assert not {"cfn-lint", "sympy", "docker"} & {line.split("==")[0] for line in installed.split()}
+
+
+def test_jsiis_banner_is_silenced_by_the_readmes_line(adopted: Adopted) -> None:
+    assert "end-of-life" not in adopted.built_and_tested
 
 
 @pytest.mark.slow

@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
             console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
             console.print(
-                f"serving on {runtime.endpoint_url}: try `{aws_command(runtime.endpoint_url)}`; Ctrl-C to stop",
+                f"serving on {runtime.endpoint_url}: try `{aws_command(str(runtime.endpoint_url))}`; Ctrl-C to stop",
                 highlight=False,
                 markup=False,
                 soft_wrap=True,

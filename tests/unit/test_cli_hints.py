@@ -9,6 +9,7 @@ import ast
 import json
 import os
 from pathlib import Path
+from typing import cast
 
 import pytest
 import typer
@@ -47,7 +48,10 @@ def test_every_suggested_command_carries_the_invocations_options(command: str, i
 def parsed(arguments: list[str]) -> str:
     command = typer.main.get_command(app)
     ctx = command.make_context("outbox", [*arguments, "status"])
-    return _invocation(ctx, **{name: ctx.params[name] for name in ("stack", "local", "region", "profile", "catalog")})
+    return _invocation(
+        cast(typer.Context, ctx),
+        **{name: ctx.params[name] for name in ("stack", "local", "region", "profile", "catalog")},
+    )
 
 
 @pytest.mark.parametrize("mask", range(2 ** len(ROOT_OPTIONS)))

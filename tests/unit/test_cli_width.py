@@ -18,9 +18,9 @@ CELL = st.lists(WORD, min_size=1, max_size=4).map(" ".join)
 
 
 def rendered(*tables: Table, width: int = 80) -> str:
-    console = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
-    print_table(console, *tables)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, width=width, color_system=None, legacy_windows=False), *tables)
+    return buffer.getvalue()
 
 
 @settings(max_examples=60, deadline=None)

@@ -341,7 +341,6 @@ def test_the_catalog_command_lists_types_and_subscriptions(local: LocalBackend) 
         (["replay", "--event-id", "not-an-id", "--yes"], "not an event id"),
         (["replay", "--yes"], "select what to replay"),
         (["replay", "--tenant", "nobody", "--yes"], "unknown tenant"),
-        (["replay", "--tenant", "TENANT", "--yes"], "nothing to replay"),
         (["replay", "--tenant", "TENANT", "--subscription", "no.such", "--yes"], "unknown subscription"),
         (["redrive", "--dlq", "relay-pipe-dlq", "--yes"], "cannot redrive"),
         (["reconcile", "--since", "1d", "--tenant", "nobody", "--yes"], "unknown tenant"),
@@ -388,6 +387,6 @@ def test_a_tenant_replay_never_reruns_work_completed_after_it_died(local: LocalB
 
     result = outbox(local, "replay", "--tenant", tenant, "--yes")
 
-    assert result.exit_code == 2
+    assert result.exit_code == 0, "nothing to do: nothing was changed, and nothing had to be"
     assert "nothing to replay" in result.output
     assert claim_statuses(local, payment)["notify.buyer"] == "COMPLETED"

@@ -131,7 +131,7 @@ def test_status_writes_the_widgets_page_to_the_html_file_and_its_document_on_std
 
 def test_without_json_a_command_prints_tables_not_json(local: LocalBackend, troubled: dict[str, str]) -> None:
     result = outbox(local, "dead-letters", "show", troubled["event"], "--tenant", troubled["tenant"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # its dead letter is open
     assert "tag registry said no" in result.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(result.stdout)

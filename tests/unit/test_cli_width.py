@@ -55,3 +55,10 @@ def test_a_table_whose_words_fit_is_printed_as_a_table() -> None:
     table = Table("tenant", "chain")
     table.add_row("acme", "intact")
     assert "┃ tenant" in rendered(table)
+
+
+def test_a_table_without_its_header_shown_is_judged_by_what_it_shows() -> None:
+    table = Table("field", "value", show_header=False)
+    table.add_row("event_id", "01JF3Q6Z8X9V2T7R5N4M3K2H1G")
+    said = rendered(table)
+    assert "│ event_id │ 01JF3Q6Z8X9V2T7R5N4M3K2H1G │" in said, said

@@ -162,8 +162,9 @@ def print_table(console: Console, *tables: Table) -> None:
 
 
 def _words(table: Table) -> set[str]:
-    """Every word of the table's headers and cells, as printed (markup taken out)."""
-    texts = [cell for column in table.columns for cell in (column.header, *column.cells)]
+    """Every word of the table's headers (when shown) and cells, as printed (markup taken out)."""
+    headers = [column.header for column in table.columns] if table.show_header else []
+    texts = [*headers, *(cell for column in table.columns for cell in column.cells)]
     plain = (text.plain if isinstance(text, Text) else Text.from_markup(str(text)).plain for text in texts)
     return {word for text in plain for word in BETWEEN_WORDS.split(text) if word}
 

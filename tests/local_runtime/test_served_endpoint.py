@@ -8,13 +8,19 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from outbox.local.clients import local_client
+from outbox.local.loopback import RequestGate
 from outbox.local.runtime import LocalRuntime
 from tests.conftest import Synthesized
 
@@ -129,3 +135,68 @@ def test_the_sdk_s_clients_of_the_loopback_endpoint_are_served(served: LocalRunt
 
     assert served.output("DataTableName") in dynamodb.list_tables()["TableNames"]
     assert sqs.list_queues()["QueueUrls"]
+
+
+@pytest.mark.parametrize("service", ["dynamodb", "sqs", "pipes"])
+@pytest.mark.parametrize("region", ["eu-west-1", "us-west-2", "ap-southeast-2"])
+def test_a_client_of_another_region_is_refused_saying_which_region_rather_than_answered_empty(
+    served: LocalRuntime, service: str, region: str
+) -> None:
+    client = boto3.client(
+        service,
+        region_name=region,
+        endpoint_url=served.endpoint_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=Config(account_id_endpoint_mode="disabled", retries={"max_attempts": 0}),
+    )
+    listing = {"dynamodb": "list_tables", "sqs": "list_queues", "pipes": "list_pipes"}[service]
+
+    with pytest.raises(ClientError) as refused:
+        getattr(client, listing)()
+
+    message = refused.value.response["Error"]["Message"]
+    assert f"this request is for region {region}; the local runtime serves region us-east-1 only" in message
+    assert "--region us-east-1" in message
+
+
+def test_the_served_endpoint_says_its_clock_and_what_it_was_given(served: LocalRuntime) -> None:
+    with urllib.request.urlopen(f"{served.endpoint_url}/_outbox") as answer:
+        about = json.loads(answer.read())
+    assert about == {"clock": served.clock().isoformat()}
+
+
+def test_the_request_gate_holds_new_requests_and_waits_for_those_under_way_while_it_is_closed() -> None:
+    gate = RequestGate()
+    order: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def request(name: str, *, hold: bool = False) -> None:
+        with gate.request(outside=True):
+            order.append(f"{name} in")
+            if hold:
+                entered.set()
+                release.wait(5)
+            order.append(f"{name} out")
+
+    under_way = threading.Thread(target=request, args=("first",), kwargs={"hold": True})
+    under_way.start()
+    entered.wait(5)
+    closer = threading.Thread(target=lambda: _closed(gate, order))
+    closer.start()
+    time.sleep(0.1)
+    late = threading.Thread(target=request, args=("late",))
+    late.start()
+    time.sleep(0.1)
+    assert order == ["first in"], "the gate waits for the request under way, and holds the late one"
+    release.set()
+    for thread in (under_way, closer, late):
+        thread.join(5)
+
+    assert order == ["first in", "first out", "closed", "late in", "late out"]
+    assert gate.changes == 2
+
+
+def _closed(gate: RequestGate, order: list[str]) -> None:
+    with gate.closed():
+        order.append("closed")

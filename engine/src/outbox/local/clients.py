@@ -14,6 +14,9 @@ from botocore.config import Config
 
 REGION = "us-east-1"
 CREDENTIALS = "local"  # moto accepts any
+# The local runtime's own clients say so in their User-Agent: the served endpoint tells their requests from the
+# changes that come from outside (outbox.local.loopback).
+RUNTIME_AGENT = "outbox-local-runtime"
 # botocore's standard retry mode, up to three retries (four attempts): what the local runtime's clients use.
 STANDARD_RETRIES: Mapping[str, Any] = {"mode": "standard", "max_attempts": 3}
 

@@ -48,7 +48,7 @@ from outbox.local.pipe_model import (
     exponential_backoff,
     reverse_items,
 )
-from outbox.local.pipe_source import Batch, Shard, StreamSource
+from outbox.local.pipe_source import Batch, Shard, ShardPosition, StreamSource
 from outbox.local.pipe_target import SqsTarget
 
 __all__ = [
@@ -107,6 +107,14 @@ class PipeEmulator:
     def checkpoints(self) -> dict[str, str | None]:
         """Per shard, the sequence number of the last record fully handled (None: nothing yet)."""
         return {shard_id: shard.checkpoint for shard_id, shard in self._source.shards.items()}
+
+    def positions(self) -> dict[str, ShardPosition]:
+        """Where the pipe stands in each shard (its checkpoints), for a saved state."""
+        return self._source.positions()
+
+    def resume(self, positions: dict[str, ShardPosition]) -> None:
+        """Resume from saved checkpoints (``positions``), as Pipes does when a pipe starts again."""
+        self._source.resume(positions)
 
     @property
     def pending(self) -> bool:

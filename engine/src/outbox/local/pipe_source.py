@@ -58,6 +58,16 @@ class Shard:
         return self.iterator is None and not self.has_work
 
 
+@dataclass(frozen=True)
+class ShardPosition:
+    """Where a pipe stands in one shard, as a saved state keeps it: the last sequence number it fully handled
+    (None: nothing yet), its parent, and whether it is closed, read to its end and handled."""
+
+    checkpoint: str | None
+    parent_id: str | None
+    ended: bool
+
+
 class StreamSource:
     """The shards of one stream, as one pipe reads them."""
 
@@ -84,6 +94,32 @@ class StreamSource:
             self._discover("TRIM_HORIZON")
         for shard in self.shards.values():
             self._read_shard(shard)
+
+    def positions(self) -> dict[str, ShardPosition]:
+        return {
+            shard_id: ShardPosition(shard.checkpoint, shard.parent_id, shard.finished)
+            for shard_id, shard in self.shards.items()
+        }
+
+    def resume(self, positions: Mapping[str, ShardPosition]) -> None:
+        """Stand where ``positions`` say, as Pipes resumes a pipe from its checkpoints: what was read past a
+        checkpoint and not handled (a batch under way, its retries) is read again."""
+        for shard_id, position in positions.items():
+            if position.ended:
+                iterator = None
+            elif position.checkpoint is None:
+                iterator = self._iterator(shard_id, ShardIteratorType="TRIM_HORIZON")
+            else:
+                iterator = self._iterator(
+                    shard_id, ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=position.checkpoint
+                )
+            self.shards[shard_id] = Shard(shard_id, position.parent_id, iterator, checkpoint=position.checkpoint)
+
+    def _iterator(self, shard_id: str, **position: str) -> str:
+        found: str = self._streams.get_shard_iterator(StreamArn=self.stream_arn, ShardId=shard_id, **position)[
+            "ShardIterator"
+        ]
+        return found
 
     def parent_finished(self, shard: Shard) -> bool:
         parent = self.shards.get(shard.parent_id) if shard.parent_id else None

@@ -103,3 +103,21 @@ def create_queues(sqs: Any, stack: StackSpec, resources: LocalResources) -> None
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         resources.queue_urls[spec.logical_id] = url
         resources.queue_arns[spec.logical_id] = arn
+
+
+def find_tables(dynamodb: Any, stack: StackSpec, resources: LocalResources) -> None:
+    """The template's tables in a restored state (``outbox.local.state``): there already, found, not made."""
+    for spec in stack.tables.values():
+        description = dynamodb.describe_table(TableName=spec.logical_id)["Table"]
+        resources.table_names[spec.logical_id] = spec.logical_id
+        if spec.stream_view_type:
+            resources.stream_arns[spec.logical_id] = description["LatestStreamArn"]
+
+
+def find_queues(sqs: Any, stack: StackSpec, resources: LocalResources) -> None:
+    """The template's queues in a restored state, found, not made."""
+    for spec in stack.queues.values():
+        url = sqs.get_queue_url(QueueName=spec.name)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        resources.queue_urls[spec.logical_id] = url
+        resources.queue_arns[spec.logical_id] = arn

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from outbox.local.aws_fixes._patching import Clock, PatchSet
 from outbox.local.aws_fixes.dynamodb import DYNAMODB_LOCK, DynamoDBFixes
@@ -58,10 +59,12 @@ from outbox.local.aws_fixes.sqs import SqsFixes
 from outbox.local.aws_fixes.sqs_messages import SQS_LOCK
 from outbox.local.clock import VirtualClock
 
-__all__ = ["DYNAMODB_LOCK", "SQS_LOCK", "install", "installed"]
+__all__ = ["DYNAMODB_LOCK", "SQS_LOCK", "install", "installed", "kept_state", "restore_kept_state"]
 
 _state_lock = threading.Lock()
 _active: tuple[Clock, PatchSet, Callable[[], None]] | None = None
+# The fixes that keep state of their own beside moto's objects, while installed.
+_keeping: tuple[DynamoDBFixes, SqsFixes] | None = None
 
 
 def install(clock: VirtualClock) -> Callable[[], None]:
@@ -70,17 +73,18 @@ def install(clock: VirtualClock) -> Callable[[], None]:
     Idempotent: while installed, a second call only rebinds the clock and returns the same uninstall
     function. Uninstalling twice is harmless.
     """
-    global _active
+    global _active, _keeping
     with _state_lock:
         if _active is not None:
             bound, _, uninstall = _active
             bound.clock = clock
             return uninstall
         bound = Clock(clock)
+        dynamodb, sqs = DynamoDBFixes(bound), SqsFixes(bound)
         patches = PatchSet(
             [
-                *DynamoDBFixes(bound).patches(),
-                *SqsFixes(bound).patches(),
+                *dynamodb.patches(),
+                *sqs.patches(),
                 *PipesFixes().patches(),
                 *SpeedFixes().patches(),
             ]
@@ -88,17 +92,36 @@ def install(clock: VirtualClock) -> Callable[[], None]:
         patches.apply()
 
         def uninstall() -> None:
-            global _active
+            global _active, _keeping
             with _state_lock:
                 if _active is None or _active[1] is not patches:
                     return
                 patches.undo()
-                _active = None
+                _active = _keeping = None
 
-        _active = (bound, patches, uninstall)
+        _active, _keeping = (bound, patches, uninstall), (dynamodb, sqs)
         return uninstall
 
 
 def installed() -> bool:
     """Whether the fixes are in place (for a runtime that must not install them twice)."""
     return _active is not None
+
+
+def kept_state() -> dict[str, Any]:
+    """What the installed fixes keep beside moto's objects (FIFO dedup windows, receive attempts, move tasks,
+    ClientRequestTokens), keyed by those objects: to be pickled in one go with moto's backends, so that
+    ``restore_kept_state`` finds them again on the restored objects (a served runtime's saved state)."""
+    if _keeping is None:
+        raise RuntimeError("the fixes are not installed")
+    dynamodb, sqs = _keeping
+    return {"dynamodb": dynamodb.kept(), "sqs": sqs.kept()}
+
+
+def restore_kept_state(kept: dict[str, Any]) -> None:
+    """Put back what ``kept_state`` returned, unpickled with the backends it is keyed by."""
+    if _keeping is None:
+        raise RuntimeError("the fixes are not installed")
+    dynamodb, sqs = _keeping
+    dynamodb.restore(kept["dynamodb"])
+    sqs.restore(kept["sqs"])

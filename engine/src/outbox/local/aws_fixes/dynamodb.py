@@ -152,6 +152,15 @@ class DynamoDBFixes:
         self._stream_add: _StreamAdd = StreamShard.add
         self._update_item = DynamoDBBackend.update_item
 
+    def kept(self) -> dict[str, Any]:
+        """The ClientRequestTokens these fixes keep beside moto's backends (``SqsFixes.kept``)."""
+        with DYNAMODB_LOCK:
+            return {"ledgers": dict(self._ledgers)}
+
+    def restore(self, kept: dict[str, Any]) -> None:
+        with DYNAMODB_LOCK:
+            self._ledgers = WeakKeyDictionary(kept["ledgers"])
+
     @contextmanager
     def operation(self) -> Iterator[None]:
         """Hold the DynamoDB lock and the request's stream records; publish them, folded, at the end."""

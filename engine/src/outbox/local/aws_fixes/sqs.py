@@ -131,6 +131,22 @@ class SqsFixes:
         self._move_tasks = MoveTasks(clock)
         self._add_message = Queue.add_message
 
+    def kept(self) -> dict[str, Any]:
+        """What these fixes keep beside moto's queues (dedup windows, receive attempts, move tasks), keyed by
+        moto's own objects: pickled with them, it is restored with ``restore``."""
+        with SQS_LOCK:
+            return {
+                "windows": dict(self._windows),
+                "attempts": dict(self._attempts),
+                "move_tasks": self._move_tasks.kept(),
+            }
+
+    def restore(self, kept: dict[str, Any]) -> None:
+        with SQS_LOCK:
+            self._windows = WeakKeyDictionary(kept["windows"])
+            self._attempts = WeakKeyDictionary(kept["attempts"])
+            self._move_tasks.restore(kept["move_tasks"])
+
     def patches(self) -> list[Patch]:
         fixes = self
 

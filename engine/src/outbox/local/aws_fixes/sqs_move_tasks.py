@@ -62,6 +62,12 @@ class MoveTasks:
         self._clock = clock
         self._tasks: WeakKeyDictionary[SQSBackend, list[MoveTask]] = WeakKeyDictionary()
 
+    def kept(self) -> dict[SQSBackend, list[MoveTask]]:
+        return dict(self._tasks)
+
+    def restore(self, kept: dict[SQSBackend, list[MoveTask]]) -> None:
+        self._tasks = WeakKeyDictionary(kept)
+
     def start(
         self, backend: SQSBackend, source: str, destination_arn: str | None, max_per_second: int | None
     ) -> MoveTask:

@@ -19,7 +19,7 @@ from typing import Any
 import typer
 
 # Each command module registers its commands on the app when imported.
-from outbox.cli import catalog, dead_work, groups, local, reading, repairs  # noqa: F401
+from outbox.cli import catalog, dead_work, emitting, groups, local, reading, repairs  # noqa: F401
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.failures import describe_failure

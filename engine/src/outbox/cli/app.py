@@ -16,8 +16,10 @@ import boto3
 import typer
 from typer.core import TyperGroup
 
+from outbox import clock as engine_clock
 from outbox.cli.context import CATALOG_ENV, CliContext, load_application_catalog, required_catalog
 from outbox.cli.failures import report_failure
+from outbox.cli.served import served_clock
 from outbox.local.clients import local_client
 from outbox.ops import Operations, Topology
 from outbox.outputs import LOCAL_TOPOLOGY
@@ -153,16 +155,21 @@ def _operations(
         # The served app's catalog, and the folder of its code, as its functions load them.
         reference = required_catalog(catalog or saved.get("catalog"))
         client: Callable[[str], Any] = partial(local_client, endpoint_url=saved["endpoint_url"])
+        topology = Topology.from_outputs(outputs)
+        clock = served_clock(saved["endpoint_url"])
     else:
         reference = required_catalog(catalog)
         client = boto3.Session(profile_name=profile, region_name=region).client
+        clock = engine_clock.now
         described = client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+        topology = Topology.from_outputs(outputs)
     return Operations(
-        Topology.from_outputs(outputs),
+        topology,
         dynamodb=client("dynamodb"),
         sqs=client("sqs"),
         pipes=client("pipes"),
         cloudwatch=None if local else client("cloudwatch"),
         catalog=load_application_catalog(reference, outputs),
+        clock=clock,
     )

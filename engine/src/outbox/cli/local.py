@@ -9,11 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from outbox.cli.app import local_app
-from outbox.cli.output import example
+from outbox.cli.output import JsonFlag, command_context, example, show
 
 
 @local_app.command("serve", epilog=example("outbox local serve --port 4566 -c alarmEmail=ops@example.com"))
 def local_serve(
+    ctx: typer.Context,
     app_command: Annotated[
         str | None,
         typer.Option(
@@ -28,12 +29,23 @@ def local_serve(
         list[str] | None,
         typer.Option("--context", "-c", metavar="KEY=VALUE", help="KEY=VALUE, as cdk synth -c (repeatable)"),
     ] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="start from empty tables and queues (replaces the saved .local/state)")
+    ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch/--no-watch", help="reload the app's code when a file of its folder changes")
+    ] = True,
+    as_json: JsonFlag = False,
 ) -> None:
     """Synthesize your app, boot it on the local runtime served at 127.0.0.1:PORT, and keep its pipes and
     consumers running (what `outbox --local replay`, `reconcile` and `redrive` send is processed) until Ctrl-C.
-    It writes .local/topology.json, which `outbox --local ...` reads from the same folder."""
+    Its state (tables, queues and their messages, the pipes' checkpoints, the virtual clock) is kept in
+    .local/state and picked up by the next start (--fresh: start over). A change to the app's code is reloaded
+    without a restart, its state kept. It writes .local/topology.json, which `outbox --local ...` reads from the
+    same folder."""
+    cli = command_context(ctx, as_json)
     try:
-        from outbox.local.serve import ServeError, serve
+        from outbox.local.serve import PortTakenError, ServeError, StateRefusedError, serve
     except ImportError as exc:  # the [local] extra is missing
         raise typer.BadParameter(
             f'the local runtime needs the [local] extra: pip install "chained-outbox[local]" ({exc})',
@@ -42,19 +54,46 @@ def local_serve(
     command = app_command or _cdk_json_app(Path("cdk.json"))
     values = dict(_key_value(pair) for pair in context or [])
 
+    started: dict[str, Any] = {}
+
     def ready(served: Any) -> None:
+        runtime = served.runtime
+        where = _shown(served.state)
+        started.update(
+            stack=runtime.stack.name,
+            endpoint_url=runtime.endpoint_url,
+            state=where,
+            resumed=served.resumed,
+            clock=runtime.clock().isoformat(),
+        )
+        kept = f"resumed the state kept in {where}" if served.resumed else f"a fresh state, kept in {where}"
+        typer.echo(f"{kept} (--fresh starts over); virtual clock at {runtime.clock():%Y-%m-%d %H:%M:%S} UTC", err=True)
         typer.echo(
-            f"serving {served.runtime.stack.name} on {served.runtime.endpoint_url}: outbox --local status; Ctrl-C "
-            "to stop",
+            f"serving {runtime.stack.name} on {runtime.endpoint_url}: outbox --local status; "
+            f"{'code reloads when a file of this folder changes; ' if watch else ''}Ctrl-C to stop (the state is kept)",
             err=True,
         )
 
     try:
-        serve(command, port, stack=stack, context=values, ready=ready)
+        serve(command, port, stack=stack, context=values, ready=ready, fresh=fresh, watch=watch)
+    except PortTakenError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--port") from exc
+    except StateRefusedError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fresh") from exc
     except ServeError as exc:
         raise typer.BadParameter(str(exc), param_hint="--app") from exc
     except KeyboardInterrupt:
-        return
+        pass
+    typer.echo(f"stopped; the state is kept in {started.get('state', '.local/state')}", err=True)
+    show(cli, {"stopped": True, **started}, lambda: None)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to this folder when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _cdk_json_app(path: Path) -> str:

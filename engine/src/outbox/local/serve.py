@@ -6,35 +6,63 @@ catalog's contract, the durable consumer's start), writes ``.local/topology.json
 outputs, the catalog and where its code is) for ``outbox --local``, and then keeps the pipeline moving: every
 ``interval`` its pipes and consumers run until nothing moves, so what the CLI's replay, reconcile and redrive
 send is processed, and ``outbox --local status`` afterwards tells the truth.
+
+The state (tables, queues with their messages, the pipes' checkpoints, the virtual clock: ``outbox.local.state``)
+is kept in ``.local/state`` and picked up by the next start (``fresh``: start over). It is written after every
+round that changed something and when serving stops, atomically. The app's folder is watched: a change to its
+code is synthesized again and served by the same runtime, its state kept; a change that needs new tables,
+queues, pipes or mappings is said, with what to run, and the running code stays.
 """
 
 from __future__ import annotations
 
+import fcntl
+import fnmatch
 import json
 import logging
 import os
 import shlex
+import socket
 import subprocess
+import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from outbox.local import setup
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
-from outbox.local.template import load_manifest_stacks
+from outbox.local.served import ABOUT_PATH
+from outbox.local.state import STATE_FILE, Stamp, StateRefusedError, read_state, resources_digest
+from outbox.local.template import load_manifest_stacks, load_stack
 from outbox.outputs import LOCAL_TOPOLOGY
 
-__all__ = ["LOCAL_TOPOLOGY", "Served", "serve", "synthesize_app"]
+__all__ = ["LOCAL_TOPOLOGY", "STATE_FILE", "ServeError", "Served", "StateRefusedError", "serve", "synthesize_app"]
 
 logger = logging.getLogger(__name__)
+
+LOCK_FILE = Path(".local") / "serve.lock"
+# Never watched: the runtime's own output, dependencies, caches, and every hidden folder (.venv, .git, .local).
+NEVER_WATCHED = frozenset({"cdk.out", "node_modules", "__pycache__"})
 
 
 class ServeError(Exception):
     """The app could not be synthesized or booted: the message says what to fix."""
+
+
+class PortTakenError(ServeError):
+    """The port is in use: by another served runtime (``folder`` says where it serves from) or another program."""
+
+    def __init__(self, port: int, folder: str | None) -> None:
+        who = f"another `outbox local serve`, of {folder}" if folder else "another program"
+        super().__init__(f"127.0.0.1:{port} is in use by {who}: stop it, or serve on another port with --port PORT")
+        self.port = port
+        self.folder = folder
 
 
 def synthesize_app(app: str, outdir: Path, context: Mapping[str, str]) -> Path:
@@ -54,12 +82,42 @@ def synthesize_app(app: str, outdir: Path, context: Mapping[str, str]) -> Path:
 @dataclass
 class Served:
     """A booted runtime and what keeps it moving: ``settle()`` runs the pipeline until nothing moves (from the
-    serving loop only: one thread steps the runtime; the CLI's requests reach moto's server, not the runtime)."""
+    serving loop only: one thread steps the runtime; the CLI's requests reach moto's server, not the runtime).
+    ``resumed``: whether it started from a saved state; ``state``: where the state is kept."""
 
     runtime: LocalRuntime
+    state: Path
+    resumed: bool = False
+    _saved_changes: int = field(default=-1, repr=False)
 
-    def settle(self) -> int:
-        return self.runtime.run_until_idle()
+    def settle(self, stop: threading.Event | None = None) -> int:
+        def interrupted(_step: int) -> None:
+            if stop is not None and stop.is_set():
+                raise _StoppedError
+
+        return self.runtime.run_until_idle(on_step=interrupted)
+
+    def catch_up(self) -> None:
+        """The virtual clock never lags this machine's: while nothing waits it moves with it (and over the time
+        serving was stopped, as AWS's time passes while nothing polls). It runs ahead where the pipeline skipped
+        a wait (a visibility timeout, a backoff), which ``outbox --local`` reads from ``GET /_outbox`` and says."""
+        clock = self.runtime.clock
+        behind = datetime.now(UTC) - clock()
+        if behind.total_seconds() > 0:
+            clock.advance(behind)
+
+    def save(self, *, changed: bool = True) -> int | None:
+        """Write the state when something changed since the last save (a round that moved something, or a
+        request from outside); the bytes written, or None when nothing changed."""
+        outside = self.runtime.outside_changes()
+        if not changed and outside == self._saved_changes:
+            return None
+        self._saved_changes = outside
+        return self.runtime.save_state(self.state)
+
+
+class _StoppedError(Exception):
+    """Serving was asked to stop (Ctrl-C, SIGTERM) between two steps of the pipeline."""
 
 
 def serve(
@@ -72,36 +130,227 @@ def serve(
     workdir: Path | None = None,
     ready: Callable[[Served], None] | None = None,
     stop: threading.Event | None = None,
+    fresh: bool = False,
+    watch: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> None:
-    """Synthesize, boot and serve until ``stop`` is set (Ctrl-C, from the command line)."""
+    """Synthesize, boot (from the saved state, unless ``fresh``) and serve until ``stop`` is set (Ctrl-C or
+    SIGTERM, from the command line); the state is saved as it changes and when serving stops. ``say``: where the
+    lines for the person go (code reloads, changes that need a new template)."""
     # No access log of every request on the terminal, nor botocore's notes on each client it makes.
     for noisy in ("werkzeug", "botocore", "boto3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    workdir = workdir or Path.cwd()
-    assembly = synthesize_app(app, workdir / ".local" / "cdk.out", context or {})
-    name = stack or _only_stack(assembly)
-    runtime = LocalRuntime.from_assembly(
-        assembly,
-        name,
-        port=port,
-        clock=VirtualClock(datetime.now(UTC).replace(microsecond=0)),
-        function_log_level="ERROR",
-    )
+    say = say or _stderr
+    workdir = (workdir or Path.cwd()).resolve()
+    check_port(port)
     stop = stop or threading.Event()
-    with runtime:
-        setup.check_setup(runtime)
-        _write_topology(workdir / LOCAL_TOPOLOGY, runtime, setup.durable_consumer(runtime))
-        served = Served(runtime)
-        if ready is not None:
-            ready(served)
-        while not stop.wait(interval):
+    with _folder_lock(workdir / LOCK_FILE), _stop_on_signals(stop):
+        assembly = synthesize_app(app, workdir / ".local" / "cdk.out", context or {})
+        spec = load_stack(assembly, stack or _only_stack(assembly))
+        state = workdir / STATE_FILE
+        for left in state.parent.glob(f".{state.name}.*.tmp"):  # what a serve killed while saving left behind
+            left.unlink(missing_ok=True)
+        saved = None if fresh or not state.exists() else read_state(state, Stamp.of(spec))
+        runtime = LocalRuntime(
+            spec,
+            port=port,
+            clock=VirtualClock(saved.clock if saved else datetime.now(UTC).replace(microsecond=0)),
+            function_log_level="ERROR",
+            saved=saved,
+            about={"folder": str(workdir), "pid": os.getpid()},
+        )
+        with runtime:
+            setup.check_setup(runtime)
+            write_topology(workdir / LOCAL_TOPOLOGY, runtime, setup.durable_consumer(runtime))
+            served = Served(runtime, state, resumed=saved is not None)
+            served.save()
+            if ready is not None:
+                ready(served)
+            watcher = CodeWatcher(workdir) if watch else None
             try:
-                served.settle()
-            except Exception:  # a failing invocation is the pipeline's business (its DLQ); keep serving
-                logger.exception("the served pipeline could not settle")
+                while not stop.wait(interval):
+                    served.catch_up()
+                    try:
+                        moved = served.settle(stop) > 1
+                    except _StoppedError:
+                        break
+                    except Exception:  # a failing invocation is the pipeline's business (its DLQ); keep serving
+                        logger.exception("the served pipeline could not settle")
+                        moved = True
+                    served.save(changed=moved)
+                    if watcher is not None and watcher.changed():
+                        _reload(served, app, workdir, context or {}, say)
+            finally:
+                served.save()
 
 
-def _write_topology(path: Path, runtime: LocalRuntime, consumer: Any) -> None:
+def check_port(port: int) -> None:
+    """``PortTakenError`` when 127.0.0.1:``port`` cannot be served, saying by whom when it is a served runtime."""
+    if port == 0:
+        return
+    with socket.socket() as probe:
+        # As the server binds: a port whose last connections wait out TIME_WAIT is free, a listening one is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            return
+        except OSError:
+            pass
+    raise PortTakenError(port, _served_folder(port))
+
+
+def _served_folder(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{ABOUT_PATH}", timeout=2) as answer:
+            folder = json.loads(answer.read()).get("folder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return folder if isinstance(folder, str) else None
+
+
+@contextmanager
+def _folder_lock(path: Path) -> Iterator[None]:
+    """One served runtime per folder: two would write one state over the other's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.seek(0)
+            holder = file.read().strip() or "another process"
+            raise ServeError(
+                f"another `outbox local serve` ({holder}) serves this folder ({path.parent.parent}) and keeps its "
+                "state: stop it first, or serve from another folder"
+            ) from None
+        file.seek(0)
+        file.truncate()
+        file.write(f"pid {os.getpid()}\n")
+        file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop serving between two steps, and the state is saved; a second Ctrl-C stops at once.
+    Only from the main thread (where Python takes signals); elsewhere ``stop`` is the caller's."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def asked(signum: int, _frame: Any) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, asked) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class CodeWatcher:
+    """The app's folder, as ``cdk watch`` sees it (``watch`` of ``cdk.json``: ``include`` and ``exclude``
+    globs; else everything), less hidden folders, ``cdk.out``, ``node_modules`` and caches. ``changed()`` is
+    True once a change has stood still for one look (an editor's save is several writes)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.include, self.exclude = _watch_globs(folder / "cdk.json")
+        self._seen = self._fingerprint()
+        self._pending: frozenset[tuple[str, int, int]] | None = None
+
+    def changed(self) -> bool:
+        now = self._fingerprint()
+        if now == self._seen:
+            self._pending = None
+            return False
+        if now != self._pending:  # still changing: look again next round
+            self._pending = now
+            return False
+        self._seen, self._pending = now, None
+        return True
+
+    def _fingerprint(self) -> frozenset[tuple[str, int, int]]:
+        found = set()
+        for root, folders, files in os.walk(self.folder):
+            folders[:] = [f for f in folders if not f.startswith(".") and f not in NEVER_WATCHED]
+            for name in files:
+                path = Path(root, name)
+                relative = path.relative_to(self.folder).as_posix()
+                if self._watched(relative):
+                    try:
+                        status = path.stat()
+                    except OSError:
+                        continue
+                    found.add((relative, status.st_mtime_ns, status.st_size))
+        return frozenset(found)
+
+    def _watched(self, relative: str) -> bool:
+        parts = relative.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(prefix, glob) for glob in self.exclude for prefix in prefixes):
+            return False
+        return any(fnmatch.fnmatch(relative, glob) for glob in self.include)
+
+
+def _watch_globs(cdk_json: Path) -> tuple[list[str], list[str]]:
+    try:
+        watch = json.loads(cdk_json.read_text()).get("watch", {})
+    except (OSError, ValueError, AttributeError):
+        watch = {}
+    include = watch.get("include", ["**"]) if isinstance(watch, dict) else ["**"]
+    exclude = watch.get("exclude", []) if isinstance(watch, dict) else []
+    return _globs(include) or ["**"], _globs(exclude)
+
+
+def _globs(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)]
+
+
+def _reload(served: Served, app: str, workdir: Path, context: Mapping[str, str], say: Callable[[str], None]) -> None:
+    """Synthesize the changed app; serve its code in the running runtime, state kept, when its tables, queues,
+    pipes and mappings are the same; else say what to run, and keep the running code."""
+    runtime = served.runtime
+    try:
+        assembly = synthesize_app(app, workdir / ".local" / "cdk.out", context)
+        changed = load_stack(assembly, runtime.stack.name)
+    except Exception as exc:
+        say(f"code changed, but the app did not synthesize; still serving the code before it: {exc}")
+        return
+    if resources_digest(changed) != resources_digest(runtime.stack):
+        say(
+            "code changed, and with it the template's tables, queues, pipes or event source mappings (a new lane, "
+            "say): the saved state cannot follow. Still serving the code before it; to serve the change, stop "
+            "(Ctrl-C) and run `outbox local serve --fresh` (it starts from empty tables and queues)"
+        )
+        return
+    previous = runtime.stack
+    runtime.reload_code(changed)
+    try:
+        setup.check_setup(runtime)
+    except setup.PipelineSetupError as exc:
+        runtime.reload_code(previous)
+        say(f"code changed, but it cannot run: {exc}. Still serving the code before it")
+        return
+    write_topology(workdir / LOCAL_TOPOLOGY, runtime, setup.durable_consumer(runtime))
+    say("code changed: reloaded (the next invocation of each function is a cold start); state kept")
+
+
+def _stderr(line: str) -> None:
+    stream: TextIO = sys.stderr
+    print(line, file=stream, flush=True)
+
+
+def write_topology(path: Path, runtime: LocalRuntime, consumer: Any) -> None:
+    """What ``outbox --local`` and ``served_event_store`` read: written whole (a reload rewrites it while the
+    CLI may be reading it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     topology = {
         "endpoint_url": runtime.endpoint_url,
@@ -109,7 +358,9 @@ def _write_topology(path: Path, runtime: LocalRuntime, consumer: Any) -> None:
         "catalog": consumer.env.get("SUBSCRIPTIONS"),
         "code": str(consumer.code_root),
     }
-    path.write_text(json.dumps(topology, indent=2) + "\n")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(topology, indent=2) + "\n")
+    os.replace(temporary, path)
 
 
 def _only_stack(assembly: Path) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from outbox.cli.app import local_app
-from outbox.cli.output import JsonFlag, command_context, example, show
+from outbox.cli.output import JsonFlag, command_context, example, refuse, show
 
 
 @local_app.command("serve", epilog=example("outbox local serve --port 4566 -c alarmEmail=ops@example.com"))
@@ -46,6 +46,7 @@ def local_serve(
     cli = command_context(ctx, as_json)
     try:
         from outbox.local.serve import PortTakenError, ServeError, StateRefusedError, serve
+        from outbox.local.setup import PipelineSetupError
     except ImportError as exc:  # the [local] extra is missing
         raise typer.BadParameter(
             f'the local runtime needs the [local] extra: pip install "chained-outbox[local]" ({exc})',
@@ -78,8 +79,8 @@ def local_serve(
         serve(command, port, stack=stack, context=values, ready=ready, fresh=fresh, watch=watch)
     except PortTakenError as exc:
         raise typer.BadParameter(str(exc), param_hint="--port") from exc
-    except StateRefusedError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--fresh") from exc
+    except (StateRefusedError, PipelineSetupError) as exc:  # what is there, or the app, cannot be served as it is
+        refuse(cli, exc)
     except ServeError as exc:
         raise typer.BadParameter(str(exc), param_hint="--app") from exc
     except KeyboardInterrupt:

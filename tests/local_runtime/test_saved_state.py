@@ -20,6 +20,7 @@ import pytest
 
 from modules.services import FAKE, SERVICES_VARIABLE
 from outbox.local.clock import VirtualClock
+from outbox.local.serve import Served
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
 from outbox.testing.pipeline import LocalPipeline
 from stacks.app_factory import STACK_NAME
@@ -223,3 +224,21 @@ def test_a_process_killed_while_it_writes_leaves_a_whole_state(tmp_path: Path) -
         assert blob == bytes([n % 256]) * 4_000_000
     leftovers = [path.name for path in tmp_path.iterdir() if path.name != "state"]
     assert all(name.startswith(".state.") and name.endswith(".tmp") for name in leftovers)
+
+
+def test_serving_writes_the_state_only_when_it_changed_at_most_every_few_seconds_and_always_at_the_stop(
+    synthesized: Synthesized, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    with boot(synthesized) as pipeline:
+        served = Served(pipeline.runtime, state)
+        assert served.save() is not None  # the start
+        assert state.stat().st_mode & 0o777 == 0o600
+        written = state.stat().st_mtime_ns
+
+        assert served.save(changed=False, every=5) is None  # nothing changed
+        pipeline.emit("payment.completed", PAYMENT, tenant=unique("tenant"))
+        assert served.save(changed=True, every=5) is None  # changed, but the last save is too recent
+        assert state.stat().st_mtime_ns == written
+        assert served.save(changed=False) is not None  # the stop: what changed since is written
+        assert served.save(changed=False) is None  # and nothing more is

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -47,6 +48,9 @@ __all__ = ["LOCAL_TOPOLOGY", "STATE_FILE", "ServeError", "Served", "StateRefused
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = Path(".local") / "serve.lock"
+# While serving, the state is written at most this often (seconds); always when serving stops. A serve killed
+# outright (SIGKILL) comes back as it was at its last save: the tables, queues and checkpoints together.
+SAVE_EVERY = 5.0
 # Never watched: the runtime's own output, dependencies, caches, and every hidden folder (.venv, .git, .local).
 NEVER_WATCHED = frozenset({"cdk.out", "node_modules", "__pycache__"})
 
@@ -89,6 +93,8 @@ class Served:
     state: Path
     resumed: bool = False
     _saved_changes: int = field(default=-1, repr=False)
+    _dirty: bool = field(default=True, repr=False)
+    _saved_at: float = field(default=float("-inf"), repr=False)
 
     def settle(self, stop: threading.Event | None = None) -> int:
         def interrupted(_step: int) -> None:
@@ -106,14 +112,18 @@ class Served:
         if behind.total_seconds() > 0:
             clock.advance(behind)
 
-    def save(self, *, changed: bool = True) -> int | None:
+    def save(self, *, changed: bool = True, every: float = 0.0) -> int | None:
         """Write the state when something changed since the last save (a round that moved something, or a
-        request from outside); the bytes written, or None when nothing changed."""
+        request from outside) and the last save is ``every`` seconds old or more (a big state takes a while to
+        write, and requests wait meanwhile); the bytes written, or None when it was not written."""
         outside = self.runtime.outside_changes()
-        if not changed and outside == self._saved_changes:
-            return None
+        self._dirty = self._dirty or changed or outside != self._saved_changes
         self._saved_changes = outside
-        return self.runtime.save_state(self.state)
+        if not self._dirty or time.monotonic() - self._saved_at < every:
+            return None
+        size = self.runtime.save_state(self.state)
+        self._dirty, self._saved_at = False, time.monotonic()
+        return size
 
 
 class _StoppedError(Exception):
@@ -177,7 +187,7 @@ def serve(
                     except Exception:  # a failing invocation is the pipeline's business (its DLQ); keep serving
                         logger.exception("the served pipeline could not settle")
                         moved = True
-                    served.save(changed=moved)
+                    served.save(changed=moved, every=SAVE_EVERY)
                     if watcher is not None and watcher.changed():
                         _reload(served, app, workdir, context or {}, say)
             finally:

@@ -19,6 +19,7 @@ from outbox.cli import CliContext, app
 from outbox.local import faults
 from outbox.ops import Operations
 from tests.e2e.backends import LocalBackend
+from tests.e2e.test_local_pipeline import PAYMENT
 from tests.e2e.test_ordered_subscriptions import JOURNAL, placed
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import broken_consumer, operations, outbox
@@ -50,6 +51,7 @@ INVOCATIONS: dict[str, list[list[str]]] = {
     ],
     "findings": [["findings"], ["findings", "--tenant", "{tenant}"]],
     "anchor": [["anchor"], ["anchor", "--tenant", "{tenant}", "--reset", "--reason", "test", "--by", "me", "--yes"]],
+    "emit": [["emit", "payment.completed", "--tenant", "{tenant}", "--payload", "{payment}", "--yes"]],
 }
 
 
@@ -93,6 +95,7 @@ def troubled(local: LocalBackend, tmp_path: Path) -> dict[str, str]:
         "seq": str(dead_line.seq),
         "group": group.id,
         "html": str(tmp_path / "status.html"),
+        "payment": json.dumps(PAYMENT),
     }
 
 
@@ -209,6 +212,7 @@ REFUSALS: dict[str, list[str]] = {
     "skip": ["skip", "--tenant", "nobody", "--subscription", JOURNAL, "--seq", "1", "--reason", "r", "--yes"],
     "findings": ["findings", "--tenant", "nobody"],
     "anchor": ["anchor", "--tenant", "nobody"],
+    "emit": ["emit", "payment.completd", "--tenant", "nobody", "--yes"],
 }
 NOTHING_TO_REFUSE = {
     "status": "reads everything, takes no input",
@@ -265,6 +269,7 @@ def test_every_crash_with_json_is_one_error_document_exit_2_and_no_traceback(com
         "seq": "1",
         "group": "g-0000000000",
         "html": str(tmp_path / "status.html"),
+        "payment": json.dumps(PAYMENT),
     }
     for arguments in INVOCATIONS[command]:
         context = CliContext.of(cast(Operations, Exploding()), console=Console(width=250))

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -88,3 +89,24 @@ def test_a_window_back_from_now_is_measured_from_the_served_now(served: tuple[Pa
     planned = outbox(folder, "--json", "reconcile", "--since", "4h", "--tenant", tenant, "--dry-run")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert json.loads(planned.stdout)["scanned"] == 1
+
+
+def test_the_served_clock_is_read_once_a_refresh_moves_on_between_and_never_goes_back(
+    served: tuple[Path, LocalRuntime],
+) -> None:
+    _, runtime = served
+    cached = ServedClock(str(runtime.endpoint_url), refresh=3600)
+    first = cached()
+    runtime.clock.advance(timedelta(hours=1))
+    assert first <= cached() < first + timedelta(minutes=1), "within the refresh, the machine's elapsed time"
+
+    often = ServedClock(str(runtime.endpoint_url), refresh=0.3)
+    read = often()
+    time.sleep(0.1)
+    between = often()  # moved on by this machine's elapsed time
+    assert between > read == runtime.clock()
+    time.sleep(0.3)
+    assert often() == between, "read again, the virtual clock stood still: it does not go back"
+    runtime.clock.advance(timedelta(hours=2))
+    time.sleep(0.3)
+    assert often() - read >= timedelta(hours=2)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,27 @@ def read_topology(folder: Path | str = ".") -> dict[str, Any]:
 
 
 class ServedClock:
-    """The served runtime's virtual clock, read from its endpoint (``GET /_outbox``) at every call."""
+    """The served runtime's virtual clock, read from its endpoint (``GET /_outbox``): read again when the last
+    reading is ``refresh`` seconds old, and moved on by this machine's elapsed time in between (a command that
+    asks for now a thousand times asks the endpoint once). It never goes back."""
 
-    def __init__(self, endpoint_url: str) -> None:
+    def __init__(self, endpoint_url: str, *, refresh: float = 1.0) -> None:
         self.endpoint_url = endpoint_url
         self.url = endpoint_url.rstrip("/") + ABOUT_PATH
+        self.refresh = refresh
+        self._read: tuple[datetime, float] | None = None  # the served time read, and when (monotonic)
+        self._last: datetime | None = None
 
     def __call__(self) -> datetime:
+        elapsed = None if self._read is None else time.monotonic() - self._read[1]
+        if self._read is None or elapsed is None or elapsed >= self.refresh:
+            self._read = (self._fetch(), time.monotonic())
+            elapsed = 0.0
+        now = self._read[0] + timedelta(seconds=elapsed)
+        self._last = now if self._last is None or now > self._last else self._last
+        return self._last
+
+    def _fetch(self) -> datetime:
         try:
             with urllib.request.urlopen(self.url, timeout=10) as answer:  # the loopback endpoint of the topology
                 about = json.loads(answer.read())

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from modules.services import FAKE, SERVICES_VARIABLE
+from outbox.local import saving
 from outbox.local.clock import VirtualClock
 from outbox.local.serve import Served
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
@@ -82,7 +83,7 @@ def test_a_saved_state_comes_back_whole_and_a_message_in_flight_at_the_stop_come
         runtime.clock.advance(timedelta(seconds=1))
         seen = (tables(before), queues(before), runtime.clock())
         relayed_before = runtime.pipe("RelayPipeName").counters.delivered
-        assert runtime.save_state(state) > 0
+        assert saving.save_state(runtime, state) > 0
 
     with boot(synthesized, saved=read_state(state, Stamp.of(runtime.stack)), clock=VirtualClock(seen[2])) as after:
         assert (tables(after), queues(after), after.runtime.clock()) == seen

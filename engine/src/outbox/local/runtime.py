@@ -14,39 +14,33 @@ port so that any boto3 client or the AWS CLI of this machine can look at the tab
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from botocore.config import Config
-from moto.dynamodb.models import dynamodb_backends
 from moto.pipes.models import pipes_backends
-from moto.sqs.models import sqs_backends
 
 from outbox import clock as engine_clock
-from outbox.local import aws_fixes
+from outbox.local import aws_fixes, saving
 from outbox.local.aws_fixes.ttl import sweep_expired_items
 from outbox.local.clients import REGION, RUNTIME_AGENT, STANDARD_RETRIES, local_client
 from outbox.local.clock import VirtualClock
-from outbox.local.esm import InFlight, SqsEventSourceMapping
+from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LambdaHandler, LocalFunction
 from outbox.local.pipe import PipeConfig, PipeEmulator
-from outbox.local.resources import ACCOUNT, LocalResources, create_queues, create_tables, find_queues, find_tables
-from outbox.local.state import SavedState, Stamp, write_state
+from outbox.local.resources import ACCOUNT, LocalResources, create_queues, create_tables
+from outbox.local.state import SavedState
 from outbox.local.template import FunctionSpec, Reference, StackSpec, TemplateError, load_stack
 from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
 
 STOPPED = "STOPPED"  # a pipe's DesiredState after StopPipe
-# moto's backends a saved state holds (a stream's records are its table's; its shard iterators are not kept).
-SAVED_BACKENDS: dict[str, Any] = {"dynamodb": dynamodb_backends, "sqs": sqs_backends, "pipes": pipes_backends}
 
 # What Lambda would set; X-Ray is off (there is no daemon). Function output goes to LocalFunction.log.
 FUNCTION_BASE_ENV = {
@@ -93,7 +87,7 @@ class LocalRuntime:
         self.mappings: dict[str, SqsEventSourceMapping] = {}
         self._saved = saved
         self._about = dict(about or {})
-        self._server: Any = None
+        self.server: Any = None  # the served endpoint (LoopbackServer), while it serves
         self._exit = ExitStack()
         self._clients: dict[str, Any] = {}
 
@@ -119,14 +113,14 @@ class LocalRuntime:
                 self._create_tables()
                 self._create_queues()
             else:
-                self._restore(self._saved)
+                saving.restore(self, self._saved)
             # Pipe names first: functions' environments may reference them (the operator endpoint does).
             self.resources.pipe_names.update({logical_id: logical_id for logical_id in self.stack.pipes})
             self._build_functions()
             self._build_pipes()
             self._build_mappings()
             if self._saved is not None:
-                self._resume(self._saved)
+                saving.resume(self, self._saved)
         except BaseException:
             self._exit.close()
             raise
@@ -156,11 +150,11 @@ class LocalRuntime:
         # For this machine's SDK clients only: no CORS, no other origin, no Host but its own (DNS rebinding).
         server = LoopbackServer(self.port, about=self.about)
         server.start()
-        self._server = server
+        self.server = server
         try:
             yield
         finally:
-            self._server = None
+            self.server = None
             server.stop()
 
     def about(self) -> dict[str, Any]:
@@ -168,56 +162,6 @@ class LocalRuntime:
         return {"clock": self.clock().isoformat(), **self._about}
 
     # -- a state that outlives the process -----------------------------------------------------------
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """No request under way or let in (the served endpoint's), nor any DynamoDB or SQS call of this process:
-        moto's state stands still. From the thread that steps the runtime, between steps."""
-        with ExitStack() as held:
-            if self._server is not None:
-                held.enter_context(self._server.gate.closed())
-            held.enter_context(aws_fixes.DYNAMODB_LOCK)
-            held.enter_context(aws_fixes.SQS_LOCK)
-            yield
-
-    def outside_changes(self) -> int:
-        """How many requests came to the served endpoint from outside the runtime (0 in process)."""
-        return self._server.gate.changes if self._server is not None else 0
-
-    def save_state(self, path: Path) -> int:
-        """Write the state (``outbox.local.state``) to ``path``, atomically, paused; returns its size in bytes.
-        From the thread that steps the runtime, between steps."""
-        with self.paused():
-            state = SavedState(
-                clock=self.clock(),
-                backends={service: backends[ACCOUNT][REGION] for service, backends in SAVED_BACKENDS.items()},
-                fixes=aws_fixes.kept_state(),
-                pipes={name: pipe.positions() for name, pipe in self.pipes.items()},
-            )
-            return write_state(path, Stamp.of(self.stack), state)
-
-    def _restore(self, saved: SavedState) -> None:
-        """moto's backends and the fixes' state as saved; the tables and queues found there, not created."""
-        for service, backends in SAVED_BACKENDS.items():
-            backends[ACCOUNT][REGION] = saved.backends[service]
-        aws_fixes.restore_kept_state(saved.fixes)
-        find_tables(self.client("dynamodb"), self.stack, self.resources)
-        find_queues(self.client("sqs"), self.stack, self.resources)
-
-    def _resume(self, saved: SavedState) -> None:
-        """Pipes from their checkpoints; each mapping waits for the messages in flight on its queue (received
-        before the stop, by its function or anyone), which come back when the clock passes their visibility."""
-        for name, pipe in self.pipes.items():
-            pipe.resume(saved.pipes.get(name, {}))
-        queues = sqs_backends[ACCOUNT][REGION].queues
-        now = self.clock()
-        for mapping in self.mappings.values():
-            queue = queues[mapping.queue_url.rsplit("/", 1)[1]]
-            mapping.in_flight = [
-                InFlight(message.receipt_handle, message.id, datetime.fromtimestamp(message.visible_at / 1000, UTC))
-                for message in queue._messages
-                if message.receipt_handle is not None and message.visible_at / 1000 > now.timestamp()
-            ]
 
     # -- clients and lookups ------------------------------------------------------------------------
 
@@ -299,12 +243,13 @@ class LocalRuntime:
 
     def _build_functions(self) -> None:
         for spec in self.stack.functions.values():
-            function = self._function(spec)
+            function = self.build_function(spec)
             if function is not None:
                 self.resources.function_names[spec.logical_id] = spec.logical_id
                 self.functions[spec.logical_id] = function
 
-    def _function(self, spec: FunctionSpec) -> LocalFunction | None:
+    def build_function(self, spec: FunctionSpec) -> LocalFunction | None:
+        """A container of the function ``spec`` declares, in its environment here (None: CDK's own helpers)."""
         if spec.handler.startswith("index.") and spec.asset_path is None:
             return None  # CDK's own inline helper functions (custom resources), not application code
         env = {name: self.resources.value(raw) for name, raw in spec.environment.items()}
@@ -324,28 +269,6 @@ class LocalRuntime:
             clock=self.clock,
             override=self._handler_overrides.get(spec.logical_id),
         )
-
-    def reload_code(self, stack: StackSpec) -> None:
-        """Run ``stack``'s code from now on: a synth of the same app after a code change, with the same tables,
-        queues, pipes and mappings (``outbox.local.state.resources_digest``; the state stays as it is). Each
-        function's next invocation is a cold start of its new code, in its new environment, and the modules the
-        old code's staged assets had imported are forgotten, so the new code imports its own."""
-        staged = {f.code_root for f in self.functions.values() if f.code_root.name.startswith("asset.")}
-        self.stack = stack
-        for name, module in list(sys.modules.items()):
-            source = getattr(module, "__file__", None)
-            if source and any(Path(source).is_relative_to(root) for root in staged):
-                del sys.modules[name]
-        importlib.invalidate_caches()
-        for spec in stack.functions.values():
-            fresh = self._function(spec)
-            if fresh is None:
-                continue
-            current = self.functions.setdefault(spec.logical_id, fresh)
-            self.resources.function_names[spec.logical_id] = spec.logical_id
-            current.handler_path, current.code_root = fresh.handler_path, fresh.code_root
-            current.timeout, current.env = fresh.timeout, fresh.env
-            current.new_container()
 
     def _code_root(self, asset_path: str | None) -> Path:
         # The staged asset is the code `cdk deploy` would upload; without one (an assembly synthesized

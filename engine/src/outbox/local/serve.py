@@ -35,8 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from outbox.local import setup
+from outbox.local import saving, setup
 from outbox.local.clock import VirtualClock
+from outbox.local.reload import reload_code
 from outbox.local.runtime import LocalRuntime
 from outbox.local.served import ABOUT_PATH
 from outbox.local.state import STATE_FILE, Stamp, StateRefusedError, read_state, resources_digest
@@ -116,12 +117,12 @@ class Served:
         """Write the state when something changed since the last save (a round that moved something, or a
         request from outside) and the last save is ``every`` seconds old or more (a big state takes a while to
         write, and requests wait meanwhile); the bytes written, or None when it was not written."""
-        outside = self.runtime.outside_changes()
+        outside = saving.outside_changes(self.runtime)
         self._dirty = self._dirty or changed or outside != self._saved_changes
         self._saved_changes = outside
         if not self._dirty or time.monotonic() - self._saved_at < every:
             return None
-        size = self.runtime.save_state(self.state)
+        size = saving.save_state(self.runtime, self.state)
         self._dirty, self._saved_at = False, time.monotonic()
         return size
 
@@ -342,11 +343,11 @@ def _reload(served: Served, app: str, workdir: Path, context: Mapping[str, str],
         )
         return
     previous = runtime.stack
-    runtime.reload_code(changed)
+    reload_code(runtime, changed)
     try:
         setup.check_setup(runtime)
     except setup.PipelineSetupError as exc:
-        runtime.reload_code(previous)
+        reload_code(runtime, previous)
         say(f"code changed, but it cannot run: {exc}. Still serving the code before it")
         return
     write_topology(workdir / LOCAL_TOPOLOGY, runtime, setup.durable_consumer(runtime))

@@ -25,7 +25,8 @@ from outbox.settings import load_catalog
 CATALOG_ENV = "OUTBOX_CATALOG"
 # A command a message suggests: `outbox` and one of its commands (not the package, outbox.local, or a word).
 SUGGESTED = re.compile(
-    r"(?<![\w.\-/])outbox (status|verify-chain|findings|anchor|dead-letters|replay|skip|redrive|reconcile|catalog|emit)\b"
+    r"(?<![\w.\-/])outbox "
+    r"(status|verify-chain|findings|anchor|dead-letters|replay|skip|redrive|reconcile|catalog|emit)\b"
 )
 
 # The variables a catalog listed without a stack may read and not find (each one rebuilds it).

@@ -4,6 +4,7 @@ that a failed emit's ids are known."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from outbox import EventStore
@@ -17,14 +18,17 @@ IDS_KEPT = 8  # an emitter's recent ids: more than an import's events
 class RequestContexts:
     """The trace context each emit of a writer records, as its requests would carry them: most a valid W3C
     context, some none (no tracing upstream), some bounded but malformed (another writer's, a client's header),
-    which must change nothing the invariants look at."""
+    which must change nothing the invariants look at. In a schedule that upgrades the engine, the application ran
+    without tracing until the upgrade (``untraced``): its events then carry none, the events whose claim rows the
+    previous release digested otherwise (``simulation.upgrade_actor``)."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, untraced: Callable[[], bool] = lambda: False) -> None:
         self._rng = rng
+        self._untraced = untraced
 
     def __call__(self) -> TraceContext | None:
-        draw = self._rng.random()
-        if draw < 0.125:
+        draw = self._rng.random()  # drawn in any case: the stream stays the same
+        if draw < 0.125 or self._untraced():
             return None
         if draw < 0.25:
             return TraceContext(traceparent=f"00-{self._rng.getrandbits(64):x}", tracestate="not a, w3c list")
@@ -63,5 +67,5 @@ class Emitter:
             catalog=catalog,
             new_event_id=self.ids,
             rng=random.Random(f"{world.seed}:{name}"),
-            trace_context=RequestContexts(random.Random(f"{world.seed}:{name}:trace")),
+            trace_context=RequestContexts(random.Random(f"{world.seed}:{name}:trace"), world.before_an_upgrade),
         )

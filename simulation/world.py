@@ -20,7 +20,7 @@ from ulid import ULID
 from outbox import Envelope
 from outbox.testing.services import FakeService
 from simulation.chaos import Chaos
-from simulation.schedule import Schedule
+from simulation.schedule import Schedule, Upgrade
 from simulation.trace import Trace
 
 if TYPE_CHECKING:
@@ -179,6 +179,10 @@ class World:
         if deploy in ("ledger_unordered", "ledger_narrowed"):
             return at is None
         return True
+
+    def before_an_upgrade(self) -> bool:
+        """Whether the schedule upgrades the engine and the upgrade is still to come."""
+        return not self.upgraded and any(isinstance(action, Upgrade) for action in self.schedule.actions)
 
     def emitted(self, tenant: str) -> bool:
         """Whether ``tenant`` has a committed event (a log to read)."""

@@ -41,7 +41,7 @@ from constructs import Construct
 
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
-from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
+from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing, workflow_function
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
@@ -71,6 +71,7 @@ from outbox_cdk.relay_pipe import RelayPipe
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
+from outbox_cdk.workflow_function import WorkflowFunctions
 
 
 class OutboxPipeline(Construct):
@@ -178,6 +179,10 @@ class OutboxPipeline(Construct):
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
         Each ``AcceptedCatalogProblem(problem=<part of its text>, reason=...)`` lets one through, recorded in
         the template's metadata; one that matches no problem fails the synth too (remove it).
+    workflow_execution_timeout, workflow_retention_days
+        For each WORKFLOW subscription of the catalog, a durable function of its own (``outbox_cdk.WorkflowFunction``)
+        whose executions may run this long (30 days by default, at most 366) and whose history Lambda keeps this
+        many days once closed (30 by default, 1..90); with ``encryption_key``, the executions' payloads use it.
     """
 
     def __init__(
@@ -209,6 +214,8 @@ class OutboxPipeline(Construct):
         ordered_subscriptions: bool = False,
         watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
+        workflow_execution_timeout: Duration = workflow_function.DEFAULT_EXECUTION_TIMEOUT,
+        workflow_retention_days: int = workflow_function.DEFAULT_RETENTION_DAYS,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -297,6 +304,16 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
             error_detail=error_detail_of(error_detail),
             ordered_subscriptions=ordered_subscriptions,
+        )
+        self.workflows = WorkflowFunctions(
+            self,
+            "Workflows",
+            subscriptions=workflow_function.workflow_subscriptions(code, catalog, environment),
+            application=self.application,
+            consumer=self.consumer.function,
+            execution_timeout=workflow_execution_timeout,
+            retention_days=workflow_retention_days,
+            encryption_key=encryption_key,
         )
         if record_changes_from is not None:
             self._add_record_change_lane(

@@ -78,9 +78,9 @@ def app_code(tmp_path: Path, handler: str = DURABLE_HANDLER) -> tuple[lambda_.Co
     return lambda_.Code.from_asset(str(tmp_path / "src")), package
 
 
-def synthesize(tmp_path: Path, *, handler: str = DURABLE_HANDLER, key: bool = True, **options: Any) -> dict[str, Any]:
+def shop(app: App, tmp_path: Path, *, handler: str = DURABLE_HANDLER, key: bool = True, **options: Any) -> Stack:
     code, package = app_code(tmp_path, handler)
-    stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Shop")
+    stack = Stack(app, "Shop")
     OutboxPipeline(
         stack,
         "Outbox",
@@ -88,10 +88,14 @@ def synthesize(tmp_path: Path, *, handler: str = DURABLE_HANDLER, key: bool = Tr
         catalog=f"{package}.catalog:build",
         no_alarm_subscriber="a test stack",
         operators=[iam.AccountRootPrincipal()],
-        encryption_key=kms.Key(stack, "Key") if key else None,
+        encryption_key=kms.Key(stack, "Key", enable_key_rotation=True) if key else None,
         **options,
     )
-    return Template.from_stack(stack).to_json()
+    return stack
+
+
+def synthesize(tmp_path: Path, **options: Any) -> dict[str, Any]:
+    return Template.from_stack(shop(App(context={"aws:cdk:bundling-stacks": []}), tmp_path, **options)).to_json()
 
 
 @pytest.fixture(scope="module")
@@ -209,17 +213,7 @@ def test_a_pipeline_with_a_workflow_passes_cdk_nag(tmp_path: Path) -> None:
     from aws_cdk import Validations
     from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 
-    code, package = app_code(tmp_path)
     app = App(context={"aws:cdk:bundling-stacks": []}, outdir=str(tmp_path / "out"))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app), ServerlessChecks(app))
-    stack = Stack(app, "Shop")
-    OutboxPipeline(
-        stack,
-        "Outbox",
-        code=code,
-        catalog=f"{package}.catalog:build",
-        no_alarm_subscriber="a test stack",
-        operators=[iam.AccountRootPrincipal()],
-        encryption_key=kms.Key(stack, "Key", enable_key_rotation=True),
-    )
+    shop(app, tmp_path)
     app.synth()

@@ -25,6 +25,7 @@ from outbox.local.clock import VirtualClock
 from outbox.local.durable_functions import LocalDurableFunctions
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.fault_count import FaultCount
+from outbox.local.lambda_context import LocalLambdaContext
 from outbox.pairs import State
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 from outbox.workflows import WorkflowInput, execution_name, workflow
@@ -280,3 +281,28 @@ def test_a_consumer_whose_catalog_has_workflows_refuses_to_start_without_their_f
         DurableConsumer(registry, lane.inbox, lane.store)
     with pytest.raises(OutboxValidationError, match="no durable function is named for the WORKFLOW subscriptions"):
         DurableConsumer(registry, lane.inbox, lane.store, workflows=lane.ends.starter, workflow_functions={})
+
+
+def test_the_scheduled_pass_settles_what_ended_with_its_own_lambda_client(
+    lane: WorkflowLane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deployed pass (outbox.handlers.workflow_ends) as Lambda runs it: its settings from the environment, its
+    clients made by itself; the durable service answers its Lambda client through the default session."""
+    ended, running = lane.emit(), lane.emit()
+    lane.deliver()
+    lane.durable.wait(lane.claim_row(ended)["execution_arn"]["S"])
+    monkeypatch.setenv("INBOX_TABLE_NAME", INBOX_TABLE)
+    monkeypatch.setenv("INBOX_RETENTION_DAYS", "30")
+    monkeypatch.setenv("ERROR_DETAIL", "redacted")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "test")  # before the handler's module: read at its import
+    from outbox.handlers import workflow_ends
+
+    workflow_ends.ends.cache_clear()
+    with lane.durable.serving_default_session():
+        lane.durable.wait(lane.claim_row(running)["execution_arn"]["S"])
+        context = LocalLambdaContext("workflow-ends", timedelta(minutes=1), lane.clock)
+        counts = workflow_ends.handler({}, context)
+    workflow_ends.ends.cache_clear()
+    assert counts["completed"] == 2
+    assert lane.status(ended) == lane.status(running) == State.COMPLETED

@@ -106,7 +106,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def workflow_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return only_resource(template, "AWS::Lambda::Function", "Workflows")
+    return only_resource(template, "AWS::Lambda::Function", "OutboxWorkflowsWorkflow")
 
 
 def key_id(template: dict[str, Any]) -> str:
@@ -217,3 +217,55 @@ def test_a_pipeline_with_a_workflow_passes_cdk_nag(tmp_path: Path) -> None:
     Validations.of(app).add_plugins(AwsSolutionsChecks(app), ServerlessChecks(app))
     shop(app, tmp_path)
     app.synth()
+
+
+# -- the settle pass --------------------------------------------------------------------------------------------
+
+
+def settler(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return only_resource(template, "AWS::Lambda::Function", "OutboxWorkflowsSettler")
+
+
+def test_the_settle_pass_runs_the_engines_handler_every_minute_with_an_alarmed_dead_letter_queue(
+    template: dict[str, Any],
+) -> None:
+    from outbox_cdk.workflow_settler import HANDLER
+    from tests.infrastructure.conftest import assert_handler_in_layer
+
+    function_id, function = settler(template)
+    assert function["Properties"]["Handler"] == HANDLER
+    assert_handler_in_layer(HANDLER)
+    assert set(function["Properties"]["Environment"]["Variables"]) >= {
+        "INBOX_TABLE_NAME",
+        "INBOX_RETENTION_DAYS",
+        "ERROR_DETAIL",
+    }
+    _, rule = only_resource(template, "AWS::Events::Rule", "OutboxWorkflowsSettler")
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    [target] = rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
+    dlq_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+    assert function["Properties"]["DeadLetterConfig"]["TargetArn"] == {"Fn::GetAtt": [dlq_id, "Arn"]}
+    _, dead_alarm = only_resource(template, "AWS::CloudWatch::Alarm", "OutboxWorkflowsSettlerDeadAlarm")
+    assert dead_alarm["Properties"]["MetricName"] == "WorkflowsDead", "a pair made dead alarms"
+    assert dead_alarm["Properties"]["Threshold"] == 0
+
+
+def test_the_settle_pass_may_read_executions_and_write_only_the_inbox_rows_it_settles(template: dict[str, Any]) -> None:
+    from outbox_cdk.workflow_settler import INBOX_GRANTS
+
+    function_id, _ = workflow_function(template)
+    _, pass_function = settler(template)
+    statements = role_statements(template, pass_function["Properties"]["Role"]["Fn::GetAtt"][0])
+    executions = {"Fn::Join": ["", [{"Fn::GetAtt": [function_id, "Arn"]}, ":*"]]}
+    assert _lambda_grants(statements) == {"lambda:GetDurableExecution": [executions]}
+    inbox = {"Fn::GetAtt": [only_resource(template, "AWS::DynamoDB::Table", "OutboxInbox")[0], "Arn"]}
+    on_inbox = [s for s in statements if inbox in listed(s["Resource"])]
+    granted = {
+        (tuple(sorted(listed(s["Action"]))), tuple(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]))
+        for s in on_inbox
+    }
+    assert granted == {
+        (tuple(sorted(actions)), tuple(c["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]))
+        for actions, c in INBOX_GRANTS
+    }

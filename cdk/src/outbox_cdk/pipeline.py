@@ -311,6 +311,9 @@ class OutboxPipeline(Construct):
             subscriptions=workflow_function.workflow_subscriptions(code, catalog, environment),
             application=self.application,
             consumer=self.consumer.function,
+            inbox=self.inbox,
+            alarm_topic=self.alarm_topic,
+            error_detail=error_detail_of(error_detail),
             execution_timeout=workflow_execution_timeout,
             retention_days=workflow_retention_days,
             encryption_key=encryption_key,
@@ -486,7 +489,7 @@ class OutboxPipeline(Construct):
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
-        dead_letters += self.auditor.dead_letters
+        dead_letters += self.auditor.dead_letters + self.workflows.dead_letters
         if self.control_plane is not None:
             dead_letters.append(("control-plane watch DLQ", self.control_plane.dead_letters))
         lane = None

@@ -17,15 +17,21 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from aws_cdk import Acknowledgment, CfnElement, Duration, Stack, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
+from outbox.redaction import ErrorDetail
 from outbox.subscriptions import Lane
 from outbox.workflows import WORKFLOW_FUNCTIONS_VARIABLE, WorkflowHandler
+from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.catalog_check import _asset_path, _environment, _importable, _load
+from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction
+from outbox_cdk.workflow_settler import WorkflowSettler
 
 ALIAS: Final = "live"
 # Lambda's bounds (the DurableConfig model): an execution runs 1 s..366 days; a closed one's history is kept 1..90 days.
@@ -213,8 +219,9 @@ def check_durable_config(subscription: str, execution_timeout: Duration, retenti
 
 
 class WorkflowFunctions(Construct):
-    """A ``WorkflowFunction`` per WORKFLOW subscription (``self.functions``, by subscription), and the durable
-    consumer granted to start them, told where each is (``WORKFLOW_FUNCTIONS``: subscription -> qualified ARN)."""
+    """A ``WorkflowFunction`` per WORKFLOW subscription (``self.functions``, by subscription), the durable consumer
+    granted to start them, told where each is (``WORKFLOW_FUNCTIONS``: subscription -> qualified ARN), and, when
+    there is one, the settle pass that brings their executions' ends back (``self.settler``)."""
 
     def __init__(
         self,
@@ -224,6 +231,9 @@ class WorkflowFunctions(Construct):
         subscriptions: Sequence[WorkflowSubscription],
         application: ApplicationCode,
         consumer: lambda_.Function,
+        inbox: InboxTable,
+        alarm_topic: sns.ITopic,
+        error_detail: ErrorDetail = ErrorDetail.REDACTED,
         execution_timeout: Duration = DEFAULT_EXECUTION_TIMEOUT,
         retention_days: int = DEFAULT_RETENTION_DAYS,
         encryption_key: kms.IKey | None = None,
@@ -243,9 +253,31 @@ class WorkflowFunctions(Construct):
             )
             function.grant_start(consumer, encryption_key)
             self.functions[subscription.name] = function
+        self.settler: WorkflowSettler | None = None
         if self.functions:
             arns = {name: function.qualified_arn for name, function in self.functions.items()}
             consumer.add_environment(WORKFLOW_FUNCTIONS_VARIABLE, Stack.of(self).to_json_string(arns))
+            self.settler = WorkflowSettler(
+                self,
+                "Settler",
+                inbox=inbox,
+                executions=[function.executions_arn for function in self.functions.values()],
+                application=application,
+                alarm_topic=alarm_topic,
+                error_detail=error_detail,
+                encryption_key=encryption_key,
+            )
+            policy = self.settler.role.node.find_child("DefaultPolicy").node.default_child
+            for function in self.functions.values():
+                function.acknowledge_executions(policy)
+
+    @property
+    def dead_letters(self) -> list[tuple[str, AlarmedDeadLetterQueue]]:
+        return [] if self.settler is None else [("workflow settle DLQ", self.settler.dead_letters)]
+
+    @property
+    def alarms(self) -> list[cloudwatch.IAlarm]:
+        return [] if self.settler is None else self.settler.alarms
 
 
 __all__ = [

@@ -101,6 +101,28 @@ class LocalDurableFunctions:
         client.meta.events.register("before-send.lambda", self._answer)
         return client
 
+    @contextmanager
+    def serving_default_session(self) -> Iterator[None]:
+        """Every ``boto3.client("lambda")`` made meanwhile (a handler's own, as on AWS) is answered here: the
+        variable ``AWS_ENDPOINT_URL_LAMBDA`` names this service, and boto3's default session hooks it."""
+        import os
+
+        import boto3
+
+        boto3.setup_default_session(region_name="us-east-1")
+        events = boto3.DEFAULT_SESSION._session.get_component("event_emitter")
+        events.register("before-send.lambda", self._answer)
+        previous = os.environ.get("AWS_ENDPOINT_URL_LAMBDA")
+        os.environ["AWS_ENDPOINT_URL_LAMBDA"] = ENDPOINT
+        try:
+            yield
+        finally:
+            events.unregister("before-send.lambda", self._answer)
+            if previous is None:
+                os.environ.pop("AWS_ENDPOINT_URL_LAMBDA", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL_LAMBDA"] = previous
+
     # -- what a test or the runtime does with an execution ----------------------------------------------------
 
     def executions(self) -> list[LocalExecution]:

@@ -306,3 +306,50 @@ def test_the_scheduled_pass_settles_what_ended_with_its_own_lambda_client(
     workflow_ends.ends.cache_clear()
     assert counts["completed"] == 2
     assert lane.status(ended) == lane.status(running) == State.COMPLETED
+
+
+@pytest.mark.parametrize("by_subscription", [False, True], ids=["window", "subscription"])
+def test_a_workflow_event_the_stream_lost_is_reconciled_into_one_execution(
+    lane: WorkflowLane, by_subscription: bool
+) -> None:
+    from outbox.ops.reconcile import reconcile
+
+    envelope = lane.store.emit("order.paid", {"n": 1}, tenant="acme", actor="test")  # never relayed
+    lane.clock.advance(timedelta(hours=2))
+    context = operator_context(lane.harness)
+    since = lane.clock() - timedelta(days=1)
+    result = reconcile(context, since, tenant="acme", subscription=SUBSCRIPTION if by_subscription else None)
+    assert result.subscriptions == {envelope.id: [SUBSCRIPTION]}
+    lane.deliver()
+    again = reconcile(context, since, tenant="acme")
+    assert again.republished == [], "a handed pair is not re-sent"
+    assert_one_execution_completed(lane, envelope)
+
+
+def test_status_lists_running_workflows_oldest_first_with_their_age(lane: WorkflowLane) -> None:
+    from outbox.ops.status import read_status
+
+    lane.durable.register(FUNCTION, ship_with_label)  # they wait for their labels: still running
+    first = lane.emit()
+    lane.deliver()
+    lane.clock.advance(timedelta(hours=3))
+    second = lane.emit()
+    lane.deliver()
+    status = read_status(operator_context(lane.harness))
+    assert [(w.event_id, w.subscription) for w in status.workflows] == [
+        (first.id, SUBSCRIPTION),
+        (second.id, SUBSCRIPTION),
+    ]
+    assert status.workflows[0].age_seconds - status.workflows[1].age_seconds >= 3 * 3600
+    assert status.problems() == [], "a running execution is an outcome in progress, not a problem"
+    assert status.as_dict()["workflows"][0]["execution_arn"] == lane.claim_row(first)["execution_arn"]["S"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(0, "0s"), (59, "59s"), (60, "1m 0s"), (3_605, "1h 0m"), (7_300, "2h 1m"), (400_000, "4d 15h")],
+)
+def test_a_workflows_age_is_said_in_its_two_largest_units(seconds: int, said: str) -> None:
+    from outbox.ops.workflows import duration
+
+    assert duration(seconds) == said

@@ -14,6 +14,7 @@ from outbox.liveness import pipe_states as read_pipe_states
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
+from outbox.ops.workflows import RunningWorkflow, running_workflows
 from outbox.verification import ChainReport, verify_chain
 
 
@@ -84,6 +85,8 @@ class Status:
     application: dict[str, str] = field(default_factory=dict)
     # Ordered subscriptions with events waiting, per tenant, and what they wait for.
     blocked: list[Blocked] = field(default_factory=list)
+    # Pairs handed to a durable execution that has not ended (or whose end is not settled yet), oldest first.
+    workflows: list[RunningWorkflow] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """What needs an operator, one line each, ending with the command that looks closer or repairs it:
@@ -191,7 +194,15 @@ def read_status(context: OperatorContext) -> Status:
     queues, pipes = queue_depths(context), pipe_states(context)
     pills = len(context.inbox.poison_pills(context.now()))
     waiting = blocked(context, names)
-    return Status(queues, pipes, tenants, pills, application=dict(context.topology.application), blocked=waiting)
+    return Status(
+        queues,
+        pipes,
+        tenants,
+        pills,
+        application=dict(context.topology.application),
+        blocked=waiting,
+        workflows=running_workflows(context),
+    )
 
 
 def tenant_status(context: OperatorContext, tenant: str) -> TenantStatus:

@@ -144,15 +144,7 @@ class Handoffs:
 
     def running(self) -> Iterator[Running]:
         """Every pair handed to a workflow and not settled, oldest first within each shard."""
-        for shard in range(RUNNING_SHARDS):
-            for row in read_partition(self.inbox.client, self.table_name, running_partition(shard)):
-                yield Running(
-                    event_id=row["event_id"]["S"],
-                    subscription=row["subscription"]["S"],
-                    tenant=row["tenant"]["S"],
-                    execution_arn=row["execution_arn"]["S"],
-                    handed_at=row["handed_at"]["S"],
-                )
+        return running_pairs(self.inbox.client, self.table_name)
 
     def settle_succeeded(self, handoff: Handoff) -> bool:
         """COMPLETED (its replay's dead letter resolved), the running row gone. False when the claim is no longer
@@ -241,6 +233,20 @@ class Handoffs:
                 return False
             raise
         return True
+
+
+def running_pairs(client: Any, table_name: str) -> Iterator[Running]:
+    """The running index of the inbox ``table_name``: every pair handed to a workflow and not settled, oldest first
+    within each shard (``sorted`` by ``handed_at`` for all of them)."""
+    for shard in range(RUNNING_SHARDS):
+        for row in read_partition(client, table_name, running_partition(shard)):
+            yield Running(
+                event_id=row["event_id"]["S"],
+                subscription=row["subscription"]["S"],
+                tenant=row["tenant"]["S"],
+                execution_arn=row["execution_arn"]["S"],
+                handed_at=row["handed_at"]["S"],
+            )
 
 
 def handed_since(handoff: Running, now: datetime) -> float:

@@ -353,3 +353,24 @@ def test_a_workflows_age_is_said_in_its_two_largest_units(seconds: int, said: st
     from outbox.ops.workflows import duration
 
     assert duration(seconds) == said
+
+
+def test_skip_acknowledges_a_dead_workflow_pair_and_refuses_a_running_one(lane: WorkflowLane) -> None:
+    from outbox.exceptions import OperationRefusedError
+    from outbox.ops.ordering import skip
+    from outbox.ops.replay import plan_replay
+
+    context = operator_context(lane.harness)
+    lane.durable.register(FUNCTION, ship_with_label)
+    running = lane.emit()
+    lane.deliver()
+    with pytest.raises(OperationRefusedError, match="handed to a workflow"):
+        skip(context, "acme", SUBSCRIPTION, running.seq, by="ops", reason="no longer needed")
+    with pytest.raises(OperationRefusedError, match="handed to a workflow: its durable execution is running"):
+        plan_replay(context, event_ids=[running.id], subscription=SUBSCRIPTION)
+    lane.durable.stop(lane.claim_row(running)["execution_arn"]["S"])
+    assert lane.settle_when_ended(running) is Settled.DEAD
+    skip(context, "acme", SUBSCRIPTION, running.seq, by="ops", reason="the order was cancelled")
+    assert lane.status(running) == State.SKIPPED
+    assert lane.inbox.dead_letters("acme") == [], "its dead letter is resolved with who and why"
+    assert lane.executions_of(running) == {execution_name(running.id, SUBSCRIPTION, 1): 1}

@@ -192,19 +192,28 @@ def test_a_workflow_handler_that_is_not_durable_fails_the_synth(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("options", "problem"),
+    ("timeout", "retention", "problem"),
     [
-        ({"workflow_retention_days": 0}, "retention_days must be 1..90"),
-        ({"workflow_retention_days": 91}, "retention_days must be 1..90"),
-        ({"workflow_execution_timeout": Duration.days(367)}, "execution_timeout must be whole seconds"),
-        ({"workflow_execution_timeout": Duration.millis(1500)}, "execution_timeout must be whole seconds"),
+        (Duration.days(1), 0, "retention_days must be 1..90"),
+        (Duration.days(1), 91, "retention_days must be 1..90"),
+        (Duration.days(367), 30, "execution_timeout must be whole seconds"),
+        (Duration.millis(1500), 30, "execution_timeout must be whole seconds"),
+        (Duration.millis(500), 30, "execution_timeout must be whole seconds"),
     ],
 )
-def test_a_durable_configuration_lambda_refuses_fails_the_synth_saying_its_bounds(
-    tmp_path: Path, options: dict[str, Any], problem: str
+def test_a_durable_configuration_lambda_refuses_is_refused_saying_its_bounds(
+    timeout: Duration, retention: int, problem: str
 ) -> None:
+    from outbox_cdk.workflow_function import check_durable_config
+
     with pytest.raises(ValueError, match=problem):
-        synthesize(tmp_path, key=False, **options)
+        check_durable_config("shop.ship_order", timeout, retention)
+    assert check_durable_config("shop.ship_order", Duration.days(366), 90) == 31_622_400
+
+
+def test_the_pipeline_refuses_a_durable_configuration_lambda_refuses(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"retention_days must be 1\.\.90"):
+        synthesize(tmp_path, key=False, workflow_retention_days=91)
 
 
 def test_a_pipeline_with_a_workflow_passes_cdk_nag(tmp_path: Path) -> None:

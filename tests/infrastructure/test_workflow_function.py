@@ -35,6 +35,7 @@ from outbox.workflows import workflow
 
 class Paid(BaseModel):
     order_id: str
+    fail: bool = False
 
 
 def build():

@@ -34,6 +34,7 @@ from outbox.local.functions import LambdaHandler, LocalFunction
 from outbox.local.pipe import PipeConfig, PipeEmulator
 from outbox.local.resources import ACCOUNT, LocalResources, create_queues, create_tables
 from outbox.local.template import Reference, StackSpec, TemplateError, load_stack
+from outbox.local.workflows import LocalWorkflows, name_aliases
 from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class LocalRuntime:
         self.mappings: dict[str, SqsEventSourceMapping] = {}
         self._exit = ExitStack()
         self._clients: dict[str, Any] = {}
+        self.workflows: LocalWorkflows | None = None  # the WORKFLOW lane's durable functions (outbox.local.workflows)
 
     @classmethod
     def from_assembly(cls, assembly_dir: Path | str, stack_name: str = "OutboxEngine", **options: Any) -> LocalRuntime:
@@ -103,9 +105,11 @@ class LocalRuntime:
             self._create_queues()
             # Pipe names first: functions' environments may reference them (the operator endpoint does).
             self.resources.pipe_names.update({logical_id: logical_id for logical_id in self.stack.pipes})
+            name_aliases(self.stack, self.resources)  # the consumer's environment names the durable functions
             self._build_functions()
             self._build_pipes()
             self._build_mappings()
+            self.workflows = LocalWorkflows.start(self.stack, self.functions, self._exit)
         except BaseException:
             self._exit.close()
             raise
@@ -344,6 +348,8 @@ class LocalRuntime:
             progressed = pipe.poll() is not None or progressed
         for mapping in self.mappings.values():
             progressed = mapping.poll() is not None or progressed
+        if self.workflows is not None:  # the settle pass, as its schedule runs it
+            progressed = self.workflows.settle() or progressed
         return progressed
 
     def run_until_idle(self, max_steps: int = 10_000, on_step: Callable[[int], None] | None = None) -> int:

@@ -374,3 +374,32 @@ def test_skip_acknowledges_a_dead_workflow_pair_and_refuses_a_running_one(lane: 
     assert lane.status(running) == State.SKIPPED
     assert lane.inbox.dead_letters("acme") == [], "its dead letter is resolved with who and why"
     assert lane.executions_of(running) == {execution_name(running.id, SUBSCRIPTION, 1): 1}
+
+
+def test_a_workflow_unsettled_past_its_execution_timeout_is_a_problem_status_names(
+    clock: VirtualClock, aws: None
+) -> None:
+    """The pair's own bound: Lambda ends an execution at its timeout, and the pass settles it within a minute; one
+    still listed long after says the pass is not doing its work (its end would otherwise never come back)."""
+    from outbox.ops.status import read_status
+    from outbox.ops.workflows import SETTLE_MARGIN
+
+    durable = LocalDurableFunctions()
+    durable.register(FUNCTION, ship_with_label)
+    starter = WorkflowStarter(durable.client(retries=1))
+    functions = {SUBSCRIPTION: {"arn": FUNCTION, "execution_timeout": 3600}}
+    h = build_harness(lambda _: [shipping()], clock, workflows=starter, workflow_functions=functions)
+    try:
+        envelope = h.store.emit("order.paid", {"n": 1}, tenant="acme", actor="test")
+        h.publish(envelope)
+        h.esm.poll()
+        context = operator_context(h)
+        clock.advance(timedelta(hours=1) + SETTLE_MARGIN - timedelta(seconds=1))
+        assert read_status(context).problems() == [], "within its bound: an outcome in progress"
+        clock.advance(timedelta(seconds=2))
+        [problem] = read_status(context).problems()
+        assert envelope.id in problem
+        assert "past its execution timeout and not settled" in problem
+        assert "is the settle pass running?" in problem
+    finally:
+        durable.close()

@@ -220,7 +220,8 @@ def check_durable_config(subscription: str, execution_timeout: Duration, retenti
 
 class WorkflowFunctions(Construct):
     """A ``WorkflowFunction`` per WORKFLOW subscription (``self.functions``, by subscription), the durable consumer
-    granted to start them, told where each is (``WORKFLOW_FUNCTIONS``: subscription -> qualified ARN), and, when
+    granted to start them, told where each is (``WORKFLOW_FUNCTIONS``: subscription -> qualified ARN and execution
+    timeout), and, when
     there is one, the settle pass that brings their executions' ends back (``self.settler``)."""
 
     def __init__(
@@ -255,8 +256,11 @@ class WorkflowFunctions(Construct):
             self.functions[subscription.name] = function
         self.settler: WorkflowSettler | None = None
         if self.functions:
-            arns = {name: function.qualified_arn for name, function in self.functions.items()}
-            consumer.add_environment(WORKFLOW_FUNCTIONS_VARIABLE, Stack.of(self).to_json_string(arns))
+            described = {
+                name: {"arn": function.qualified_arn, "execution_timeout": function.execution_timeout_seconds}
+                for name, function in self.functions.items()
+            }
+            consumer.add_environment(WORKFLOW_FUNCTIONS_VARIABLE, Stack.of(self).to_json_string(described))
             self.settler = WorkflowSettler(
                 self,
                 "Settler",

@@ -99,7 +99,7 @@ class DurableConsumer:
         wake_ups: WakeUps | None = None,
         log: Any | None = None,
         workflows: WorkflowStarter | None = None,
-        workflow_functions: Mapping[str, str] | None = None,
+        workflow_functions: Mapping[str, Any] | None = None,
     ) -> None:
         self.registry = registry
         self._deployed = DeployedCatalog(registry)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, UnfinishedAttemptsError
@@ -29,10 +30,12 @@ class WorkflowPath:
     """Hands each WORKFLOW pair to a durable execution of its subscription's function (``functions``: subscription
     name -> qualified ARN), once."""
 
-    def __init__(self, attempts: Attempts, starter: WorkflowStarter, functions: Mapping[str, str]) -> None:
+    def __init__(
+        self, attempts: Attempts, starter: WorkflowStarter, functions: Mapping[str, str | Mapping[str, Any]]
+    ) -> None:
         self.attempts = attempts
         self.starter = starter
-        self.functions = {name: QualifiedFunction(arn) for name, arn in functions.items()}
+        self.functions = {name: QualifiedFunction.of(described) for name, described in functions.items()}
         self.handoffs = Handoffs(attempts.inbox)
 
     def function_of(self, subscription: str) -> QualifiedFunction:
@@ -62,7 +65,7 @@ class WorkflowPath:
         except Exception as exc:  # every way a start fails is classified, never lost
             return self.attempts.failed(claim, envelope, subscription, exc, receive_count)
         try:
-            self.handoffs.hand_off(claim, arn, name, attempt)
+            self.handoffs.hand_off(claim, arn, name, attempt, execution_timeout=function.execution_timeout)
         except LeaseLostError:
             # The new owner starts the same name, finds this execution, and records it.
             self.attempts.count(Metric.LEASES_LOST)
@@ -75,7 +78,7 @@ def workflow_path(
     registry: SubscriptionRegistry,
     attempts: Attempts,
     starter: WorkflowStarter | None,
-    functions: Mapping[str, str] | None,
+    functions: Mapping[str, str | Mapping[str, Any]] | None,
 ) -> WorkflowPath:
     """The consumer's workflow path; refused without a starter, since a WORKFLOW pair would have nothing to be
     handed to."""

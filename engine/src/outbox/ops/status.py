@@ -57,6 +57,7 @@ class Concern(StrEnum):
     TENANT = "tenant"
     ORDER = "order"  # an ordered subscription whose events wait (subject: the tenant)
     POISON = "poison"
+    WORKFLOW = "workflow"  # a pair handed to a workflow, unsettled past its execution's timeout (subject: the event)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,17 @@ class Status:
         found += [
             Problem(Concern.ORDER, waiting.tenant, waiting.what, waiting.hint, separator=" ")
             for waiting in self.blocked
+        ]
+        found += [
+            Problem(
+                Concern.WORKFLOW,
+                workflow.event_id,
+                workflow.problem,
+                "is the settle pass running? Its errors alarm and log (docs/workflows.md); "
+                f"aws lambda get-durable-execution --durable-execution-arn {workflow.execution_arn}",
+            )
+            for workflow in self.workflows
+            if workflow.overdue
         ]
         if self.poison_pills_today:
             found.append(

@@ -5,9 +5,14 @@ problem: its end settles it (docs/workflows.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from outbox.ops.context import OperatorContext
 from outbox.workflows.handoffs import handed_since, running_pairs
+
+# How long past its execution's timeout a handed pair may stay unsettled before status names it: Lambda ends the
+# execution at its timeout, and the settle pass runs every minute; this is room for both.
+SETTLE_MARGIN = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,15 @@ class RunningWorkflow:
     execution_arn: str
     handed_at: str
     age_seconds: float
+    # Past its execution's timeout (and the margin), still not settled: the settle pass is not doing its work.
+    overdue: bool = False
+
+    @property
+    def problem(self) -> str:
+        return (
+            f"workflow {self.subscription} of event {self.event_id} (tenant {self.tenant}), handed "
+            f"{duration(self.age_seconds)} ago, is past its execution timeout and not settled"
+        )
 
 
 def running_workflows(context: OperatorContext) -> list[RunningWorkflow]:
@@ -31,6 +45,7 @@ def running_workflows(context: OperatorContext) -> list[RunningWorkflow]:
             running.execution_arn,
             running.handed_at,
             handed_since(running, now),
+            overdue=running.ends_by is not None and now > datetime.fromisoformat(running.ends_by) + SETTLE_MARGIN,
         )
         for running in running_pairs(context.dynamodb, context.topology.inbox_table)
     ]

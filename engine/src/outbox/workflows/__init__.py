@@ -35,7 +35,8 @@ _EVENT_ID_LENGTH: Final = 26
 # so the two forms never meet.
 _HASH_DIGITS: Final = 16
 HANDLER_PATH_PATTERN: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-# The durable consumer's variable naming each WORKFLOW subscription's function: JSON {subscription: qualified ARN}.
+# The durable consumer's variable naming each WORKFLOW subscription's function: JSON {subscription: {"arn": its
+# qualified ARN, "execution_timeout": seconds}}.
 WORKFLOW_FUNCTIONS_VARIABLE: Final = "WORKFLOW_FUNCTIONS"
 # The module of the SDK's decorator: a durable handler is the wrapper it returns (``is_durable_handler``).
 DURABLE_SDK_MODULE: Final = "aws_durable_execution_sdk_python"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -80,6 +80,7 @@ class Running:
     tenant: str
     execution_arn: str
     handed_at: str
+    ends_by: str | None = None  # its execution's timeout from its hand-off (None: not known)
 
 
 class Handoffs:
@@ -92,10 +93,19 @@ class Handoffs:
     def table_name(self) -> str:
         return self.inbox.table_name
 
-    def hand_off(self, claim: Claim, execution_arn: str, execution_name: str, attempt: int) -> None:
+    def hand_off(
+        self,
+        claim: Claim,
+        execution_arn: str,
+        execution_name: str,
+        attempt: int,
+        *,
+        execution_timeout: int | None = None,
+    ) -> None:
         """The claim becomes HANDED to ``execution_arn``, and the running index lists it. ``LeaseLostError`` when the
         claim is no longer this worker's (the new owner's start, with the same name, finds the same execution)."""
-        handed_at = format_timestamp(self.inbox.clock())
+        now = self.inbox.clock()
+        handed_at = format_timestamp(now)
         values: dict[str, Any] = {
             ":handed": {"S": HANDED},
             ":arn": {"S": execution_arn},
@@ -126,6 +136,8 @@ class Handoffs:
             "execution_arn": {"S": execution_arn},
             "handed_at": {"S": handed_at},
         }
+        if execution_timeout is not None:  # by when Lambda ends it, whatever it does: the pass must have seen it
+            running["ends_by"] = {"S": format_timestamp(now + timedelta(seconds=execution_timeout))}
         self.inbox._fenced_transaction(
             claim,
             "hand off",
@@ -246,6 +258,7 @@ def running_pairs(client: Any, table_name: str) -> Iterator[Running]:
                 tenant=row["tenant"]["S"],
                 execution_arn=row["execution_arn"]["S"],
                 handed_at=row["handed_at"]["S"],
+                ends_by=_string(row, "ends_by"),
             )
 
 

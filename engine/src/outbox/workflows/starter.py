@@ -12,6 +12,7 @@ So a start, its re-sends and a worker's take-over after a crash find one executi
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,9 +52,19 @@ class WorkflowStartRefusedError(TerminalError):
 
 @dataclass(frozen=True)
 class QualifiedFunction:
-    """A durable function's qualified ARN (``arn:...:function:<name>:<alias or version>``), and its parts."""
+    """A durable function's qualified ARN (``arn:...:function:<name>:<alias or version>``), its parts, and how long
+    one of its executions may run (seconds; None where the caller did not say)."""
 
     arn: str
+    execution_timeout: int | None = None
+
+    @classmethod
+    def of(cls, described: str | Mapping[str, Any]) -> QualifiedFunction:
+        """From ``WORKFLOW_FUNCTIONS``: ``{"arn": ..., "execution_timeout": seconds}``, or the ARN alone."""
+        if isinstance(described, str):
+            return cls(described)
+        timeout = described.get("execution_timeout")
+        return cls(str(described["arn"]), int(timeout) if timeout is not None else None)
 
     def __post_init__(self) -> None:
         parts = self.arn.split(":")

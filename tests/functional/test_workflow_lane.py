@@ -32,7 +32,14 @@ from outbox.workflows import WorkflowInput, execution_name, workflow
 from outbox.workflows.ends import Settled, WorkflowEnds
 from outbox.workflows.handoffs import Handoffs
 from outbox.workflows.starter import WorkflowStarter
-from tests.functional.inbox_harness import INBOX_TABLE, VISIBILITY_TIMEOUT, Harness, build_harness, operator_context
+from tests.functional.inbox_harness import (
+    INBOX_TABLE,
+    VISIBILITY_TIMEOUT,
+    Harness,
+    HarnessFactory,
+    build_harness,
+    operator_context,
+)
 
 SUBSCRIPTION = "shipping.ship_order"
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:ship-order:live"
@@ -401,5 +408,38 @@ def test_a_workflow_unsettled_past_its_execution_timeout_is_a_problem_status_nam
         assert envelope.id in problem
         assert "past its execution timeout and not settled" in problem
         assert "is the settle pass running?" in problem
+    finally:
+        durable.close()
+
+
+def test_a_deferred_pair_whose_subscription_moved_to_workflow_leaves_its_order_when_handed(
+    make_harness: HarnessFactory,
+) -> None:
+    """An ordered DURABLE subscription's pair waits DEFERRED; a deploy moves the subscription to WORKFLOW (unordered):
+    the pair is handed to one execution, and its deferred row leaves the order with its count, as the lease path's
+    claim of such a pair does (outbox.pairs: DEFERRED, UNORDERED)."""
+    from outbox.ops.reconcile import reconcile
+    from tests.functional.test_ordered_subscriptions import LEDGER
+    from tests.functional.test_pairs_across_deploys import assert_counted, dead_then_deferred
+
+    h, _applied, _first, second = dead_then_deferred(make_harness)
+    durable = LocalDurableFunctions()
+    durable.register(FUNCTION, ship_order)
+    try:
+        moved = Subscription(LEDGER, "account.*", Lane.WORKFLOW, workflow(f"{__name__}:ship_order"))
+        h.consumer = DurableConsumer(
+            SubscriptionRegistry.of([moved]),
+            h.inbox,
+            h.store,
+            wake_ups=h.consumer.wake_ups,
+            workflows=WorkflowStarter(durable.client()),
+            workflow_functions={LEDGER: FUNCTION},
+        )
+        h.esm.handler = h.consumer.handle
+        reconcile(operator_context(h, [moved]), None, subscription=LEDGER)
+        h.esm.drain()
+        assert h.claim_status(LEDGER, second) == State.HANDED
+        assert_counted(h)
+        assert sum(durable.starts.values()) == 1
     finally:
         durable.close()

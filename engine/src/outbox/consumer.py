@@ -132,7 +132,7 @@ class DurableConsumer:
         if any(s.lane is Lane.WORKFLOW for s in registry.subscriptions):  # its modules only where a catalog has one
             from outbox.delivery.workflow import workflow_path
 
-            self.workflow = workflow_path(registry, self.attempts, workflows, workflow_functions)
+            self.workflow = workflow_path(registry, self.attempts, workflows, workflow_functions, self.lease)
 
     @cached_property
     def ordered(self) -> OrderedGate:

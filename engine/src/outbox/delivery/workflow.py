@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from outbox.delivery.attempts import Attempts
+from outbox.delivery.lease import LeasePath
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, UnfinishedAttemptsError
 from outbox.exceptions import LeaseLostError, OutboxValidationError
 from outbox.inbox import Claim
@@ -31,9 +32,14 @@ class WorkflowPath:
     name -> qualified ARN), once."""
 
     def __init__(
-        self, attempts: Attempts, starter: WorkflowStarter, functions: Mapping[str, str | Mapping[str, Any]]
+        self,
+        attempts: Attempts,
+        starter: WorkflowStarter,
+        functions: Mapping[str, str | Mapping[str, Any]],
+        lease: LeasePath | None = None,
     ) -> None:
         self.attempts = attempts
+        self.lease = lease or LeasePath(attempts)
         self.starter = starter
         self.functions = {name: QualifiedFunction.of(described) for name, described in functions.items()}
         self.handoffs = Handoffs(attempts.inbox)
@@ -52,6 +58,13 @@ class WorkflowPath:
         if not isinstance(claimed, Claim):
             return claimed
         claim = claimed
+        if claim.waits_for is not None:
+            # Deferred in an order the deployed catalog no longer routes it through (moved here from an ordered
+            # DURABLE subscription): it leaves the order with its count before it is handed, as the lease path's does.
+            left = self.lease.leave_order(claim, pair)
+            if isinstance(left, DeliveryOutcome):
+                return left
+            claim = left
         envelope, subscription, receive_count = pair.envelope, pair.subscription, pair.receive_count
         if claim.attempts > self.attempts.inbox.max_attempts:
             crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
@@ -79,6 +92,7 @@ def workflow_path(
     attempts: Attempts,
     starter: WorkflowStarter | None,
     functions: Mapping[str, str | Mapping[str, Any]] | None,
+    lease: LeasePath | None = None,
 ) -> WorkflowPath:
     """The consumer's workflow path; refused without a starter, since a WORKFLOW pair would have nothing to be
     handed to."""
@@ -94,4 +108,4 @@ def workflow_path(
             f"no durable function is named for the WORKFLOW subscriptions {', '.join(missing)}: deploy the pipeline "
             "with this catalog (OutboxPipeline makes one per WORKFLOW subscription and names it in WORKFLOW_FUNCTIONS)"
         )
-    return WorkflowPath(attempts, starter, functions or {})
+    return WorkflowPath(attempts, starter, functions or {}, lease)

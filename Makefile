@@ -119,6 +119,10 @@ lock: ## Regenerate constraints.txt from a fresh resolve of requirements-dev.txt
 	(echo "# Full pin set of every transitive dependency (regenerate with: make lock)."; .lock-venv/bin/pip freeze) > constraints.txt
 	rm -rf .lock-venv
 
+.PHONY: layer-lock
+layer-lock: setup ## Rewrite layers/engine/requirements.lock (each layer pin with its wheel's sha256) after changing a pin
+	$(PY) -m tools.layer_lock
+
 .PHONY: lock-checkov
 lock-checkov: ## Regenerate constraints-checkov.txt from a fresh resolve of requirements-checkov.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

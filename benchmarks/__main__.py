@@ -52,6 +52,7 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--orders", "60", "--repetitions", "3"],
         ["--orders", "4", "--repetitions", "1"],
     ),
+    "completeness": ("benchmarks.completeness_cost", ["--events", "1000"], ["--events", "20"]),
 }
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.report import load_prices, unit_price
+from outbox.auditor import PUBLISHED_EVERY_PASS
 
 IDLE_POLLERS_PER_MAPPING: Final = 5
 LONG_POLL_SECONDS: Final = 20
@@ -46,12 +47,15 @@ def resources(template: Mapping[str, Any], resource_type: str) -> list[dict[str,
 
 def heartbeat_metrics(template: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     """The custom metrics published with no traffic at all: those an alarm treats silence on as breaching
-    (``outbox_cdk.liveness``: the anchoring pass publishes them every hour, or the alarm fires). Each is
-    (namespace, name, dimensions); the engine's other metrics count traffic and are not published idle."""
+    (``outbox_cdk.liveness``: the anchoring pass publishes them every hour, or the alarm fires), and the other
+    counts every anchoring pass publishes, 0 included (``outbox.auditor.PUBLISHED_EVERY_PASS``: the completeness
+    pass's ``MissingPairs``). Each is (namespace, name, dimensions); the engine's other metrics count traffic
+    and are not published idle."""
     found = set()
+    every_pass = {metric.value for metric in PUBLISHED_EVERY_PASS}
     for alarm in resources(template, "AWS::CloudWatch::Alarm"):
         properties = alarm["Properties"]
-        if properties.get("TreatMissingData") != "breaching":
+        if properties.get("TreatMissingData") != "breaching" and properties.get("MetricName") not in every_pass:
             continue
         queries = [query["MetricStat"]["Metric"] for query in properties.get("Metrics", []) if "MetricStat" in query]
         for metric in [properties] if "MetricName" in properties else queries:

@@ -717,6 +717,36 @@ class RunFigures(Figures):
     machine: Machine
 
 
+class CompletenessPassUse(Figures):
+    """One completeness pass's DynamoDB use (``benchmarks.completeness_cost``)."""
+
+    events_read: int
+    missing: int
+    requests: int
+    read_units: float
+    write_units: float
+
+
+class CompletenessPerMillion(Figures):
+    read_units_per_million: float
+    write_units_per_million: float
+    usd_per_million: float
+
+
+class CompletenessCatalog(Figures):
+    """The pass over one tenant's log of ``events``, each with ``subscriptions`` durable pairs completed."""
+
+    events: int
+    subscriptions: int
+    first_pass: CompletenessPassUse  # the pass that judges them all
+    next_pass: CompletenessPassUse  # the one after it, nothing new
+    per_million: CompletenessPerMillion
+
+
+class CompletenessFigures(Figures):
+    rows: list[CompletenessCatalog]
+
+
 class Results(Figures):
     prepare: PrepareFigures
     consumer: ConsumerFigures
@@ -724,6 +754,7 @@ class Results(Figures):
     cold_start: ColdStartFigures
     emit: EmitFigures
     end_to_end: EndToEndFigures
+    completeness: CompletenessFigures
     run: RunFigures
 
 
@@ -735,6 +766,7 @@ FILES: dict[str, tuple[type[Figures], str]] = {
     "cold_start": (ColdStartFigures, "benchmarks.cold_start"),
     "emit": (EmitFigures, "benchmarks.emit_contention"),
     "end_to_end": (EndToEndFigures, "benchmarks.end_to_end"),
+    "completeness": (CompletenessFigures, "benchmarks.completeness_cost"),
     "run": (RunFigures, "the runner, benchmarks.__main__"),
 }
 

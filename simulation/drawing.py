@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from simulation.bodies import ALTERED_EVENT, MALFORMED_BODIES
-from simulation.drawing_deploys import with_a_deploy, with_a_route_deploy
+from simulation.drawing_deploys import with_a_deploy, with_a_route_deploy, with_an_upgrade
 from simulation.schedule import (
     FAULT_MENU,
     PARTIAL_ANSWERS,
@@ -42,6 +42,8 @@ _LEGACY_CHANCE = 0.3
 _REWRITE_CHANCE = 0.3
 _HEAD_ROLLBACK_CHANCE = 0.2
 _REPAIR_CHANCE = 0.5  # of a rewrite: repaired and re-anchored
+_REWRITE_AFTER_RESET_CHANCE = 0.5  # of a repair: a row rewritten again in the reset's second
+_FORGE_BATCH_CHANCE = 0.3
 _FORCED_REPLAY_CHANCE = 0.5  # of a schedule with the ordered ledger
 _IMPORT_CHANCE = 0.05  # an emit that is an import: more items with it in one emit_many
 # The ordered ledger (sim.ledger), its operator's skips and its race: drawn from a stream of their own too.
@@ -110,7 +112,8 @@ def generate(seed: int) -> Schedule:
     forced = ordered and random.Random(f"schedule:{seed}:forced").random() < _FORCED_REPLAY_CHANCE
     actions, deploy = with_a_deploy(random.Random(f"schedule:{seed}:deploy"), actions, ordered)
     route = random.Random(f"schedule:{seed}:deploy-route")
-    actions, deploy, tally_refuses, races = with_a_route_deploy(route, actions, deploy, refused)
+    early = random.Random(f"schedule:{seed}:narrowed-early")
+    actions, deploy, tally_refuses, races = with_a_route_deploy(route, actions, deploy, refused, early)
     partial = random.Random(f"schedule:{seed}:partial")
     for kind, (chance, (low, high), (fewest, most)) in PARTIAL_ANSWERS.items():
         if partial.random() < chance:
@@ -127,9 +130,12 @@ def generate(seed: int) -> Schedule:
         tenants=tenants,
         emitters=emitters,
         actions=tuple(
-            _with_imports(
-                random.Random(f"schedule:{seed}:imports"),
-                _with_a_head_rollback(random.Random(f"schedule:{seed}:rollback"), actions),
+            with_an_upgrade(
+                random.Random(f"schedule:{seed}:upgrade"),
+                _with_imports(
+                    random.Random(f"schedule:{seed}:imports"),
+                    _with_a_head_rollback(random.Random(f"schedule:{seed}:rollback"), actions),
+                ),
             )
         ),
         faults=faults,
@@ -141,6 +147,8 @@ def generate(seed: int) -> Schedule:
         forge=random.Random(f"schedule:{seed}:forge").random() < _FORGE_CHANCE,
         rewrite=random.Random(f"schedule:{seed}:rewrite").random() < _REWRITE_CHANCE,
         repair=random.Random(f"schedule:{seed}:repair").random() < _REPAIR_CHANCE,
+        rewrite_after_reset=random.Random(f"schedule:{seed}:reset-second").random() < _REWRITE_AFTER_RESET_CHANCE,
+        forge_batch=random.Random(f"schedule:{seed}:forge-batch").random() < _FORGE_BATCH_CHANCE,
         legacy=_legacy(random.Random(f"schedule:{seed}:legacy"), tenants),
         ordered=ordered,
         skip_dead=skip_dead,

@@ -1,12 +1,13 @@
 """The deploy of a schedule (``simulation.drawing`` draws the rest): one between two emits while their work is in
 flight, or one that changes a pair's route: the ordered ledger narrowed, made unordered or its ordered_since moved
-while its order waits behind a dead item, or sim.tally moved to LOCAL while one of its pairs is dead."""
+while its order waits behind a dead item, or sim.tally moved to LOCAL while one of its pairs is dead; and the
+engine's own upgrade from the previous release, whose rows the work in flight meets."""
 
 from __future__ import annotations
 
 import random
 
-from simulation.schedule import LEDGER_ROUTE_DEPLOYS, Action, Deploy, Emit
+from simulation.schedule import LEDGER_ROUTE_DEPLOYS, Action, Deploy, Emit, Upgrade
 
 # A deploy between two emits, while their work is in flight: a stream of its own too. "ordered" only in a
 # schedule with the ledger.
@@ -18,16 +19,22 @@ _FIRST_DEPLOYS = ("ordered", "added", "removed", "narrowed", "version")
 _LEDGER_ROUTE_CHANCE = 0.7
 _TALLY_TO_LOCAL_CHANCE = 0.12
 _REPLAY_RACES_DEPLOY_CHANCE = 0.5
+# Of the ledger narrowed: right after the item it refuses, before the tenant's next item, so that what waits behind
+# the dead item is its own follow-up (a sim.item_noted, which the narrowed ledger still runs). A stream of its own.
+_NARROWED_EARLY_CHANCE = 0.5
+# The engine upgraded from the previous release mid-schedule (its claim rows' digests): a stream of its own.
+_UPGRADE_CHANCE = 0.3
 
 
 def with_a_route_deploy(
-    rng: random.Random, actions: list[Action], deploy: str | None, refused: str | None
+    rng: random.Random, actions: list[Action], deploy: str | None, refused: str | None, early: random.Random
 ) -> tuple[list[Action], str | None, str | None, bool]:
     """Now and then a deploy that changes a pair's route while its work is dead or deferred (a stream of its own: a
     schedule without one keeps its deploy, or none). With the ledger refusing an item: the ledger narrowed, made
     unordered, or its ordered_since moved, right after the next emit of the refused item's tenant (the driver lets
     the pipeline run until the refused item is dead and a follower deferred). Else, now and then: sim.tally moved to
-    LOCAL after an item it refuses. The deploy the schedule drew before, if any, gives way."""
+    LOCAL after an item it refuses. The deploy the schedule drew before, if any, gives way. ``early``: whether the
+    ledger's narrowing goes out before the tenant's next item (a stream of its own)."""
     emits = [(index, action) for index, action in enumerate(actions) if isinstance(action, Emit) and not action.reject]
     dies = next((n for n, (_, e) in enumerate(emits) if e.operation == refused), None)
     followers = (
@@ -39,6 +46,10 @@ def with_a_route_deploy(
             return actions, deploy, None, False
         kind = rng.choice(LEDGER_ROUTE_DEPLOYS)
         at = followers[0] + 1
+        if kind == "ledger_narrowed" and dies is not None and early.random() < _NARROWED_EARLY_CHANCE:
+            # The order then waits behind the dead item with an event the narrowed order still holds: only the
+            # skip that acknowledges the dead one (or the reconcile status names) can send it on.
+            at = emits[dies][0] + 1
         tally_refuses = None
     else:
         if len(emits) < 2 or rng.random() >= _TALLY_TO_LOCAL_CHANCE:
@@ -62,3 +73,12 @@ def with_a_deploy(rng: random.Random, actions: list[Action], ordered: bool) -> t
     kind = rng.choice(kinds)
     at = rng.randint(emits[0] + 1, emits[-1])
     return [*actions[:at], Deploy(kind), *actions[at:]], kind
+
+
+def with_an_upgrade(rng: random.Random, actions: list[Action]) -> list[Action]:
+    """Now and then the engine is upgraded from the previous release after the first emit: the rows written up to
+    there are that release's, and the work still in flight (retried, dead, deferred) meets today's engine."""
+    if rng.random() >= _UPGRADE_CHANCE or len(actions) < 2:
+        return actions
+    at = rng.randint(1, len(actions))
+    return [*actions[:at], Upgrade(), *actions[at:]]

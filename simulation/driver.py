@@ -58,15 +58,18 @@ from simulation.schedule import (
     Replay,
     Steps,
     TimeJump,
+    Upgrade,
 )
+from simulation.upgrade_actor import Upgrades
 from simulation.world import EmitRecord, Import
 
 __all__ = ["Driver", "client"]
 
 
-class Driver(FaultSeams, OperatorActions, Intrusions):
+class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades):
     """One run's actors together: the workload's emits and deploys, the pipeline's steps and the read-only
-    passes here; the faults, the operator and the intruder in their modules, all on one ``DriverState``."""
+    passes here; the faults, the operator, the intruder and the engine's upgrade in their modules, all on one
+    ``DriverState``."""
 
     def perform(self, action: Action) -> None:
         if isinstance(action, Emit):
@@ -95,6 +98,8 @@ class Driver(FaultSeams, OperatorActions, Intrusions):
             self.read_only_pass()
         elif isinstance(action, Deploy):
             self.deploy(action.kind)
+        elif isinstance(action, Upgrade):
+            self.upgrade()
 
     def drain(self) -> None:
         """Run the pipeline until it is idle, with the schedule's operator actions at their drain steps."""

@@ -168,6 +168,9 @@ class DriverState(ABC):
     @abstractmethod
     def reconcile(self, since: datetime | None, subscription: str | None = None) -> None: ...
 
+    @abstractmethod
+    def rewrite_in_the_reset_second(self, tenant: str) -> None: ...
+
 
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
     """``envelope`` with another payload and a hash that matches it (linked to the same previous hash)."""

@@ -28,18 +28,28 @@ class Intrusions(DriverState):
         """Someone with write access to the events table rewrites an event in the middle of a tenant's log,
         with a hash that matches its new content (the row after it still links to the old hash)."""
         for tenant in self.world.schedule.tenants:
-            log = self._log_to_alter(tenant)
-            if len(log) < 2:
-                continue
-            victim = log[self._random.randrange(len(log) - 1)]
-            payload = {**victim.payload, "amount": int(victim.payload["amount"]) + 1}
-            rewritten = reseal(victim, payload)
-            self.operations.dynamodb.put_item(
-                TableName=self.runtime.output("EventsTableName"), Item=rewritten.to_item()
-            )
-            self.world.tampered[tenant] = victim
-            self.trace.add("log", f"{tenant} seq {victim.seq} is rewritten with a recomputed hash")
-            return
+            if self._tamper_with(tenant):
+                return
+
+    def rewrite_in_the_reset_second(self, tenant: str) -> None:
+        """Right after the operator's anchor reset, in its second (the virtual clock has not moved), a row below
+        the new anchor is rewritten again: only the stream's finding shows it, stamped with AWS's second, which
+        the reset's own time (the operator's clock) does not precede. The reset must not have dealt with it."""
+        with self.chaos.paused():
+            self._tamper_with(tenant)
+        self.runtime.run_until_idle()  # the tamper pipe records the finding
+
+    def _tamper_with(self, tenant: str) -> bool:
+        log = self._log_to_alter(tenant)
+        if len(log) < 2:
+            return False
+        victim = log[self._random.randrange(len(log) - 1)]
+        payload = {**victim.payload, "amount": int(victim.payload["amount"]) + 1}
+        rewritten = reseal(victim, payload)
+        self.operations.dynamodb.put_item(TableName=self.runtime.output("EventsTableName"), Item=rewritten.to_item())
+        self.world.tampered[tenant] = victim
+        self.trace.add("log", f"{tenant} seq {victim.seq} is rewritten with a recomputed hash")
+        return True
 
     def rewrite(self) -> None:
         """The hourly anchoring pass runs; then a role that may emit rewrites a tenant's log from some seq to its
@@ -101,6 +111,45 @@ class Intrusions(DriverState):
             )
             self.trace.add("sqs", f"{tenant}'s next event, seq {forged.seq}, forged: the log never held it")
             return
+
+    def forge_batch(self) -> None:
+        """A forged batch, as one incident: for each tenant, copies of up to two of its items at the places the log
+        holds them (other content, new ids, hashes that match), and its next event, which the log never held.
+        Each is refused with a conflict per subscription; the refusals of one kind are one failure group."""
+        for tenant in self.world.schedule.tenants:
+            log = self._log_to_alter(tenant)
+            created = [event for event in log if event.type == ITEM_CREATED]
+            if not created:
+                continue
+            for place in created[:2]:
+                self._send_forged(place, "held")
+            self._send_forged(
+                created[-1].model_copy(update={"seq": log[-1].seq + 1, "prev_hash": log[-1].hash}), "unheld"
+            )
+
+    def _send_forged(self, at: Envelope, kind: str) -> None:
+        """``at`` (seq and link as the forger wants them) as a new event of the forger's, sealed, sent."""
+        event_id = self.world.ids()
+        unsealed = at.model_copy(
+            update={
+                "id": event_id,
+                "correlation_id": event_id,
+                "causation_id": None,
+                "actor": "forger",
+                "payload": {**at.payload, "amount": int(at.payload["amount"]) + 1000},
+            }
+        )
+        forged = unsealed.model_copy(update={"hash": unsealed.computed_hash()})
+        self.world.forged.append(event_id)
+        self.world.forged_batch[event_id] = kind
+        self.sqs.send_message(
+            QueueUrl=self.durable_queue_url,
+            MessageBody=json.dumps(forged.to_item()),
+            MessageGroupId=forged.tenant,
+            MessageDeduplicationId=f"forged-{event_id}",
+        )
+        where = "a place the log holds" if kind == "held" else "the next place, which the log never held"
+        self.trace.add("sqs", f"{forged.tenant}'s seq {forged.seq} forged at {where}")
 
     def _roll_back_head(self, tenant: str) -> None:
         """The tenant's head goes back one event, as a restore from an older backup would set it: the next

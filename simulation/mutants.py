@@ -48,6 +48,8 @@ RUNTIME = "outbox.local.runtime"
 ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
 GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
 PAIRS = "outbox.pairs.machine"
+ROWS = "outbox.inbox.rows"
+COMPLETENESS = "outbox.ops.completeness"
 _LEFT_OUT_RUN = "    (State.PENDING, Route.LEFT_OUT): Rule(\n        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, "
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -993,8 +995,9 @@ MUTANTS: tuple[Mutant, ...] = (
         replacement="    return None\n",
         description="a deferred event that waits for one the deployed order no longer has (narrowed away) is never "
         "woken: neither the skip that acknowledges the dead one nor the reconcile status names sends it on",
-        what_should_catch_it="the ledger narrowed while its order waits behind a dead sim.item_created: the notes "
-        "behind it left deferred for ever (14)",
+        what_should_catch_it="the ledger narrowed right after the item it refuses, so that the item's own note waits "
+        "behind the dead one: the note left deferred for ever after the operator's skip (2)",
+        seeds=(544, 760, 882),
     ),
     Mutant(
         id="acknowledge-refused",
@@ -1068,5 +1071,74 @@ MUTANTS: tuple[Mutant, ...] = (
         description="upcasting starts one version too late: a version-1 payload skips its first upcaster",
         what_should_catch_it="the legacy producer's version-1 events: delivered un-upcast, then refused (13, 2)",
         seeds=(5, 6, 12),
+    ),
+    # -- an upgrade's rows, the engine's own conflicts grouped, a reset's second ------------------------------
+    Mutant(
+        id="upgrade-forgets-the-older-digest",
+        module=ROWS,
+        original='    return canonical, _sha256({**envelope.digested_body(), "trace_context": None})\n',
+        replacement="    return (canonical,)\n",
+        description="the claim rows the previous release wrote for an event without a trace context (its digest "
+        "had the context as null) are taken for other content: after the upgrade, a pair it left pending, dead or "
+        "done comes back as a conflict dead letter, never run",
+        what_should_catch_it="the engine upgraded from 0.6.0 mid-schedule (its rows' digests), then the pair "
+        "retried, replayed or its message redelivered: a conflict for the log's own content (2)",
+    ),
+    Mutant(
+        id="conflict-groups-keep-hashes",
+        module=GROUPS,
+        original='NUMBER.sub("#", HASH.sub("<hash>", UUID.sub("<id>", EVENT_ID.sub("<event>", text))))',
+        replacement='NUMBER.sub("#", UUID.sub("<id>", EVENT_ID.sub("<event>", text)))',
+        description="failure groups blank the digits of a hash but keep its letters: the engine's conflict dead "
+        "letters of one incident (each names the hash the log holds) are one group each",
+        what_should_catch_it="a forged batch (copies of several events at places the log holds): its conflict "
+        "letters in more than one failure group (7)",
+    ),
+    Mutant(
+        id="conflict-groups-per-tenant",
+        module=GROUPS,
+        original="    return letter.tenant if letter.reason == DeadReason.CONFLICT else None\n",
+        replacement="    return None\n",
+        description="failure groups keep the tenant an engine's conflict text names: one incident across tenants is "
+        "a group per tenant",
+        what_should_catch_it="a forged batch across two tenants: its conflict letters in a group per tenant (7)",
+    ),
+    Mutant(
+        id="reset-hides-its-second",
+        module=AUDIT,
+        original=(
+            '            condition += " AND attribute_not_exists(#dealt)"\n'
+            '            names["#dealt"] = DEALT_WITH_BY\n'
+        ),
+        replacement=(
+            '            condition += " AND observed_at > :after"\n'
+            '            values[":after"] = {"S": reset.observed_at if reset is not None else str(after)}\n'
+        ),
+        description="status counts only the findings stamped after the tenant's last anchor reset (AWS's second "
+        "against the operator's clock): a row rewritten in the reset's second is taken as dealt with",
+        what_should_catch_it="a row rewritten again right after the repair's anchor reset, in its second: status "
+        "healthy, with no finding (7)",
+        seeds=(63, 66, 75),
+    ),
+    # -- completeness ----------------------------------------------------------------------------------------
+    Mutant(
+        id="completeness-no-check",
+        module=COMPLETENESS,
+        original="        return ref, Verdict.MISSING, self._missing(tenant, ref, status, since, why, placement)\n",
+        replacement="        return ref, Verdict.OPEN, None\n",
+        description="the completeness pass judges every pair and reports none missing: a lost message is silent",
+        what_should_catch_it="the completeness invariant's probe: a completed pair read as if its claim were lost "
+        "is not reported (18)",
+        seeds=(1, 2, 3),
+    ),
+    Mutant(
+        id="completeness-dead-is-missing",
+        module=COMPLETENESS,
+        original="        if rule.outcome is Outcome.DEAD:\n",
+        replacement="        if rule.outcome is Outcome.DEAD and not rule.repair:\n",
+        description="the completeness pass counts a dead pair, which has its open dead letter, as missing: a false "
+        "alarm on every dead letter",
+        what_should_catch_it="any run with a dead pair: the pass reports a pair with an outcome (18)",
+        seeds=(3, 8, 13),
     ),
 )

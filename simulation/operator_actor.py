@@ -176,7 +176,13 @@ class OperatorActions(DriverState):
         def run() -> str:
             if subscription == LEDGER:
                 self.world.skips.append((tenant, seq))
+            lowest = ordering_ops.order_book(self.operations).deferred(tenant, subscription, limit=1)
             result = ordering_ops.skip(self.operations, tenant, subscription, seq, by=OPERATOR, reason=reason)
+            if lowest and lowest[0].seq != seq and lowest[0].waits_for <= seq and result.woke_seq is None:
+                self.world.skips_that_woke_nothing.append(
+                    f"skip of {tenant} seq {seq} for {subscription} woke nothing: seq {lowest[0].seq} waited for "
+                    f"seq {lowest[0].waits_for} behind it, and nothing else will send it on"
+                )
             woke = f", woke seq {result.woke_seq}" if result.woke_seq is not None else ""
             return f"{'already skipped' if result.already else 'skipped'}{woke}"
 
@@ -348,6 +354,8 @@ class OperatorActions(DriverState):
             self.runtime.run_until_idle()  # the restore's own MODIFYs reach the tamper recorder
             self.runtime.clock.advance(timedelta(seconds=1))
             self.operator(f"anchor --reset {tenant}", partial(self._reset_anchor, tenant))
+            if self.world.schedule.rewrite_after_reset:
+                self.rewrite_in_the_reset_second(tenant)
             with self.chaos.paused():
                 anchoring.invoke(SCHEDULED_EVENT)
             self.world.repaired.add(tenant)

@@ -107,6 +107,9 @@ def _run(
         if world.schedule.forge:
             driver.forge()
             runtime.run_until_idle()
+        if world.schedule.forge_batch:
+            driver.forge_batch()
+            runtime.run_until_idle()
         if world.schedule.rewrite:
             driver.rewrite()
             runtime.run_until_idle()  # the tamper pipe and recorder see the MODIFYs; the relay must not

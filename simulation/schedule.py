@@ -5,6 +5,8 @@ that happen *inside* the pipeline (a crash, a throttle) cannot be placed in adva
 pipeline is at any moment is an outcome, not an input; for those the schedule fixes a rate and a budget,
 and ``simulation.chaos`` decides at each opportunity from a random stream of its own (the approach of
 FoundationDB's BUGGIFY). Everything else (emits, pipeline steps, operator actions) is an ordered list.
+
+One file: the schedule is data, and every part of it is read with its description (a trace's head prints them).
 """
 
 from __future__ import annotations
@@ -227,6 +229,12 @@ class Deploy:
 
 
 @dataclass(frozen=True)
+class Upgrade:
+    """The consumers ran the previous release (0.6.0) until now and today's engine from here on: every claim row
+    written so far holds the digest that release wrote (``simulation.upgrade_actor``)."""
+
+
+@dataclass(frozen=True)
 class ReadOnlyPass:
     """The hourly anchoring pass runs, and the on-call looks: ``outbox status`` and ``outbox verify-chain``."""
 
@@ -252,6 +260,7 @@ Action = (
     | HeadRollback
     | ReadOnlyPass
     | Deploy
+    | Upgrade
 )
 
 
@@ -280,6 +289,12 @@ class Schedule:
     # After the rewrite is found, the operator repairs it as the runbook says: the rows restored from a
     # backup, then the anchor reset (recorded); status must be healthy again, the findings kept as history.
     repair: bool = False
+    # Right after the repair's anchor reset, in its second, a row below the new anchor is rewritten again (its hash
+    # recomputed): the reset must not take it for one it dealt with, and status must show it.
+    rewrite_after_reset: bool = False
+    # After the forger, a forged batch: for each tenant, copies of up to two of its items at places the log holds
+    # (other content, hashes that match it) and its next event: one incident, one failure group of each refusal.
+    forge_batch: bool = False
     # After everything settled, the operator forces a replay of a pair the ordered ledger applied (replay
     # --event-id ... --subscription sim.ledger --force): refused, or run; never reported done and left undone.
     force_replay: bool = False
@@ -334,6 +349,12 @@ class Schedule:
             lines.append("  at the end: after an anchoring pass, a tenant's log is rewritten, every hash recomputed")
         if self.rewrite and self.repair:
             lines.append("  then the operator restores the rewritten rows and resets the tenant's anchor")
+        if self.rewrite and self.repair and self.rewrite_after_reset:
+            lines.append("  and in the reset's second a row below the new anchor is rewritten again")
+        if self.forge_batch:
+            lines.append(
+                "  at the end: a forged batch, each tenant's items copied with other content, and its next event"
+            )
         if self.legacy:
             lines.append(f"  {self.legacy}/emitter0 runs last year's code: it stores sim.item_created version 1")
         if self.ordered:
@@ -386,4 +407,6 @@ def _describe(action: Action) -> str:
         return "the anchoring pass runs; the on-call runs status and verify-chain"
     if isinstance(action, Deploy):
         return f"deploy: {DEPLOY_KINDS[action.kind]}"
+    if isinstance(action, Upgrade):
+        return "the consumers are upgraded from 0.6.0: the claim rows so far hold the digest it wrote"
     return "SQS: redeliver what is in flight"

@@ -13,10 +13,12 @@ from typing import Any
 from outbox import Envelope, EnvelopeParseError, keys
 from outbox.audit import AuditLog, Finding
 from outbox.chain import read_event_rows
+from outbox.inbox import DeadLetter
 from outbox.local.clients import REGION
 from outbox.local.resources import ACCOUNT
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import Status
+from outbox.ops.groups import failure_key
 from outbox.verification import ChainReport, verify_chain
 
 
@@ -30,6 +32,7 @@ class DeadLetterRow:
     receive_count: int
     attempts: int
     resolved: bool
+    group: str = ""  # the failure group outbox dead-letters groups lists it in (its id)
 
     @property
     def key(self) -> str:
@@ -171,6 +174,7 @@ def _dead_letter(item: dict[str, Any]) -> DeadLetterRow:
         receive_count=int(item.get("receive_count", {}).get("N", "0")),
         attempts=int(item.get("attempts", {}).get("N", "0")),
         resolved="resolved" in item,
+        group=failure_key(DeadLetter.from_item(item)).id,
     )
 
 

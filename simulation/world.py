@@ -126,6 +126,9 @@ class World:
     retention_passed_at: datetime | None = None  # when (virtual time) that jump landed
     altered_in_transit: set[str] = field(default_factory=set)  # event ids sent as altered poison bodies
     forged: list[str] = field(default_factory=list)  # ids of events the log never held, sent to the durable queue
+    # The forged batch's events: id -> "held" (a copy at a place the log holds) or "unheld" (the tenant's next).
+    forged_batch: dict[str, str] = field(default_factory=dict)
+    upgraded: bool = False  # the rows written before the schedule's Upgrade are the previous release's
     # (idempotency key, stored version) of each durable run that got a payload of another version than today's
     stale_deliveries: list[tuple[str, int]] = field(default_factory=list)
     importing: Import | None = None  # the emit_many in progress, if one is
@@ -137,6 +140,8 @@ class World:
     hint_refusals: list[str] = field(default_factory=list)
     # Deferred pairs an invocation ran in place again and again without them leaving the order (recorder).
     wake_loops: list[str] = field(default_factory=list)
+    # Skips that woke nothing though the lowest deferred event of their order waited for the skipped seq (or less).
+    skips_that_woke_nothing: list[str] = field(default_factory=list)
     ledger_refused: set[str] = field(default_factory=set)  # keys the ordered ledger refused (Schedule.ledger_refuses)
     # The slow_handler fault: idempotency key -> how long each run of its handler takes, and the keys whose
     # handler takes longer than the function's whole timeout (those die of their own deadline).

@@ -60,6 +60,8 @@ class OutboxStack(Stack):
             no_alarm_subscriber=settings.no_alarm_subscriber,
             # Named, never the whole account: the operator role is the one role the event-row Deny exempts.
             operators=[iam.ArnPrincipal(arn) for arn in settings.operator_arns],
+            # And with MFA (or a principal tag: -c operatorTrust=tag:team=oncall), every assumption of both roles.
+            operator_trust=settings.operator_trust,
             inbox_retention_days=settings.inbox_retention_days,
             consumer_max_concurrency=settings.consumer_max_concurrency,
             record_change_max_concurrency=settings.record_change_max_concurrency,

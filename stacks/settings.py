@@ -10,7 +10,7 @@ from typing import Any, Final, cast
 from constructs import Node
 
 from modules.services import ServicesNotConfiguredError, parse_services_choice
-from outbox_cdk import inbox_table, queue_consumer
+from outbox_cdk import OperatorTrust, inbox_table, queue_consumer
 from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel
 
 # CDK context keys (cdk.json or `cdk synth -c key=value`).
@@ -21,6 +21,11 @@ IAM_PRINCIPAL_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[
 # Required: who may assume the operator and runbook roles, IAM role or user ARNs, comma-separated. No default:
 # the operator role is the one role the event-row Deny exempts, so the example will not trust the whole account.
 OPERATOR_ARNS_CONTEXT: Final = "operatorArns"
+# What every assumption of the operator and runbook roles must also show (OutboxPipeline's operator_trust): "mfa"
+# (the default: signed in with MFA, for IAM users who assume with --serial-number), "tag:<key>=<value>" (the caller
+# carries that principal tag, for IAM Identity Center and other role sessions, which carry no MFA key), or "none".
+OPERATOR_TRUST_CONTEXT: Final = "operatorTrust"
+MFA: Final = OperatorTrust(require_mfa=True)
 # Instead of alarmEmail: why nobody subscribes to the alarm topic here (one of the two is required).
 NO_ALARM_SUBSCRIBER_CONTEXT: Final = "noAlarmSubscriber"
 PIPE_LOG_LEVEL_CONTEXT: Final = "pipeLogLevel"
@@ -44,6 +49,8 @@ class ExampleSettings:
     commerce_services: str
     # Who may assume the operator and runbook roles (IAM role or user ARNs): your on-call role.
     operator_arns: tuple[str, ...]
+    # What their assumption must show besides (None: nothing more): MFA unless told otherwise.
+    operator_trust: OperatorTrust | None = MFA
     alarm_email: str | None = None
     no_alarm_subscriber: str | None = None
     pipe_log_level: PipeLogLevel = "ERROR"
@@ -71,6 +78,7 @@ class ExampleSettings:
             alarm_email=email or None,
             no_alarm_subscriber=no_subscriber,
             operator_arns=_operator_arns(node.try_get_context(OPERATOR_ARNS_CONTEXT)),
+            operator_trust=_operator_trust(node.try_get_context(OPERATOR_TRUST_CONTEXT)),
             pipe_log_level=cast(PipeLogLevel, level),
             pipe_log_execution_data=_flag(node.try_get_context(PIPE_LOG_EXECUTION_DATA_CONTEXT)),
             inbox_retention_days=_integer(
@@ -134,6 +142,22 @@ def _operator_arns(value: Any) -> tuple[str, ...]:
     if wrong:
         raise ValueError(f"context {OPERATOR_ARNS_CONTEXT}: not an IAM role or user ARN: {', '.join(wrong)}")
     return cleaned
+
+
+def _operator_trust(value: Any) -> OperatorTrust | None:
+    """MFA unless told otherwise: the operator role may rewrite event rows."""
+    if value is None or value == "mfa":
+        return MFA
+    if value == "none":
+        return None
+    if isinstance(value, str) and value.startswith("tag:") and "=" in value:
+        key, tag_value = value.removeprefix("tag:").split("=", 1)
+        return OperatorTrust(principal_tag=(key, tag_value))
+    raise ValueError(
+        f"context {OPERATOR_TRUST_CONTEXT} must be mfa (the default: the operators sign in with MFA), "
+        f"tag:<key>=<value> (they carry that principal tag, as IAM Identity Center sessions can: tag:team=oncall) "
+        f"or none; got {value!r}"
+    )
 
 
 def _commerce_services(node: Node) -> str:

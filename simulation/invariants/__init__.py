@@ -6,13 +6,15 @@
    (with recomputed hashes) is reported broken at the rewrite.
 2. Every (event, durable subscription) has exactly one completed DynamoDB effect, or a dead-letter row
    with its error; never both, never neither. A dead letter must be earned: a terminal error the
-   schedule injected, or every attempt the claim allows, each claimed.
+   schedule injected, or every attempt the claim allows, each claimed. A conflict is recorded only for other
+   content (a copy, a forgery, a rewrite), never for the log's own, also after an upgrade's rows.
 3. External effects: at most one per idempotency key, and at least one call for every completed claim.
 4. No claim is completed (or marked dead) by a worker that did not own it.
 5. An event whose emit failed has no row, no entity change and no delivery; an event past the relay's
    bound never commits.
 6. Per tenant, the durable consumer first receives the pipe's messages in the order SQS accepted them.
-7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``.
+7. Every DLQ message and every open dead-letter row shows in ``Operations.status()``; a row rewritten in the
+   second of an anchor reset shows as its finding; one incident's conflict letters are one failure group.
 8. Every item row reaches its BEST_EFFORT subscriber at least once (the record-change lane).
 9. Every malformed body is recorded as a poison pill, and none is left in a queue.
 10. Dead work never runs again without an operator: after a pair is marked dead, its handler runs only
@@ -42,6 +44,8 @@
     before the dead mark, if any: a replay starts the attempts over).
 16. Read-only passes: the anchoring pass, status and verify-chain, run while other writers emit, never report a
     break of a log nobody altered (and invariant 12: the anchoring pass records no finding for it).
+18. Completeness: the completeness pass reports exactly the pairs with no outcome past its bound
+    (``simulation.invariants.completeness``).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 from outbox.ops import Topology
 from simulation.invariants.base import NAMES, Violation
+from simulation.invariants.completeness import check_completeness
 from simulation.invariants.deadline import check_deadline, check_runtime_as_strict_as_aws
 from simulation.invariants.delivery import (
     check_dead_stays_dead,
@@ -70,6 +75,7 @@ from simulation.invariants.log import (
 from simulation.invariants.operations import (
     check_best_effort_lane,
     check_forced_replays_run,
+    check_one_incident_one_group,
     check_poison,
     check_repaired,
     check_status,
@@ -99,6 +105,7 @@ def check_all(world: World, observations: Observations, state: State, topology: 
             {tenant for tenant, victim in world.tampered.items() if too_large_for_a_finding(victim, state)},
         ),
         *check_repaired(world, state),
+        *check_one_incident_one_group(world, state),
         *check_forced_replays_run(world),
         *check_best_effort_lane(world, state),
         *check_poison(world, state),
@@ -114,4 +121,5 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         ),
         *(Violation(17, f"an operator command crashed: {what}") for what in world.operator_crashes),
         *(Violation(17, f"a command outbox status named was refused: {what}") for what in world.hint_refusals),
+        *check_completeness(world, state, topology),
     ]

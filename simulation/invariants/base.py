@@ -24,6 +24,7 @@ NAMES = {
     15: "the deadline",
     16: "read-only passes",
     17: "operator commands finish",
+    18: "completeness",
 }
 
 

@@ -17,6 +17,7 @@ from simulation.catalog import (
     expected_pairs,
 )
 from simulation.invariants.base import Violation, name_of
+from simulation.invariants.conflicts import conflicts_are_recorded
 from simulation.invariants.deploys import nothing_left_hanging
 from simulation.invariants.log import rewritten_ids
 from simulation.observations import DIRECT, Observations
@@ -51,7 +52,7 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
         found.append(Violation(2, f"{name_of(world, key)}: an effect for no event of the log"))
     found.extend(nothing_left_hanging(world, state, set(letters)))
     found.extend(_effects_match_the_log(world, state))
-    found.extend(_conflicts_are_recorded(world, state))
+    found.extend(conflicts_are_recorded(world, state))
     found.extend(_repairs_run_what_they_name(world, observations))
     for key, letter in sorted(letters.items()):
         found.extend(
@@ -122,24 +123,6 @@ def _repairs_run_what_they_name(world: World, observations: Observations) -> lis
                 continue
             found.append(Violation(2, f"{name_of(world, key)} was named by a repair message, but {why}"))
     return sorted(set(found), key=str)
-
-
-def _conflicts_are_recorded(world: World, state: State) -> list[Violation]:
-    """A copy of an event with other content, or an event the log never held, is recorded as a conflict (and
-    never run: an effect for no event of the log is a violation of its own)."""
-    conflicts = {row.event_id for row in state.dead_letters if row.reason == "conflict"}
-    found = [
-        Violation(2, f"{world.trace.event(event_id)}: a copy with other content came, and no conflict was recorded")
-        for event_id in sorted(set(world.conflicting_copies) - conflicts)
-    ]
-    found.extend(
-        Violation(2, f"forged event {event_id}: the log never held it, and no conflict was recorded")
-        for event_id in sorted(set(world.forged) - conflicts)
-    )
-    other_copies = {*world.conflicting_copies, *world.altered_in_transit}
-    for event_id in sorted(rewritten_ids(world) & conflicts - other_copies):
-        found.append(Violation(2, f"{world.trace.event(event_id)} was rewritten in the log and relayed again"))
-    return found
 
 
 def check_redrive_keeps_every_message(world: World, topology: Topology) -> list[Violation]:

@@ -4,7 +4,7 @@ body is a recorded poison pill."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Collection
 
 from outbox.ops import Topology
@@ -66,6 +66,26 @@ def check_status(
     return found
 
 
+def check_one_incident_one_group(world: World, state: State) -> list[Violation]:
+    """The engine's own conflict dead letters of one incident (the forged batch: copies at places the log holds,
+    or events at places it never held) are one failure group per subscription and kind, across events and
+    tenants: what varies from one to the next (ids, hashes, seqs, the tenant) is not the failure."""
+    groups: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for row in state.dead_letters:
+        kind = world.forged_batch.get(row.event_id)
+        if kind is not None and row.reason == "conflict":
+            groups[(row.subscription, kind)].add(row.group)
+    return [
+        Violation(
+            7,
+            f"the forged batch's conflicts at places the log {'holds' if kind == 'held' else 'never held'} "
+            f"for {subscription} are {len(ids)} failure groups, not one",
+        )
+        for (subscription, kind), ids in sorted(groups.items())
+        if len(ids) > 1
+    ]
+
+
 def check_forced_replays_run(world: World) -> list[Violation]:
     """A forced replay the tools accepted (and reported republished) runs its pair again: a replay never
     reports done what nothing will ever run."""
@@ -78,7 +98,8 @@ def check_forced_replays_run(world: World) -> list[Violation]:
 
 def check_repaired(world: World, state: State) -> list[Violation]:
     """A log repaired as the runbook says (the rows restored, the anchor reset) is healthy again in the status:
-    intact, with no open finding, and not among its problems; its findings stay in the audit table."""
+    intact, with no open finding, and not among its problems; its findings stay in the audit table. (A log
+    rewritten again in the reset's second is ``tampered``: check_status wants it shown.)"""
     status = state.status
     if status is None:
         return []
@@ -86,7 +107,9 @@ def check_repaired(world: World, state: State) -> list[Violation]:
     listed = {tenant.tenant: tenant for tenant in status.tenants}
     for tenant in sorted(world.repaired):
         shown = listed.get(tenant)
-        if shown is None or not shown.chain_intact or shown.tamper_findings:
+        if tenant in world.tampered:
+            pass
+        elif shown is None or not shown.chain_intact or shown.tamper_findings:
             found.append(
                 Violation(7, f"{tenant} was repaired and re-anchored, but status shows {shown or 'nothing'} for it")
             )

@@ -71,6 +71,7 @@ def check_ordered_subscriptions(world: World, observations: Observations, state:
     found.extend(_waiting_spends_nothing(world, observations, state))
     found.extend(Violation(14, what) for what in observations.unwoken_at_ack)
     found.extend(Violation(14, what) for what in world.wake_loops)
+    found.extend(Violation(14, what) for what in world.skips_that_woke_nothing)
     # An ordered pair may complete on the direct path (the ledger is DynamoDB-only): that it did so only when
     # next in order, and moved the watermark as it did, is what the checks above hold every completion to.
     return found

@@ -25,8 +25,9 @@ def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> No
     assert len(arrivals) == 8  # one per dead-letter queue, the control-plane watch's included
     assert lines["CloudWatch alarm metrics"].count == alarm_metrics(template) == len(alarms) + len(arrivals)
     assert lines["CloudWatch dashboards"].count == 1
-    # The anchoring pass's liveness metrics, published every hour, traffic or not: PipesNotRunning, AnchoringPasses
-    assert lines["CloudWatch custom metrics, hourly"].count == 2
+    # The anchoring pass's liveness metrics, published every hour, traffic or not: PipesNotRunning, AnchoringPasses,
+    # and its completeness pass's MissingPairs
+    assert lines["CloudWatch custom metrics, hourly"].count == 3
     # One FIFO mapping (the durable consumer) and two standard (the record-change consumer, the tamper recorder),
     # five pollers each
     assert lines["SQS idle polls, FIFO queues"].count == idle_receives_per_month() == 648_000

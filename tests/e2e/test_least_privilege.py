@@ -150,6 +150,7 @@ def recorded(synthesized: Synthesized) -> Iterator[Recorded]:
         stack_id = _publish_the_outputs(local)
         exit_codes = _run_the_runbook(local, recorder, troubled)
         _redeliver_after_the_inbox_forgot(local, troubled["tenant"])
+        _check_completeness(local)
         principals = {
             DURABLE_CONSUMER: local.output(DURABLE_CONSUMER),
             RECORD_CHANGE_CONSUMER: local.output(RECORD_CHANGE_CONSUMER),
@@ -354,6 +355,15 @@ def _redeliver_after_the_inbox_forgot(local: LocalBackend, tenant: str) -> None:
         MessageDeduplicationId=unique("again"),
     )
     local.settle()
+
+
+def _check_completeness(local: LocalBackend) -> None:
+    """Two anchoring passes an hour apart, past the completeness bound of everything driven above: the first
+    judges every event's pairs (the log and each event's claims), the second the pairs it held open (dead,
+    deferred)."""
+    for _ in range(2):
+        local.runtime.function(ANCHORING).invoke(SCHEDULED_EVENT)
+        local.runtime.clock.advance(3600)
 
 
 # -- what was recorded ------------------------------------------------------------------------------------

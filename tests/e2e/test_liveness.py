@@ -50,7 +50,11 @@ def pipes(local: LocalBackend) -> Any:
 def test_each_pass_publishes_how_many_pipes_are_not_running_and_that_it_ran(local: LocalBackend) -> None:
     # Every pipe running: 0 is published, not nothing (the alarm treats a missing datapoint as breaching)
     assert set(run_anchoring(local)["pipes"].values()) == {"RUNNING"}
-    assert last_pass_metrics(local) == {Metric.PIPES_NOT_RUNNING.value: [0], Metric.ANCHORING_PASSES.value: [1]}
+    assert last_pass_metrics(local) == {
+        Metric.PIPES_NOT_RUNNING.value: [0],
+        Metric.ANCHORING_PASSES.value: [1],
+        Metric.MISSING_PAIRS.value: [0],
+    }
 
     for stopped, output in enumerate(PIPES, start=1):
         pipes(local).stop_pipe(Name=local.output(output))
@@ -61,6 +65,7 @@ def test_each_pass_publishes_how_many_pipes_are_not_running_and_that_it_ran(loca
         assert last_pass_metrics(local) == {
             Metric.PIPES_NOT_RUNNING.value: [stopped],
             Metric.ANCHORING_PASSES.value: [1],
+            Metric.MISSING_PAIRS.value: [0],
         }
 
     for output in PIPES:

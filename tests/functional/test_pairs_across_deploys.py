@@ -544,3 +544,56 @@ def test_reconciling_one_subscription_over_a_window_leaves_the_events_it_does_no
     assert result.subscriptions == {credited.id: [AUDIT]}
     assert (h.runs(AUDIT, credited), h.claim_status(AUDIT, opened)) == (1, None)
     assert open_letters(h) == []
+
+
+# -- an ordered subscription widened behind its own watermark ------------------------------------------------------
+
+
+def widened_behind_the_watermark(make_harness: HarnessFactory) -> tuple[Harness, Applied, Envelope, Envelope]:
+    """The ledger ordered on account.credited only: an account.opened (seq 1) is acknowledged, matched by nothing;
+    a credit (seq 2) runs and moves the watermark to 2. Then a deploy widens the ledger to account.*: seq 1 is in
+    the order now, below a watermark that went past it while the order did not hold it."""
+    h, applied = ordered_harness(make_harness, pattern="account.credited")
+    opened, credited = emit(h, "account.opened"), emit(h, "account.credited")
+    h.publish(opened)
+    h.publish(credited)
+    h.esm.drain()
+    assert (applied.seqs, watermark(h).applied_seq, h.claim_status(LEDGER, opened)) == ({"acme": [2]}, 2, None)
+    deploy(h, [ledger(h, "account.*", ordered=True)])
+    return h, applied, opened, credited
+
+
+def test_an_event_a_widened_order_holds_below_its_watermark_runs_once_when_reconciled(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 1 newly in the order, below the watermark, with no claim (nothing ever ran it)
+    h, applied, opened, _ = widened_behind_the_watermark(make_harness)
+    context = operator_context(h, [ledger(h, "account.*", ordered=True)])
+
+    # When the operator reconciles the window (no claim where the deployed catalog runs the pair)
+    result = reconcile(context, h.clock() - timedelta(hours=1))
+    h.esm.drain()
+
+    # Then it ran once, out of the order that went past it; it was never taken as applied with nothing run
+    assert result.subscriptions == {opened.id: [LEDGER]}
+    assert applied.seqs == {"acme": [2, 1]}
+    assert (h.claim_status(LEDGER, opened), h.runs(LEDGER, opened)) == ("COMPLETED", 1)
+    assert watermark(h).applied_seq == 2
+    assert open_letters(h) == []
+
+
+def test_a_late_copy_of_an_event_a_widened_order_holds_below_its_watermark_runs_once(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 1 newly in the order, below the watermark, with no claim
+    h, applied, opened, _ = widened_behind_the_watermark(make_harness)
+
+    # When the relay delivers it again (a copy SQS has not seen), twice
+    h.publish(opened, dedup_id=f"{opened.id}-late")
+    h.esm.drain()
+    h.publish(opened, dedup_id=f"{opened.id}-later")
+    h.esm.drain()
+
+    # Then it ran once: the first copy ran it, the second found it done
+    assert applied.seqs == {"acme": [2, 1]}
+    assert (h.claim_status(LEDGER, opened), h.runs(LEDGER, opened)) == ("COMPLETED", 1)

@@ -60,8 +60,23 @@ EXPECTED_CALLS: Final = {
         "UpdateTrail",
     ],
     "events.amazonaws.com": ["DeleteRule", "DisableRule", "PutRule", "PutTargets", "RemoveTargets"],
+    "lambda.amazonaws.com": [
+        "AddPermission",
+        "CreateAlias",
+        "CreateFunction",
+        "DeleteAlias",
+        "DeleteFunction",
+        "PublishVersion",
+        "RemovePermission",
+        "UpdateAlias",
+        "UpdateFunctionCode",
+        "UpdateFunctionConfiguration",
+    ],
 }
 EVENTS: Final = "events.amazonaws.com"
+LAMBDA: Final = "lambda.amazonaws.com"
+# The Lambda calls that give a function its role (R12.8).
+ROLE_CALLS: Final = ["CreateFunction", "UpdateFunctionConfiguration"]
 # The calls that silence or rewrite an EventBridge rule, and the field each names it by (R12.7).
 RULE_CALLS: Final = dict.fromkeys(("DisableRule", "DeleteRule", "PutRule"), "name") | dict.fromkeys(
     ("PutTargets", "RemoveTargets"), "rule"
@@ -88,11 +103,11 @@ def service_of(rule: Mapping[str, Any]) -> str:
 
 def watch_rules(template: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Each watch rule by the service it watches: (logical id, properties); EventBridge's rules, which watch
-    the watch, are ``events_rules``."""
+    the watch, and Lambda's, as many as the functions need, are not here."""
     found = [
         (service_of(rule), (logical, rule))
         for logical, rule in every_watch_rule(template).items()
-        if service_of(rule) != EVENTS
+        if service_of(rule) not in (EVENTS, LAMBDA)
     ]
     rules = dict(found)
     assert len(rules) == len(found), "one rule per service"
@@ -121,9 +136,9 @@ def walk(value: Any) -> Iterator[tuple[str | None, Any]]:
         yield None, value
 
 
-def watched_pipeline(stack: Stack, **options: Any) -> None:
+def watched_pipeline(stack: Stack, **options: Any) -> OutboxPipeline:
     """A pipeline with the watch in ``stack``; ``options`` say who reads its alarms."""
-    OutboxPipeline(
+    return OutboxPipeline(
         stack,
         "Outbox",
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
@@ -144,9 +159,19 @@ def test_the_watched_calls_are_exactly_the_reviewed_ones() -> None:
 
 def test_one_rule_per_service_matches_exactly_the_watched_calls(stack_template: dict[str, Any]) -> None:
     rules = watch_rules(stack_template)
-    assert set(rules) == set(EXPECTED_CALLS) - {EVENTS}
+    assert set(rules) == set(EXPECTED_CALLS) - {EVENTS, LAMBDA}
     watches = [rule for rule in every_watch_rule(stack_template).values() if service_of(rule) == EVENTS]
     assert len(watches) == 2  # the rules rule, and the rule that watches it
+    # Lambda's: the calls on the functions, and the calls that give a function a role, each name a prefix (R12.8).
+    functions, roles = lambda_rules(stack_template)
+    for rule in [*functions.values(), *roles.values()]:
+        assert rule["State"] == "ENABLED"
+        assert rule["EventPattern"]["detail-type"] == [CLOUDTRAIL_DETAIL_TYPE]
+        assert rule["EventPattern"]["detail"]["eventSource"] == [LAMBDA]
+    for rule in functions.values():
+        assert rule["EventPattern"]["detail"]["eventName"] == [{"prefix": c} for c in EXPECTED_CALLS[LAMBDA]]
+    for rule in roles.values():
+        assert rule["EventPattern"]["detail"]["eventName"] == [{"prefix": c} for c in ROLE_CALLS]
     for service, rule in [*((s, r) for s, (_, r) in rules.items()), *((EVENTS, r) for r in watches)]:
         pattern = rule["EventPattern"]
         assert rule["State"] == "ENABLED"
@@ -199,7 +224,7 @@ def test_each_rule_names_this_pipelines_resources_and_nothing_wider(stack_templa
     }
     # Any trail: the watch needs one and cannot tell which.
     assert resource_part(rules["cloudtrail.amazonaws.com"][1]["EventPattern"]) == {}
-    # No wildcard, no negation, no "exists": only names, ARNs and their prefixes or ends.
+    # No wildcard, no negation, no "exists": only names, ARNs and their prefixes or ends (Lambda's call names too).
     for service, rule in every_watch_rule(stack_template).items():
         found = list(walk(rule["EventPattern"]))
         assert {key for key, _ in found} & {"wildcard", "anything-but", "exists", "equals-ignore-case"} == set()
@@ -263,7 +288,7 @@ def test_the_alarm_topic_admits_eventbridge_for_these_rules_only(stack_template:
     }
 
 
-def test_the_alarm_key_admits_eventbridge_for_this_accounts_rules_only(stack_template: dict[str, Any]) -> None:
+def test_the_alarm_key_admits_eventbridge_for_these_rules_only(stack_template: dict[str, Any]) -> None:
     key = logical_id(stack_template, "AWS::KMS::Key", "OutboxAlarmsKey")
     statements = stack_template["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
     [statement] = [s for s in statements if s.get("Principal") == {"Service": "events.amazonaws.com"}]
@@ -271,11 +296,16 @@ def test_the_alarm_key_admits_eventbridge_for_this_accounts_rules_only(stack_tem
     assert (statement["Effect"], statement["Resource"]) == ("Allow", "*")
     assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
     assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    # The account's rules: a rule's own ARN would make the key depend on the rule, which depends on the topic,
-    # which depends on the key.
-    (pattern,) = statement["Condition"]["ArnLike"].values()
-    assert pattern["Fn::Join"][1][-1] == ":rule/*"
-    assert set(statement["Condition"]) == {"StringEquals", "ArnLike"}
+    assert set(statement["Condition"]) == {"StringEquals", "ArnEquals"}
+    # Each rule of the watch by the ARN its name gives, and no other rule of the account; no reference to a rule
+    # (the key would depend on the rule, which depends on the topic, which depends on the key).
+    (arns,) = statement["Condition"]["ArnEquals"].values()
+    assert "Fn::GetAtt" not in json.dumps(arns)
+    names = physical_names(stack_template, stack_name=STACK_NAME)
+    rules = every_watch_rule(stack_template)
+    expected = sorted(f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule['Name']}" for rule in rules.values())
+    assert sorted(resolve(arns, names)) == expected
+    assert len(expected) == len(rules) == len(set(expected))
 
 
 def test_the_dead_letters_take_undeliverable_notices_from_these_rules_only(stack_template: dict[str, Any]) -> None:
@@ -322,7 +352,7 @@ def test_a_topic_of_yours_is_watched_and_the_synth_says_its_policy_must_admit_ev
     )
     rules = watch_rules(Template.from_stack(stack).to_json())
     # Its key is not the app's to see: not watched. The topic is, by its ARN.
-    assert set(rules) == set(EXPECTED_CALLS) - {"kms.amazonaws.com", EVENTS}
+    assert set(rules) == set(EXPECTED_CALLS) - {"kms.amazonaws.com", EVENTS, LAMBDA}
     topic_part = resource_part(rules["sns.amazonaws.com"][1]["EventPattern"])
     assert topic_part["$or"][0] == {"requestParameters": {"topicArn": [arn]}}
     assert rules["sns.amazonaws.com"][1]["Targets"][0]["Arn"] == arn
@@ -364,6 +394,11 @@ def physical_names(template: Mapping[str, Any], *, stack_name: str, longest: boo
             names[logical] = f"arn:aws:sns:{REGION}:{ACCOUNT}:{named(logical, 256)}"
         elif kind == "AWS::Events::Rule":
             names[logical] = resource["Properties"].get("Name") or named(logical, 64)
+        elif kind == "AWS::Lambda::Function":
+            names[logical] = named(logical, 64)
+            names[f"{logical}.Arn"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{names[logical]}"
+        elif kind == "AWS::IAM::Role":
+            names[f"{logical}.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/{named(logical, 64)}"
     return names
 
 
@@ -549,7 +584,8 @@ def test_every_watch_rule_silenced_or_rewritten_is_reported_by_another(
     first call of an attempt to silence the watch is reported, and each by one rule alone."""
     events = partial(cloudtrail_event, EVENTS)
     rules = every_watch_rule(stack_template)
-    assert len(rules) == len(EXPECTED_CALLS) + 1  # one per service, and the rule that watches the rules rule
+    # One per service (Lambda two: the functions' calls, the roles given), and the rule that watches the rules rule.
+    assert len(rules) == len(EXPECTED_CALLS) + 2
     unreported = []
     for logical in rules:
         for call, field in RULE_CALLS.items():
@@ -587,8 +623,190 @@ def test_the_rules_rules_name_fits_eventbridge_with_the_longest_stack_name() -> 
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
     watched_pipeline(stack, alarm_email="ops@example.com")
     rules = every_watch_rule(Template.from_stack(stack).to_json())
-    [name] = [rule["Name"] for rule in rules.values() if "Name" in rule]
-    assert len(name) == 64
+    # Every rule is named (the alarm key names each), each within 64 characters.
+    assert all(len(rule["Name"]) == 64 for rule in rules.values())
+    [name] = [rule["Name"] for rule in rules.values() if "-RulesRule-" in rule["Name"]]
     assert re.fullmatch(r"S+-RulesRule-[0-9A-F]{8}", name), name
     watchers = [rule for rule in rules.values() if name in json.dumps(rule["EventPattern"])]
     assert len(watchers) == 1
+
+
+# --- Lambda: the functions whose role may emit or anchor -----------------------------------------------------
+
+
+def lambda_rules(template: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The Lambda rules of the watch: those on the functions' calls, and those on the roles given to a function."""
+    rules = {logical: rule for logical, rule in every_watch_rule(template).items() if service_of(rule) == LAMBDA}
+    functions = {k: r for k, r in rules.items() if "functionName" in r["EventPattern"]["detail"]["requestParameters"]}
+    roles = {k: r for k, r in rules.items() if "role" in r["EventPattern"]["detail"]["requestParameters"]}
+    assert len(functions) + len(roles) == len(rules)
+    return functions, roles
+
+
+def emitting_and_anchoring(template: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """Found by relationship: the roles the events table's PutItem Deny admits but the operator role (what may
+    append events), with the anchoring function's (the target of the anchoring schedule, what moves anchors), and
+    every function that runs as one of them. (function logical ids, role logical ids)"""
+    [table] = [
+        resource
+        for resource in resources_of_type(dict(template), "AWS::DynamoDB::Table").values()
+        if "ResourcePolicy" in resource["Properties"]
+    ]
+    statements = table["Properties"]["ResourcePolicy"]["PolicyDocument"]["Statement"]
+    [put_deny] = [s for s in statements if s["Effect"] == "Deny" and "dynamodb:PutItem" in listed(s["Action"])]
+    admitted = [arn["Fn::GetAtt"][0] for arn in put_deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]]
+    operator_role = logical_id(template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
+    roles = set(admitted) - {operator_role}
+    schedule = logical_id(template, "AWS::Events::Rule", "OutboxAuditorAnchoringSchedule")
+    [target] = template["Resources"][schedule]["Properties"]["Targets"]
+    anchoring = target["Arn"]["Fn::GetAtt"][0]
+    roles.add(template["Resources"][anchoring]["Properties"]["Role"]["Fn::GetAtt"][0])
+    functions = {
+        logical
+        for logical, function in resources_of_type(dict(template), "AWS::Lambda::Function").items()
+        if function["Properties"]["Role"]["Fn::GetAtt"][0] in roles
+    }
+    return functions, roles
+
+
+def test_every_function_whose_role_may_emit_or_anchor_and_its_role_are_watched(stack_template: dict[str, Any]) -> None:
+    functions, roles = emitting_and_anchoring(stack_template)
+    # The durable consumer's, the example's producer's, the anchoring function's.
+    assert len(functions) == len(roles) == 3
+    assert_each_named_once(stack_template, functions, roles)
+
+
+def assert_each_named_once(template: Mapping[str, Any], functions: set[str], roles: set[str]) -> None:
+    function_rules, role_rules = lambda_rules(template)
+    named_functions = [
+        value["Ref"]
+        for rule in function_rules.values()
+        for value in rule["EventPattern"]["detail"]["requestParameters"]["functionName"]
+        if isinstance(value, dict) and "Ref" in value
+    ]
+    assert sorted(named_functions) == sorted(functions)
+    named_roles = [
+        arn["Fn::GetAtt"][0]
+        for rule in role_rules.values()
+        for arn in rule["EventPattern"]["detail"]["requestParameters"]["role"]
+    ]
+    assert sorted(named_roles) == sorted(roles)
+
+
+def lambda_cases(template: Mapping[str, Any], names: Mapping[str, str]) -> list[tuple[str, dict[str, Any], bool]]:
+    """(what, event, whether the watch reports it), for every function whose role may emit or anchor."""
+    functions, roles = emitting_and_anchoring(template)
+    calls = partial(cloudtrail_event, LAMBDA)
+    found: list[tuple[str, dict[str, Any], bool]] = []
+    for function in sorted(functions):
+        name = names[function]
+        arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        for form in (name, arn, f"{ACCOUNT}:function:{name}"):
+            found += [
+                (f"UpdateFunctionCode on {form}", calls("UpdateFunctionCode20150331v2", {"functionName": form}), True),
+                (
+                    f"its configuration (layers) on {form}",
+                    calls("UpdateFunctionConfiguration20150331v2", {"functionName": form, "layers": ["x"]}),
+                    True,
+                ),
+                (f"PublishVersion on {form}", calls("PublishVersion20150331", {"functionName": form}), True),
+                (f"UpdateAlias on {form}", calls("UpdateAlias20150331", {"functionName": form, "name": "live"}), True),
+                (
+                    f"AddPermission on {form}:live",
+                    calls("AddPermission20150331v2", {"functionName": f"{form}:live", "principal": "*"}),
+                    True,
+                ),
+                (f"GetFunction on {form}", calls("GetFunction20150331v2", {"functionName": form}), False),
+            ]
+        found += [
+            (
+                f"a function URL for {name}",
+                calls("CreateFunctionUrlConfig20181031", {"functionName": name, "authType": "NONE"}),
+                True,
+            ),
+            (
+                f"a refused DeleteFunction of {name}",
+                calls("DeleteFunction20150331", {"functionName": name}, error="X"),
+                True,
+            ),
+            (
+                f"UpdateFunctionCode on x{name}",
+                calls("UpdateFunctionCode20150331v2", {"functionName": f"x{name}"}),
+                False,
+            ),
+            (f"on {name}x", calls("UpdateFunctionCode20150331v2", {"functionName": f"{arn}x"}), False),
+        ]
+    for role in sorted(roles):
+        role_arn = names[f"{role}.Arn"]
+        found += [
+            (
+                f"CreateFunction as {role}",
+                calls("CreateFunction20150331", {"functionName": "new", "role": role_arn}),
+                True,
+            ),
+            (
+                f"another function given {role}",
+                calls("UpdateFunctionConfiguration20150331v2", {"functionName": "other", "role": role_arn}),
+                True,
+            ),
+        ]
+    other_role = f"arn:aws:iam::{ACCOUNT}:role/someone-elses"
+    found += [
+        (
+            "CreateFunction as another role",
+            calls("CreateFunction20150331", {"functionName": "new", "role": other_role}),
+            False,
+        ),
+        (
+            "UpdateFunctionCode on another function",
+            calls("UpdateFunctionCode20150331v2", {"functionName": "other"}),
+            False,
+        ),
+    ]
+    return found
+
+
+def test_the_lambda_rules_report_the_calls_on_those_functions_and_roles_and_nothing_else(
+    stack_template: dict[str, Any], names: dict[str, str], patterns: dict[str, EventPattern]
+) -> None:
+    cases_ = lambda_cases(stack_template, names)
+    wrong = [
+        f"{what}: {'missed' if expected else 'reported'}"
+        for what, event, expected in cases_
+        if sum(pattern.matches_event(event) for pattern in patterns.values()) != int(expected)  # one notice a call
+    ]
+    assert wrong == []
+    assert len(cases_) > 50
+
+
+def pipeline_with_emitters(count: int) -> Stack:
+    """The watched pipeline in a stack of the longest name, with ``count`` more functions granted emit."""
+    stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
+    pipeline = watched_pipeline(stack, alarm_email="ops@example.com")
+    for number in range(count):
+        producer = lambda_.Function(
+            stack,
+            f"Producer{number}",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            handler="index.handler",
+            code=lambda_.Code.from_inline("def handler(event, context): pass"),
+        )
+        pipeline.grant_emit(producer)
+    return stack
+
+
+def test_many_emitters_are_spread_over_rules_that_each_fit_and_name_every_one() -> None:
+    """Ten emitting functions: each function and role is named once, over several rules, every pattern within
+    EventBridge's limit with the longest names; twenty are refused at synth, with what to do (the rule that names
+    every rule of the watch would not fit)."""
+    template = Template.from_stack(pipeline_with_emitters(8)).to_json()
+    functions, roles = emitting_and_anchoring(template)
+    assert len(functions) == len(roles) == 10
+    function_rules, _ = lambda_rules(template)
+    assert len(function_rules) > 1
+    longest = physical_names(template, stack_name="S" * 128, longest=True)
+    for logical, rule in every_watch_rule(template).items():
+        assert len(json.dumps(resolve(rule["EventPattern"], longest))) <= PATTERN_LIMIT, logical
+    assert_each_named_once(template, functions, roles)
+    with pytest.raises(RuntimeError, match="let your producers share fewer functions or roles"):
+        Template.from_stack(pipeline_with_emitters(20))

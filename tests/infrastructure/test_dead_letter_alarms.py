@@ -82,7 +82,8 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
         for rule_id in resources_of_type(stack_template, "AWS::Events::Rule")
         if rule_id.startswith("OutboxControlPlane")
     }
-    assert len(targets) == 8 + len(WATCHED_CALLS) + 1  # a rule per service, and the one watching the rules rule
+    # a rule per service (Lambda two: the functions' calls, the roles given), and the one watching the rules rule
+    assert len(targets) == 8 + len(WATCHED_CALLS) + 2
     assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []

@@ -93,7 +93,7 @@ def test_the_watch_s_dead_letter_queue_admits_no_role_and_eventbridge_for_its_ru
     }
     assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
     rules = watch_rules(stack_template)
-    assert len(rules) == 9, rules  # a rule per service, and the one watching the rules rule
+    assert len(rules) == 11, rules  # a rule per service (Lambda two), and the one watching the rules rule
 
     def send(source: str) -> Decision:
         request = Request(

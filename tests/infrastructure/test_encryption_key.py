@@ -218,13 +218,29 @@ def test_each_principal_holds_what_it_needs_on_the_key(
         assert any(fnmatchcase(action, pattern) for pattern in granted), f"{role_id} lacks {action}: {granted}"
 
 
-def test_eventbridge_may_use_the_key_for_this_accounts_rules_only(keyed_template: dict[str, Any], key_id: str) -> None:
+def test_eventbridge_may_use_the_key_for_the_rules_whose_dead_letter_queues_it_encrypts_only(
+    keyed_template: dict[str, Any], key_id: str
+) -> None:
+    """Each rule whose target's DLQ the key encrypts (found by that relationship: the anchoring schedule's, the
+    control-plane watch's), by the ARN its name gives, and no other rule of the account; no reference to a rule
+    (a cycle: the key, the rule, its target's log group on the key)."""
     statements = keyed_template["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
     (statement,) = [s for s in statements if s.get("Sid") == "EventBridgeDeadLetters"]
     assert statement["Principal"] == {"Service": "events.amazonaws.com"}
     assert sorted(listed(statement["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
-    (pattern,) = statement["Condition"]["ArnLike"].values()
-    assert pattern["Fn::Join"][1][-1] == ":rule/*"
+    assert set(statement["Condition"]) == {"StringEquals", "ArnEquals"}
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    (arns,) = statement["Condition"]["ArnEquals"].values()
+    assert "Fn::GetAtt" not in json.dumps(arns)
+    named = sorted(arn["Fn::Join"][1][-1].removeprefix(":rule/") for arn in arns)
+    rules = resources_of_type(keyed_template, "AWS::Events::Rule")
+    with_keyed_dead_letters = sorted(
+        rule["Properties"]["Name"]
+        for rule in rules.values()
+        if any("DeadLetterConfig" in target for target in rule["Properties"]["Targets"])
+    )
+    assert named == with_keyed_dead_letters
+    assert len(named) == len(rules) == 12  # the anchoring schedule, and the watch's eleven rules
 
 
 def test_a_producer_granted_emit_holds_no_wildcard_key_action(keyed_template: dict[str, Any], key_id: str) -> None:

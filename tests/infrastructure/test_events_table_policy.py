@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from outbox_cdk.events_table import (
+    CHAIN_ROW_CONDITIONS,
     EVENT_ROW_CONDITIONS,
     EVENT_ROW_MUTATIONS,
-    EVENT_ROW_PUT,
     PUT_DENY_SID,
+    REMOVAL_DENY_SID,
     RESOURCE_DENY_SID,
     TLS_DENY_SID,
 )
@@ -37,6 +38,8 @@ from tests.infrastructure.template_queries import only_resource
 RESOURCE_POLICY_MAX_BYTES = 20 * 1024
 EVENT_ROW = "TENANT#acme#EVENT"
 HEAD_ROW = "TENANT#acme#HEAD"
+# A tenant index row's partition (outbox.keys.tenant_index_partition): what the hourly pass and status enumerate.
+INDEX_ROW = "TENANTS#07"
 # What CloudFormation (and an operator at the console) calls on the table itself, which no LeadingKeys name.
 TABLE_ACTIONS = [
     "dynamodb:UpdateTable",
@@ -100,9 +103,31 @@ def test_the_events_table_denies_putting_event_rows_to_all_but_the_operator_role
         "Sid": PUT_DENY_SID,
         "Effect": "Deny",
         "Principal": {"AWS": "*"},
-        "Action": EVENT_ROW_PUT[0],
+        "Action": ["dynamodb:PutItem", "dynamodb:UpdateItem"],
         "Resource": "*",
-        "Condition": {**EVENT_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": exempt}},
+        "Condition": {**CHAIN_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": exempt}},
+    }
+    assert CHAIN_ROW_CONDITIONS["ForAnyValue:StringLike"] == {
+        "dynamodb:LeadingKeys": ["TENANT#*#EVENT", "TENANT#*#HEAD", "TENANTS#*"]
+    }
+    [removal_deny] = [statement for statement in policy["Statement"] if statement["Sid"] == REMOVAL_DENY_SID]
+    assert removal_deny == {
+        "Sid": REMOVAL_DENY_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": [
+            "dynamodb:BatchWriteItem",
+            "dynamodb:DeleteItem",
+            "dynamodb:PartiQLDelete",
+            "dynamodb:PartiQLInsert",
+            "dynamodb:PartiQLUpdate",
+        ],
+        "Resource": "*",
+        "Condition": {
+            "ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*#HEAD", "TENANTS#*"]},
+            "Null": {"dynamodb:LeadingKeys": "false"},
+            "ArnNotEquals": {"aws:PrincipalArn": [exempt[0]]},
+        },
     }
 
 
@@ -141,7 +166,7 @@ def test_the_events_table_refuses_every_request_without_tls(stack_template: dict
     arns = template_arns(stack_template)
     policy = resolve(statements, arns)
     operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
-    item_calls = [("dynamodb:GetItem", EVENT_ROW), ("dynamodb:PutItem", HEAD_ROW)]
+    item_calls = [("dynamodb:GetItem", EVENT_ROW), ("dynamodb:PutItem", "ORDER#1")]
     calls = [
         *((action, {"dynamodb:LeadingKeys": [key]}) for action, key in item_calls),
         *((a, {}) for a in TABLE_ACTIONS),
@@ -166,7 +191,8 @@ LONGEST_ROLE_ARN = role_arn("p" * 511 + "/" + "r" * 64)
 
 
 def test_the_policy_stays_under_dynamodb_s_size_limit_with_every_emitter_it_admits() -> None:
-    # The most emitters grant_emit admits, every role's ARN as long as IAM allows, pretty-printed.
+    # The most emitters grant_emit admits, every emitter's ARN as long as IAM allows, pretty-printed; the operator
+    # role is the stack's own, named by CloudFormation (64 characters at most, no path), and named in each statement.
     from aws_cdk import App, Stack
     from aws_cdk import aws_iam as iam
     from aws_cdk.assertions import Template
@@ -178,7 +204,8 @@ def test_the_policy_stays_under_dynamodb_s_size_limit_with_every_emitter_it_admi
     for number in range(MAX_EMITTERS):
         events.grant_emit(iam.Role(stack, f"Emitter{number}", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
     template = Template.from_stack(stack).to_json()
-    arns = {logical_id: LONGEST_ROLE_ARN for logical_id in template_arns(template)}
+    operator_id, _ = only_resource(template, "AWS::IAM::Role", "EventsOperatorRole")
+    arns = {logical_id: LONGEST_ROLE_ARN for logical_id in template_arns(template)} | {operator_id: role_arn("r" * 64)}
     policy = resolve(table_policy(template, "EventsTable"), arns)
     size = len(json.dumps(policy, indent=4).encode())
     assert size < RESOURCE_POLICY_MAX_BYTES, size
@@ -246,16 +273,17 @@ def test_nobody_but_the_operator_role_may_change_or_remove_an_event_row(
     assert decision(stack_template, principal, action, EVENT_ROW, identity=list(EVERYTHING)) is Decision.EXPLICIT_DENY
 
 
-@pytest.mark.parametrize(
-    "principal",
-    [
-        "an administrator",
-        "the root user",
-        "OutboxRunbookRole",
-        "OutboxAuditorRecorderLambdaRole",
-        "OutboxOperatorEndpointLambdaRole",
-    ],
+# Principals of the account that do not emit: each may have a policy that allows everything.
+NOT_EMITTING = (
+    "an administrator",
+    "the root user",
+    "OutboxRunbookRole",
+    "OutboxAuditorRecorderLambdaRole",
+    "OutboxOperatorEndpointLambdaRole",
 )
+
+
+@pytest.mark.parametrize("principal", NOT_EMITTING)
 def test_nobody_but_the_operator_role_and_the_emitters_may_put_an_event_row(
     stack_template: dict[str, Any], principal: str
 ) -> None:
@@ -265,17 +293,37 @@ def test_nobody_but_the_operator_role_and_the_emitters_may_put_an_event_row(
     assert decision(stack_template, principal, "dynamodb:PutItem", EVENT_ROW, identity=everything) is (
         Decision.EXPLICIT_DENY
     )
-    # Rows that are not event rows are not this statement's business (the head, an index row, other tables').
-    assert decision(stack_template, principal, "dynamodb:PutItem", HEAD_ROW, identity=everything) is Decision.ALLOWED
+    # Rows that are not the chain's are not this statement's business (an order, other tables').
+    assert decision(stack_template, principal, "dynamodb:PutItem", "ORDER#1", identity=everything) is Decision.ALLOWED
 
 
-@pytest.mark.parametrize("action", EVENT_ROW_MUTATIONS)
-def test_the_operator_role_may(stack_template: dict[str, Any], action: str) -> None:
+# Every write of a row, by key: what emit() does, what it never does, and to whom the policy leaves each.
+ROW_WRITES = ("dynamodb:PutItem", *EVENT_ROW_MUTATIONS)
+
+
+@pytest.mark.parametrize("principal", [*NOT_EMITTING, "OutboxAuditorAnchoringRole", "DurableConsumer", "PlaceOrder"])
+@pytest.mark.parametrize("row", [HEAD_ROW, INDEX_ROW])
+@pytest.mark.parametrize("action", ROW_WRITES)
+def test_a_head_or_an_index_row_is_written_only_as_emit_writes_it(
+    stack_template: dict[str, Any], principal: str, row: str, action: str
+) -> None:
+    """A tenant's index row deleted would drop it from the hourly pass and status; its head deleted or moved
+    would fork its chain. Whatever its own policy allows, a principal of the account may only put or update one,
+    and only if it emits; nobody but the operator role may delete one, in any way."""
+    emitter = principal in ("DurableConsumer", "PlaceOrder")
+    allowed = emitter and action in ("dynamodb:PutItem", "dynamodb:UpdateItem")
+    got = decision(stack_template, principal, action, row, identity=list(EVERYTHING))
+    assert got is (Decision.ALLOWED if allowed else Decision.EXPLICIT_DENY)
+
+
+@pytest.mark.parametrize("row", [EVENT_ROW, HEAD_ROW, INDEX_ROW])
+@pytest.mark.parametrize("action", ROW_WRITES)
+def test_the_operator_role_may(stack_template: dict[str, Any], action: str, row: str) -> None:
     if action.startswith("dynamodb:PartiQL"):
         # Its own policy (CDK's read-write grant) names no PartiQL action: not denied by the table, not granted.
-        assert decision(stack_template, "EventsOperatorRole", action, EVENT_ROW) is Decision.IMPLICIT_DENY
+        assert decision(stack_template, "EventsOperatorRole", action, row) is Decision.IMPLICIT_DENY
     else:
-        assert decision(stack_template, "EventsOperatorRole", action, EVENT_ROW) is Decision.ALLOWED
+        assert decision(stack_template, "EventsOperatorRole", action, row) is Decision.ALLOWED
 
 
 def test_a_batch_that_mixes_in_one_event_row_is_denied_and_one_without_is_not(stack_template: dict[str, Any]) -> None:
@@ -294,6 +342,9 @@ def test_an_emitter_still_appends_and_moves_the_head(stack_template: dict[str, A
     )
     assert decision(stack_template, principal, "dynamodb:UpdateItem", HEAD_ROW) is Decision.ALLOWED
     assert decision(stack_template, principal, "dynamodb:GetItem", HEAD_ROW) is Decision.ALLOWED
+    # A tenant's first emit puts its head and its index row.
+    assert decision(stack_template, principal, "dynamodb:PutItem", HEAD_ROW) is Decision.ALLOWED
+    assert decision(stack_template, principal, "dynamodb:PutItem", INDEX_ROW) is Decision.ALLOWED
 
 
 @pytest.mark.parametrize("action", TABLE_ACTIONS)

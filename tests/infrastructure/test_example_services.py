@@ -11,6 +11,7 @@ import pytest
 from modules import build_catalog
 from modules.services import HttpService, Services, ServicesNotConfiguredError
 from outbox.testing.services import FakeService
+from outbox_cdk import OperatorTrust
 from stacks.app_factory import build_app
 from stacks.settings import RECORD_CHANGE_ENTITIES_CONTEXT, WATCHED_ENTITIES
 from tests.example_app import TRIAL_OPERATOR, settings_from
@@ -100,6 +101,30 @@ def test_the_trial_template_trusts_its_named_operator_and_not_the_account(stack_
     }
     assert len(trusted) == 2, trusted
     assert all(principals == [{"AWS": TRIAL_OPERATOR}] for principals in trusted.values()), trusted
+
+
+def test_the_example_s_operators_assume_their_roles_with_mfa_unless_told_otherwise(
+    stack_template: dict[str, Any],
+) -> None:
+    """The example shows one of OperatorTrust's conditions: every trust statement of the operator and runbook
+    roles requires MFA; a principal tag instead, or nothing more, is chosen by context, and anything else is
+    refused with what to pass."""
+    roles = resources_of_type(stack_template, "AWS::IAM::Role")
+    conditions = [
+        statement.get("Condition")
+        for logical_id, role in roles.items()
+        if logical_id.startswith(("OutboxEventsOperatorRole", "OutboxRunbookRole"))
+        for statement in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    ]
+    assert conditions == [{"Bool": {"aws:MultiFactorAuthPresent": "true"}}] * 2
+    assert settings_from({"operatorTrust": "tag:team=oncall"}).operator_trust == OperatorTrust(
+        principal_tag=("team", "oncall")
+    )
+    assert settings_from({"operatorTrust": "mfa"}).operator_trust == OperatorTrust(require_mfa=True)
+    assert settings_from({"operatorTrust": "none"}).operator_trust is None
+    for wrong in ("MFA", "tag:team", "tag:=oncall", True):
+        with pytest.raises(ValueError, match=r"operatorTrust must be mfa|principal_tag must be"):
+            settings_from({"operatorTrust": wrong})
 
 
 def test_a_services_url_with_credentials_is_refused_before_it_reaches_the_outputs() -> None:

@@ -18,7 +18,15 @@ from aws_cdk import aws_sns as sns
 from outbox.outputs import StackOutput
 from outbox_cdk.redriven_queue import RedrivenQueue
 from tests.infrastructure.conftest import resources_of_type
-from tests.infrastructure.policy_evaluation import Decision, Request, account_principals, decide, resolve, template_arns
+from tests.infrastructure.policy_evaluation import (
+    Decision,
+    Request,
+    account_principals,
+    decide,
+    resolve,
+    role_arn,
+    template_arns,
+)
 
 RECEIVE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility")
 # What a principal with sqs:* in its own policy (an administrator's, a CI role's) is allowed on every queue.
@@ -73,6 +81,22 @@ def test_each_polled_queue_lets_only_its_consumer_receive_delete_or_hide_a_messa
         _, identity = principals[consumer]
         for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage"):
             assert decide(Request(action, arns[queue_id], arns[consumer]), identity, policy) is Decision.ALLOWED
+
+
+def test_nobody_purges_a_polled_queue(stack_template: dict[str, Any]) -> None:
+    """A purge empties a lane's queue in one call, and no repair needs it: every principal of the account, the
+    consumer's role and an anonymous caller included, each granted sqs:*, is explicitly denied it."""
+    arns = template_arns(stack_template)
+    principals = account_principals(stack_template)
+    for queue_id in polled_queues(stack_template):
+        policy = queue_policy(stack_template, queue_id, arns)
+        for name, (arn, identity) in principals.items():
+            request = Request("sqs:PurgeQueue", arns[queue_id], arn)
+            assert decide(request, [*identity, EVERY_SQS_ACTION], policy) is Decision.EXPLICIT_DENY, (queue_id, name)
+        # Its DLQ stays the repairs' to purge (the runbook purges a pipe's DLQ; an administrator may purge these).
+        dlq_id = dead_letter_queue(stack_template, queue_id)
+        request = Request("sqs:PurgeQueue", arns[dlq_id], role_arn("Administrator"))
+        assert decide(request, [EVERY_SQS_ACTION], queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
 
 
 def test_a_redrive_from_each_lane_s_dlq_back_into_its_queue_is_still_allowed(stack_template: dict[str, Any]) -> None:

@@ -77,9 +77,9 @@ def test_each_lane_queue_denies_a_send_to_all_but_its_pipe_and_the_repair_roles(
     assert send_deny(statements) == deny_statement(
         SEND_DENY_SID, queue_id, {"ArnNotEquals": {"aws:PrincipalArn": exempt}}
     )
-    # The TLS deny and the receive deny (test_queue_receivers) stay beside it, and nothing is allowed by the queue
-    # policy itself.
-    assert len(statements) == 3
+    # The TLS deny, the receive deny and the purge deny (test_queue_receivers) stay beside it, and nothing is
+    # allowed by the queue policy itself.
+    assert len(statements) == 4
     assert all(statement["Effect"] == "Deny" for statement in statements)
 
 

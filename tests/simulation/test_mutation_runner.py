@@ -33,6 +33,7 @@ GUARANTEE_MODULES = {
     "outbox.inbox.markers",
     "outbox.inbox.table",
     "outbox.inbox.dead_work",
+    "outbox.inbox.rows",
     "outbox.consumer",
     "outbox.delivery.attempts",
     "outbox.delivery.lease",
@@ -61,6 +62,7 @@ GUARANTEE_MODULES = {
     "outbox.envelope",
     "outbox.local.runtime",
     "outbox.pairs.machine",
+    "outbox.ops.completeness",
 }
 
 

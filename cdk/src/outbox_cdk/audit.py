@@ -46,6 +46,7 @@ from outbox_cdk.liveness import (
 )
 from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.redriven_queue import RedrivenQueue
+from outbox_cdk.rule_names import rule_name
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
 from outbox_cdk.table_defaults import protected_table
 from outbox_cdk.timing import visibility_timeout_seconds
@@ -61,6 +62,8 @@ RECORDER_TIMEOUT_SECONDS: Final = 30
 ANCHOR_TIMEOUT_SECONDS: Final = 300
 ANCHOR_SCHEDULE: Final = Duration.hours(1)
 TAMPER_MAX_RECEIVE_COUNT: Final = 5
+# The anchoring schedule's construct id; its rule is named from it at synth (rule_names).
+ANCHORING_SCHEDULE_ID: Final = "AnchoringSchedule"
 # Passes in a row that left tenants to the next before AnchorsDeferredAlarm fires: a burst of new tenants (each
 # verified from genesis, first) may defer one or two passes and be caught up; three mean the passes fall behind.
 DEFERRAL_PERIODS: Final = 3
@@ -250,6 +253,8 @@ class Auditor(Construct):
             self, function=self.anchoring, schedule=ANCHOR_SCHEDULE, alarm_topic=alarm_topic
         )
         self.anchors_deferred_alarm = _anchors_deferred_alarm(self, alarm_topic)
+        # outbox_cdk.completeness.check_completeness sets it, where the synth loaded the catalog
+        self.missing_pairs_alarm: cloudwatch.Alarm | None = None
 
     def watch_pipes(self, pipes: Sequence[StreamPipe]) -> None:
         """Each anchoring pass publishes how many of ``pipes`` are not running (``PipesNotRunningAlarm``): call
@@ -268,6 +273,7 @@ class Auditor(Construct):
             self.anchoring_stopped_alarm,
             self.anchoring_not_invoked_alarm,
             self.anchors_deferred_alarm,
+            *([self.missing_pairs_alarm] if self.missing_pairs_alarm is not None else []),
         ]
 
     @property
@@ -349,7 +355,8 @@ def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.I
     rule, not the key policy, so no cycle (``_admit_eventbridge``)."""
     return eventbridge.Rule(
         scope,
-        "AnchoringSchedule",
+        ANCHORING_SCHEDULE_ID,
+        rule_name=rule_name(scope, ANCHORING_SCHEDULE_ID),  # the pipeline key's policy names it (encryption)
         description="Runs the chain anchoring pass",
         schedule=eventbridge.Schedule.rate(ANCHOR_SCHEDULE),
         targets=[

@@ -52,9 +52,17 @@ def check_catalog(
     """Load ``reference`` (``package.module:function``) from the ``code`` asset and check its contract. The
     acceptances that matched a problem; raises ``CatalogContractError`` with every problem not accepted, and
     for an acceptance that matches none (the problem it was for is gone: remove it)."""
+    return load_checked_catalog(code, reference, environment, accepted)[1]
+
+
+def load_checked_catalog(
+    code: lambda_.Code, reference: str, environment: Mapping[str, str], accepted: Sequence[AcceptedCatalogProblem]
+) -> tuple[Catalog | None, list[AcceptedCatalogProblem]]:
+    """``check_catalog``, and the catalog it loaded (None for inline or S3 code, which the synth cannot import):
+    the completeness pass is given it as data (``outbox.ops.completeness.catalog_data``)."""
     source = _asset_path(code)
     if source is None:
-        return []  # inline or S3 code: nothing here to import; the functions check it at cold start
+        return None, []  # inline or S3 code: nothing here to import; the functions check it at cold start
     with _importable(source), _environment(environment):
         catalog = _load(reference, source)
         problems = catalog.problems()
@@ -69,7 +77,7 @@ def check_catalog(
             "Fix each, or accept one on purpose: OutboxPipeline(..., accept_catalog_problems=["
             "AcceptedCatalogProblem(problem='<part of its text>', reason='<why>')])"
         )
-    return used
+    return catalog, used
 
 
 def _asset_path(code: lambda_.Code) -> Path | None:

@@ -24,6 +24,12 @@ R12.3 and R12.7):
 - EventBridge: the watch's own rules, by ``name`` or ``rule``. One ``DisableRule`` would silence a rule, so each
   rule is named by another: the rules rule names every other rule of the watch, and a second rule names the rules
   rule alone (R12.7). Silencing the watch takes two calls, and the first is reported.
+- Lambda: every function whose role may emit (each function ``grant_emit`` admits, the durable consumer's among
+  them) or move anchors (the anchoring function), by ``functionName`` in each form Lambda takes (name, ARN,
+  partial ARN, each with or without a qualifier); and any function created with, or given, one of those roles or
+  a role ``grant_emit`` admits (``role``): new code or configuration there can append events for any tenant, or
+  anchor a rewrite (R12.8). CloudTrail names Lambda's calls with their API version appended
+  (``UpdateFunctionCode20150331v2``), so these rules match each call's name as a prefix.
 
 Each notice is one line on the alarm topic: the call, the principal (``userIdentity``, with ``invokedBy`` when
 a service such as CloudFormation made it), where from, when, its error code if it failed, and the request
@@ -35,26 +41,42 @@ a day of retries for what it counts as transient (R12.5).
 It needs a CloudTrail trail that logs this region's management events (R12.1): without one, nothing reaches
 the rules and nothing is reported. AWS management events on the default bus cost nothing (R12.4); the notices
 are SNS messages.
+
+One file: the watched calls, the rules that match them, the rules that watch those rules and the topic policy that
+admits every rule are one list read together (a rule added in one place must be named in the others); what
+Lambda's patterns match is apart, in ``lambda_watch``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Token, Validations
+import jsii
+from aws_cdk import Acknowledgment, Annotations, Aws, Names, Stack, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as eventbridge
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.encryption import EVENTBRIDGE_PRINCIPAL
+from outbox_cdk.lambda_watch import (
+    LONGEST_FUNCTION_NAME,
+    LONGEST_PLACE,
+    PATTERN_LIMIT,
+    GrowingRules,
+    functions_match,
+    longest,
+    longest_role_arn,
+    roles_match,
+)
 from outbox_cdk.operator_endpoint import OperatedPipeline
+from outbox_cdk.rule_names import RULE_NAME_LIMIT, rule_arn, rule_name
 
 # What every CloudTrail management event on EventBridge carries as its detail-type (R12.1).
 CLOUDTRAIL_DETAIL_TYPE: Final = "AWS API Call via CloudTrail"
@@ -70,6 +92,7 @@ KMS: Final = "kms.amazonaws.com"
 SNS: Final = "sns.amazonaws.com"
 CLOUDTRAIL: Final = "cloudtrail.amazonaws.com"
 EVENTS: Final = "events.amazonaws.com"
+LAMBDA: Final = "lambda.amazonaws.com"
 WATCHED_CALLS: Final[Mapping[str, tuple[str, ...]]] = {
     # The resource policy's Deny lifted; the stream (the relay's and the tamper pipe's source) or the deletion
     # protection switched off; a TTL that would delete event rows; the table itself.
@@ -95,7 +118,28 @@ WATCHED_CALLS: Final[Mapping[str, tuple[str, ...]]] = {
     CLOUDTRAIL: ("DeleteTrail", "PutAdvancedEventSelectors", "PutEventSelectors", "StopLogging", "UpdateTrail"),
     # A rule of the watch disabled, deleted, rewritten (its pattern, its state) or given other targets.
     EVENTS: ("DeleteRule", "DisableRule", "PutRule", "PutTargets", "RemoveTargets"),
+    # An emitting or anchoring function given other code, configuration (its role, layers, environment), a version
+    # or alias to run, or another resource policy (who may invoke it), or deleted; matched as prefixes (R12.8), so
+    # CreateFunction covers CreateFunctionUrlConfig and DeleteFunction the deletes of its concurrency, URL and
+    # invoke configuration too.
+    LAMBDA: (
+        "AddPermission",
+        "CreateAlias",
+        "CreateFunction",
+        "DeleteAlias",
+        "DeleteFunction",
+        "PublishVersion",
+        "RemovePermission",
+        "UpdateAlias",
+        "UpdateFunctionCode",
+        "UpdateFunctionConfiguration",
+    ),
 }
+# The Lambda calls that give a function a role (``requestParameters.role``): any function made to run as an emitting
+# or anchoring role acts as it.
+ROLE_CALLS: Final = ("CreateFunction", "UpdateFunctionConfiguration")
+# The services whose CloudTrail event names carry a version suffix: their calls are matched as prefixes (R12.8).
+VERSIONED_NAMES: Final = frozenset({LAMBDA})
 # Each rule's construct id, by service.
 RULE_IDS: Final[Mapping[str, str]] = {
     DYNAMODB: "EventsTableRule",
@@ -106,12 +150,12 @@ RULE_IDS: Final[Mapping[str, str]] = {
     SNS: "AlarmTopicRule",
     CLOUDTRAIL: "TrailRule",
     EVENTS: "RulesRule",
+    LAMBDA: "FunctionsRule",
 }
+# The rules that report a function given an emitting or anchoring role: as many as the roles need.
+ROLES_RULE_ID: Final = "FunctionRolesRule"
 # The rule that watches the rules rule: EventBridge calls on it alone.
 RULES_WATCH_ID: Final = "RulesRuleWatch"
-# EventBridge's longest rule name.
-RULE_NAME_LIMIT: Final = 64
-
 # EventBridge's limits on a target: the longest it keeps retrying and the most attempts (R12.5), for an error it
 # counts as transient (a refusal, such as a missing permission, goes to the DLQ at once). A notice the topic
 # cannot take now may still arrive within the day.
@@ -147,7 +191,7 @@ class ControlPlaneWatch(Construct):
         admit ``events.amazonaws.com`` (``sns:Publish``) and, if it is encrypted, its key too.
     encryption_key
         The pipeline's ``encryption_key``, for the dead-letter queue (``OutboxPipeline`` admits EventBridge
-        to it for this account's rules: ``encryption.admit_eventbridge_dead_letters``).
+        to it for the watch's rules and the anchoring schedule's: ``encryption.admit_eventbridge_dead_letters``).
     """
 
     def __init__(
@@ -199,13 +243,68 @@ class ControlPlaneWatch(Construct):
         # each way would be a dependency cycle. It names the others by Ref, so it is created last.
         rules_rule_name = self._rule_name(RULE_IDS[EVENTS])
         self.rules_watch = self._rule(RULES_WATCH_ID, EVENTS, _rules_match([rules_rule_name]))
-        self.rules[EVENTS] = self._rule(
-            RULE_IDS[EVENTS],
-            EVENTS,
-            _rules_match([rule.ref for rule in [*self.rules.values(), self.rules_watch]]),
-            name=rules_rule_name,
+        # The Lambda rules: made as the functions and roles to watch are named (grant_emit may come after the
+        # pipeline), each taking as many as fit EventBridge's limit.
+        self.lambda_rules: list[eventbridge.CfnRule] = []
+        self._functions = GrowingRules(
+            RULE_IDS[LAMBDA],
+            make_rule=self._lambda_rule,
+            pattern=lambda names: watched_pattern(LAMBDA, functions_match(names)),
+            measure=lambda names: watched_pattern(LAMBDA, functions_match(names, LONGEST_PLACE)),
         )
-        self._admit_eventbridge(key)
+        self._roles = GrowingRules(
+            ROLES_RULE_ID,
+            make_rule=self._lambda_rule,
+            pattern=lambda arns: watched_pattern(LAMBDA, roles_match(arns), ROLE_CALLS),
+        )
+        self.rules[EVENTS] = self._rule(RULE_IDS[EVENTS], EVENTS, self._rules_rule_pattern(), name=rules_rule_name)
+        self._topic_statement = self._admit_eventbridge(key)
+        self.node.add_validation(_RulesRuleFits(self))
+        # Every role that may emit or anchor, and its function: the emitters as grant_emit admits them, now and
+        # later, and the anchoring function.
+        operated.events.on_emitter(self._watch_emitter)
+        self.watch_function(operated.auditor.anchoring)
+
+    def watch_function(self, function: lambda_.IFunction) -> None:
+        """Report the Lambda calls of ``WATCHED_CALLS`` on ``function``, and any function created with, or given,
+        its role: a function whose role may emit or move anchors (every function ``grant_emit`` admits is watched
+        already; call it for one whose role you admitted by ARN)."""
+        self._functions.add(function.function_name, longest(function.function_name, LONGEST_FUNCTION_NAME))
+        if function.role is not None:
+            self.watch_role(function.role)
+
+    def watch_role(self, role: iam.IRole) -> None:
+        """Report any ``CreateFunction`` or ``UpdateFunctionConfiguration`` that gives a function ``role``."""
+        self._roles.add(role.role_arn, longest(role.role_arn, longest_role_arn(role)))
+
+    def _watch_emitter(self, grantee: iam.IGrantable) -> None:
+        if isinstance(grantee, lambda_.FunctionBase):
+            self.watch_function(grantee)
+            return
+        principal = grantee.grant_principal
+        if hasattr(principal, "role_arn"):  # a role (an IAM user's keys no Lambda call hands to a function)
+            self.watch_role(cast(iam.IRole, principal))
+
+    def _lambda_rule(self, construct_id: str, values: Sequence[str]) -> eventbridge.CfnRule:
+        """A Lambda rule (its pattern is set by ``GrowingRules``), made after the rules rule: the rules rule names
+        it, and the topic admits it."""
+        rule = self._rule(construct_id, LAMBDA, {})
+        self.lambda_rules.append(rule)
+        self.rules[EVENTS].event_pattern = self._rules_rule_pattern()
+        self._topic_statement.add_condition("ArnEquals", {"aws:SourceArn": self.rule_arns})
+        self._key_statement.add_condition("ArnEquals", {"aws:SourceArn": self.named_rule_arns()})
+        return rule
+
+    def watched_rules(self) -> list[eventbridge.CfnRule]:
+        """Every rule the rules rule names: all but itself."""
+        return [
+            *(rule for service, rule in self.rules.items() if service != EVENTS),
+            *self.lambda_rules,
+            self.rules_watch,
+        ]
+
+    def _rules_rule_pattern(self) -> dict[str, Any]:
+        return watched_pattern(EVENTS, _rules_match([rule.ref for rule in self.watched_rules()]))
 
     def quiet_for(self, alarms: Sequence[cloudwatch.IAlarm]) -> None:
         """Create the alarms rule after ``alarms``, so that a new stack's first deploy does not report the
@@ -216,29 +315,37 @@ class ControlPlaneWatch(Construct):
 
     @property
     def rule_arns(self) -> list[str]:
-        return [rule.attr_arn for rule in [*self.rules.values(), self.rules_watch]]
+        return [rule.attr_arn for rule in self._every_rule()]
+
+    def named_rule_arns(self) -> list[str]:
+        """Each rule's ARN written from its name, referencing no rule: what a key's policy can hold."""
+        return [rule_arn(self, str(rule.name)) for rule in self._every_rule()]
+
+    def _every_rule(self) -> list[eventbridge.CfnRule]:
+        return [*self.rules.values(), *self.lambda_rules, self.rules_watch]
 
     def _rule_name(self, construct_id: str) -> str:
-        """``<stack name>-<construct id>-<digest of the stack name and this watch's path>``, the stack name cut
-        to fit EventBridge's 64 characters (the digest keeps two pipelines, or two long stack names, apart)."""
-        stack_name = Stack.of(self).stack_name
-        assert not Token.is_unresolved(stack_name), "the rules rule's name needs the stack's name at synth"
-        digest = hashlib.sha256(f"{stack_name}/{self.node.path}".encode()).hexdigest()[:8].upper()
-        suffix = f"-{construct_id}-{digest}"
-        return stack_name[: RULE_NAME_LIMIT - len(suffix)] + suffix
+        return rule_name(self, construct_id)
 
     def _rule(
-        self, construct_id: str, service: str, match: Mapping[str, Any], *, name: str | None = None
+        self,
+        construct_id: str,
+        service: str,
+        match: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        calls: Sequence[str] | None = None,
     ) -> eventbridge.CfnRule:
         short = service.split(".", 1)[0]
         rule = eventbridge.CfnRule(
             self,
             construct_id,
-            name=name,
+            # Named here, so that the alarm key's policy can name each rule's ARN (a Ref would be a cycle).
+            name=name or self._rule_name(construct_id),
             description=f"Outbox control-plane watch: {short} calls that could lift a guard of this pipeline or "
             "silence its alarms, to the alarm topic (needs a CloudTrail trail)",
             state="ENABLED",
-            event_pattern=watched_pattern(service, match),
+            event_pattern=watched_pattern(service, match, calls),
             targets=[
                 eventbridge.CfnRule.TargetProperty(
                     id="AlarmTopic",
@@ -268,40 +375,36 @@ class ControlPlaneWatch(Construct):
         )
         return rule
 
-    def _admit_eventbridge(self, key: kms.IKey | None) -> None:
-        """EventBridge publishes as itself: the topic policy admits it for these rules only, and the topic's key
-        for this account's rules (a rule's own ARN in the key policy would be a cycle: the key, the topic, the
-        rule), both on behalf of this account only, as ``AlarmTopic`` admits CloudWatch."""
+    def _admit_eventbridge(self, key: kms.IKey | None) -> iam.PolicyStatement:
+        """EventBridge publishes as itself: the topic policy admits it for these rules only, and so does the topic's
+        key, by the ARNs the rules' names give (a rule's ``Arn`` in the key policy would be a cycle: the key, the
+        topic, the rule), both on behalf of this account only, as ``AlarmTopic`` admits CloudWatch."""
         stack = Stack.of(self)
         principal = iam.ServicePrincipal(EVENTBRIDGE_PRINCIPAL)
-        topic_added = self.alarm_topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowTheControlPlaneWatchToPublish",
-                principals=[principal],
-                actions=["sns:Publish"],
-                resources=[self.alarm_topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnEquals": {"aws:SourceArn": self.rule_arns},
-                },
-            )
-        ).statement_added
+        topic_statement = iam.PolicyStatement(
+            sid="AllowTheControlPlaneWatchToPublish",
+            principals=[principal],
+            actions=["sns:Publish"],
+            resources=[self.alarm_topic.topic_arn],
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnEquals": {"aws:SourceArn": self.rule_arns},
+            },
+        )
+        topic_added = self.alarm_topic.add_to_resource_policy(topic_statement).statement_added
+        # Each rule by the ARN its name gives (a Ref to the rule would be a cycle: the key, the topic, the rule).
+        self._key_statement = iam.PolicyStatement(
+            sid="AllowTheControlPlaneWatchToPublishEncrypted",
+            principals=[principal],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],  # in a key policy, "*" means this key
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnEquals": {"aws:SourceArn": self.named_rule_arns()},
+            },
+        )
         key_added = key is not None and bool(
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AllowTheControlPlaneWatchToPublishEncrypted",
-                    principals=[principal],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                    resources=["*"],  # in a key policy, "*" means this key
-                    conditions={
-                        "StringEquals": {"aws:SourceAccount": stack.account},
-                        "ArnLike": {
-                            "aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"
-                        },
-                    },
-                ),
-                allow_no_op=True,
-            ).statement_added
+            key.add_to_resource_policy(self._key_statement, allow_no_op=True).statement_added
         )
         if not topic_added:
             self._warn(
@@ -315,6 +418,7 @@ class ControlPlaneWatch(Construct):
                 f"the alarm topic's key {key.key_arn} is imported: its policy cannot be changed here and must let "
                 "events.amazonaws.com use the key (kms:Decrypt, kms:GenerateDataKey, for this account's rules)"
             )
+        return topic_statement
 
     def _warn(self, problem: str) -> None:
         Annotations.of(self).add_warning_v2(
@@ -324,11 +428,14 @@ class ControlPlaneWatch(Construct):
         )
 
 
-def watched_pattern(service: str, match: Mapping[str, Any]) -> dict[str, Any]:
-    """The event pattern of ``service``'s rule: its watched calls, on the resources ``match`` names."""
+def watched_pattern(service: str, match: Mapping[str, Any], calls: Sequence[str] | None = None) -> dict[str, Any]:
+    """The event pattern of ``service``'s rule: its watched calls (or ``calls``), on the resources ``match`` names.
+    A service whose CloudTrail names carry a version (R12.8) has each call matched as a prefix."""
+    names = list(WATCHED_CALLS[service] if calls is None else calls)
+    event_names: list[Any] = [{"prefix": name} for name in names] if service in VERSIONED_NAMES else names
     return {
         "detail-type": [CLOUDTRAIL_DETAIL_TYPE],
-        "detail": {"eventSource": [service], "eventName": list(WATCHED_CALLS[service]), **match},
+        "detail": {"eventSource": [service], "eventName": event_names, **match},
     }
 
 
@@ -384,3 +491,22 @@ def _topic_match(topic_arn: str) -> dict[str, Any]:
             {"requestParameters": {"subscriptionArn": [{"prefix": f"{topic_arn}:"}]}},
         ]
     }
+
+
+@jsii.implements(IValidation)
+class _RulesRuleFits:
+    """The rules rule names every other rule of the watch twice (R12.7): with many Lambda rules it could outgrow
+    EventBridge's limit. Checked at synth with names of 64 characters."""
+
+    def __init__(self, watch: ControlPlaneWatch) -> None:
+        self._watch = watch
+
+    def validate(self) -> list[str]:
+        stand_ins = ["x" * RULE_NAME_LIMIT for _ in self._watch.watched_rules()]
+        length = len(json.dumps(watched_pattern(EVENTS, _rules_match(stand_ins))))
+        if length <= PATTERN_LIMIT:
+            return []
+        return [
+            f"the control-plane watch has {len(stand_ins)} rules, and the rule that names them all would be {length} "
+            f"characters, over EventBridge's {PATTERN_LIMIT}: let your producers share fewer functions or roles"
+        ]

@@ -11,9 +11,11 @@ operator role's repair), CDK grants the key with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
-from aws_cdk import Acknowledgment, ArnFormat, Stack, Validations
+import jsii
+from aws_cdk import Acknowledgment, ArnFormat, IStableListProducer, Lazy, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
@@ -58,16 +60,25 @@ def admit_cloudwatch_logs(scope: Construct, key: kms.IKey) -> bool:
     return bool(result.statement_added)
 
 
-def admit_eventbridge_dead_letters(scope: Construct, key: kms.IKey) -> bool:
-    """Let EventBridge use ``key`` on behalf of this account's rules: it writes an event it could not deliver to
-    the rule target's SSE-KMS dead-letter queue with the key (the anchoring schedule's, the control-plane
-    watch's). The account's rules, not each rule's ARN: that would make the key depend on the rule, and through
-    the function's log group the rule on the key (a cycle).
+@jsii.implements(IStableListProducer)
+class _Produced:
+    def __init__(self, produce: Callable[[], list[str]]) -> None:
+        self._produce = produce
+
+    def produce(self) -> list[str]:
+        return self._produce()
+
+
+def admit_eventbridge_dead_letters(scope: Construct, key: kms.IKey, rule_arns: Callable[[], list[str]]) -> bool:
+    """Let EventBridge use ``key`` on behalf of the rules ``rule_arns`` gives at synth (the anchoring schedule's,
+    the control-plane watch's: each rule is named at synth, and each ARN is written from its name): it writes an
+    event it could not deliver to the rule target's SSE-KMS dead-letter queue with the key. A rule's ``Arn``
+    attribute would make the key depend on the rule, and through the function's log group the rule on the key (a
+    cycle).
 
     Returns whether the statement is in the key policy: False for a key imported by ARN, whose policy must then
     admit ``events.amazonaws.com`` itself.
     """
-    stack = Stack.of(scope)
     result = key.add_to_resource_policy(
         iam.PolicyStatement(
             sid="EventBridgeDeadLetters",
@@ -75,7 +86,8 @@ def admit_eventbridge_dead_letters(scope: Construct, key: kms.IKey) -> bool:
             actions=["kms:Decrypt", "kms:GenerateDataKey"],
             resources=["*"],  # in a key policy, "*" means this key
             conditions={
-                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:events:{stack.region}:{stack.account}:rule/*"}
+                "StringEquals": {"aws:SourceAccount": Stack.of(scope).account},
+                "ArnEquals": {"aws:SourceArn": Lazy.list(_Produced(rule_arns))},
             },
         ),
         allow_no_op=True,

@@ -2,9 +2,11 @@
 
 The layer holds exactly what ``pip install chained-outbox`` installs: the package's own files, copied from
 where Python imports them (an editable checkout or site-packages), and its dependencies as wheels for
-Lambda's platform, installed with pip from ``layer/requirements.txt`` (a complete, pinned closure without
-boto3 and botocore, which the Lambda runtime provides). No Docker: pip downloads the platform's wheels once
-into a wheelhouse, and later synths work offline.
+Lambda's platform, installed with pip from ``layer/requirements.lock`` (``layer/requirements.txt``'s complete,
+pinned closure without boto3 and botocore, which the Lambda runtime provides, each pin with its wheel's sha256).
+No Docker: pip downloads the platform's wheels once into a wheelhouse, and later synths work offline. Both the
+download and the install run with ``--require-hashes``: a wheel the index serves, or the wheelhouse holds, that is
+not the one locked is refused, and the synth fails saying which.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ PIP_PLATFORM: Final = "manylinux2014_aarch64"
 # The layer's source: the lock of its dependencies, shipped inside this package.
 LAYER_SOURCE: Final = Path(str(resources.files("outbox_cdk") / "layer"))
 LAYER_REQUIREMENTS: Final = LAYER_SOURCE / "requirements.txt"
+# The same pins, each with the sha256 of its wheel for Lambda's platform (``make layer-lock``).
+LAYER_LOCK: Final = LAYER_SOURCE / "requirements.lock"
 ENGINE_PACKAGE: Final = Path(outbox.__file__).resolve().parent
 # What Lambda never imports: the operator command line and the local runtime (moto is not in the layer).
 ENGINE_EXCLUDE: Final = ("__pycache__", "*.pyc", "cli", "local")
@@ -64,12 +68,39 @@ def _platform_options() -> list[str]:
     ]
 
 
-def fill_wheelhouse(requirements: Path = LAYER_REQUIREMENTS) -> Path:
-    """Download the layer's wheels for the Lambda platform unless this exact lock already was."""
+def download_wheels(requirements: Path, dest: Path, *, hashed: bool = True) -> None:
+    """The wheels ``requirements`` pins, for the Lambda platform, into ``dest``: checked against its hashes
+    (``hashed``, the lock), or not (``tools/layer_lock.py``, which writes them)."""
+    checked = ["--require-hashes"] if hashed else []
+    _pip("download", *checked, "--requirement", str(requirements), "--dest", str(dest), *_platform_options())
+
+
+def install_wheels(house: Path, target: Path, lock: Path = LAYER_LOCK) -> None:
+    """Install ``lock``'s wheels from ``house`` (no index: offline) into ``target``, each checked against its
+    hash in the lock: a wheel in the wheelhouse that is not the locked one is refused."""
+    _pip(
+        "install",
+        "--no-compile",  # .pyc files for this machine's Python would be dead weight on 3.13
+        "--no-index",
+        "--find-links",
+        str(house),
+        "--require-hashes",
+        "--requirement",
+        str(lock),
+        "--target",
+        str(target),
+        *_platform_options(),
+    )
+
+
+def fill_wheelhouse(requirements: Path = LAYER_REQUIREMENTS, lock: Path = LAYER_LOCK) -> Path:
+    """Download the layer's wheels for the Lambda platform, checked against ``lock``, unless these pins already
+    were (the wheelhouse is named by the pins, so one filled before the lock had hashes is used, and checked at
+    install, offline)."""
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
     house = wheelhouse_root() / f"{PIP_PLATFORM}-{RUNTIME.name}-{digest}"
     if not (house / ".complete").exists():
-        _pip("download", "--requirement", str(requirements), "--dest", str(house), *_platform_options())
+        download_wheels(lock, house)
         (house / ".complete").touch()
     return house
 
@@ -156,6 +187,7 @@ def layer_digest(compiler: str | None = None) -> str:
     """The layer's content as a hash of its inputs: the lock, the engine's files with their paths, and whether
     byte code is compiled in."""
     digest = hashlib.sha256(LAYER_REQUIREMENTS.read_bytes())
+    digest.update(LAYER_LOCK.read_bytes())
     digest.update(f"byte code: {RUNTIME_VERSION if compiler else 'none'}".encode())
     for path in engine_files():
         digest.update(str(path.relative_to(ENGINE_PACKAGE)).encode())
@@ -179,18 +211,7 @@ class PipForLambdaBundling:
     def try_bundle(self, output_dir: str, _options: Any = None) -> bool:
         house = fill_wheelhouse()
         target = Path(output_dir) / "python"
-        _pip(
-            "install",
-            "--no-compile",  # .pyc files for this machine's Python would be dead weight on 3.13
-            "--no-index",
-            "--find-links",
-            str(house),
-            "--requirement",
-            str(LAYER_REQUIREMENTS),
-            "--target",
-            str(target),
-            *_platform_options(),
-        )
+        install_wheels(house, target)
         copy_engine(target)
         if self.compiler:
             compile_byte_code(target, self.compiler)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from aws_cdk import Stack, Token
@@ -21,7 +21,7 @@ EVENT_ROW_PARTITION_PATTERN = "TENANT#*#EVENT"
 
 # Every API that can change or remove an existing event row. PutItem is not here: appending is how
 # emit() works, and IAM cannot tell an append from an overwrite (docs/concepts.md, "Append-only, and what
-# happens when it is not"); it has its own Deny, which exempts the emitters too (EVENT_ROW_PUT).
+# happens when it is not"); it has its own Deny, which exempts the emitters too (CHAIN_ROW_WRITES).
 EVENT_ROW_MUTATIONS = [
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
@@ -41,10 +41,38 @@ EVENT_ROW_CONDITIONS: Final = {
 }
 # The table's resource policy statement that refuses those mutations to every principal but the operator role.
 RESOURCE_DENY_SID: Final = "DenyEventRowMutationToAllButTheOperatorRole"
-# Writing a whole event row: an append (emit()'s transaction) or an overwrite, which IAM cannot tell apart. The
-# resource policy refuses it to every principal but the operator role and the roles granted ``grant_emit``.
-EVENT_ROW_PUT: Final = ("dynamodb:PutItem",)
-PUT_DENY_SID: Final = "DenyEventRowPutToAllButTheOperatorRoleAndTheEmitters"
+# The rows emit() writes beside the events and never removes: each tenant's chain head (TENANT#<tenant>#HEAD, put
+# with its first event, updated with every later one) and its tenant index row (TENANTS#<shard>, put once, with its
+# first event), which the hourly pass, status and verify-chain --all enumerate: a deleted index row drops its
+# tenant from every check. Guarded as event rows are (``CHAIN_ROW_CONDITIONS``).
+HEAD_PARTITION_PATTERN: Final = "TENANT#*#HEAD"
+TENANT_INDEX_PARTITION_PATTERN: Final = "TENANTS#*"
+CHAIN_ROW_PARTITION_PATTERNS: Final = (
+    EVENT_ROW_PARTITION_PATTERN,
+    HEAD_PARTITION_PATTERN,
+    TENANT_INDEX_PARTITION_PATTERN,
+)
+# "Any key of the request is an event row, a head or an index row".
+CHAIN_ROW_CONDITIONS: Final = {
+    "ForAnyValue:StringLike": {"dynamodb:LeadingKeys": list(CHAIN_ROW_PARTITION_PATTERNS)},
+    "Null": {"dynamodb:LeadingKeys": "false"},
+}
+# Writing a whole row of the chain, or moving a head: what emit()'s transaction does (an event row's append, a head
+# put or updated, an index row put), and an overwrite, which IAM cannot tell apart. The resource policy refuses it
+# to every principal but the operator role and the roles granted ``grant_emit`` (an UpdateItem of an event row is
+# refused to the emitters too, by the mutation Deny).
+CHAIN_ROW_WRITES: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+PUT_DENY_SID: Final = "DenyChainRowWritesToAllButTheOperatorRoleAndTheEmitters"
+# Removing a head or an index row, or writing one otherwise than emit() does: to every principal but the operator
+# role. (An UpdateItem of an index row is refused to all but the operator role and the emitters, above.)
+CHAIN_ROW_REMOVALS: Final = (
+    "dynamodb:BatchWriteItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:PartiQLDelete",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+)
+REMOVAL_DENY_SID: Final = "DenyHeadAndIndexRowRemovalToAllButTheOperatorRole"
 # Every request over plain HTTP, refused (DynamoDB's endpoints take both): what every queue's enforce_ssl does.
 TLS_DENY_SID: Final = "DenyRequestsWithoutTls"
 # As many emitters as keep the resource policy under DynamoDB's 20 KB whatever their ARNs (IAM allows a role
@@ -83,10 +111,11 @@ class EventsTable(Construct):
     Every grant except ``grant_repair`` carries an explicit Deny on mutating event rows, and the table's
     resource policy carries the same Deny for every principal whose ARN is not the operator role's, so no
     principal of the account but the operator role can update or delete an event row. A second statement of
-    that policy refuses ``PutItem`` on event rows to every principal but the operator role and the roles
-    ``grant_emit`` admitted, so an administrator or a CI role cannot overwrite one either; a third refuses
-    every request without TLS. With ``encryption_key`` (a customer-managed key for the table and its stream),
-    every grant grants the key too.
+    that policy refuses ``PutItem`` and ``UpdateItem`` on event rows, chain heads and tenant index rows to every
+    principal but the operator role and the roles ``grant_emit`` admitted, so an administrator or a CI role
+    cannot overwrite one either; a third refuses every request without TLS; a fourth refuses deleting a head or
+    an index row to all but the operator role. With ``encryption_key`` (a customer-managed key for the table and
+    its stream), every grant grants the key too.
     """
 
     def __init__(
@@ -113,8 +142,11 @@ class EventsTable(Construct):
         self.grant_repair(self.operator_role)
         self._deny_event_row_mutation_to_all_but_the_operator_role()
         self._emitters: list[str] = []
+        self._emitter_grantees: list[iam.IGrantable] = []
+        self._emitter_listeners: list[Callable[[iam.IGrantable], None]] = []
         self._put_deny = self._deny_event_row_put_to_all_but_the_emitters()
         self._deny_requests_without_tls()
+        self._deny_head_and_index_row_removal_to_all_but_the_operator_role()
         if encryption_key is not None:
             acknowledge_key_wildcards(self.operator_role, "grant_read_write_data on the events table")
 
@@ -127,12 +159,22 @@ class EventsTable(Construct):
     def grant_emit(self, grantee: iam.IGrantable) -> None:
         """Least privilege for code that calls emit(): read the head, write one transaction. The grantee's role
         (or user) is admitted by the resource policy's PutItem Deny, which refuses everyone else."""
-        self._admit_emitter(grantee)
+        if self._admit_emitter(grantee):
+            self._emitter_grantees.append(grantee)
+            for listener in self._emitter_listeners:
+                listener(grantee)
         iam.Grant.add_to_principal(grantee=grantee, actions=EMIT_ACTIONS, resource_arns=[self.table.table_arn])
         # Written by hand, so CDK grants no key with it: the key grant is here.
         if self.table.encryption_key is not None:
             self.table.encryption_key.grant(grantee, *EMIT_KEY_ACTIONS)
         self._deny_event_row_mutation(grantee)
+
+    def on_emitter(self, listener: Callable[[iam.IGrantable], None]) -> None:
+        """Call ``listener`` with each grantee ``grant_emit`` admitted so far, then with each it admits later (the
+        control-plane watch watches each emitting function and role)."""
+        for grantee in self._emitter_grantees:
+            listener(grantee)
+        self._emitter_listeners.append(listener)
 
     def grant_confirm(self, grantee: iam.IGrantable) -> None:
         """Read a batch's event rows at once (BatchGetItem), as the durable consumer confirms each message
@@ -148,10 +190,11 @@ class EventsTable(Construct):
         """Full item access, for the operator role only. No deny: this is the one exempt role."""
         self.table.grant_read_write_data(grantee)  # and the table's key, if any (CDK's key read and write actions)
 
-    def _admit_emitter(self, grantee: iam.IGrantable) -> None:
+    def _admit_emitter(self, grantee: iam.IGrantable) -> bool:
+        """Name ``grantee`` in the PutItem Deny; False if it was named already."""
         arn = self._principal_arn(grantee)
         if arn in self._emitters:
-            return
+            return False
         if len(self._emitters) == MAX_EMITTERS:
             raise ValueError(
                 f"grant_emit admits at most {MAX_EMITTERS} roles or users (the events table's resource policy names "
@@ -162,6 +205,7 @@ class EventsTable(Construct):
         self._put_deny.add_condition(
             "ArnNotEquals", {"aws:PrincipalArn": [self.operator_role.role_arn, *self._emitters]}
         )
+        return True
 
     def _principal_arn(self, grantee: iam.IGrantable) -> str:
         """The ARN ``aws:PrincipalArn`` carries for ``grantee``'s requests: its role's (a role session's is its
@@ -200,20 +244,42 @@ class EventsTable(Construct):
         )
 
     def _deny_event_row_put_to_all_but_the_emitters(self) -> iam.PolicyStatement:
-        """``PutItem`` of an event row (append or overwrite) for the operator role and the emitters only; the
-        rest of the account (administrators, CI, the root user, this app's other roles) is refused. It binds
-        a transaction's puts too: ``TransactWriteItems`` is authorised per item, as its ``PutItem``. An
-        emitter can still overwrite a row (IAM cannot tell that from an append): the tamper pipe detects it."""
+        """``PutItem`` and ``UpdateItem`` of an event row, a head or an index row (an append, a head moved, or an
+        overwrite) for the operator role and the emitters only; the rest of the account (administrators, CI, the
+        root user, this app's other roles) is refused. It binds a transaction's writes too: ``TransactWriteItems``
+        is authorised per item, as its ``PutItem`` or ``UpdateItem``. An emitter can still overwrite a row (IAM
+        cannot tell that from an append): the tamper pipe detects it for event rows."""
         statement = iam.PolicyStatement(
             sid=PUT_DENY_SID,
             effect=iam.Effect.DENY,
             principals=[iam.AnyPrincipal()],
-            actions=list(EVENT_ROW_PUT),
+            actions=list(CHAIN_ROW_WRITES),
             resources=["*"],
-            conditions={**EVENT_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": [self.operator_role.role_arn]}},
+            conditions={**CHAIN_ROW_CONDITIONS, "ArnNotEquals": {"aws:PrincipalArn": [self.operator_role.role_arn]}},
         )
         self.table.add_to_resource_policy(statement)
         return statement
+
+    def _deny_head_and_index_row_removal_to_all_but_the_operator_role(self) -> None:
+        """A head or an index row deleted (``DeleteItem``, a ``BatchWriteItem``, PartiQL) by anyone but the operator
+        role: emit() never does, and a tenant without its index row is in no check (the hourly pass, status and
+        ``verify-chain --all`` enumerate the index)."""
+        self.table.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=REMOVAL_DENY_SID,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=list(CHAIN_ROW_REMOVALS),
+                resources=["*"],
+                conditions={
+                    "ForAnyValue:StringLike": {
+                        "dynamodb:LeadingKeys": [HEAD_PARTITION_PATTERN, TENANT_INDEX_PARTITION_PATTERN]
+                    },
+                    "Null": {"dynamodb:LeadingKeys": "false"},
+                    "ArnNotEquals": {"aws:PrincipalArn": [self.operator_role.role_arn]},
+                },
+            )
+        )
 
     def _deny_requests_without_tls(self) -> None:
         """Every DynamoDB action on the table, by any principal, when the request did not come over TLS

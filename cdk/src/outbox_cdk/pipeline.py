@@ -39,12 +39,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from outbox.catalog import Catalog
+from outbox.ops.completeness import catalog_data
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
 from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing, workflow_function
 from outbox_cdk.alarm_topic import AlarmTopic
-from outbox_cdk.audit import Auditor, AuditTable
-from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, check_catalog
+from outbox_cdk.audit import ANCHOR_SCHEDULE, ANCHOR_SERVICE, ANCHORING_SCHEDULE_ID, Auditor, AuditTable
+from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, load_checked_catalog
+from outbox_cdk.completeness import check_completeness
 from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
@@ -68,10 +71,16 @@ from outbox_cdk.record_change_consumer import RecordChangeConsumer
 from outbox_cdk.record_change_pipe import RecordChangePipe
 from outbox_cdk.record_change_queue import RecordChangeQueue
 from outbox_cdk.relay_pipe import RelayPipe
+from outbox_cdk.rule_names import rule_arn, rule_name
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
 from outbox_cdk.workflow_function import WorkflowFunctions
+
+# The most missing pairs one completeness pass may re-send itself (completeness_repairs).
+MAX_COMPLETENESS_REPAIRS = 100
+# Lambda's 4 KB for all of a function's variables, less what the anchoring's others take.
+MAX_CATALOG_DATA_LENGTH = 3000
 
 
 class OutboxPipeline(Construct):
@@ -141,8 +150,9 @@ class OutboxPipeline(Construct):
         cannot be changed, so its policy must already admit ``logs.<region>.amazonaws.com`` (``kms:Encrypt*``,
         ``kms:Decrypt*``, ``kms:ReEncrypt*``, ``kms:GenerateDataKey*``, ``kms:Describe*``, with ``ArnLike``
         ``kms:EncryptionContext:aws:logs:arn`` on this account's and region's log groups) and
-        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for this account's rules, which write
-        to the anchoring schedule's and the control-plane watch's DLQs): the synth warns, and without the first
+        ``events.amazonaws.com`` (``kms:Decrypt``, ``kms:GenerateDataKey``, for the anchoring schedule's and the
+        control-plane watch's rules, which write to their DLQs; a key of this app admits those rules alone, by
+        the ARNs of their names): the synth warns, and without the first
         the log groups fail to deploy. It must also let this account's IAM policies grant it
         (the default key policy does). None: AWS-managed and AWS-owned keys, as before.
     error_detail
@@ -169,9 +179,12 @@ class OutboxPipeline(Construct):
         pipe stopped, updated or deleted; an alarm of the stack disabled, rewritten or deleted; the alarm topic's
         key disabled, scheduled for deletion or its policy rewritten; the alarm topic's policy, deletion and
         subscriptions. Two more rules watch the watch (any watch rule disabled, deleted or retargeted is reported
-        by another), and one reports a trail stopped or made to log less. It needs a CloudTrail trail that logs
-        this region's management events (the README says how to check), and reports deploys that change these
-        settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
+        by another), one reports a trail stopped or made to log less, and the Lambda rules report new code,
+        configuration, versions, aliases or permissions on every function whose role may emit (each one
+        ``grant_emit`` admits, even after this) or anchor, and any function given one of their roles (as many
+        rules as EventBridge's limit needs; ``self.control_plane.watch_function`` adds one). It needs a
+        CloudTrail trail that logs this region's management events (the README says how to check), and reports
+        deploys that change these settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
         ``events.amazonaws.com`` (the synth warns), and its key is not watched. False (the default): nothing
         watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems
@@ -179,6 +192,12 @@ class OutboxPipeline(Construct):
         a glob that matches nothing, a handler on a lane that never carries its events, a type nothing emits).
         Each ``AcceptedCatalogProblem(problem=<part of its text>, reason=...)`` lets one through, recorded in
         the template's metadata; one that matches no problem fails the synth too (remove it).
+    completeness_repairs
+        The hourly completeness pass (``outbox.ops.completeness``) finds every durable (event, subscription) pair
+        with no outcome past a bound derived from this pipeline's settings, and raises ``MissingPairsAlarm``.
+        0 (the default): it only reports (``outbox status`` names the repair). N, up to 100: it also re-sends at
+        most N missing pairs a pass itself, as ``outbox reconcile`` does (never a pair whose rule says an
+        operator decides), each logged with why; the anchoring role may then send to the durable queue.
     workflow_execution_timeout, workflow_retention_days
         For each WORKFLOW subscription of the catalog, a durable function of its own (``outbox_cdk.WorkflowFunction``)
         whose executions may run this long (30 days by default, at most 366) and whose history Lambda keeps this
@@ -216,6 +235,7 @@ class OutboxPipeline(Construct):
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
         workflow_execution_timeout: Duration = workflow_function.DEFAULT_EXECUTION_TIMEOUT,
         workflow_retention_days: int = workflow_function.DEFAULT_RETENTION_DAYS,
+        completeness_repairs: int = 0,
     ) -> None:
         super().__init__(scope, construct_id)
         environment = dict(environment or {})
@@ -237,7 +257,7 @@ class OutboxPipeline(Construct):
         )
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
-        accepted = check_catalog(code, catalog, environment, accept_catalog_problems)
+        deployed_catalog, accepted = load_checked_catalog(code, catalog, environment, accept_catalog_problems)
         if accepted:  # in the template, where the testing fixture and a reviewer find them
             self.stack.add_metadata(ACCEPTED_METADATA, [{"problem": a.problem, "reason": a.reason} for a in accepted])
         self.alarm_topic: sns.ITopic = (
@@ -317,6 +337,9 @@ class OutboxPipeline(Construct):
             execution_timeout=workflow_execution_timeout,
             retention_days=workflow_retention_days,
             encryption_key=encryption_key,
+        )
+        self.completeness_bound_seconds = self._check_completeness(
+            deployed_catalog, consumer_seconds, completeness_repairs
         )
         if record_changes_from is not None:
             self._add_record_change_lane(
@@ -472,12 +495,63 @@ class OutboxPipeline(Construct):
             encryption_key=self.encryption_key,
         )
 
+    def _check_completeness(self, catalog: Catalog | None, consumer_seconds: int, repairs: int) -> int | None:
+        """The completeness pass on the anchoring function (``outbox.ops.completeness``), with the catalog loaded at
+        synth as data and the bound derived from the durable lane's settings; the bound, or None where the synth
+        could not load the catalog (inline or S3 code: the synth warns)."""
+        if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= MAX_COMPLETENESS_REPAIRS:
+            raise ValueError(
+                f"completeness_repairs must be 0 (off: the pass only reports) to {MAX_COMPLETENESS_REPAIRS} re-sends "
+                f"a pass, got {repairs!r}"
+            )
+        if catalog is None:
+            Annotations.of(self).add_warning_v2(
+                "outbox:noCompletenessPass",
+                "code is not an asset the synth can import, so the completeness pass (MissingPairsAlarm) has no "
+                "catalog and is left out: give code as lambda_.Code.from_asset(...)",
+            )
+            return None
+        bound = timing.completeness_bound_seconds(
+            record_age_seconds=timing.RELAY_MAXIMUM_RECORD_AGE_HOURS * 3600,
+            pipe_batching_window_seconds=timing.PIPE_BATCHING_WINDOW_SECONDS,
+            visibility_timeout_seconds=self.durable.visibility_timeout_seconds,
+            max_receive_count=self.durable.max_receive_count,
+            consumer_batching_window_seconds=timing.CONSUMER_BATCHING_WINDOW_SECONDS,
+            max_attempts=timing.MAX_ATTEMPTS,
+            lease_seconds=consumer_seconds,
+        )
+        timing.check_completeness_bound(bound, self.inbox.retention_days, int(ANCHOR_SCHEDULE.to_seconds()))
+        data = catalog_data(catalog)
+        if len(data) > MAX_CATALOG_DATA_LENGTH:
+            raise ValueError(
+                f"the catalog's durable subscriptions make {len(data)} characters of data for the completeness pass, "
+                f"and the anchoring function's environment holds {MAX_CATALOG_DATA_LENGTH} (Lambda's 4 KB for all "
+                "its variables): shorten the subscriptions' names or patterns (a glob can cover several types)"
+            )
+        if repairs:
+            assert self.auditor.anchoring.role is not None
+            self.admit_queue_sender(self.auditor.anchoring.role)
+        self.auditor.missing_pairs_alarm = check_completeness(
+            self.auditor,
+            self.auditor.anchoring,
+            audit=self.audit,
+            catalog_data=data,
+            inbox=self.inbox,
+            bound_seconds=bound,
+            durable_queue=self.durable.queue,
+            repairs=repairs,
+            alarm_topic=self.alarm_topic,
+            service=ANCHOR_SERVICE,
+            period=ANCHOR_SCHEDULE,
+        )
+        return bound
+
     def _admit_services(self, key: kms.IKey) -> None:
         # A warning, not a ValueError, for a key imported by ARN: its policy may well admit CloudWatch Logs and
         # EventBridge already, which the synth cannot see, and refusing it would refuse the usual shape of a
         # central key.
         admitted = admit_cloudwatch_logs(self, key)
-        admitted = admit_eventbridge_dead_letters(self, key) and admitted
+        admitted = admit_eventbridge_dead_letters(self, key, self._eventbridge_rule_arns) and admitted
         if not admitted:
             Annotations.of(self).add_warning_v2(
                 "outbox:encryptionKeyPolicy",
@@ -486,6 +560,11 @@ class OutboxPipeline(Construct):
                 "pipeline's log groups fail to deploy, and EventBridge (events.amazonaws.com) for this account's "
                 "rules, or what they cannot deliver is lost (see OutboxPipeline's encryption_key).",
             )
+
+    def _eventbridge_rule_arns(self) -> list[str]:
+        """The rules whose targets' DLQs the key encrypts: the anchoring schedule's, and the watch's, if on."""
+        schedule = rule_arn(self, rule_name(self.auditor, ANCHORING_SCHEDULE_ID))  # its name, not a reference
+        return [schedule, *(self.control_plane.named_rule_arns() if self.control_plane is not None else [])]
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]

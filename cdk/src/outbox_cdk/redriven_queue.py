@@ -27,6 +27,8 @@ QUEUE_RETENTION: Final = Duration.days(QUEUE_RETENTION_DAYS)
 SEND_DENY_SID: Final = "OnlyThePipeAndTheRepairsSend"
 # The queue policy statement that refuses a receive, delete or visibility change to anyone but the consumer.
 RECEIVE_DENY_SID: Final = "OnlyTheConsumerReceives"
+# The queue policy statement that refuses a purge to every principal: no repair empties a lane's queue.
+PURGE_DENY_SID: Final = "NobodyPurges"
 
 
 class RedrivenQueue(Construct):
@@ -48,7 +50,8 @@ class RedrivenQueue(Construct):
       ``sqs:ChangeMessageVisibility`` to every other principal (``send_deny.ReceiveDeny``): a message leaves
       only through a consumer's run or SQS's move to the alarmed DLQ, never by someone's receive and delete. No
       repair receives from this queue (a redrive receives from the DLQ and sends here), so no other role is
-      admitted.
+      admitted. And ``sqs:PurgeQueue`` is denied to every principal, the consumer's role included: a purge empties
+      the queue in one call, and no repair of the runbook purges a lane's queue (it purges a pipe's DLQ at most).
     - The DLQ (an ``AlarmedDeadLetterQueue`` of a queue) denies every principal's send: nothing but SQS's own
       move after ``max_receive_count`` receives, which is no principal's SendMessage (R10.8), puts a message
       there, and a redrive sends back to this queue, not to it. Its redrive allow policy stays ``allowAll``:
@@ -128,11 +131,21 @@ class RedrivenQueue(Construct):
 
     def polled_by(self, role: iam.IRole) -> ReceiveDeny:
         """From now on only ``role``, its consumer's (the event source mapping polls as the function's role), may
-        receive, delete or hide a message here. Make the mapping depend on the returned statement's policy."""
+        receive, delete or hide a message here, and nobody may purge it. Make the mapping depend on the returned
+        statement's policy."""
         if self._receive_deny is not None:
             raise ValueError(
                 f"{self.node.path} is polled by one consumer, already {self._receive_deny.roles[0].node.path}"
             )
         self._receive_deny = ReceiveDeny(self.queue, RECEIVE_DENY_SID)
         self._receive_deny.admit(role)
+        self.queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=PURGE_DENY_SID,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["sqs:PurgeQueue"],
+                resources=[self.queue.queue_arn],
+            )
+        )
         return self._receive_deny

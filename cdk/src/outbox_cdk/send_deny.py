@@ -17,7 +17,7 @@ from outbox_cdk.grants import one_principal_arn
 SEND_ACTIONS: Final = ("sqs:SendMessage",)
 # Every way a principal takes a message off a queue without SQS moving it to the DLQ: receive it and delete it,
 # or hold it invisible (ChangeMessageVisibility, up to 12 hours a receive). The batch forms are authorised as
-# these actions (R10.4). Not PurgeQueue, a queue-level action the control-plane watch reports.
+# these actions (R10.4). Not PurgeQueue, which the lanes' queues deny to everyone (``redriven_queue``).
 RECEIVE_ACTIONS: Final = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility")
 
 

@@ -185,3 +185,60 @@ def persistent_failure_period_seconds(visibility_timeout_seconds: int) -> int:
     if period * PERSISTENT_FAILURE_PERIODS > MAX_ALARM_EVALUATION_SECONDS:
         raise ValueError(f"{PERSISTENT_FAILURE_PERIODS} periods of {period}s exceed CloudWatch's one day")
     return period
+
+
+# -- completeness: how long a pair may go without an outcome before it is missing ----------------------
+
+# The pipes' MaximumBatchingWindowInSeconds: none is set (a stream pipe sends what each poll reads at once).
+PIPE_BATCHING_WINDOW_SECONDS = 0
+# Clock skew between the producers that stamp occurred_at and the pass, and a pass that runs late.
+COMPLETENESS_MARGIN_SECONDS = 60 * 60
+
+
+def completeness_bound_seconds(
+    *,
+    record_age_seconds: int,
+    pipe_batching_window_seconds: int,
+    visibility_timeout_seconds: int,
+    max_receive_count: int,
+    consumer_batching_window_seconds: int,
+    max_attempts: int,
+    lease_seconds: int,
+) -> int:
+    """The longest a durable pair may go without an outcome (``outbox.ops.completeness``) while nothing is wrong:
+    past it, the pair is missing, since every legitimate delay has an end within it, or an alarm of its own.
+
+    A stream record reaches the queue within the relay pipe's maximum record age (its retries and the pipe's
+    batching window inside it), or goes to the pipe's alarmed DLQ. In the queue a message is received at most
+    ``max_receive_count`` times, one visibility timeout (and batching window) apart, before SQS moves it to the
+    alarmed durable DLQ; the claim's attempts are fewer than those receives, and the last attempt's lease ends
+    within one more function timeout. A margin covers clock skew and a pass that runs late.
+
+    Example
+    -------
+    >>> completeness_bound_seconds(record_age_seconds=43200, pipe_batching_window_seconds=0,
+    ...     visibility_timeout_seconds=360, max_receive_count=100, consumer_batching_window_seconds=0,
+    ...     max_attempts=5, lease_seconds=60)
+    82860
+    """
+    if max_attempts < 1 or max_receive_count < max_attempts:
+        raise ValueError(
+            f"the durable queue's maxReceiveCount ({max_receive_count}) must be at least the claim's attempts "
+            f"({max_attempts}): SQS would move a message to the DLQ before the consumer made its pair dead"
+        )
+    if lease_seconds > visibility_timeout_seconds:
+        raise ValueError("the inbox lease outlives the queue's visibility timeout: a live lease would be taken over")
+    queue = max_receive_count * (visibility_timeout_seconds + consumer_batching_window_seconds)
+    return record_age_seconds + pipe_batching_window_seconds + queue + lease_seconds + COMPLETENESS_MARGIN_SECONDS
+
+
+def check_completeness_bound(bound_seconds: int, inbox_retention_days: int, pass_seconds: int) -> None:
+    """Refuse a bound the repair it names cannot keep: a missing pair is found within two passes past the bound,
+    and ``outbox reconcile`` re-sends only what the inbox can still vouch for (its retention less a margin)."""
+    vouched = inbox_retention_days * 24 * 3600 - 3600
+    if bound_seconds + 2 * pass_seconds > vouched:
+        raise ValueError(
+            f"the completeness bound ({bound_seconds}s, from the durable queue's visibility timeout and receive "
+            f"count and the relay pipe's record age) and two passes exceed what reconcile can vouch for with an "
+            f"inbox retention of {inbox_retention_days} days: raise inbox_retention_days, or lower consumer_timeout"
+        )

@@ -32,7 +32,7 @@ from outbox.verification import Anchor, ChainReport, verify_chain
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AnchorPass", "Auditor", "Metric"]
+__all__ = ["PUBLISHED_EVERY_PASS", "AnchorPass", "Auditor", "Metric"]
 
 
 class Metric(StrEnum):
@@ -45,6 +45,13 @@ class Metric(StrEnum):
     # Liveness (outbox.liveness): each pass publishes both, so their alarms treat silence as breaching.
     PIPES_NOT_RUNNING = "PipesNotRunning"  # the stack's pipes not in state RUNNING
     ANCHORING_PASSES = "AnchoringPasses"  # 1 for a pass that ran to its end
+    # Completeness (outbox.ops.completeness): pairs with no outcome past the bound, and those the pass re-sent itself.
+    MISSING_PAIRS = "MissingPairs"
+    PAIRS_RESENT = "MissingPairsResent"
+
+
+# What every pass publishes, 0 included, traffic or not (billed as custom metrics even at rest).
+PUBLISHED_EVERY_PASS = (Metric.PIPES_NOT_RUNNING, Metric.ANCHORING_PASSES, Metric.MISSING_PAIRS)
 
 
 # A pass stops when less than this is left of its invocation: a tenant's verification (from its anchor, an

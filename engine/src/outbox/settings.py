@@ -115,10 +115,32 @@ class AuditorSettings(BaseModel):
     # The stack's pipes, comma-separated, whose state each anchoring pass publishes (outbox.liveness). Set on
     # the anchoring function only: the tamper recorder watches nothing.
     watched_pipe_names: str | None = Field(default=None, alias="WATCHED_PIPE_NAMES")
+    # The completeness pass (outbox.ops.completeness), on the anchoring function only: the deployed catalog as data
+    # made at synth, the bound derived from the stack's settings, the inbox it reads, and, for its optional
+    # self-repair, how many pairs a pass may re-send and the queue it sends them to.
+    completeness_catalog: str | None = Field(default=None, alias="COMPLETENESS_CATALOG")
+    completeness_bound_seconds: int | None = Field(default=None, alias="COMPLETENESS_BOUND_SECONDS", ge=60)
+    completeness_repairs: int = Field(default=0, alias="COMPLETENESS_REPAIRS", ge=0, le=1000)
+    inbox_table_name: str | None = Field(default=None, alias="INBOX_TABLE_NAME", min_length=3)
+    inbox_retention_days: int = Field(default=30, alias="INBOX_RETENTION_DAYS", ge=1, le=365)
+    durable_queue_url: str | None = Field(default=None, alias="DURABLE_QUEUE_URL")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> AuditorSettings:
         return _from_env(cls, environ)
+
+    @property
+    def checks_completeness(self) -> bool:
+        """Whether the pass is configured: a stack whose catalog was not loadable at synth has no catalog data."""
+        given = [self.completeness_catalog, self.completeness_bound_seconds, self.inbox_table_name]
+        if any(value is None for value in given) and any(value is not None for value in given):
+            raise OutboxValidationError(
+                "the anchoring function's environment names only part of the completeness pass (COMPLETENESS_CATALOG, "
+                "COMPLETENESS_BOUND_SECONDS, INBOX_TABLE_NAME): deploy the stack again"
+            )
+        if self.completeness_repairs and self.durable_queue_url is None:
+            raise OutboxValidationError("COMPLETENESS_REPAIRS needs DURABLE_QUEUE_URL, where the re-sends go")
+        return self.completeness_catalog is not None
 
     def watched_pipes(self) -> tuple[str, ...]:
         """The pipes to watch; refused when none are named, since a watch of nothing would report all is well."""

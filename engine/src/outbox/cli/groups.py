@@ -29,7 +29,8 @@ def dead_letters_groups(
 ) -> None:
     """Open dead letters grouped by subscription, failure and where it was raised, across tenants: each
     group's count, first and last seen, tenants affected, one example, and its id for replay --group and
-    skip --group. Exit code 1 when there is any."""
+    skip --group. Then the pairs the completeness pass found missing (no outcome past its bound), a group of
+    their own kind per subscription, with the command that repairs them. Exit code 1 when there is any."""
     context = command_context(ctx, as_json)
     try:
         groups = context.operations.failure_groups(tenant=tenant)
@@ -54,10 +55,13 @@ def _print_groups(context: CliContext, groups: list[FailureGroup]) -> None:
             tenants,
             group.first_seen,
             group.last_seen,
-            f"{group.example.event_id} ({group.example.tenant})",
+            f"{group.example.event_id} ({group.example.tenant})" if group.example else group.sample,
         )
     context.out.print(table)
-    context.out.print(f"{plural(len(groups), 'failure group')}, {plural(sum(g.count for g in groups), 'dead letter')}")
+    letters = sum(group.count for group in groups if group.example is not None)
+    summary = f"{plural(len(groups), 'failure group')}, {plural(letters, 'dead letter')}"
+    missing = sum(group.count for group in groups if group.example is None)
+    context.out.print(summary + (f", {plural(missing, 'missing pair')}" if missing else ""))
     for group in groups:
         context.out.print(f"{group.id}: {group.repair}", highlight=False)
 

@@ -113,6 +113,28 @@ class OrderedGate:
         if self._carried is not None:
             self._carried.pop((tenant, subscription), None)
 
+    def _behind_the_watermark(
+        self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
+    ) -> tuple[DeliveryOutcome, Watermark | None]:
+        """A pair at or below its watermark: applied or skipped by the order, or passed by it while the deployed
+        order did not hold it (its pattern was narrower then, say), which nothing applied and no completion of the
+        order ever will. Every pair the order applies or an operator skips keeps a row saying so for the inbox's
+        retention, so within it (``may_create``) the claim tells the two apart: the lease path finds a completed or
+        skipped pair done without running it, and runs, once, one that never ran. Past the
+        retention nothing tells: the watermark's word stands (it is never forgotten), and the pair is skipped.
+        With the outcome, the watermark, to wake what a wake-up lost with an earlier answer left waiting."""
+        envelope, subscription = pair.envelope, pair.subscription
+        if pair.repair and self.inbox.restore_applied(envelope.id, subscription.name):
+            # A repair of a pair the order has applied (a forced replay of a completed pair, say) runs nothing:
+            # its claim goes back to COMPLETED instead of waiting, REPLAYING, for ever.
+            return DeliveryOutcome.SKIPPED, watermark
+        if pair.may_create:
+            outcome = self.lease.deliver(pair, remaining_ms)
+            return outcome, watermark if outcome in (DeliveryOutcome.SKIPPED, DeliveryOutcome.COMPLETED) else None
+        logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=pair.log)
+        self.attempts.count(Metric.SKIPS)
+        return DeliveryOutcome.SKIPPED, watermark
+
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
         """Run the pair only in its tenant's order (``apply_in_order``); the events deferred behind it that may
         run now are owed to the batch (``pair.owed``: woken once its records are done), or woken here."""
@@ -142,16 +164,7 @@ class OrderedGate:
         envelope, subscription = pair.envelope, pair.subscription
         watermark = self._watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
-            # Applied or skipped already, at any age (the watermark is never forgotten).
-            logger.info(
-                "skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=pair.log
-            )
-            if pair.repair:
-                # A repair of a pair the order has applied (a forced replay of a completed pair, say) runs
-                # nothing: its claim goes back to COMPLETED instead of waiting, REPLAYING, for ever.
-                self.inbox.restore_applied(envelope.id, subscription.name)
-            self.attempts.count(Metric.SKIPS)
-            return DeliveryOutcome.SKIPPED, watermark
+            return self._behind_the_watermark(pair, watermark, remaining_ms)
         waits_for: int | None = None
         if directly and not in_place and DirectPath.takes(pair):
             waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)

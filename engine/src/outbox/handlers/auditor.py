@@ -1,5 +1,5 @@
 """Auditor: tamper findings from the tamper queue (``record_findings``, SQS) and the scheduled anchoring pass
-(``anchor``, an EventBridge schedule).
+(``anchor``, an EventBridge schedule), which also runs the completeness pass (``outbox.ops.completeness``).
 
 Engine code only: it imports no application module, so no handler code of the application ever runs with
 the auditor's right to write the audit table.
@@ -8,6 +8,7 @@ the auditor's right to write the audit table.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -24,6 +25,9 @@ from outbox import clock
 from outbox.audit import AuditLog
 from outbox.auditor import Auditor
 from outbox.liveness import PipeWatch
+from outbox.ops.completeness import CompletenessLog, CompletenessPass, catalog_from_data
+from outbox.ops.context import OperatorContext
+from outbox.ops.topology import Topology
 from outbox.settings import AuditorSettings
 
 logger = Logger()
@@ -37,6 +41,39 @@ def auditor() -> Auditor:
     settings = AuditorSettings.from_env(os.environ)
     client = boto3.client("dynamodb")
     return Auditor(settings.events_table_name, AuditLog(settings.audit_table_name, client), client, metrics=metrics)
+
+
+@cache
+def completeness() -> CompletenessPass | None:
+    """The completeness pass, or None on a stack that did not configure it (its catalog not loadable at synth)."""
+    settings = AuditorSettings.from_env(os.environ)
+    if not settings.checks_completeness:
+        return None
+    assert settings.inbox_table_name is not None
+    assert settings.completeness_catalog is not None
+    assert settings.completeness_bound_seconds is not None
+    topology = Topology(
+        events_table=settings.events_table_name,
+        inbox_table=settings.inbox_table_name,
+        durable_queue_url=settings.durable_queue_url or "",
+        durable_dlq_url="",
+        relay_dlq_url="",
+        audit_table=settings.audit_table_name,
+        inbox_retention_days=settings.inbox_retention_days,
+    )
+    context = OperatorContext(
+        topology,
+        dynamodb=boto3.client("dynamodb"),
+        sqs=boto3.client("sqs") if settings.completeness_repairs else None,
+        catalog=catalog_from_data(settings.completeness_catalog),
+    )
+    return CompletenessPass(
+        context,
+        CompletenessLog(settings.audit_table_name, context.dynamodb),
+        bound=timedelta(seconds=settings.completeness_bound_seconds),
+        repairs=settings.completeness_repairs,
+        metrics=metrics,
+    )
 
 
 @cache
@@ -64,5 +101,8 @@ def anchor(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         auditor().anchor_all(clock.now(), time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
     )
     result["pipes"] = pipes
+    check = completeness()
+    if check is not None:
+        result["completeness"] = check.run(time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
     logger.info("anchoring pass", extra=result)
     return result

@@ -287,9 +287,10 @@ class ClaimBook(InboxTable):
         )
 
     def restore_applied(self, event_id: str, subscription: str) -> bool:
-        """A REPLAYING claim of an ordered pair its watermark has passed (applied in order already: only a
-        forced replay of a completed pair leaves one) back to COMPLETED, so nothing re-sends it for ever.
-        False when the claim was not REPLAYING."""
+        """A REPLAYING claim of an ordered pair its watermark has passed and that completed before (applied in
+        order already: only a forced replay of a completed pair leaves one) back to COMPLETED, so nothing re-sends
+        it for ever. False when the claim was not REPLAYING, or never completed: a pair the watermark passed
+        while the order did not hold it (a pattern widened since), which a repair must still run."""
         now = self._clock()
         try:
             self.client.update_item(
@@ -300,7 +301,9 @@ class ClaimBook(InboxTable):
                 ),
                 # A row carrying an open dead letter stays as it is, for the operator to see: a completion
                 # never leaves one open, and a skip (the other way past the watermark) resolves it.
-                ConditionExpression="#status = :replaying AND attribute_not_exists(open_dead_letter)",
+                ConditionExpression=(
+                    "#status = :replaying AND attribute_not_exists(open_dead_letter) AND attribute_exists(completed_at)"
+                ),
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues={
                     ":completed": {"S": COMPLETED},

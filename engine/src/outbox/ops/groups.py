@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from outbox.envelope import format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import DeadLetter, DeadReason
+from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import (
     OperatorContext,
     ProgressCallback,
@@ -97,21 +98,64 @@ class FailureGroup:
     tenants: list[str]
     first_seen: str
     last_seen: str
-    example: DeadLetter
+    example: DeadLetter | None  # None for a group of missing pairs, which have no dead letter
+    # DEAD_LETTERS, or MISSING: pairs the completeness pass found with no outcome past its bound
+    kind: str = "dead_letters"
+    # A group of missing pairs: the command that repairs them (replay and skip --group act on dead letters only).
+    command: str | None = None
+    # A group of missing pairs: one of them, "<event id> (<tenant>)".
+    sample: str = ""
 
     @property
     def repair(self) -> str:
-        """The command that looks at what a repair of the group would do."""
-        return f"outbox replay --group {self.id} --dry-run"
+        """The command that looks at what a repair of the group would do (for missing pairs, that repairs them)."""
+        return self.command or f"outbox replay --group {self.id} --dry-run"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "repair": self.repair}
 
 
 def failure_groups(context: OperatorContext, *, tenant: str | None = None) -> list[FailureGroup]:
-    """The open dead letters of every tenant (or one), grouped; the largest group first."""
+    """The open dead letters of every tenant (or one), grouped, the largest group first; then the pairs the last
+    completeness pass found missing, a group of their own kind per subscription."""
     tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
-    return _grouped(letter for name in tenants for letter in context.inbox.dead_letters(name))
+    found = _grouped(letter for name in tenants for letter in context.inbox.dead_letters(name))
+    return found + missing_groups(pair for name in tenants for pair in completeness_state(context, name).missing)
+
+
+MISSING_KIND: Final = "missing"
+MISSING_WHERE: Final = "no outcome past the completeness bound: nothing ran, died or waits (outbox status)"
+
+
+def missing_groups(pairs: Iterable[MissingPair]) -> list[FailureGroup]:
+    """Missing pairs grouped by subscription, the largest group first. A group's repair is its pairs' command
+    where they share one; else ``outbox status``, which names each pair's."""
+    by_subscription: dict[str, list[MissingPair]] = {}
+    for pair in pairs:
+        by_subscription.setdefault(pair.subscription, []).append(pair)
+    groups = []
+    for subscription, members in by_subscription.items():
+        members.sort(key=lambda pair: (pair.since, pair.tenant, pair.seq))
+        commands = {pair.repair for pair in members}
+        key = FailureKey(subscription, MISSING_KIND, "", MISSING_WHERE)
+        groups.append(
+            FailureGroup(
+                id=key.id,
+                subscription=subscription,
+                reason=MISSING_KIND,
+                error_type="",
+                where=MISSING_WHERE,
+                count=len(members),
+                tenants=sorted({pair.tenant for pair in members}),
+                first_seen=members[0].since,
+                last_seen=members[-1].since,
+                example=None,
+                kind=MISSING_KIND,
+                command=commands.pop() if len(commands) == 1 else "outbox status",
+                sample=f"{members[-1].event_id} ({members[-1].tenant})",
+            )
+        )
+    return sorted(groups, key=lambda group: (-group.count, group.subscription))
 
 
 def _grouped(letters: Iterable[DeadLetter]) -> list[FailureGroup]:
@@ -147,6 +191,12 @@ def group_letters(
     letters = [row for name in context.tenants() for row in context.inbox.dead_letters(name, include_resolved=True)]
     members = [row for row in letters if failure_key(row).id == group_id]
     if not members:
+        for group in missing_groups(p for name in context.tenants() for p in completeness_state(context, name).missing):
+            if group.id == group_id:
+                raise OperationRefusedError(
+                    f"{group_id} is a group of missing pairs, which have no dead letter to replay or skip: "
+                    f"{group.repair}"
+                )
         raise OperationRefusedError(
             f"no failure group {group_id!r}: outbox dead-letters groups lists the groups and their ids"
         )

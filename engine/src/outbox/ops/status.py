@@ -3,7 +3,7 @@ open dead letters."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox.liveness import pipe_states as read_pipe_states
+from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
@@ -47,6 +48,8 @@ class TenantStatus:
     last_reset: str | None = None
     # When its anchor was set (by the hourly anchoring pass, or a reset); None without one.
     anchored_at: str | None = None
+    # Pairs the last completeness pass found with no outcome past the bound (outbox.ops.completeness).
+    missing_pairs: int = 0
 
 
 class Concern(StrEnum):
@@ -58,6 +61,7 @@ class Concern(StrEnum):
     ORDER = "order"  # an ordered subscription whose events wait (subject: the tenant)
     POISON = "poison"
     WORKFLOW = "workflow"  # a pair handed to a workflow, unsettled past its execution's timeout (subject: the event)
+    MISSING = "missing"  # a pair with no outcome past the completeness bound (subject: the tenant)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,9 @@ class Status:
     blocked: list[Blocked] = field(default_factory=list)
     # Pairs handed to a durable execution that has not ended (or whose end is not settled yet), oldest first.
     workflows: list[RunningWorkflow] = field(default_factory=list)
+    # The pairs the last completeness pass found missing, each with the command that repairs it (the first
+    # ``outbox.ops.completeness.MISSING_LISTED`` of each tenant; ``TenantStatus.missing_pairs`` counts them all).
+    missing: list[MissingPair] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         """What needs an operator, one line each, ending with the command that looks closer or repairs it:
@@ -136,6 +143,19 @@ class Status:
             for workflow in self.workflows
             if workflow.overdue
         ]
+        found += [Problem(Concern.MISSING, m.tenant, m.line, m.repair, separator=". ") for m in self.missing]
+        for tenant in self.tenants:
+            unlisted = tenant.missing_pairs - sum(1 for pair in self.missing if pair.tenant == tenant.tenant)
+            if unlisted > 0:
+                found.append(
+                    Problem(
+                        Concern.MISSING,
+                        tenant.tenant,
+                        f"tenant {tenant.tenant}: {plural(unlisted, 'more pair')} with no outcome past the bound",
+                        f"outbox reconcile --tenant {tenant.tenant} --since <the oldest's time> --dry-run",
+                        separator=". ",
+                    )
+                )
         if self.poison_pills_today:
             found.append(
                 Problem(
@@ -202,10 +222,12 @@ def _tenant_problems(tenant: TenantStatus) -> list[Problem]:
 
 def read_status(context: OperatorContext) -> Status:
     names = context.tenants()
-    tenants = [tenant_status(context, tenant) for tenant in names]
+    found = {name: completeness_state(context, name) for name in names}
+    tenants = [replace(tenant_status(context, name), missing_pairs=found[name].missing_count) for name in names]
     queues, pipes = queue_depths(context), pipe_states(context)
     pills = len(context.inbox.poison_pills(context.now()))
     waiting = blocked(context, names)
+    missing = [pair for name in names for pair in found[name].missing]
     return Status(
         queues,
         pipes,
@@ -214,6 +236,7 @@ def read_status(context: OperatorContext) -> Status:
         application=dict(context.topology.application),
         blocked=waiting,
         workflows=running_workflows(context),
+        missing=missing,
     )
 
 

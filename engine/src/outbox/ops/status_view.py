@@ -8,7 +8,8 @@ appended events since the last one, so on a quiet outbox it is older than the la
 alarm watches that passes run); the open dead letters and poison pills; every queue's and dead-letter queue's
 depth, the pipes' states. The sections, when something needs an operator: the tenants that do (chain, anchor,
 open tamper findings, dead letters), the failure groups, the dead-letter queues with messages, and whatever
-else status lists (a pipe not running, an ordered subscription whose events wait, poison pills); then the
+else status lists (a pipe not running, an ordered subscription whose events wait, poison pills, pairs the
+completeness pass found with no outcome past its bound); then the
 tenants that need nothing, with their chains and anchors.
 """
 

@@ -152,9 +152,11 @@ def create_fifo_pair(sqs: Any) -> tuple[str, str]:
     return queue_url, dlq_url
 
 
-def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], clock: VirtualClock) -> Harness:
+def build_harness(
+    subscriptions: Callable[[Recorder], Iterable[Subscription]], clock: VirtualClock, **consumer_options: Any
+) -> Harness:
     """Inside an active ``mock_aws`` (with the AWS fixes on ``clock``): create everything and wire the
-    consumer with the given subscriptions."""
+    consumer with the given subscriptions (and ``consumer_options``, the WORKFLOW lane's starter, say)."""
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     sqs = boto3.client("sqs", region_name="us-east-1")
     for table in (EVENTS_TABLE, ORDERS_TABLE, INBOX_TABLE):
@@ -164,7 +166,9 @@ def build_harness(subscriptions: Callable[[Recorder], Iterable[Subscription]], c
     inbox = Inbox(INBOX_TABLE, client=dynamodb, max_attempts=MAX_ATTEMPTS, clock=clock)
     recorder = Recorder()
     wake_ups = WakeUps(queue_url, sqs=sqs, dynamodb=dynamodb, events_table=EVENTS_TABLE)
-    consumer = DurableConsumer(SubscriptionRegistry.of(subscriptions(recorder)), inbox, store, wake_ups=wake_ups)
+    consumer = DurableConsumer(
+        SubscriptionRegistry.of(subscriptions(recorder)), inbox, store, wake_ups=wake_ups, **consumer_options
+    )
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     esm = SqsEventSourceMapping(
         sqs=sqs,

@@ -111,6 +111,8 @@ def test_every_state_and_route_is_judged_as_the_machine_says(make_harness: Harne
             assert verdict is Verdict.SETTLED, case
         elif rule.outcome is Outcome.DEAD:
             assert verdict is Verdict.OPEN, case  # an outcome an operator sees; judged again, never reported
+        elif rule.outcome is Outcome.IN_WORKFLOW:
+            assert verdict is Verdict.OPEN, case  # its execution's own bound decides (outbox status), not this one
         elif not past:
             assert verdict is Verdict.UNDER_WAY, case
         else:  # under way, stranded, or deferred with no predecessor recorded (woken, its wake-up lost)

@@ -11,6 +11,7 @@ import pytest
 from outbox.pairs import Act, DeployedCatalog, Outcome, Route, State, Step, rule
 from outbox.pairs.machine import FINAL, RULES, TRANSITIONS, after, state_of
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
+from outbox.workflows import workflow
 
 EVERY_PAIR = list(itertools.product(State, Route))
 # What each act of a command does to the pair, as a step of the machine: an act with no such transition from the
@@ -43,8 +44,12 @@ def test_every_act_is_a_transition_the_machine_has(state: State, route: Route) -
 @pytest.mark.parametrize(("state", "route"), EVERY_PAIR)
 def test_nothing_is_doubled(state: State, route: Route) -> None:
     found = rule(state, route)
-    if state in FINAL or state is State.DEAD:
-        assert found.consumer is not Act.RUN, "a delivery runs done, skipped or dead work again"
+    if state in FINAL or state in (State.DEAD, State.HANDED):
+        assert found.consumer is not Act.RUN, "a delivery runs done, skipped, dead or handed work again"
+    if state is State.HANDED:
+        # A running execution is the pair's one run: nothing sends it again while it runs.
+        assert found.replay is not Act.RESEND
+        assert found.reconcile is not Act.RESEND
     if state in FINAL:
         assert found.replay is not Act.RESEND
         assert found.reconcile is not Act.RESEND
@@ -77,6 +82,10 @@ def test_nothing_is_lost_or_blocked(state: State, route: Route) -> None:
         assert found.reconcile is Act.RESEND, f"{state} {route}: nothing sends the message its rule waits for"
     if found.outcome is Outcome.UNDER_WAY:
         assert found.consumer is Act.RUN, "under way, but no delivery would take it"
+    if found.outcome is Outcome.IN_WORKFLOW:
+        # Its execution's end is what moves it, whichever way it ends: each way is a transition to an outcome.
+        assert after(state, Step.END_SUCCEEDED) is State.COMPLETED
+        assert after(state, Step.END_FAILED) is State.DEAD, "a failed execution must leave an open dead letter"
 
 
 def test_only_an_operator_moves_a_pair_out_of_a_final_state() -> None:
@@ -91,7 +100,7 @@ def test_every_claim_status_reads_as_a_state_and_an_unknown_one_is_refused() -> 
             assert state_of(state.value) is state
     assert state_of(None) is State.ABSENT
     with pytest.raises(ValueError, match="newer engine"):
-        state_of("HANDED_TO_A_WORKFLOW")
+        state_of("HANDED_TO_A_ROBOT")
 
 
 # -- every catalog change, from every state -------------------------------------------------------------------
@@ -106,13 +115,13 @@ def _handler(_delivery: object) -> None:
 
 
 def catalog(**options: object) -> DeployedCatalog:
-    base: dict[str, object] = {"pattern": "account.*", "lane": Lane.DURABLE}
+    base: dict[str, object] = {"pattern": "account.*", "lane": Lane.DURABLE, "handler": _handler}
     base.update(options)
     if base.pop("removed", False):
         return DeployedCatalog(SubscriptionRegistry.of([]))
     if base.pop("renamed", False):
-        return DeployedCatalog(SubscriptionRegistry.of([Subscription("ledger.fold2", handler=_handler, **base)]))  # type: ignore[arg-type]
-    return DeployedCatalog(SubscriptionRegistry.of([Subscription(NAME, handler=_handler, **base)]))  # type: ignore[arg-type]
+        return DeployedCatalog(SubscriptionRegistry.of([Subscription("ledger.fold2", **base)]))  # type: ignore[arg-type]
+    return DeployedCatalog(SubscriptionRegistry.of([Subscription(NAME, **base)]))  # type: ignore[arg-type]
 
 
 CHANGES = {
@@ -123,6 +132,7 @@ CHANGES = {
     "narrowed, ordered": catalog(pattern="account.credited", ordered=True),
     "moved to LOCAL": catalog(lane=Lane.LOCAL),
     "moved to BEST_EFFORT": catalog(lane=Lane.BEST_EFFORT),
+    "moved to WORKFLOW": catalog(lane=Lane.WORKFLOW, handler=workflow("shop.shipping:handler")),
     "removed": catalog(removed=True),
     "renamed": catalog(renamed=True),
 }
@@ -133,6 +143,7 @@ EXPECTED = {
     "narrowed, ordered": Route.LEFT_OUT,
     "moved to LOCAL": Route.LEFT_OUT,
     "moved to BEST_EFFORT": Route.LEFT_OUT,
+    "moved to WORKFLOW": Route.UNORDERED,  # the consumer still runs it: it hands it to a durable execution
     "removed": Route.LEFT_OUT,
     "renamed": Route.LEFT_OUT,
 }

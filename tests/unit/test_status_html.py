@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from outbox.inbox import DeadLetter
 from outbox.ops import FailureGroup, QueueDepth, Status, TenantStatus
 from outbox.ops.status_html import LINE_PX, PAD_PX, Box, document, render
+from outbox.ops.workflows import RunningWorkflow
 
 NOW = datetime(2026, 5, 1, 12, 0, 3, tzinfo=UTC)
 QUEUES = ("durable", "durable-dlq", "relay-pipe-dlq", "tamper", "tamper-dlq", "tamper-pipe-dlq", "anchoring-dlq")
@@ -96,9 +97,10 @@ def test_without_any_anchor_it_says_there_was_no_anchoring_pass() -> None:
 
 def test_every_problem_is_shown_with_its_command() -> None:
     broken = replace(calm("acme"), chain_intact=False, first_broken_seq=3, break_reason="altered", dead_letters=2)
-    report = replace(status([broken, calm("zoo")], durable_dlq=2), poison_pills_today=1)
+    overdue = RunningWorkflow("acme", "shipping.ship", "01HZX", "arn:aws:lambda:x", "2026-04-01T00:00:00Z", 9e5, True)
+    report = replace(status([broken, calm("zoo")], durable_dlq=2), poison_pills_today=1, workflows=[overdue])
     text = "".join(read(render(report, [group()], now=NOW)).parts)
-    assert "4 problems need attention" in text
+    assert "5 problems need attention" in text
     for problem in report.needs_attention():
         assert problem.repair in text, problem
     assert "broken at seq 3 (altered)" in text

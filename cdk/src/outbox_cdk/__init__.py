@@ -3,5 +3,6 @@
 from outbox_cdk.catalog_check import AcceptedCatalogProblem, CatalogContractError
 from outbox_cdk.grants import OperatorTrust
 from outbox_cdk.pipeline import OutboxPipeline
+from outbox_cdk.workflow_function import WorkflowFunction
 
-__all__ = ["AcceptedCatalogProblem", "CatalogContractError", "OperatorTrust", "OutboxPipeline"]
+__all__ = ["AcceptedCatalogProblem", "CatalogContractError", "OperatorTrust", "OutboxPipeline", "WorkflowFunction"]

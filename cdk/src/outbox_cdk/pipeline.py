@@ -43,7 +43,7 @@ from outbox.catalog import Catalog
 from outbox.ops.completeness import catalog_data
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
-from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing
+from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing, workflow_function
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import ANCHOR_SCHEDULE, ANCHOR_SERVICE, ANCHORING_SCHEDULE_ID, Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, load_checked_catalog
@@ -75,6 +75,7 @@ from outbox_cdk.rule_names import rule_arn, rule_name
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
+from outbox_cdk.workflow_function import WorkflowFunctions
 
 # The most missing pairs one completeness pass may re-send itself (completeness_repairs).
 MAX_COMPLETENESS_REPAIRS = 100
@@ -197,6 +198,10 @@ class OutboxPipeline(Construct):
         0 (the default): it only reports (``outbox status`` names the repair). N, up to 100: it also re-sends at
         most N missing pairs a pass itself, as ``outbox reconcile`` does (never a pair whose rule says an
         operator decides), each logged with why; the anchoring role may then send to the durable queue.
+    workflow_execution_timeout, workflow_retention_days
+        For each WORKFLOW subscription of the catalog, a durable function of its own (``outbox_cdk.WorkflowFunction``)
+        whose executions may run this long (30 days by default, at most 366) and whose history Lambda keeps this
+        many days once closed (30 by default, 1..90); with ``encryption_key``, the executions' payloads use it.
     """
 
     def __init__(
@@ -228,6 +233,8 @@ class OutboxPipeline(Construct):
         ordered_subscriptions: bool = False,
         watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
+        workflow_execution_timeout: Duration = workflow_function.DEFAULT_EXECUTION_TIMEOUT,
+        workflow_retention_days: int = workflow_function.DEFAULT_RETENTION_DAYS,
         completeness_repairs: int = 0,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -317,6 +324,19 @@ class OutboxPipeline(Construct):
             encryption_key=encryption_key,
             error_detail=error_detail_of(error_detail),
             ordered_subscriptions=ordered_subscriptions,
+        )
+        self.workflows = WorkflowFunctions(
+            self,
+            "Workflows",
+            subscriptions=workflow_function.workflow_subscriptions(code, catalog, environment),
+            application=self.application,
+            consumer=self.consumer.function,
+            inbox=self.inbox,
+            alarm_topic=self.alarm_topic,
+            error_detail=error_detail_of(error_detail),
+            execution_timeout=workflow_execution_timeout,
+            retention_days=workflow_retention_days,
+            encryption_key=encryption_key,
         )
         self.completeness_bound_seconds = self._check_completeness(
             deployed_catalog, consumer_seconds, completeness_repairs
@@ -548,7 +568,7 @@ class OutboxPipeline(Construct):
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
-        dead_letters += self.auditor.dead_letters
+        dead_letters += self.auditor.dead_letters + self.workflows.dead_letters
         if self.control_plane is not None:
             dead_letters.append(("control-plane watch DLQ", self.control_plane.dead_letters))
         lane = None

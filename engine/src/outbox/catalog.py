@@ -28,6 +28,7 @@ DISPATCHERS = {
     Lane.LOCAL: "emit() (after the commit, best effort)",
     Lane.DURABLE: "durable consumer (SQS FIFO + inbox)",
     Lane.BEST_EFFORT: "record-change consumer (row changes only)",
+    Lane.WORKFLOW: "a Lambda durable execution per pair, started by the durable consumer",
 }
 
 
@@ -244,6 +245,20 @@ class Catalog:
                 f"handler of {subscription.name!r}, which never emits it: only DURABLE handlers commit follow-ups"
             )
         found.extend(self._subscription_problems())
+        found.extend(self._workflow_problems())
+        return found
+
+    def _workflow_problems(self) -> list[str]:
+        """A WORKFLOW subscription's handler must import and be a durable handler (checked at synth, where the
+        app's code and the durable execution SDK are importable)."""
+        from outbox.workflows import WorkflowHandler, durable_handler_problem
+
+        found = []
+        for subscription in self.registry.subscriptions:
+            if isinstance(subscription.handler, WorkflowHandler):
+                problem = durable_handler_problem(subscription.handler)
+                if problem is not None:
+                    found.append(f"subscription {subscription.name!r} (WORKFLOW): {problem}")
         return found
 
     def _subscription_problems(self) -> list[str]:

@@ -49,7 +49,9 @@ from outbox.tracing import observed_pair
 
 if TYPE_CHECKING:
     from outbox.delivery.ordered import OrderedGate, OwedWake
+    from outbox.delivery.workflow import WorkflowPath
     from outbox.ordering import OrderBook, WakeUps, Watermark
+    from outbox.workflows.starter import WorkflowStarter
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class DurableConsumer:
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
         wake_ups: WakeUps | None = None,
         log: Any | None = None,
+        workflows: WorkflowStarter | None = None,
+        workflow_functions: Mapping[str, Any] | None = None,
     ) -> None:
         self.registry = registry
         self._deployed = DeployedCatalog(registry)
@@ -124,6 +128,11 @@ class DurableConsumer:
         self._wake_ups = wake_ups
         if ordered:
             self.ordered  # noqa: B018 - built now, before any thread could race to build it twice
+        self.workflow: WorkflowPath | None = None
+        if any(s.lane is Lane.WORKFLOW for s in registry.subscriptions):  # its modules only where a catalog has one
+            from outbox.delivery.workflow import workflow_path
+
+            self.workflow = workflow_path(registry, self.attempts, workflows, workflow_functions, self.lease)
 
     @cached_property
     def ordered(self) -> OrderedGate:
@@ -334,6 +343,8 @@ class DurableConsumer:
         subscription became ordered after it had run) is not part of the order: it is delivered as the
         subscription delivered it before the switch, so work in flight at the deploy (relayed, retried, dead
         and replayed) runs once, and nothing waits for it."""
+        if pair.subscription.lane is Lane.WORKFLOW and self.workflow is not None:
+            return self.workflow
         if self.deployed.route_of(pair.subscription, pair.envelope.type, pair.envelope.occurred_at) is Route.IN_ORDER:
             return self.ordered
         if DirectPath.takes(pair):

@@ -41,6 +41,9 @@ class ConsumerSettings(BaseModel):
     # Where deferred events of ordered subscriptions are sent back; set by the construct when the pipeline
     # has ordered subscriptions (OutboxPipeline(ordered_subscriptions=True)).
     durable_queue_url: str | None = Field(default=None, alias="DURABLE_QUEUE_URL")
+    # The WORKFLOW subscriptions' durable functions, as JSON {subscription: {"arn", "execution_timeout"}}; set by the
+    # construct when the catalog has any (outbox_cdk.workflow_function).
+    workflow_functions: str | None = Field(default=None, alias="WORKFLOW_FUNCTIONS")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConsumerSettings:

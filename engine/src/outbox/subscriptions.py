@@ -27,6 +27,7 @@ class Lane(StrEnum):
     LOCAL = "LOCAL"  # same process after commit, best effort
     DURABLE = "DURABLE"  # the durable consumer, via SQS FIFO and the inbox
     BEST_EFFORT = "BEST_EFFORT"  # the record-change consumer, row changes only
+    WORKFLOW = "WORKFLOW"  # a Lambda durable execution, started once per pair by the durable consumer
 
 
 class Effects(StrEnum):
@@ -236,6 +237,8 @@ class SubscriptionRegistry:
                 "DURABLE subscriptions have a completion to commit their writes with; put it on DURABLE, or drop "
                 "effects (INLINE writes already commit with the emit)"
             )
+        if subscription.lane is Lane.WORKFLOW or isinstance(subscription.handler, _workflow_handler_type()):
+            _check_workflow(subscription, self.subscriptions)
         self.subscriptions.append(subscription)
         self._matches.clear()
 
@@ -248,3 +251,34 @@ class SubscriptionRegistry:
             found = tuple(s for s in self.subscriptions if s.lane is lane and s.matches(event_type))
             self._matches[key] = found
         return found
+
+
+def _workflow_handler_type() -> type:
+    from outbox.workflows import WorkflowHandler
+
+    return WorkflowHandler
+
+
+def _check_workflow(subscription: Subscription, registered: Sequence[Subscription]) -> None:
+    """A WORKFLOW subscription names its durable function with ``outbox.workflows.workflow(...)``, and such a handler
+    is on the WORKFLOW lane only; no two share the digest their execution names may be made of."""
+    from outbox.workflows import WorkflowHandler, subscription_digest
+
+    name = subscription.name
+    if subscription.lane is not Lane.WORKFLOW:
+        raise OutboxValidationError(
+            f"subscription {name!r} names a workflow handler on the {subscription.lane.value} lane: put it on "
+            "Lane.WORKFLOW (its durable function is started by the durable consumer)"
+        )
+    if not isinstance(subscription.handler, WorkflowHandler):
+        raise OutboxValidationError(
+            f"subscription {name!r} is on the WORKFLOW lane: its handler is a durable function of its own, named "
+            "with outbox.workflows.workflow('package.module:function'), not a callable of the consumer"
+        )
+    digest = subscription_digest(name)
+    for other in registered:
+        if other.lane is Lane.WORKFLOW and subscription_digest(other.name) == digest:
+            raise OutboxValidationError(
+                f"subscriptions {other.name!r} and {name!r} share the digest {digest} their execution names are "
+                "made of: rename one"
+            )

@@ -31,6 +31,7 @@ from outbox.ops import OperationRefusedError, Status
 from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
+from outbox.ops.workflows import duration
 from outbox.verification import ChainReport
 
 HEALTHY = "healthy: nothing needs an operator (no DLQ message, dead letter, finding or poison pill; pipes running)"
@@ -98,10 +99,22 @@ def _print_status(context: CliContext, report: Status) -> None:
                 row.tenant, row.subscription, str(row.applied_seq), str(row.waits_for_seq), state, str(row.waiting)
             )
         print_table(context.out, waiting)
+    if report.workflows:
+        print_table(context.out, _running_workflows(report))
     for problem in report.problems():
         context.out.print(f"[bold red]needs attention:[/] {escape(context.hint(problem))}")
     if not report.problems():
         context.out.print(HEALTHY, highlight=False)
+
+
+def _running_workflows(report: Status, shown: int = 20) -> Table:
+    """The oldest ``shown`` running workflows (outbox.ops.workflows), with how many more there are."""
+    table = Table("tenant", "subscription", "event", "running for", title="workflows running, oldest first")
+    for workflow in report.workflows[:shown]:
+        table.add_row(workflow.tenant, workflow.subscription, workflow.event_id, duration(workflow.age_seconds))
+    if len(report.workflows) > shown:
+        table.add_row("", f"and {len(report.workflows) - shown} more", "", "")
+    return table
 
 
 @app.command("verify-chain", epilog=example("outbox --local verify-chain --tenant acme"))

@@ -40,6 +40,7 @@ class DeliveryOutcome(StrEnum):
     RETRY = "retry"
     DEAD = "dead"
     DEFERRED = "deferred"  # an ordered subscription's event behind its predecessor: acknowledged, woken later
+    HANDED = "handed"  # a WORKFLOW pair's execution started and recorded: acknowledged, its end settles it
 
 
 class Metric(StrEnum):

@@ -54,7 +54,21 @@ def consumer() -> DurableConsumer:
         error_detail=settings.error_detail,
         wake_ups=wake_ups(settings, catalog.registry, dynamodb),
         log=logger,
+        **workflows(settings),
     )
+
+
+def workflows(settings: ConsumerSettings) -> dict[str, Any]:
+    """The starter of WORKFLOW pairs' executions and their functions, only where the pipeline made any (a Lambda
+    client costs cold start)."""
+    if not settings.workflow_functions:
+        return {}
+    import json
+
+    from outbox.workflows.starter import WorkflowStarter
+
+    functions = json.loads(settings.workflow_functions)
+    return {"workflows": WorkflowStarter(boto3.client("lambda")), "workflow_functions": functions}
 
 
 def wake_ups(settings: ConsumerSettings, registry: SubscriptionRegistry, dynamodb: Any) -> WakeUps | None:

@@ -21,6 +21,7 @@ from outbox.inbox.rows import (
     COMPLETED,
     DEAD,
     DEFERRED,
+    HANDED,
     PENDING,
     REPLAYING,
     SKIPPED,
@@ -38,6 +39,27 @@ from outbox.inbox.rows import (
 )
 from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row, refused_at
 from outbox.transaction import MAX_TRANSACT_ITEMS
+
+
+def resolved_letter_item(table_name: str, tenant: str, letter: str, how: str) -> dict[str, Any]:
+    """The transaction item that resolves the tenant's dead letter ``letter`` (its sort key) with ``how``."""
+    return {
+        "Update": {
+            "TableName": table_name,
+            "Key": {"pk": {"S": keys.dead_letter_partition(tenant)}, "sk": {"S": letter}},
+            "UpdateExpression": "SET resolved = :how",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeValues": {":how": {"S": how}},
+        }
+    }
+
+
+def _workflow_attempt(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A WORKFLOW pair's next attempt: one more than the execution its row last recorded (a replay's), else 1."""
+    previous = _string(row, "execution_arn")
+    if previous is None:
+        return {}
+    return {"workflow_attempt": (_number(row, "workflow_attempt") or 1) + 1, "previous_execution": previous}
 
 
 def _any_of_digests(accepted: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -185,6 +207,7 @@ class ClaimBook(InboxTable):
             waits_for=_number(row, "waits_for"),
             unfinished_with_ms=_number(row, "unfinished_with_ms") or None,
             event_seq=envelope.seq,
+            **_workflow_attempt(row),
         )
 
     @staticmethod
@@ -200,6 +223,8 @@ class ClaimBook(InboxTable):
             return ClaimOutcome.ALREADY_COMPLETED
         if status == DEAD:
             return ClaimOutcome.DEAD
+        if status == HANDED:
+            return ClaimOutcome.HANDED
         return ClaimOutcome.IN_PROGRESS
 
     # -- finishing a claim (all fenced on the owner token) ------------------------------------------
@@ -234,22 +259,8 @@ class ClaimBook(InboxTable):
         resolution of its dead letter: done work is never left as open work."""
         writes = [self.completion_write(claim)]
         if claim.open_dead_letter is not None:
-            writes.append(
-                {
-                    "Update": {
-                        "TableName": self.table_name,
-                        "Key": {
-                            "pk": {"S": keys.dead_letter_partition(claim.tenant)},
-                            "sk": {"S": claim.open_dead_letter},
-                        },
-                        "UpdateExpression": "SET resolved = :how",
-                        "ConditionExpression": "attribute_exists(pk)",
-                        "ExpressionAttributeValues": {
-                            ":how": {"S": f"completed at {format_timestamp(self._clock())} after a replay"}
-                        },
-                    }
-                }
-            )
+            how = f"completed at {format_timestamp(self._clock())} after a replay"
+            writes.append(resolved_letter_item(self.table_name, claim.tenant, claim.open_dead_letter, how))
         return writes
 
     def mark_completed(

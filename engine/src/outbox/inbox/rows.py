@@ -26,6 +26,8 @@ REPLAYING = "REPLAYING"
 # REPLAYING, at any age, by the wake-up message its predecessor's completion sends; the attempt it was
 # deferred on is given back. SKIPPED: an operator skipped it (``outbox skip``); final, like COMPLETED.
 DEFERRED, SKIPPED = "DEFERRED", "SKIPPED"
+# A WORKFLOW pair whose durable execution started: its end settles it (outbox.workflows.handoffs).
+HANDED = "HANDED"
 POISON_BODY_LIMIT = 64 * 1024  # enough to diagnose; far below the 400 KB item limit
 # Clock skew between whoever issued a message and the consumer judging its age against the retention.
 VOUCH_MARGIN = timedelta(hours=1)
@@ -38,6 +40,7 @@ class ClaimOutcome(StrEnum):
     DEAD = "dead"  # dead work: only an operator's replay reruns it
     CONFLICT = "conflict"  # same event id, different content
     UNVERIFIABLE = "unverifiable"  # no row, but the message is older than the inbox's memory
+    HANDED = "handed"  # handed to a workflow: its execution runs it, and its end settles it
 
 
 class DeadReason(StrEnum):
@@ -70,6 +73,10 @@ class Claim:
     unfinished_with_ms: int | None = None
     # The claimed event's seq (None where a caller built the claim without one).
     event_seq: int | None = None
+    # A WORKFLOW pair's: the attempt whose execution this claim starts (one more than the last one handed, after a
+    # replay), and the ARN of that last execution, kept in the row's history when the next is handed.
+    workflow_attempt: int = 1
+    previous_execution: str | None = None
 
     @property
     def idempotency_key(self) -> str:

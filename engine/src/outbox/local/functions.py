@@ -134,6 +134,10 @@ class LocalFunction:
         """Drop the warm module: the next invocation is a cold start (after a deploy, say)."""
         self._handler = None
 
+    def resolve(self) -> LambdaHandler:
+        """The handler, imported now if this container has not yet (the module keeps what it made at import)."""
+        return self._resolve()
+
     def _resolve(self) -> LambdaHandler:
         if self.override is not None:
             return self.override

@@ -23,6 +23,7 @@ class LocalResources:
     queue_arns: dict[str, str] = field(default_factory=dict)
     function_names: dict[str, str] = field(default_factory=dict)
     pipe_names: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # a durable function's alias: its qualified ARN
 
     def resolve(self, reference: Reference) -> str:
         """The local value of a Ref / Fn::GetAtt, as CloudFormation would resolve it."""
@@ -38,6 +39,8 @@ class LocalResources:
             return self.function_names[logical_id]
         if logical_id in self.pipe_names and attribute is None:
             return self.pipe_names[logical_id]
+        if logical_id in self.aliases and attribute is None:
+            return self.aliases[logical_id]
         if logical_id in self.queue_urls:
             if attribute is None:
                 return self.queue_urls[logical_id]

@@ -6,10 +6,9 @@
         runtime.run_until_idle()
 
 Tables and queues are created from the template (names are the logical ids); pipes and event source
-mappings are emulated (outbox.local.pipe, outbox.local.esm); functions run in-process with their
-template environment. Two modes: in-process (``mock_aws``) for tests, and a moto server on a loopback
-port so that any boto3 client or the AWS CLI of this machine can look at the tables and queues while it runs
-(no web page can: ``outbox.local.loopback``).
+mappings are emulated (outbox.local.pipe, outbox.local.esm); functions run in-process with their template
+environment. In-process (``mock_aws``) for tests, or a moto server on a loopback port for any boto3 client or
+the AWS CLI of this machine while it runs (no web page: ``outbox.local.loopback``).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from outbox.local.pipe import PipeConfig, PipeEmulator
 from outbox.local.resources import ACCOUNT, LocalResources, create_queues, create_tables
 from outbox.local.state import SavedState
 from outbox.local.template import FunctionSpec, Reference, StackSpec, TemplateError, load_stack
+from outbox.local.workflows import LocalWorkflows, name_aliases
 from outbox.outputs import StackOutput, application_environment
 
 logger = logging.getLogger(__name__)
@@ -70,9 +70,8 @@ class LocalRuntime:
         saved: SavedState | None = None,
         about: Mapping[str, Any] | None = None,
     ) -> None:
-        """``saved``: a state to start from (``outbox.local.state``) instead of empty tables and queues; its
-        clock is the one to pass. ``about``: what the served endpoint says of itself at ``GET /_outbox``
-        besides the clock (the folder it serves, say)."""
+        """``saved``: a state to start from (``outbox.local.state``), its clock the one to pass. ``about``: what
+        the served endpoint says of itself at ``GET /_outbox`` besides the clock (the folder it serves, say)."""
         self.stack = stack
         self.clock = clock or VirtualClock()
         self.port = port
@@ -90,6 +89,7 @@ class LocalRuntime:
         self.server: Any = None  # the served endpoint (LoopbackServer), while it serves
         self._exit = ExitStack()
         self._clients: dict[str, Any] = {}
+        self.workflows: LocalWorkflows | None = None  # the WORKFLOW lane's durable functions
 
     @classmethod
     def from_assembly(cls, assembly_dir: Path | str, stack_name: str = "OutboxEngine", **options: Any) -> LocalRuntime:
@@ -116,9 +116,11 @@ class LocalRuntime:
                 saving.restore(self, self._saved)
             # Pipe names first: functions' environments may reference them (the operator endpoint does).
             self.resources.pipe_names.update({logical_id: logical_id for logical_id in self.stack.pipes})
+            name_aliases(self.stack, self.resources)  # the consumer's environment names the durable functions
             self._build_functions()
             self._build_pipes()
             self._build_mappings()
+            self.workflows = LocalWorkflows.start(self.stack, self.functions, self._exit)
             if self._saved is not None:
                 saving.resume(self, self._saved)
         except BaseException:
@@ -378,6 +380,8 @@ class LocalRuntime:
             progressed = pipe.poll() is not None or progressed
         for mapping in self.mappings.values():
             progressed = mapping.poll() is not None or progressed
+        if self.workflows is not None:  # the settle pass, as its schedule runs it
+            progressed = self.workflows.settle() or progressed
         return progressed
 
     def run_until_idle(self, max_steps: int = 10_000, on_step: Callable[[int], None] | None = None) -> int:

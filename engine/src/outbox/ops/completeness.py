@@ -205,6 +205,10 @@ class CompletenessPass:
             return ref, Verdict.SETTLED, None
         if rule.outcome is Outcome.DEAD:
             return ref, Verdict.OPEN, None
+        if rule.outcome is Outcome.IN_WORKFLOW:
+            # Its durable execution is its run, under its own bound (its execution timeout: outbox status names one
+            # past it, docs/workflows.md), not this pass's: judged again each pass until its end settles it.
+            return ref, Verdict.OPEN, None
         since = _last_moved(ref, claim)
         if now - _moment(since) <= self.bound:
             return ref, Verdict.UNDER_WAY, None

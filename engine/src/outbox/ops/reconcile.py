@@ -34,7 +34,8 @@ from outbox.inbox import DEFERRED, PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book, ready_in_deployed_order, wake
 from outbox.pairs import Act, Route
-from outbox.subscriptions import Lane, Subscription
+from outbox.pairs.deployed import CONSUMER_LANES
+from outbox.subscriptions import Subscription
 
 EPOCH = datetime.fromtimestamp(0, tz=UTC)
 
@@ -133,8 +134,11 @@ def _widest_window(context: OperatorContext) -> str:
 
 def _durable(context: OperatorContext, name: str) -> Subscription:
     subscription = context.require_subscription(name)
-    if subscription.lane is not Lane.DURABLE:
-        raise OperationRefusedError(f"{name} is on the {subscription.lane.value} lane: only durable work is reconciled")
+    if subscription.lane not in CONSUMER_LANES:
+        raise OperationRefusedError(
+            f"{name} is on the {subscription.lane.value} lane: only the durable consumer's work (DURABLE, WORKFLOW) "
+            "is reconciled"
+        )
     return subscription
 
 

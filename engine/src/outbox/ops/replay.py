@@ -22,6 +22,7 @@ from outbox.chain import read_event_rows
 from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import NothingToDoError, OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
+from outbox.inbox.rows import HANDED
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book
 from outbox.pairs import Act, Route
@@ -195,6 +196,11 @@ def _replay_by_ids(
         if risky and not force:
             raise OperationRefusedError(_risky_refusal(event_id, risky, claims, subscription))
         for claim in selected:
+            if claim.status == HANDED:  # its execution is its run: never a second one beside it (outbox.pairs)
+                raise OperationRefusedError(
+                    f"{event_id}:{claim.subscription} is handed to a workflow: its durable execution is running. Stop "
+                    "it (aws lambda stop-durable-execution): its end makes the pair dead, and then it is replayed"
+                )
             if claim.status in (PENDING, SKIPPED):
                 continue  # in progress (the inbox will finish or take it over), or skipped: final
             seq = _event_seq(context, claim)

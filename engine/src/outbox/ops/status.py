@@ -15,6 +15,7 @@ from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
+from outbox.ops.workflows import RunningWorkflow, running_workflows
 from outbox.verification import ChainReport, verify_chain
 
 
@@ -59,6 +60,7 @@ class Concern(StrEnum):
     TENANT = "tenant"
     ORDER = "order"  # an ordered subscription whose events wait (subject: the tenant)
     POISON = "poison"
+    WORKFLOW = "workflow"  # a pair handed to a workflow, unsettled past its execution's timeout (subject: the event)
     MISSING = "missing"  # a pair with no outcome past the completeness bound (subject: the tenant)
 
 
@@ -88,6 +90,8 @@ class Status:
     application: dict[str, str] = field(default_factory=dict)
     # Ordered subscriptions with events waiting, per tenant, and what they wait for.
     blocked: list[Blocked] = field(default_factory=list)
+    # Pairs handed to a durable execution that has not ended (or whose end is not settled yet), oldest first.
+    workflows: list[RunningWorkflow] = field(default_factory=list)
     # The pairs the last completeness pass found missing, each with the command that repairs it (the first
     # ``outbox.ops.completeness.MISSING_LISTED`` of each tenant; ``TenantStatus.missing_pairs`` counts them all).
     missing: list[MissingPair] = field(default_factory=list)
@@ -127,6 +131,17 @@ class Status:
         found += [
             Problem(Concern.ORDER, waiting.tenant, waiting.what, waiting.hint, separator=" ")
             for waiting in self.blocked
+        ]
+        found += [
+            Problem(
+                Concern.WORKFLOW,
+                workflow.event_id,
+                workflow.problem,
+                "is the settle pass running? Its errors alarm and log (docs/workflows.md); "
+                f"aws lambda get-durable-execution --durable-execution-arn {workflow.execution_arn}",
+            )
+            for workflow in self.workflows
+            if workflow.overdue
         ]
         found += [Problem(Concern.MISSING, m.tenant, m.line, m.repair, separator=". ") for m in self.missing]
         for tenant in self.tenants:
@@ -220,6 +235,7 @@ def read_status(context: OperatorContext) -> Status:
         pills,
         application=dict(context.topology.application),
         blocked=waiting,
+        workflows=running_workflows(context),
         missing=missing,
     )
 

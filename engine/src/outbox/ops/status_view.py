@@ -180,7 +180,7 @@ def sections(status: Status, problems: list[Problem], groups: Sequence[FailureGr
             [
                 Row((Cell(p.what),), (Cell(p.what, "bad"),), p.repair)
                 for p in problems
-                if p.concern in (Concern.PIPE, Concern.ORDER, Concern.POISON, Concern.MISSING)
+                if p.concern not in (Concern.TENANT, Concern.QUEUE)  # each has its section above
             ],
             "problem",
         ),

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from outbox.subscriptions import SubscriptionRegistry
 
 
+# The lanes the durable consumer runs: DURABLE handlers, and WORKFLOW pairs it hands to a durable execution.
+CONSUMER_LANES = frozenset({Lane.DURABLE, Lane.WORKFLOW})
+
+
 @dataclass(frozen=True)
 class Placement:
     """A pair's route under the deployed catalog, the subscription that runs it (None when left out), and, when
@@ -46,7 +50,7 @@ class DeployedCatalog:
 
     def running(self, event_type: str) -> tuple[Subscription, ...]:
         """The subscriptions that run an event of ``event_type`` (the consumer's question; memoised per type)."""
-        return self.registry.matching(event_type, Lane.DURABLE)
+        return self.registry.matching(event_type, Lane.DURABLE) + self.registry.matching(event_type, Lane.WORKFLOW)
 
     @staticmethod
     def route_of(subscription: Subscription, event_type: str, occurred_at: datetime) -> Route:
@@ -63,7 +67,7 @@ class DeployedCatalog:
         found = self.find(subscription)
         if found is None:
             return Placement(Route.LEFT_OUT, None, f"{subscription} is not in the deployed catalog")
-        if found.lane is not Lane.DURABLE:
+        if found.lane not in CONSUMER_LANES:
             return Placement(Route.LEFT_OUT, None, f"{subscription} is on the {found.lane.value} lane now")
         if not found.matches(event_type):
             return Placement(

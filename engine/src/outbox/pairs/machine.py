@@ -32,6 +32,7 @@ class State(StrEnum):
     REPLAYING = "REPLAYING"  # a replay or a reconcile's message is on its way
     DEFERRED = "DEFERRED"  # an ordered pair waiting for its predecessor
     SKIPPED = "SKIPPED"  # an operator's decision: never run
+    HANDED = "HANDED"  # handed to a workflow: a durable execution runs it, its end settles it (outbox.workflows)
 
 
 class Route(StrEnum):
@@ -59,6 +60,9 @@ class Step(StrEnum):
     RECONCILE = "reconcile"  # a pair the stream lost: a REPLAYING row, and its message re-sent
     LEAVE_OUT = "leave_out"  # a repair's message reached a consumer whose catalog no longer runs the pair
     CONFLICT = "conflict"  # other content under its id: recorded, never run; the pair itself is untouched
+    HAND_OFF = "hand_off"  # a WORKFLOW pair's execution started: the claim records its ARN
+    END_SUCCEEDED = "end_succeeded"  # its execution ended SUCCEEDED (observed by outbox.workflows.ends)
+    END_FAILED = "end_failed"  # ended FAILED, TIMED_OUT or STOPPED: dead, with a letter naming the execution
 
 
 TRANSITIONS: Final[dict[tuple[State, Step], State]] = {
@@ -101,6 +105,11 @@ TRANSITIONS: Final[dict[tuple[State, Step], State]] = {
     (State.SKIPPED, Step.CLAIM): State.SKIPPED,
     (State.SKIPPED, Step.SKIP): State.SKIPPED,  # a rerun of the skip: only its wake-up is sent again
     (State.SKIPPED, Step.CONFLICT): State.SKIPPED,
+    (State.PENDING, Step.HAND_OFF): State.HANDED,
+    (State.HANDED, Step.CLAIM): State.HANDED,  # a duplicate delivery finds it handed: nothing starts again
+    (State.HANDED, Step.END_SUCCEEDED): State.COMPLETED,
+    (State.HANDED, Step.END_FAILED): State.DEAD,
+    (State.HANDED, Step.CONFLICT): State.HANDED,
 }
 
 # States whose pair may be taken by a delivery's claim (PENDING only once its lease lapsed).
@@ -118,6 +127,7 @@ class Outcome(StrEnum):
     UNDER_WAY = "under_way"  # a delivery, a retry, a replay or a wake-up is on its way
     WAITING = "waiting"  # deferred behind its predecessor, in its order
     STRANDED = "stranded"  # nothing will move it by itself: status names the command that does
+    IN_WORKFLOW = "in_workflow"  # a durable execution runs it; its end, observed by the settle pass, ends it
 
 
 class Act(StrEnum):
@@ -241,6 +251,21 @@ RULES: Final[dict[tuple[State, Route], Rule]] = {
     (State.DEFERRED, Route.LEFT_OUT): Rule(
         Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, Act.NOTHING, Outcome.STRANDED, _LEFT_OUT_WHY, _ACK
     ),
+    # -- handed to a workflow: its execution runs whatever the catalog says now; only its end moves it ----------
+    # A deploy that removes the subscription, or moves it off WORKFLOW, stops no execution: its end still settles
+    # the pair (by the ARN on the claim). Replay and skip refuse a running execution: stop it first (its end,
+    # STOPPED, makes the pair dead, and dead work is replayed or skipped).
+    **{
+        (State.HANDED, route): Rule(
+            Act.NOTHING,
+            Act.REFUSE,
+            Act.REFUSE,
+            Act.NOTHING,
+            Outcome.IN_WORKFLOW,
+            "handed to a workflow: its durable execution is running",
+        )
+        for route in Route
+    },
 }
 
 

@@ -1,0 +1,65 @@
+"""The WORKFLOW lane's settle pass, on a schedule: every handed pair whose durable execution ended is settled
+(``outbox.workflows.ends``). Thin on purpose: the Powertools decorators, the settings, one call into the engine."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field
+
+from outbox.clients import engine_dynamodb_client
+from outbox.inbox import Inbox
+from outbox.redaction import ErrorDetail
+from outbox.settings import _from_env
+from outbox.workflows.ends import Settled, WorkflowEnds
+from outbox.workflows.starter import WorkflowStarter
+
+logger = Logger()
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
+
+# The pass's counts, one metric each (the construct alarms on dead ones and graphs the running).
+SETTLED_METRICS = {
+    Settled.RUNNING: "WorkflowsRunning",
+    Settled.COMPLETED: "WorkflowsCompleted",
+    Settled.DEAD: "WorkflowsDead",
+    Settled.NOT_HANDED: "WorkflowsSettledElsewhere",
+}
+
+
+class WorkflowEndsSettings(BaseModel):
+    """Environment of the settle pass; the construct sets every variable (outbox_cdk.workflow_function)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    inbox_table_name: str = Field(alias="INBOX_TABLE_NAME", min_length=3)
+    inbox_retention_days: int = Field(alias="INBOX_RETENTION_DAYS", ge=1, le=365)
+    error_detail: ErrorDetail = Field(alias="ERROR_DETAIL")
+
+
+@cache
+def ends() -> WorkflowEnds:
+    settings = _from_env(WorkflowEndsSettings, os.environ)
+    inbox = Inbox(
+        settings.inbox_table_name,
+        client=engine_dynamodb_client(),
+        max_attempts=1,  # it claims nothing
+        retention=timedelta(days=settings.inbox_retention_days),
+    )
+    return WorkflowEnds(inbox, WorkflowStarter(boto3.client("lambda")), error_detail=settings.error_detail)
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
+    counts = ends().settle_all()
+    for outcome, metric in SETTLED_METRICS.items():
+        metrics.add_metric(name=metric, unit="Count", value=counts.get(outcome, 0))
+    return {outcome.value: counts.get(outcome, 0) for outcome in Settled}

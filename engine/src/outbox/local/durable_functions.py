@@ -1,0 +1,293 @@
+"""Lambda's durable executions, locally: the API the engine calls, in process, with the testing SDK running them.
+
+moto has no durable functions. ``LocalDurableFunctions`` answers the calls the WORKFLOW lane makes of Lambda, sent
+by a real boto3 ``lambda`` client (its request built and its answer parsed by botocore, as on AWS) through
+botocore's ``before-send`` event instead of the network:
+
+- ``Invoke`` with ``DurableExecutionName`` (asynchronous, of a qualified ARN) starts an execution, named as asked,
+  with the payload as its input. A name already used with the same input answers that execution, as Lambda
+  documents; with other input, or while one of that name runs when ``already_started_while_running`` is set,
+  ``DurableExecutionAlreadyStartedException``.
+- ``ListDurableExecutionsByFunction`` (by name), ``GetDurableExecution`` and ``StopDurableExecution``.
+
+Each function's handler runs in the AWS Durable Execution Testing SDK (``DurableFunctionTestRunner``): its steps,
+waits and callbacks as the SDK runs them, its end (SUCCEEDED, FAILED, TIMED_OUT, STOPPED) as the SDK reports it.
+The faults of the lane are seams of this service, not patches of the engine: ``lose_answers`` (the start applied,
+its answer lost), ``crash_after_start`` (the worker dies right after the answer arrives).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from botocore.awsrequest import AWSResponse
+
+from outbox.local.clients import local_client
+from outbox.local.fault_count import FaultCount, WorkerCrash
+
+ENDPOINT = "https://lambda.local.invalid"
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "STOPPED"})
+
+
+class _Body:
+    """What botocore reads an answer's body from."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+@dataclass
+class LocalExecution:
+    """One execution: its name, input and function, the testing SDK's ARN of it, and how it was started."""
+
+    arn: str
+    name: str
+    function: str  # the unqualified function ARN
+    qualifier: str
+    payload: bytes
+    started_at: datetime
+
+
+@dataclass
+class _Function:
+    handler: Callable[..., Any]
+    runner: Any  # DurableFunctionTestRunner
+    execution_timeout: int
+
+
+@dataclass
+class LocalDurableFunctions:
+    """The durable functions of a local pipeline, by qualified ARN (``register``), and a client of them
+    (``client``). ``starts`` counts every execution started (not found again), by (function, name)."""
+
+    already_started_while_running: bool = False
+    starts: dict[tuple[str, str], int] = field(default_factory=dict)
+    _functions: dict[str, _Function] = field(default_factory=dict)
+    _executions: dict[str, LocalExecution] = field(default_factory=dict)
+    _names: dict[tuple[str, str], str] = field(default_factory=dict)
+    _lost_answers: FaultCount = field(default_factory=lambda: FaultCount(0))
+    _crashes: FaultCount = field(default_factory=lambda: FaultCount(0))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- the functions -----------------------------------------------------------------------------------------
+
+    def register(self, qualified_arn: str, handler: Callable[..., Any], *, execution_timeout: int = 300) -> None:
+        """``handler`` (a ``@durable_execution`` function) as the function at ``qualified_arn``."""
+        from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
+
+        function, _, qualifier = qualified_arn.rpartition(":")
+        if not qualifier:
+            raise ValueError(f"{qualified_arn!r} is not qualified: a durable start needs a version or an alias")
+        runner = DurableFunctionTestRunner(handler=handler, execution_timeout=execution_timeout)
+        self._functions[function] = _Function(handler, runner, execution_timeout)
+
+    def close(self) -> None:
+        for function in self._functions.values():
+            function.runner.close()
+
+    def client(self, *, retries: int = 3) -> Any:
+        """A boto3 ``lambda`` client answered by this service (``retries``: botocore's, on a lost answer)."""
+        client = local_client("lambda", ENDPOINT, retries={"mode": "standard", "max_attempts": retries + 1})
+        client.meta.events.register("before-send.lambda", self._answer)
+        return client
+
+    @contextmanager
+    def serving_default_session(self) -> Iterator[None]:
+        """Every ``boto3.client("lambda")`` made meanwhile (a handler's own, as on AWS) is answered here: the
+        variable ``AWS_ENDPOINT_URL_LAMBDA`` names this service, and boto3's default session hooks it."""
+        import os
+
+        import boto3
+
+        boto3.setup_default_session(region_name="us-east-1")
+        events = boto3.DEFAULT_SESSION._session.get_component("event_emitter")
+        events.register("before-send.lambda", self._answer)
+        previous = os.environ.get("AWS_ENDPOINT_URL_LAMBDA")
+        os.environ["AWS_ENDPOINT_URL_LAMBDA"] = ENDPOINT
+        try:
+            yield
+        finally:
+            events.unregister("before-send.lambda", self._answer)
+            if previous is None:
+                os.environ.pop("AWS_ENDPOINT_URL_LAMBDA", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL_LAMBDA"] = previous
+
+    # -- what a test or the runtime does with an execution ----------------------------------------------------
+
+    def executions(self) -> list[LocalExecution]:
+        return list(self._executions.values())
+
+    def status(self, arn: str) -> dict[str, Any]:
+        """``GetDurableExecution``'s answer for ``arn``."""
+        execution = self._executions[arn]
+        runner = self._functions[execution.function].runner
+        details = runner._executor.get_execution_details(arn)
+        answer: dict[str, Any] = {
+            "DurableExecutionArn": arn,
+            "DurableExecutionName": execution.name,
+            "FunctionArn": f"{execution.function}:{execution.qualifier}",
+            "Status": details.status,
+            "StartTimestamp": execution.started_at.timestamp(),
+        }
+        if details.error is not None:
+            answer["Error"] = {"ErrorType": details.error.type or "", "ErrorMessage": details.error.message or ""}
+        if details.end_timestamp is not None:
+            answer["EndTimestamp"] = details.end_timestamp.timestamp()
+        return answer
+
+    def wait(self, arn: str, timeout: int = 30) -> str:
+        """Wait until the execution ends (the testing SDK skips its waits' time); its status."""
+        execution = self._executions[arn]
+        runner = self._functions[execution.function].runner
+        runner._executor.wait_until_complete(arn, timeout)
+        return str(self.status(arn)["Status"])
+
+    def stop(self, arn: str) -> None:
+        execution = self._executions[arn]
+        self._functions[execution.function].runner._executor.stop_execution(arn)
+
+    def wait_for_callback(self, arn: str, name: str | None = None, timeout: int = 30) -> str:
+        """The callback id a running execution waits on (its ``create_callback``/``wait_for_callback``)."""
+        runner = self._functions[self._executions[arn].function].runner
+        return str(runner.wait_for_callback(arn, name=name, timeout=timeout))
+
+    def send_callback_success(self, callback_id: str, result: bytes = b"") -> None:
+        for function in self._functions.values():
+            try:
+                function.runner.send_callback_success(callback_id, result)
+                return
+            except Exception:  # another function's callback: try the next runner
+                continue
+        raise KeyError(callback_id)
+
+    # -- faults ---------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def lose_answers(self, count: FaultCount) -> Iterator[FaultCount]:
+        """A start applies, and its answer is lost (a 500 after the execution was made): botocore re-sends it,
+        and once its retries are spent the caller sees the error."""
+        self._lost_answers, previous = count, self._lost_answers
+        try:
+            yield count
+        finally:
+            self._lost_answers = previous
+
+    @contextmanager
+    def crash_after_start(self, count: FaultCount) -> Iterator[FaultCount]:
+        """A start applies, and the worker that sent it dies before it reads the answer (``WorkerCrash``)."""
+        self._crashes, previous = count, self._crashes
+        try:
+            yield count
+        finally:
+            self._crashes = previous
+
+    # -- the API ------------------------------------------------------------------------------------------------
+
+    def _answer(self, request: Any, **_: Any) -> AWSResponse:
+        try:
+            return self._route(request)
+        except _NotFoundError as exc:
+            return self._error(404, "ResourceNotFoundException", f"no durable execution {exc}")
+
+    def _route(self, request: Any) -> AWSResponse:
+        url = urlsplit(request.url)
+        path = [unquote(part) for part in url.path.strip("/").split("/")]
+        query = {name: values[0] for name, values in parse_qs(url.query).items()}
+        headers = {
+            name.lower(): value.decode() if isinstance(value, bytes) else str(value)
+            for name, value in request.headers.items()
+        }
+        if request.method == "POST" and path[-1] == "invocations":
+            return self._invoke(path[-2], query, headers, request.body or b"")
+        if request.method == "GET" and path[-1] == "durable-executions":
+            return self._list(path[-2], query)
+        if path[1:2] == ["durable-executions"] and request.method == "GET":
+            return self._json(200, self.status(self._known("/".join(path[2:]))))
+        if path[1:2] == ["durable-executions"] and path[-1] == "stop":
+            arn = self._known("/".join(path[2:-1]))
+            self.stop(arn)
+            return self._json(200, {"StopTimestamp": datetime.now().timestamp()})
+        return self._error(400, "InvalidRequestContentException", f"not served locally: {request.method} {url.path}")
+
+    def _known(self, arn: str) -> str:
+        if arn not in self._executions:
+            raise _NotFoundError(arn)
+        return arn
+
+    def _invoke(self, function_name: str, query: dict[str, str], headers: dict[str, str], body: Any) -> AWSResponse:
+        payload = body if isinstance(body, bytes) else str(body).encode()
+        name = headers.get("x-amz-durable-execution-name")
+        qualifier = query.get("Qualifier") or function_name.rpartition(":")[2]
+        function = function_name.rpartition(":")[0] if "Qualifier" not in query else function_name
+        if name is None or function not in self._functions:
+            return self._error(404, "ResourceNotFoundException", f"no durable function {function_name}")
+        if headers.get("x-amz-invocation-type") != "Event":
+            return self._error(400, "InvalidParameterValueException", "a durable start here is asynchronous")
+        with self._lock:
+            existing = self._names.get((function, name))
+            if existing is not None:
+                execution = self._executions[existing]
+                running = self.status(existing)["Status"] not in TERMINAL
+                if execution.payload != payload or (self.already_started_while_running and running):
+                    return self._error(
+                        409, "DurableExecutionAlreadyStartedException", f"an execution named {name} exists"
+                    )
+                arn = existing
+            else:
+                arn = self._start(function, qualifier, name, payload)
+        if self._crashes.take(name):
+            raise WorkerCrash(f"the worker died right after starting {name}")
+        if self._lost_answers.take(name):
+            return self._error(500, "ServiceException", "the answer was lost")
+        return AWSResponse(ENDPOINT, 202, {"X-Amz-Durable-Execution-Arn": arn}, _Body(b""))
+
+    def _start(self, function: str, qualifier: str, name: str, payload: bytes) -> str:
+        entry = self._functions[function]
+        arn: str = entry.runner.run_async(
+            input=payload.decode(),
+            execution_timeout=entry.execution_timeout,
+            function_name=function.rpartition(":")[2],
+            execution_name=name,
+        )
+        self._executions[arn] = LocalExecution(arn, name, function, qualifier, payload, datetime.now())
+        self._names[(function, name)] = arn
+        self.starts[(function, name)] = self.starts.get((function, name), 0) + 1
+        return arn
+
+    def _list(self, function_name: str, query: dict[str, str]) -> AWSResponse:
+        function = function_name.rpartition(":")[0] if function_name.count(":") == 7 else function_name
+        wanted = query.get("DurableExecutionName")
+        found = [
+            {
+                key: self.status(e.arn)[key]
+                for key in ("DurableExecutionArn", "DurableExecutionName", "FunctionArn", "Status", "StartTimestamp")
+            }
+            for e in self._executions.values()
+            if e.function == function and (wanted is None or e.name == wanted)
+        ]
+        return self._json(200, {"DurableExecutions": found})
+
+    @staticmethod
+    def _json(status: int, body: dict[str, Any]) -> AWSResponse:
+        return AWSResponse(ENDPOINT, status, {"Content-Type": "application/json"}, _Body(json.dumps(body).encode()))
+
+    @classmethod
+    def _error(cls, status: int, code: str, message: str) -> AWSResponse:
+        response = cls._json(status, {"Type": "User", "Message": message})
+        response.headers["X-Amzn-ErrorType"] = code
+        return response
+
+
+class _NotFoundError(Exception):
+    pass

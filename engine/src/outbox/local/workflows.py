@@ -1,0 +1,107 @@
+"""The WORKFLOW lane on the local runtime: the template's durable functions run in the AWS Durable Execution Testing
+SDK, behind the local Lambda durable API (``outbox.local.durable_functions``), and the settle pass runs each step.
+
+From the template: every ``AWS::Lambda::Alias`` whose version is of a function with a ``DurableConfig`` is a durable
+function the consumer starts (its ``Ref`` resolves to the alias's ARN, as in AWS); its handler, imported as Lambda
+would import it (the function's code and environment), is registered with the service under that ARN, with the
+configured execution timeout. Every function's ``boto3.client("lambda")`` (the consumer's starts, the settle pass's
+reads) is answered by the service. A step of the runtime runs the settle pass function once.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from outbox.local.clients import REGION
+from outbox.local.durable_functions import LocalDurableFunctions
+from outbox.local.functions import LocalFunction, code_on_path, environment
+from outbox.local.resources import ACCOUNT
+from outbox.local.template import StackSpec
+
+if TYPE_CHECKING:
+    from outbox.local.resources import LocalResources
+
+SETTLE_HANDLER = "outbox.handlers.workflow_ends.handler"
+
+
+@dataclass(frozen=True)
+class DurableFunctionSpec:
+    function: str  # the function's logical id (its local name)
+    alias_id: str
+    alias: str
+    execution_timeout: int
+
+    @property
+    def qualified_arn(self) -> str:
+        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function}:{self.alias}"
+
+
+def durable_functions(stack: StackSpec) -> list[DurableFunctionSpec]:
+    """The template's durable functions, each by the alias its executions are started under."""
+    template = json.loads((stack.assembly_dir / f"{stack.name}.template.json").read_text())
+    resources: dict[str, Any] = template["Resources"]
+    found = []
+    for alias_id, alias in resources.items():
+        if alias["Type"] != "AWS::Lambda::Alias":
+            continue
+        version = alias["Properties"]["FunctionVersion"]
+        version_id = version["Fn::GetAtt"][0] if isinstance(version, dict) and "Fn::GetAtt" in version else None
+        function = resources.get(version_id or "", {}).get("Properties", {}).get("FunctionName", {})
+        function_id = function.get("Ref") if isinstance(function, dict) else None
+        config = resources.get(function_id or "", {}).get("Properties", {}).get("DurableConfig")
+        if function_id and config:
+            found.append(
+                DurableFunctionSpec(function_id, alias_id, alias["Properties"]["Name"], int(config["ExecutionTimeout"]))
+            )
+    return found
+
+
+def name_aliases(stack: StackSpec, resources: LocalResources) -> None:
+    """The durable functions' aliases, resolvable in the functions' environments (the consumer's
+    ``WORKFLOW_FUNCTIONS``): before the functions are built."""
+    for spec in durable_functions(stack):
+        resources.aliases[spec.alias_id] = spec.qualified_arn
+
+
+class LocalWorkflows:
+    """The runtime's durable functions (``service``) and its settle pass (``settle``)."""
+
+    def __init__(self, service: LocalDurableFunctions, settler: LocalFunction | None) -> None:
+        self.service = service
+        self.settler = settler
+
+    @classmethod
+    def start(
+        cls, stack: StackSpec, functions: dict[str, LocalFunction], exit_stack: ExitStack
+    ) -> LocalWorkflows | None:
+        """Register each durable function's handler and answer the functions' Lambda clients until the runtime
+        stops; None when the template has no durable function."""
+        specs = durable_functions(stack)
+        if not specs:
+            return None
+        service = LocalDurableFunctions()
+        exit_stack.callback(service.close)
+        for spec in specs:
+            function = functions[spec.function]
+            # Imported once, as Lambda's cold start would, with its code and environment; the testing SDK runs it.
+            with environment(function.env), code_on_path(function.code_root):
+                handler = function.resolve()
+            service.register(spec.qualified_arn, handler, execution_timeout=spec.execution_timeout)
+        exit_stack.enter_context(service.serving_default_session())
+        settler = next((f for f in functions.values() if f.handler_path == SETTLE_HANDLER), None)
+        return cls(service, settler)
+
+    def settle(self) -> bool:
+        """One settle pass, as its schedule would run it: True when it settled a pair."""
+        if self.settler is None:
+            return False
+        counts = self.settler.invoke({})
+        return bool(counts.get("completed") or counts.get("dead"))
+
+    def wait_for_ends(self, timeout: int = 30) -> dict[str, str]:
+        """Wait for every execution that is not waiting on a callback to end (the testing SDK skips waits' time);
+        each execution's status, by name."""
+        return {execution.name: self.service.wait(execution.arn, timeout) for execution in self.service.executions()}

@@ -82,7 +82,11 @@ class Serve:
     def wait_for(self, text: str, seconds: float = 240, *, after: int = 0) -> str:
         """The output once ``text`` is in it, past its first ``after`` characters."""
         said = lambda: text in self.output[after:]  # noqa: E731
-        wait_for(lambda: said() or self.process.poll() is not None, f"{text!r} from serve", seconds)
+        what = f"{text!r} from serve"
+        try:
+            wait_for(lambda: said() or self.process.poll() is not None, what, seconds)
+        except AssertionError as exc:  # what serve said meanwhile is what tells why
+            raise AssertionError(f"{exc}; serve said:\n{self.output[after:][-3000:]}") from None
         assert said(), self.output
         return self.output[after:]
 
@@ -198,11 +202,14 @@ def test_code_reloads_without_a_restart_and_a_new_template_says_what_to_run(serv
 
     # A new table needs a new template: said, with what to run; the code before it keeps running
     app, mark = folder / "app.py", len(server.output)
+    anchor = "        outbox = OutboxPipeline(\n"  # the README app's pipeline: a table goes in before it
+    source = app.read_text()
+    assert anchor in source, "the README's app.py no longer has the line this test adds a table before"
     app.write_text(
-        app.read_text().replace(
-            "        OutboxPipeline(\n",
+        source.replace(
+            anchor,
             '        dynamodb.Table(self, "Extra", partition_key=dynamodb.Attribute(name="pk", '
-            "type=dynamodb.AttributeType.STRING), removal_policy=RemovalPolicy.DESTROY)\n        OutboxPipeline(\n",
+            "type=dynamodb.AttributeType.STRING), removal_policy=RemovalPolicy.DESTROY)\n" + anchor,
             1,
         )
     )

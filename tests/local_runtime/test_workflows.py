@@ -82,7 +82,7 @@ def test_a_workflow_runs_its_steps_once_per_event_and_its_end_settles_each_pair(
 ) -> None:
     with runtime:
         assert runtime.workflows is not None, "the template's durable function is run by the testing SDK"
-        store = runtime.event_store()
+        store = runtime.event_store(unchecked=True)
         done = store.emit("shop.order_paid", {"order_id": "o1"}, tenant="acme", actor="test")
         failed = store.emit("shop.order_paid", {"order_id": "o2", "fail": True}, tenant="acme", actor="test")
         runtime.run_until_idle()

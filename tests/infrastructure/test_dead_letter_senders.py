@@ -1,7 +1,7 @@
 """Only what fails into a dead-letter queue may send to it: each DLQ's policy denies sqs:SendMessage to every IAM
 principal but the role that writes its failures there, and its redrive allow policy lets no other queue of the
-account move messages in (or, for a queue's own DLQ, says why it cannot), read from the synthesized template and
-evaluated on forged sends.
+account move messages in (a queue's own DLQ admits its source queue alone: test_redrive_allow), read from the
+synthesized template and evaluated on forged sends.
 
 The local runtime (moto) does not enforce queue policies (docs/aws-behaviour.md M23): what AWS would decide is
 asked of the synthesized policies with ``policy_evaluation``, as ``test_queue_senders`` does for the lanes."""
@@ -138,14 +138,14 @@ def test_the_anchoring_dead_letter_queue_allows_its_schedule_only(stack_template
 
 def test_redrive_allow_policies(stack_template: dict[str, Any]) -> None:
     # No queue of the account may name a sent-to DLQ as its dead-letter queue (and have SQS move messages in past
-    # the send deny). A queue's own DLQ must admit its source queue, and byQueue would name the source queue's
-    # ARN, which the source queue's redrive policy already makes depend on the DLQ: allowAll (R10.9).
+    # the send deny). A queue's own DLQ declares none in its template: byQueue naming its source queue's ARN would
+    # be a cycle, so a custom resource sets it once both exist (R10.9, test_redrive_allow).
     permissions = {
-        prefix: stack_template["Resources"][dlq_id(stack_template, prefix)]["Properties"]["RedriveAllowPolicy"]
+        prefix: stack_template["Resources"][dlq_id(stack_template, prefix)]["Properties"].get("RedriveAllowPolicy")
         for prefix in [*QUEUE_DEAD_LETTERS, *SENT_DEAD_LETTERS]
     }
     assert permissions == {
-        **{prefix: {"redrivePermission": "allowAll"} for prefix in QUEUE_DEAD_LETTERS},
+        **dict.fromkeys(QUEUE_DEAD_LETTERS),
         **{prefix: {"redrivePermission": "denyAll"} for prefix in SENT_DEAD_LETTERS},
     }
 

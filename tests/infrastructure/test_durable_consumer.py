@@ -133,7 +133,7 @@ def test_without_ordered_subscriptions_the_role_neither_reads_the_inbox_nor_send
     assert actions_on(statements, "Allow", {"Fn::GetAtt": [inbox_id, "Arn"]}) == set(INBOX_ACTIONS)
     assert actions_on(statements, "Allow", {"Fn::GetAtt": [events_id, "Arn"]}) == {*EMIT_ACTIONS, *CONFIRM_ACTIONS}
     assert not [a for s in statements for a in listed(s["Action"]) if a == "sqs:SendMessage"]
-    _, function = only_resource(probe, "AWS::Lambda::Function")
+    _, function = only_resource(probe, "AWS::Lambda::Function", "DurableConsumer")
     assert "DURABLE_QUEUE_URL" not in function["Properties"]["Environment"]["Variables"]
 
 
@@ -211,7 +211,7 @@ def _probe(**options: Any) -> dict[str, Any]:
 def test_the_construct_applies_its_concurrency_and_the_inbox_retention() -> None:
     probe = _probe(max_concurrency=50, retention_days=45)
     _, mapping = only_resource(probe, "AWS::Lambda::EventSourceMapping")
-    _, function = only_resource(probe, "AWS::Lambda::Function")
+    _, function = only_resource(probe, "AWS::Lambda::Function", "DurableConsumer")
     assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 50}
     assert function["Properties"]["Environment"]["Variables"]["INBOX_RETENTION_DAYS"] == "45"
 

@@ -151,9 +151,9 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
 
 def test_every_log_group_of_the_pipeline_uses_the_key(keyed_template: dict[str, Any], key_id: str) -> None:
     log_groups = resources_of_type(keyed_template, "AWS::Logs::LogGroup")
-    # Six functions (two consumers, the operator endpoint, the status widget, the tamper recorder, the anchoring)
-    # and three pipes.
-    assert len(log_groups) == 9, sorted(log_groups)
+    # Six functions (two consumers, the operator endpoint, the status widget, the tamper recorder, the anchoring),
+    # three pipes and the function that sets the lane DLQs' redrive allow policies.
+    assert len(log_groups) == 10, sorted(log_groups)
     for logical_id, log_group in log_groups.items():
         assert log_group["Properties"]["KmsKeyId"] == key_arn(key_id), logical_id
 
@@ -305,7 +305,8 @@ def test_without_a_key_every_table_queue_and_log_group_keeps_its_aws_key_and_say
     expected = {
         "AWS::DynamoDB::Table": ("CKV_AWS_119", 4),
         "AWS::SQS::Queue": ("CKV_AWS_27", 11),  # the control-plane watch's DLQ among them
-        "AWS::Logs::LogGroup": ("CKV_AWS_158", 10),  # the example's producer has one too
+        # the example's producer has one too, and the function that sets the lane DLQs' redrive allow policies
+        "AWS::Logs::LogGroup": ("CKV_AWS_158", 11),
     }
     for resource_type, (check_id, count) in expected.items():
         resources = resources_of_type(stack_template, resource_type)

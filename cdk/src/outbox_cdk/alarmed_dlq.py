@@ -51,8 +51,9 @@ class AlarmedDeadLetterQueue(Construct):
       allows it (a rule target's DLQ: CDK's Allow for that rule). With ``of_queue`` (the DLQ of a queue's
       redrive policy) no role is admitted: SQS's own move is no principal's send (R10.8).
     - Its redrive allow policy (R10.9): ``denyAll`` unless ``of_queue``, so no queue of the account can name it
-      as its DLQ and have SQS move messages in, past the send deny; ``allowAll`` with ``of_queue``, since its
-      source queue must name it (``byQueue`` would name the source queue's ARN: a cycle).
+      as its DLQ and have SQS move messages in, past the send deny. With ``of_queue`` the template declares none:
+      ``byQueue`` naming the source queue's ARN would be a cycle (the source queue's redrive policy names this
+      one's), so the source queue sets it once both exist (``redrive_allow.OnlyItsSourceQueue``).
     """
 
     def __init__(
@@ -67,13 +68,15 @@ class AlarmedDeadLetterQueue(Construct):
         of_queue: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
-        permission = sqs.RedrivePermission.ALLOW_ALL if of_queue else sqs.RedrivePermission.DENY_ALL
         self.queue = encrypted_queue(
             self,
             "Queue",
             fifo=fifo,
             retention_period=DEAD_LETTER_RETENTION,
-            redrive_allow_policy=sqs.RedriveAllowPolicy(redrive_permission=permission),
+            # With of_queue, none here: the source queue sets its byQueue once both exist (redrive_allow).
+            redrive_allow_policy=None
+            if of_queue
+            else sqs.RedriveAllowPolicy(redrive_permission=sqs.RedrivePermission.DENY_ALL),
             encryption_key=encryption_key,
         )
         queue_resource = self.queue.node.default_child

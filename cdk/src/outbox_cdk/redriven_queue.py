@@ -14,6 +14,7 @@ from constructs import Construct
 
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.queue_defaults import encrypted_queue
+from outbox_cdk.redrive_allow import OnlyItsSourceQueue
 from outbox_cdk.send_deny import ReceiveDeny, SendDeny
 from outbox_cdk.timing import QUEUE_RETENTION_DAYS
 
@@ -54,8 +55,11 @@ class RedrivenQueue(Construct):
       the queue in one call, and no repair of the runbook purges a lane's queue (it purges a pipe's DLQ at most).
     - The DLQ (an ``AlarmedDeadLetterQueue`` of a queue) denies every principal's send: nothing but SQS's own
       move after ``max_receive_count`` receives, which is no principal's SendMessage (R10.8), puts a message
-      there, and a redrive sends back to this queue, not to it. Its redrive allow policy stays ``allowAll``:
-      ``byQueue`` would name this queue's ARN, and this queue's redrive policy names the DLQ's (a cycle, R10.9).
+      there, and a redrive sends back to this queue, not to it. Its redrive allow policy is ``byQueue`` naming this
+      queue alone (R10.9), so no other queue of the account can name it as its DLQ and have SQS move messages in
+      past that deny. It is set once both queues exist (``redrive_allow.OnlyItsSourceQueue``): in the DLQ's
+      template it would be a cycle, as this queue's redrive policy names the DLQ's ARN, and neither queue is
+      named or replaced for it.
     """
 
     def __init__(
@@ -102,6 +106,13 @@ class RedrivenQueue(Construct):
             # Off on FIFO: the relay sets the event id as the deduplication id, so a re-sent event is
             # dropped within SQS's 5-minute window even if its rendering ever differed.
             content_based_deduplication=False if fifo else None,
+            encryption_key=encryption_key,
+        )
+        self.redrive_allow = OnlyItsSourceQueue(
+            self,
+            "DeadLettersOnlyFromQueue",
+            dead_letter_queue=self.dead_letter_queue,
+            source_queue=self.queue,
             encryption_key=encryption_key,
         )
 

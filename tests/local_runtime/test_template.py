@@ -42,6 +42,22 @@ def test_the_template_yields_every_resource_the_runtime_emulates(synthesized: Sy
     assert inbox.ttl_attribute == "expires_at"
 
 
+def test_cdk_s_node_function_for_the_custom_resources_is_not_read(synthesized: Synthesized) -> None:
+    """The function that sets each lane DLQ's redrive allow policy in AWS (AwsCustomResource, on Node.js) is not
+    the application's: the runtime runs no custom resource, so it neither builds nor reloads that function."""
+    template = synthesized.template("OutboxEngine")
+    runtimes = {
+        logical_id: resource["Properties"]["Runtime"]
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function"
+    }
+    node = {logical_id for logical_id, runtime in runtimes.items() if runtime.startswith("nodejs")}
+    assert len(node) == 1, runtimes
+    stack = load_stack(synthesized.outdir, "OutboxEngine")
+    assert set(stack.functions) == set(runtimes) - node
+    assert "index.handler" not in {spec.handler for spec in stack.functions.values()}
+
+
 def test_a_missing_template_says_to_synthesize_first(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="run the synth first"):
         load_stack(tmp_path, "OutboxEngine")

@@ -1,8 +1,9 @@
 """Reads the synthesized CloudFormation template: the one source of truth for what the runtime builds.
 
-Only what the runtime emulates is read (tables, queues, pipes, functions, event source mappings,
-outputs). References between resources (``Ref``, ``Fn::GetAtt``) are kept as logical ids and resolved
-against the local resources when the runtime creates them.
+Only what the runtime emulates is read (tables, queues, pipes, Python functions, event source mappings,
+outputs): custom resources, and CDK's Node.js function that runs them, are not. References between resources
+(``Ref``, ``Fn::GetAtt``) are kept as logical ids and resolved against the local resources when the runtime
+creates them.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def load_stack(assembly_dir: Path | str, stack_name: str) -> StackSpec:
             stack.queues[logical_id] = _queue(logical_id, resource)
         elif kind == "AWS::Pipes::Pipe":
             stack.pipes[logical_id] = _pipe(logical_id, resource)
-        elif kind == "AWS::Lambda::Function":
+        elif kind == "AWS::Lambda::Function" and _runs_python(resource):
             stack.functions[logical_id] = _function(logical_id, resource)
         elif kind == "AWS::Lambda::EventSourceMapping":
             stack.event_source_mappings[logical_id] = _event_source_mapping(logical_id, resource)
@@ -233,6 +234,14 @@ def _pipe(logical_id: str, resource: Mapping[str, Any]) -> PipeSpec:
         log_level=str(properties.get("LogConfiguration", {}).get("Level", "OFF")),
         automatic_bisect=stream.get("OnPartialBatchItemFailure") == "AUTOMATIC_BISECT",
     )
+
+
+def _runs_python(resource: Mapping[str, Any]) -> bool:
+    """A function of the application's, or CDK's own in another language: a custom resource's (AwsCustomResource
+    runs on Node.js, and sets each lane DLQ's redrive allow policy in AWS), which is not read, as no custom resource
+    is run here. Without a Runtime (an image), read: it fails where it is built, not skipped in silence."""
+    runtime = resource.get("Properties", {}).get("Runtime")
+    return runtime is None or str(runtime).startswith("python")
 
 
 def _function(logical_id: str, resource: Mapping[str, Any]) -> FunctionSpec:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import allowed_pairs, arn_of, listed, role_statements
 
@@ -30,6 +32,8 @@ QUEUE_IDS = {
     "OutboxRecordChangesQueue759AE215",
     "OutboxRelayDeadLettersQueue4DFD12FC",
 }
+# The FIFO ones among them, as they were: FifoQueue cannot change without a replacement either.
+FIFO_QUEUE_IDS = {"OutboxDurableDeadLettersQueue7136BE10", "OutboxDurableQueueECEA96BD"}
 
 
 def placeholder(value: Any) -> str:
@@ -155,10 +159,16 @@ def test_each_custom_resource_runs_after_its_policy_is_attached(stack_template: 
 
 
 def test_no_queue_is_renamed_or_replaced(stack_template: dict[str, Any]) -> None:
+    # What replaces a queue when it changes, read from CloudFormation's resource schema (the copy cfn-lint ships).
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::SQS::Queue").schema
+    create_only = {path.removeprefix("/properties/") for path in schema["createOnlyProperties"]}
+    assert create_only == {"FifoQueue", "QueueName"}
     queues = resources_of_type(stack_template, "AWS::SQS::Queue")
     assert set(queues) == QUEUE_IDS
-    named = {logical_id for logical_id, queue in queues.items() if "QueueName" in queue["Properties"]}
-    assert named == set()
+    assert {
+        logical_id: {name: queue["Properties"][name] for name in create_only if name in queue["Properties"]}
+        for logical_id, queue in queues.items()
+    } == {logical_id: ({"FifoQueue": True} if logical_id in FIFO_QUEUE_IDS else {}) for logical_id in QUEUE_IDS}
 
 
 def test_a_call_with_references_reads_back_as_json_with_placeholders() -> None:

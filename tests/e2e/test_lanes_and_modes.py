@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -215,6 +216,8 @@ def test_server_mode_serves_the_tables_and_queues_to_any_client(synthesized: Syn
             TableName=runtime.output("DataTableName"), Key={"pk": {"S": f"SALES#{tenant}"}, "sk": {"S": "TOTALS"}}
         )
         assert sales["Item"]["orders"] == {"N": "1"}
+        # moto's backends are the process's: leave none of this stack to the next server of the session
+        urllib.request.urlopen(urllib.request.Request(f"{runtime.endpoint_url}/moto-api/reset", method="POST")).close()
 
 
 def test_placing_the_same_order_twice_returns_the_existing_result_and_different_content_fails(

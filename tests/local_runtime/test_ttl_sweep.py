@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -188,6 +189,8 @@ def test_the_sweep_works_on_a_runtime_served_on_a_port(synthesized: Synthesized)
         # When the sweep runs, then the row is gone for every client of the server
         assert runtime.sweep_expired_items() == {inbox: 1}
         assert not exists(runtime, inbox, "claim")
+        # moto's backends are the process's: leave none of this stack to the next server of the session
+        urllib.request.urlopen(urllib.request.Request(f"{runtime.endpoint_url}/moto-api/reset", method="POST")).close()
 
 
 def test_the_sweep_refuses_a_name_that_is_not_a_table_arn() -> None:

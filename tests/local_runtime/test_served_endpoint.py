@@ -200,3 +200,18 @@ def test_the_request_gate_holds_new_requests_and_waits_for_those_under_way_while
 def _closed(gate: RequestGate, order: list[str]) -> None:
     with gate.closed():
         order.append("closed")
+
+
+def test_a_served_runtime_starts_from_none_of_what_an_earlier_one_of_the_process_left(
+    synthesized: Synthesized,
+) -> None:
+    from tests.e2e.test_local_serve import free_port
+
+    # Given a served runtime of this process that stopped without emptying moto's process-wide backends
+    with LocalRuntime.from_assembly(synthesized.outdir, port=free_port(), function_log_level="CRITICAL"):
+        pass
+
+    # When another starts in the same process, then it creates the stack's tables: none was left to collide with
+    with LocalRuntime.from_assembly(synthesized.outdir, port=free_port(), function_log_level="CRITICAL") as runtime:
+        assert runtime.output("EventsTableName") in runtime.client("dynamodb").list_tables()["TableNames"]
+        urllib.request.urlopen(urllib.request.Request(f"{runtime.endpoint_url}/moto-api/reset", method="POST")).close()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from moto.moto_api._internal.models import moto_api_backend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -196,6 +197,9 @@ class LoopbackServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        # moto's backends are the process's: an endpoint starts from none of what an earlier one of the process left
+        # (its runtime then creates its tables, or puts its saved state back).
+        moto_api_backend.reset()
         app = DomainDispatcherApplication(create_backend_app)
         try:
             server = make_server("127.0.0.1", self.port, app, threaded=True, request_handler=MotoRequestHandler)

@@ -101,6 +101,39 @@ def account_principals(template: Mapping[str, Any]) -> dict[str, tuple[str | Non
     return principals
 
 
+@dataclass(frozen=True)
+class Account:
+    """A synthesized template's account, to ask what AWS would decide: a made-up ARN for each resource
+    (``template_arns``), and each principal's ARN and own statements (``account_principals``)."""
+
+    arns: dict[str, str]
+    principals: dict[str, tuple[str | None, list[dict[str, Any]]]]
+
+    @classmethod
+    def of(cls, template: Mapping[str, Any]) -> Account:
+        return cls(template_arns(template), account_principals(template))
+
+    def decide(
+        self,
+        principal: str,
+        action: str,
+        resource: str,
+        policy: Iterable[Mapping[str, Any]],
+        *,
+        granted: Iterable[Mapping[str, Any]] = (),
+        identity: Iterable[Mapping[str, Any]] | None = None,
+        context: Mapping[str, str | Sequence[str]] | None = None,
+        secure_transport: bool = True,
+    ) -> Decision:
+        """AWS's decision on ``principal`` (a name of ``account_principals``) calling ``action`` on the resource
+        of logical id ``resource``, whose policy's statements are ``policy`` (as synthesized: resolved here). The
+        principal has its own statements (``identity`` instead, when given) and ``granted`` besides."""
+        arn, own = self.principals[principal]
+        statements = [*(own if identity is None else identity), *granted]
+        request = Request(action, self.arns[resource], arn, dict(context or {}), secure_transport=secure_transport)
+        return decide(request, statements, resolve(list(policy), self.arns))
+
+
 def template_arns(template: Mapping[str, Any]) -> dict[str, str]:
     """A made-up ARN for every resource of a template (a role's as IAM writes it, a table's stream apart),
     keyed as ``resolve`` looks them up: the logical id, or ``id.Attribute`` for another ARN attribute."""

@@ -6,7 +6,6 @@ policies with ``policy_evaluation``, a deliberately small evaluator."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -24,10 +23,8 @@ from outbox_cdk.events_table import (
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.policy_evaluation import (
     EVERYTHING,
+    Account,
     Decision,
-    Request,
-    account_principals,
-    decide,
     resolve,
     role_arn,
     template_arns,
@@ -163,19 +160,26 @@ def test_the_events_table_refuses_every_request_without_tls(stack_template: dict
     } in statements
 
     # Evaluated: whoever calls over plain HTTP is refused, whatever their own policy allows; over TLS, not
-    arns = template_arns(stack_template)
-    policy = resolve(statements, arns)
+    account = Account.of(stack_template)
     operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
     item_calls = [("dynamodb:GetItem", EVENT_ROW), ("dynamodb:PutItem", "ORDER#1")]
     calls = [
         *((action, {"dynamodb:LeadingKeys": [key]}) for action, key in item_calls),
         *((a, {}) for a in TABLE_ACTIONS),
     ]
-    for arn in (arns[operator_id], role_arn("Administrator")):
+    for principal in (operator_id, "an administrator"):
         for action, context in calls:
-            plain = Request(action, arns[table_id], arn, context, secure_transport=False)
-            assert decide(plain, EVERYTHING, policy) is Decision.EXPLICIT_DENY, (arn, action)
-            assert decide(dataclasses.replace(plain, secure_transport=True), EVERYTHING, policy) is Decision.ALLOWED
+            for secure, expected in ((False, Decision.EXPLICIT_DENY), (True, Decision.ALLOWED)):
+                decision = account.decide(
+                    principal,
+                    action,
+                    table_id,
+                    statements,
+                    identity=EVERYTHING,
+                    context=context,
+                    secure_transport=secure,
+                )
+                assert decision is expected, (principal, action, secure)
 
 
 def test_no_other_table_has_a_resource_policy(stack_template: dict[str, Any]) -> None:
@@ -252,16 +256,14 @@ def decision(
 ) -> Decision:
     """AWS's decision on ``principal`` (a name of ``account_principals``, or a role's construct id) calling
     ``action`` on the events table, for items in the partitions ``leading_keys``."""
-    arns = template_arns(stack_template)
+    account = Account.of(stack_template)
     table_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "EventsTable")
-    principals = account_principals(stack_template)
-    name = principal if principal in principals else only_resource(stack_template, "AWS::IAM::Role", principal)[0]
-    arn, own = principals[name]
+    if principal not in account.principals:
+        principal, _ = only_resource(stack_template, "AWS::IAM::Role", principal)
     policy = table_policy(stack_template, "EventsTable")
     assert policy is not None
-    statements = policy["Statement"]
-    request = Request(action, arns[table_id], arn, {"dynamodb:LeadingKeys": list(leading_keys)} if leading_keys else {})
-    return decide(request, own if identity is None else identity, resolve(statements, arns))
+    keys = {"dynamodb:LeadingKeys": list(leading_keys)} if leading_keys else None
+    return account.decide(principal, action, table_id, policy["Statement"], identity=identity, context=keys)
 
 
 @pytest.mark.parametrize("principal", ["an administrator", "the root user", "DurableConsumer", "PlaceOrder"])

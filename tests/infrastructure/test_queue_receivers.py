@@ -18,15 +18,7 @@ from aws_cdk import aws_sns as sns
 from outbox.outputs import StackOutput
 from outbox_cdk.redriven_queue import RedrivenQueue
 from tests.infrastructure.conftest import resources_of_type
-from tests.infrastructure.policy_evaluation import (
-    Decision,
-    Request,
-    account_principals,
-    decide,
-    resolve,
-    role_arn,
-    template_arns,
-)
+from tests.infrastructure.policy_evaluation import Account, Decision
 
 RECEIVE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility")
 # What a principal with sqs:* in its own policy (an administrator's, a CI role's) is allowed on every queue.
@@ -45,13 +37,13 @@ def polled_queues(template: dict[str, Any]) -> dict[str, str]:
     return polled
 
 
-def queue_policy(template: dict[str, Any], queue_id: str, arns: dict[str, str]) -> list[dict[str, Any]]:
+def queue_policy(template: dict[str, Any], queue_id: str) -> list[dict[str, Any]]:
     [statements] = [
         policy["Properties"]["PolicyDocument"]["Statement"]
         for policy in resources_of_type(template, "AWS::SQS::QueuePolicy").values()
         if {"Ref": queue_id} in policy["Properties"]["Queues"]
     ]
-    return list(resolve(statements, arns))
+    return list(statements)
 
 
 def dead_letter_queue(template: dict[str, Any], queue_id: str) -> str:
@@ -67,51 +59,46 @@ def test_the_durable_record_change_and_tamper_queues_are_polled(stack_template: 
 def test_each_polled_queue_lets_only_its_consumer_receive_delete_or_hide_a_message(
     stack_template: dict[str, Any],
 ) -> None:
-    arns = template_arns(stack_template)
-    principals = account_principals(stack_template)
+    account = Account.of(stack_template)
     for queue_id, consumer in polled_queues(stack_template).items():
-        policy = queue_policy(stack_template, queue_id, arns)
-        for name, (arn, identity) in principals.items():
+        policy = queue_policy(stack_template, queue_id)
+        for name in account.principals:
             for action in RECEIVE_ACTIONS:
                 # Whatever its own policy allows: sqs:* on every queue, as an administrator's or a CI role's.
-                decision = decide(Request(action, arns[queue_id], arn), [*identity, EVERY_SQS_ACTION], policy)
+                decision = account.decide(name, action, queue_id, policy, granted=[EVERY_SQS_ACTION])
                 expected = Decision.ALLOWED if name == consumer else Decision.EXPLICIT_DENY
                 assert decision is expected, (queue_id, name, action)
         # And the consumer's mapping still polls with the consumer's own grants.
-        _, identity = principals[consumer]
         for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage"):
-            assert decide(Request(action, arns[queue_id], arns[consumer]), identity, policy) is Decision.ALLOWED
+            assert account.decide(consumer, action, queue_id, policy) is Decision.ALLOWED
 
 
 def test_nobody_purges_a_polled_queue(stack_template: dict[str, Any]) -> None:
     """A purge empties a lane's queue in one call, and no repair needs it: every principal of the account, the
     consumer's role and an anonymous caller included, each granted sqs:*, is explicitly denied it."""
-    arns = template_arns(stack_template)
-    principals = account_principals(stack_template)
+    account = Account.of(stack_template)
     for queue_id in polled_queues(stack_template):
-        policy = queue_policy(stack_template, queue_id, arns)
-        for name, (arn, identity) in principals.items():
-            request = Request("sqs:PurgeQueue", arns[queue_id], arn)
-            assert decide(request, [*identity, EVERY_SQS_ACTION], policy) is Decision.EXPLICIT_DENY, (queue_id, name)
+        policy = queue_policy(stack_template, queue_id)
+        for name in account.principals:
+            decision = account.decide(name, "sqs:PurgeQueue", queue_id, policy, granted=[EVERY_SQS_ACTION])
+            assert decision is Decision.EXPLICIT_DENY, (queue_id, name)
         # Its DLQ stays the repairs' to purge (the runbook purges a pipe's DLQ; an administrator may purge these).
         dlq_id = dead_letter_queue(stack_template, queue_id)
-        request = Request("sqs:PurgeQueue", arns[dlq_id], role_arn("Administrator"))
-        assert decide(request, [EVERY_SQS_ACTION], queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
+        dlq_policy = queue_policy(stack_template, dlq_id)
+        decision = account.decide("an administrator", "sqs:PurgeQueue", dlq_id, dlq_policy, identity=[EVERY_SQS_ACTION])
+        assert decision is Decision.ALLOWED
 
 
 def test_a_redrive_from_each_lane_s_dlq_back_into_its_queue_is_still_allowed(stack_template: dict[str, Any]) -> None:
-    arns = template_arns(stack_template)
+    account = Account.of(stack_template)
     runbook_id, _ = stack_template["Outputs"][StackOutput.RUNBOOK_ROLE.value]["Value"]["Fn::GetAtt"]
-    _, identity = account_principals(stack_template)[runbook_id]
     # Every lane's DLQ is redriven (the durable, record-change and tamper ones: outbox redrive --dlq).
     for queue_id in polled_queues(stack_template):
         dlq_id = dead_letter_queue(stack_template, queue_id)
-        receive = Request("sqs:ReceiveMessage", arns[dlq_id], arns[runbook_id])
-        delete = Request("sqs:DeleteMessage", arns[dlq_id], arns[runbook_id])
-        send = Request("sqs:SendMessage", arns[queue_id], arns[runbook_id])
-        assert decide(receive, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
-        assert decide(delete, identity, queue_policy(stack_template, dlq_id, arns)) is Decision.ALLOWED
-        assert decide(send, identity, queue_policy(stack_template, queue_id, arns)) is Decision.ALLOWED, queue_id
+        dlq_policy, queue = queue_policy(stack_template, dlq_id), queue_policy(stack_template, queue_id)
+        assert account.decide(runbook_id, "sqs:ReceiveMessage", dlq_id, dlq_policy) is Decision.ALLOWED
+        assert account.decide(runbook_id, "sqs:DeleteMessage", dlq_id, dlq_policy) is Decision.ALLOWED
+        assert account.decide(runbook_id, "sqs:SendMessage", queue_id, queue) is Decision.ALLOWED, queue_id
 
 
 def test_a_queue_takes_one_consumer_and_refuses_a_second_by_name() -> None:

@@ -83,7 +83,8 @@ CLOUDTRAIL_DETAIL_TYPE: Final = "AWS API Call via CloudTrail"
 
 # Each service's CloudTrail eventSource, and the calls the watch reports on the pipeline's resources. A call
 # is here if it can lift a policy of docs/security.md, stop or remove a part of the pipeline, or silence an
-# alarm; the tests compare this list with a literal one, so a call removed shows in review.
+# alarm; the tests compare this list with the one docs/security.md gives ("Detected"), so a call added or removed
+# here must be said there too.
 DYNAMODB: Final = "dynamodb.amazonaws.com"
 SQS: Final = "sqs.amazonaws.com"
 PIPES: Final = "pipes.amazonaws.com"

@@ -29,6 +29,7 @@ wiring of the parts, each a construct of its own module; what it refuses at synt
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from aws_cdk import Annotations, CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -58,7 +59,7 @@ from outbox_cdk.grants import OperatorTrust, one_principal_arn
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
-from outbox_cdk.operator_endpoint import OperatedPipeline, OperatorEndpoint
+from outbox_cdk.operator_endpoint import OperatedPipeline, OperatorEndpoint, StatusReader
 from outbox_cdk.pipeline_checks import (
     check_alarm_subscriber,
     check_entities,
@@ -79,6 +80,8 @@ from outbox_cdk.workflow_function import WorkflowFunctions
 
 # The most missing pairs one completeness pass may re-send itself (completeness_repairs).
 MAX_COMPLETENESS_REPAIRS = 100
+# The operators' read-only functions (the operator endpoint, the status widget), built alike.
+Reader = TypeVar("Reader", bound=StatusReader)
 # Lambda's 4 KB for all of a function's variables, less what the anchoring's others take.
 MAX_CATALOG_DATA_LENGTH = 3000
 
@@ -362,27 +365,24 @@ class OutboxPipeline(Construct):
             record_change_pipe=self.record_change_pipe,
         )
         self.auditor.watch_pipes(list(operated.pipes().values()))  # liveness: each pass reports their states
+
+        def status_reader(kind: type[Reader]) -> Reader:
+            """One of the operators' two read-only functions, each with its Errors alarm, named after its kind."""
+            return kind(
+                self,
+                kind.__name__,
+                operated=operated,
+                application=self.application,
+                alarm_topic=self.alarm_topic,
+                reserved_concurrency=operator_endpoint_concurrency,
+                encryption_key=encryption_key,
+            )
+
         # Read-only status for operators: chain_intact per tenant, dead letters, DLQ depths.
-        self.operator_endpoint = OperatorEndpoint(
-            self,
-            "OperatorEndpoint",
-            operated=operated,
-            application=self.application,
-            alarm_topic=self.alarm_topic,
-            reserved_concurrency=operator_endpoint_concurrency,
-            encryption_key=encryption_key,
-        )
+        self.operator_endpoint = status_reader(OperatorEndpoint)
         self.operator_endpoint.grant_invoke_url(self.events.operator_role)
         # The same, as HTML with the command for each problem, at the top of the dashboard.
-        self.status_widget = StatusWidget(
-            self,
-            "StatusWidget",
-            operated=operated,
-            application=self.application,
-            alarm_topic=self.alarm_topic,
-            reserved_concurrency=operator_endpoint_concurrency,
-            encryption_key=encryption_key,
-        )
+        self.status_widget = status_reader(StatusWidget)
         self.status_widget.grant_view(self.events.operator_role)
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
         self.runbook = RunbookRole(

@@ -1,8 +1,11 @@
 """Nothing goes missing silently, on the local runtime: the hourly completeness pass (``outbox.ops.completeness``,
 run by the anchoring function from the catalog made into data at synth) counts every durable pair with no outcome
-past the bound as ``MissingPairs`` (alarmed above zero), and ``outbox status`` names each with the command that
-repairs it. Each way of losing a message below raises it within two passes past the bound; the busy, slow and
-ordered cases that are no loss never do."""
+past the bound as ``MissingPairs``, and ``MissingPairsAlarm`` as synthesized (evaluated here on what each pass
+published) fires on it; ``outbox status`` names each with the command that repairs it. Each way of losing a
+message below (the queue purged, a message deleted by hand, a consumer deployed that acknowledges without running)
+raises it within two passes past the bound; the busy, slow and ordered cases that are no loss never do. With
+self-repair on, the pass re-sends at most its cap a pass until every pair completed; ``outbox anchor`` runs the
+same pass by hand."""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from outbox.auditor import Metric
 from outbox.local import faults
 from outbox.local.pipe import PipeFaults, reverse_items
 from outbox.subscriptions import Lane
+from outbox_cdk import audit
+from stacks.app_factory import STACK_NAME
+from tests.conftest import Synthesized
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_liveness import last_pass_metrics
 from tests.e2e.test_pipeline import order_and_pay, unique
@@ -40,6 +46,29 @@ def missing_after_two_passes(local: LocalBackend) -> list[int]:
     return counts
 
 
+AlarmStates = Callable[[list[int]], list[str]]
+
+
+@pytest.fixture
+def alarm(synthesized: Synthesized) -> AlarmStates:
+    """``MissingPairsAlarm`` as synthesized, evaluated on each pass's ``MissingPairs`` (the local runtime has no
+    CloudWatch): its state after each pass, one datapoint an hour, one period each."""
+    [properties] = [
+        resource["Properties"]
+        for logical_id, resource in synthesized.template(STACK_NAME)["Resources"].items()
+        if resource["Type"] == "AWS::CloudWatch::Alarm" and "MissingPairsAlarm" in logical_id
+    ]
+    assert properties["MetricName"] == Metric.MISSING_PAIRS.value
+    assert (properties["Statistic"], properties["Period"]) == ("Maximum", audit.ANCHOR_SCHEDULE.to_seconds())
+    assert (properties["EvaluationPeriods"], properties["DatapointsToAlarm"]) == (1, 1)
+    assert properties["ComparisonOperator"] == "GreaterThanThreshold"
+
+    def states(counts: list[int]) -> list[str]:
+        return ["ALARM" if count > properties["Threshold"] else "OK" for count in counts]
+
+    return states
+
+
 def durable_pairs(local: LocalBackend, event_type: str) -> int:
     registry = operations(local).catalog.registry
     return len(registry.matching(event_type, Lane.DURABLE))
@@ -56,11 +85,9 @@ def delete_by_hand(local: LocalBackend) -> None:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
 
-@pytest.mark.parametrize("lose", [purge, delete_by_hand], ids=["purged queue", "deleted by hand"])
-def test_a_message_lost_on_its_queue_raises_the_alarm_and_status_names_the_repair(
-    local: LocalBackend, lose: Callable[[LocalBackend], None], tmp_path: Path
-) -> None:
-    # Given a pass that has seen the catalog, then an order paid whose messages vanish from the durable queue
+def paid_then_lost(local: LocalBackend, lose: Callable[[LocalBackend], None]) -> tuple[str, str, int]:
+    """After a pass that has seen the catalog, a new tenant's order paid whose messages ``lose`` takes off the
+    durable queue: (the tenant, its payment's event id, the durable pairs of both events, none with a claim)."""
     run_anchoring(local)
     local.runtime.clock.advance(timedelta(seconds=1))
     tenant = unique("tenant")
@@ -69,10 +96,20 @@ def test_a_message_lost_on_its_queue_raises_the_alarm_and_status_names_the_repai
     lose(local)
     local.settle()
     assert claim_statuses(local, payment) == {}
+    return tenant, payment, durable_pairs(local, "order.created") + durable_pairs(local, "payment.completed")
 
-    # When two passes run past the bound, the first counts every pair of both events: the alarm's datapoint
-    expected = durable_pairs(local, "order.created") + durable_pairs(local, "payment.completed")
-    assert missing_after_two_passes(local) == [expected, expected]
+
+@pytest.mark.parametrize("lose", [purge, delete_by_hand], ids=["purged queue", "deleted by hand"])
+def test_a_message_lost_on_its_queue_raises_the_alarm_and_status_names_the_repair(
+    local: LocalBackend, lose: Callable[[LocalBackend], None], tmp_path: Path, alarm: AlarmStates
+) -> None:
+    # Given a pass that has seen the catalog, then an order paid whose messages vanish from the durable queue
+    tenant, payment, expected = paid_then_lost(local, lose)
+
+    # When two passes run past the bound, the first counts every pair of both events: the alarm fires
+    counts = missing_after_two_passes(local)
+    assert counts == [expected, expected]
+    assert alarm(counts) == ["ALARM", "ALARM"]
 
     # Then status names each with a command, and the commands named repair them all
     status = operations(local).status()
@@ -112,7 +149,7 @@ def acknowledge_without_running(_event: dict[str, Any], _context: Any) -> dict[s
     return {"batchItemFailures": []}
 
 
-def test_a_consumer_that_acknowledges_without_running_raises_the_alarm(local: LocalBackend) -> None:
+def test_a_consumer_that_acknowledges_without_running_raises_the_alarm(local: LocalBackend, alarm: AlarmStates) -> None:
     # Given a consumer deployed broken (the local runtime's handler override: the function's code replaced)
     run_anchoring(local)
     local.runtime.clock.advance(timedelta(seconds=1))
@@ -128,13 +165,64 @@ def test_a_consumer_that_acknowledges_without_running_raises_the_alarm(local: Lo
 
     # Then: no dead letter, no DLQ message, and the pass raises the alarm
     expected = durable_pairs(local, "order.created") + durable_pairs(local, "payment.completed")
-    assert missing_after_two_passes(local) == [expected, expected]
+    counts = missing_after_two_passes(local)
+    assert counts == [expected, expected]
+    assert alarm(counts) == ["ALARM", "ALARM"]
     assert {(pair.event_id, pair.state) for pair in operations(local).status().missing if pair.tenant == tenant} >= {
         (payment, "absent")
     }
 
 
-def test_no_alarm_for_a_busy_tenant_a_slow_handler_or_work_done(local: LocalBackend) -> None:
+def deploy_self_repair(local: LocalBackend, repairs: int) -> None:
+    """A deploy of ``OutboxPipeline(completeness_repairs=repairs)`` reaching the anchoring function: the two
+    variables such a synth gives it (tests/infrastructure/test_completeness.py pins them in the template: the cap,
+    and the durable queue it sends to), then a cold start."""
+    anchoring = local.runtime.function("AnchoringFunctionName")
+    anchoring.env |= {"COMPLETENESS_REPAIRS": str(repairs), "DURABLE_QUEUE_URL": local.output("DurableQueueUrl")}
+    anchoring.new_container()
+
+
+def test_self_repair_re_sends_at_most_its_cap_a_pass_until_every_pair_completed(
+    local: LocalBackend, alarm: AlarmStates
+) -> None:
+    # Given a pass that has seen the catalog, then an order paid whose messages were purged from the durable queue
+    tenant, payment, expected = paid_then_lost(local, purge)
+    cap = expected - 1  # two passes to re-send them all
+    deploy_self_repair(local, cap)
+    local.runtime.clock.advance(bound(local) + timedelta(minutes=1))
+
+    # When the first pass past the bound runs: every pair counted (the alarm fires once), the cap re-sent
+    first = run_anchoring(local)["completeness"]
+    metrics = last_pass_metrics(local)
+    assert (metrics[Metric.MISSING_PAIRS.value], metrics[Metric.PAIRS_RESENT.value]) == ([expected], [cap])
+    assert (first["missing_pairs"], first["resent"]) == (expected, cap)
+    resent = [pair for pair in first["missing"][tenant] if pair["resent"]]
+    assert len(resent) == cap
+    local.settle()
+    # Then each re-sent pair ran, and the one left is counted again, and re-sent, at the next pass
+    claims = {event: claim_statuses(local, event) for event in {pair["event_id"] for pair in first["missing"][tenant]}}
+    assert all(claims[pair["event_id"]].get(pair["subscription"]) == "COMPLETED" for pair in resent)
+    local.runtime.clock.advance(timedelta(hours=1))
+    second = run_anchoring(local)["completeness"]
+    assert (second["missing_pairs"], second["resent"]) == (expected - cap, expected - cap)
+    [left] = second["missing"][tenant]
+    assert left["resent"]
+    assert (left["event_id"], left["subscription"]) not in {(pair["event_id"], pair["subscription"]) for pair in resent}
+    local.settle()
+
+    # Every pair completed: the next pass finds nothing and re-sends nothing, and the alarm clears
+    local.runtime.clock.advance(timedelta(hours=1))
+    third = run_anchoring(local)["completeness"]
+    assert (third["missing_pairs"], third["resent"]) == (0, 0)
+    assert last_pass_metrics(local)[Metric.MISSING_PAIRS.value] == [0]
+    assert alarm([found["missing_pairs"] for found in (first, second, third)]) == ["ALARM", "ALARM", "OK"]
+    for event in claims:
+        assert set(claim_statuses(local, event).values()) == {"COMPLETED"}, event
+    assert payment in claims
+    assert not [pair for pair in operations(local).status().missing if pair.tenant == tenant]
+
+
+def test_no_alarm_for_a_busy_tenant_a_slow_handler_or_work_done(local: LocalBackend, alarm: AlarmStates) -> None:
     run_anchoring(local)
     local.runtime.clock.advance(timedelta(seconds=1))
     tenant = unique("tenant")
@@ -152,6 +240,7 @@ def test_no_alarm_for_a_busy_tenant_a_slow_handler_or_work_done(local: LocalBack
         counts.append(last_pass_metrics(local)[Metric.MISSING_PAIRS.value][0])
         order_and_pay(local, tenant)
     assert counts == [0, 0]
+    assert alarm(counts) == ["OK", "OK"]
     local.settle()
     local.runtime.clock.advance(bound(local) + timedelta(minutes=1))
     run_anchoring(local)
@@ -172,7 +261,7 @@ def deploy_anchoring(local: LocalBackend, change: Callable[[list[list[Any]]], No
     anchoring.new_container()
 
 
-def test_no_alarm_for_an_ordered_backlog_or_a_deploy_between_passes(local: LocalBackend) -> None:
+def test_no_alarm_for_an_ordered_backlog_or_a_deploy_between_passes(local: LocalBackend, alarm: AlarmStates) -> None:
     run_anchoring(local)
     local.runtime.clock.advance(timedelta(seconds=1))
     tenant = unique("tenant")
@@ -202,12 +291,61 @@ def test_no_alarm_for_an_ordered_backlog_or_a_deploy_between_passes(local: Local
                 row[1] = "order.cancelled"
 
     deploy_anchoring(local, change)
-    assert missing_after_two_passes(local) == [0, 0]
+    assert alarm(missing_after_two_passes(local)) == ["OK", "OK"]
 
     # But a deploy that never reached the consumer leaves the added subscription's new pairs missing: reported
     payment = order_and_pay(local, tenant)
     local.settle()
     assert set(claim_statuses(local, payment).values()) == {"COMPLETED"}
-    assert missing_after_two_passes(local) == [1, 1]
+    counts = missing_after_two_passes(local)
+    assert counts == [1, 1]
+    assert alarm(counts) == ["ALARM", "ALARM"]
     [pair] = [pair for pair in operations(local).status().missing if pair.tenant == tenant]
     assert (pair.subscription, pair.state) == ("audit.every_order", "absent")
+
+
+def test_outbox_anchor_runs_the_completeness_pass_the_schedule_runs_and_says_what_it_found(
+    local: LocalBackend,
+) -> None:
+    assert "then the completeness" in " ".join(outbox(local, "anchor", "--help").output.split())
+    # Before any scheduled pass, the command anchors and says the completeness pass has nothing to run with yet
+    first = outbox(local, "anchor")
+    assert first.exit_code == 0, first.output
+    assert "completeness: not checked" in first.output
+    assert "completeness" not in json.loads(outbox(local, "anchor", "--json").stdout)
+
+    # Given a scheduled pass (which records what it runs with), then an order paid whose messages were purged
+    tenant, payment, expected = paid_then_lost(local, purge)
+    local.runtime.clock.advance(bound(local) + timedelta(minutes=1))
+
+    # When the operator runs the pass by hand: exit 1, every missing pair in --json with its repair
+    found = outbox(local, "anchor", "--json")
+    assert found.exit_code == 1, found.output
+    document = json.loads(found.stdout)
+    assert document["completeness"]["missing_pairs"] == expected
+    by_hand = document["completeness"]["missing"][tenant]
+    assert len(by_hand) == expected
+    assert payment in {pair["event_id"] for pair in by_hand}
+    assert all(pair["repair"].startswith("outbox reconcile") and not pair["resent"] for pair in by_hand)
+    # Recorded as the scheduled pass records it: status lists them
+    assert len([pair for pair in operations(local).status().missing if pair.tenant == tenant]) == expected
+    # In text: the count, each pair and the command that repairs it
+    text = outbox(local, "anchor", "--tenant", tenant)
+    assert text.exit_code == 1, text.output
+    assert f"completeness: {expected} pairs with no outcome past the bound" in text.output
+    assert all(pair["repair"] in text.output and pair["event_id"] in text.output for pair in by_hand)
+
+    # The scheduled pass judges exactly as the command did (one code path), and publishes what it found
+    scheduled = run_anchoring(local)["completeness"]["missing"][tenant]
+    assert sorted(json.dumps(pair, sort_keys=True) for pair in scheduled) == sorted(
+        json.dumps(pair, sort_keys=True) for pair in by_hand
+    )
+    assert last_pass_metrics(local)[Metric.MISSING_PAIRS.value] == [expected]
+
+    # Once repaired, the command finds nothing and exits 0
+    for command in sorted({pair["repair"] for pair in by_hand}):
+        assert outbox(local, *command.split()[1:], "--yes", "--json").exit_code == 0
+    local.settle()
+    repaired = outbox(local, "anchor", "--tenant", tenant, "--json")
+    assert repaired.exit_code == 0, repaired.output
+    assert json.loads(repaired.stdout)["completeness"]["missing_pairs"] == 0

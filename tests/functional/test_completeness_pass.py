@@ -19,6 +19,7 @@ import pytest
 from outbox import keys
 from outbox.envelope import format_timestamp
 from outbox.inbox import DEAD, DEFERRED, REPLAYING, ClaimRecord, unclaimed_row
+from outbox.ops.anchoring import PassSettings, completeness_pass
 from outbox.ops.completeness import (
     CompletenessLog,
     CompletenessPass,
@@ -352,3 +353,24 @@ def test_a_row_of_the_log_that_is_no_event_stops_nothing(make_harness: HarnessFa
     result = check.run()
 
     assert sorted(m.event_id for m in result.missing["acme"]) == sorted([first.id, last.id])
+
+
+def test_the_settings_the_scheduled_pass_runs_with_are_remembered_for_outbox_anchor(
+    make_harness: HarnessFactory,
+) -> None:
+    h = make_harness(one_subscription)
+    context = with_audit(operator_context(h))
+    log = CompletenessLog(AUDIT_TABLE, context.dynamodb)
+    assert log.remembered() is None  # before the first scheduled pass
+    deployed = PassSettings(catalog_data(context.catalog), bound_seconds=82_860, repairs=3)
+    log.remember(deployed)
+    assert log.remembered() == deployed
+    redeployed = replace(deployed, bound_seconds=90_000, repairs=0)
+    log.remember(redeployed)
+    assert log.remembered() == redeployed
+    # And the pass they make judges with the catalog they carry, whatever the operator's own catalog is
+    check = completeness_pass(context.topology, redeployed, dynamodb=context.dynamodb, sqs=None, clock=h.clock)
+    assert (check.bound, check.repairs) == (timedelta(seconds=90_000), 0)
+    names = [s.name for s in context.deployed.durable()]
+    assert names
+    assert [s.name for s in check.context.deployed.durable()] == names

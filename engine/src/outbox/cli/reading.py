@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from outbox.audit import Finding
-from outbox.auditor import AnchorPass
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.output import (
@@ -28,6 +27,7 @@ from outbox.cli.output import (
     show,
 )
 from outbox.ops import OperationRefusedError, Status
+from outbox.ops.anchoring import AnchoringPass
 from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
@@ -192,8 +192,12 @@ def anchor(
     yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run the hourly anchoring pass now (verify each tenant since its anchor and advance it), or --reset one
-    tenant's anchor after a repair of its log. Needs write access to the audit table (the operator role)."""
+    """Run the hourly anchoring pass now: verify each tenant since its anchor and advance it, then the completeness
+    pass as the scheduled function runs it (each durable pair past the bound without an outcome, listed with the
+    command that repairs it; it re-sends nothing itself). Or --reset one tenant's anchor after a repair of its log.
+    Needs write access to the audit table (the operator role).
+
+    Exit code 0: nothing found; 1: a broken chain, or a pair missing; 2: the command could not run."""
     context = command_context(ctx, as_json)
     try:
         if reset:
@@ -208,16 +212,32 @@ def anchor(
     except OperationRefusedError as exc:
         refuse(context, exc)
     show(context, result.as_dict(), lambda: _print_anchor_pass(context, result))
-    if result.broken:
+    if result.anchors.broken or (result.completeness is not None and result.completeness.missing_count):
         raise typer.Exit(code=1)
 
 
-def _print_anchor_pass(context: CliContext, result: AnchorPass) -> None:
-    for tenant, seq in result.advanced.items():
+def _print_anchor_pass(context: CliContext, result: AnchoringPass) -> None:
+    anchors, found = result.anchors, result.completeness
+    for tenant, seq in anchors.advanced.items():
         context.out.print(f"{tenant}: anchored at seq {seq}")
-    for tenant, report in result.broken.items():
+    for tenant, report in anchors.broken.items():
         context.out.print(f"[bold red]{tenant}: BROKEN at seq {report.first_broken_seq}[/] ({report.detail})")
-    context.out.print(f"{len(result.unchanged)} unchanged, {plural(result.events_read, 'event')} read")
+    context.out.print(f"{len(anchors.unchanged)} unchanged, {plural(anchors.events_read, 'event')} read")
+    if found is None:
+        context.out.print(
+            "completeness: not checked (no scheduled anchoring pass has recorded what it checks with yet: the "
+            "stack's first hourly pass does, and a stack whose catalog the synth could not load has no such pass)"
+        )
+        return
+    style = "bold red" if found.missing_count else "green"
+    context.out.print(
+        f"[{style}]completeness: {plural(found.missing_count, 'pair')} with no outcome past the bound[/] "
+        f"({plural(found.events_read, 'event')} read, {plural(found.open_pairs, 'pair')} held open)"
+    )
+    for pairs in found.missing.values():
+        for pair in pairs:
+            context.out.print(f"  {escape(pair.line)}")
+            context.out.print(f"    repair: {escape(context.hint(pair.repair))}")
 
 
 def _print_chain_reports(context: CliContext, reports: list[ChainReport]) -> None:

@@ -8,7 +8,6 @@ the auditor's right to write the audit table.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -25,8 +24,8 @@ from outbox import clock
 from outbox.audit import AuditLog
 from outbox.auditor import Auditor
 from outbox.liveness import PipeWatch
-from outbox.ops.completeness import CompletenessLog, CompletenessPass, catalog_from_data
-from outbox.ops.context import OperatorContext
+from outbox.ops.anchoring import PassSettings, anchoring_pass, completeness_pass
+from outbox.ops.completeness import CompletenessPass
 from outbox.ops.topology import Topology
 from outbox.settings import AuditorSettings
 
@@ -44,14 +43,27 @@ def auditor() -> Auditor:
 
 
 @cache
-def completeness() -> CompletenessPass | None:
-    """The completeness pass, or None on a stack that did not configure it (its catalog not loadable at synth)."""
+def completeness_settings() -> PassSettings | None:
+    """What the stack gives the completeness pass (its catalog made into data at synth, its bound, its re-sends),
+    or None on a stack that did not configure it (its catalog not loadable at synth)."""
     settings = AuditorSettings.from_env(os.environ)
     if not settings.checks_completeness:
         return None
-    assert settings.inbox_table_name is not None
     assert settings.completeness_catalog is not None
     assert settings.completeness_bound_seconds is not None
+    return PassSettings(
+        settings.completeness_catalog, settings.completeness_bound_seconds, settings.completeness_repairs
+    )
+
+
+@cache
+def completeness() -> CompletenessPass | None:
+    """The completeness pass, or None on a stack that did not configure it."""
+    given = completeness_settings()
+    if given is None:
+        return None
+    settings = AuditorSettings.from_env(os.environ)
+    assert settings.inbox_table_name is not None
     topology = Topology(
         events_table=settings.events_table_name,
         inbox_table=settings.inbox_table_name,
@@ -61,19 +73,9 @@ def completeness() -> CompletenessPass | None:
         audit_table=settings.audit_table_name,
         inbox_retention_days=settings.inbox_retention_days,
     )
-    context = OperatorContext(
-        topology,
-        dynamodb=boto3.client("dynamodb"),
-        sqs=boto3.client("sqs") if settings.completeness_repairs else None,
-        catalog=catalog_from_data(settings.completeness_catalog),
-    )
-    return CompletenessPass(
-        context,
-        CompletenessLog(settings.audit_table_name, context.dynamodb),
-        bound=timedelta(seconds=settings.completeness_bound_seconds),
-        repairs=settings.completeness_repairs,
-        metrics=metrics,
-    )
+    client = boto3.client("dynamodb")
+    sqs = boto3.client("sqs") if given.repairs else None
+    return completeness_pass(topology, given, dynamodb=client, sqs=sqs, metrics=metrics)
 
 
 @cache
@@ -97,12 +99,14 @@ def anchor(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     and leaves what it did not reach to the next. The pipes' states come first, so a pass that fails still
     publishes them (``log_metrics`` flushes on the way out); ``AnchoringPasses`` only when the pass ends."""
     pipes = pipe_watch().check()
-    result = (
-        auditor().anchor_all(clock.now(), time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
-    )
+    check, given = completeness(), completeness_settings()
+    if check is not None and given is not None:
+        check.log.remember(given)  # what `outbox anchor` runs the pass with
+
+    def time_left() -> float:
+        return context.get_remaining_time_in_millis() / 1000
+
+    result = anchoring_pass(auditor(), check, clock.now(), time_left=time_left).as_dict()
     result["pipes"] = pipes
-    check = completeness()
-    if check is not None:
-        result["completeness"] = check.run(time_left=lambda: context.get_remaining_time_in_millis() / 1000).as_dict()
     logger.info("anchoring pass", extra=result)
     return result

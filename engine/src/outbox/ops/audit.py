@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from outbox.audit import AuditLog, Finding
-from outbox.auditor import AnchorPass, Auditor
+from outbox.auditor import Auditor
 from outbox.exceptions import OperationRefusedError
+from outbox.ops.anchoring import AnchoringPass, anchoring_pass, completeness_pass
+from outbox.ops.completeness_data import CompletenessLog
 from outbox.ops.context import OperatorContext
 from outbox.ops.status import verify
 from outbox.verification import Anchor
@@ -18,10 +20,21 @@ def findings(context: OperatorContext, tenants: Sequence[str] | None = None) -> 
     return [finding for tenant in tenants or context.tenants() for finding in audit.findings(tenant)]
 
 
-def anchor(context: OperatorContext, tenants: Sequence[str] | None = None) -> AnchorPass:
-    """What the hourly pass does, now: verify each tenant from its anchor, advance it, record what is broken."""
-    auditor = Auditor(context.topology.events_table, _audit(context), context.dynamodb)
-    return auditor.anchor_all(context.now(), tenants)
+def anchor(context: OperatorContext, tenants: Sequence[str] | None = None) -> AnchoringPass:
+    """What the hourly pass does, now (``outbox.ops.anchoring``): verify each tenant from its anchor, advance it,
+    record what is broken; then the completeness pass, as the deployed function last ran it (its catalog made
+    into data at synth, its bound), which reports and re-sends nothing itself: the repairs are the operator's,
+    each named with its pair. None of it without a scheduled pass that recorded what it runs with."""
+    audit = _audit(context)
+    auditor = Auditor(context.topology.events_table, audit, context.dynamodb)
+    assert context.topology.audit_table is not None  # _audit refused a stack without it
+    settings = CompletenessLog(context.topology.audit_table, context.dynamodb).remembered()
+    check = None
+    if settings is not None:
+        check = completeness_pass(
+            context.topology, settings, dynamodb=context.dynamodb, sqs=None, clock=context.now, repairs=0
+        )
+    return anchoring_pass(auditor, check, context.now(), tenants)
 
 
 def reset_anchor(context: OperatorContext, tenant: str, *, who: str, reason: str) -> Anchor:

@@ -28,6 +28,9 @@ PASS_MARGIN_SECONDS: Final = 20.0
 
 STATE_SORT_KEY: Final = "STATE"
 CATALOG_PARTITION: Final = "COMPLETENESS#CATALOG"
+# Beside the subscriptions first seen: what the scheduled pass last ran with (``PassSettings``).
+SETTINGS_SORT_KEY: Final = "DEPLOYED"
+_SETTINGS_KEY: Final = {"pk": {"S": CATALOG_PARTITION}, "sk": {"S": SETTINGS_SORT_KEY}}
 
 
 def state_partition(tenant: str) -> str:
@@ -80,6 +83,17 @@ def catalog_from_data(text: str) -> Catalog:
             "engine's outbox_cdk, which writes it at synth"
         ) from exc
     return Catalog(modules=[Module(name="deployed", code=(), subscriptions=subscriptions)])
+
+
+@dataclass(frozen=True)
+class PassSettings:
+    """What the deployed anchoring function runs the pass with, from its environment (made at synth): the catalog
+    as data (``catalog_data``), the bound, and the re-sends a pass may make. The scheduled pass records them in the
+    audit table (``CompletenessLog.remember``), so that ``outbox anchor`` runs the pass the stack runs."""
+
+    catalog: str
+    bound_seconds: int
+    repairs: int = 0
 
 
 # -- what the pass finds ------------------------------------------------------------------------------------
@@ -217,3 +231,22 @@ class CompletenessLog:
             seen |= new
             self.client.put_item(TableName=self.table_name, Item={**key, "seen": {"S": json.dumps(seen)}})
         return seen
+
+    def remember(self, settings: PassSettings) -> None:
+        """Record ``settings``, what the scheduled pass runs with (one read, and a write only when they changed)."""
+        if self.remembered() == settings:
+            return
+        item = {
+            **_SETTINGS_KEY,
+            "catalog": {"S": settings.catalog},
+            "bound_seconds": {"N": str(settings.bound_seconds)},
+            "repairs": {"N": str(settings.repairs)},
+        }
+        self.client.put_item(TableName=self.table_name, Item=item)
+
+    def remembered(self) -> PassSettings | None:
+        """What the scheduled pass last ran with; None before its first pass (or on a stack without the pass)."""
+        item = self.client.get_item(TableName=self.table_name, Key=_SETTINGS_KEY, ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        return PassSettings(item["catalog"]["S"], int(item["bound_seconds"]["N"]), int(item["repairs"]["N"]))

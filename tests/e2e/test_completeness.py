@@ -51,6 +51,10 @@ AlarmStates = Callable[[list[int]], list[str]]
 
 @pytest.fixture
 def alarm(synthesized: Synthesized) -> AlarmStates:
+    return missing_pairs_alarm(synthesized)
+
+
+def missing_pairs_alarm(synthesized: Synthesized) -> AlarmStates:
     """``MissingPairsAlarm`` as synthesized, evaluated on each pass's ``MissingPairs`` (the local runtime has no
     CloudWatch): its state after each pass, one datapoint an hour, one period each."""
     [properties] = [

@@ -145,3 +145,11 @@ def test_self_repair_is_bounded_and_granted_the_send_and_the_vouching_row_only()
     # The queue's policy, which denies every other sender, admits the anchoring role
     policy = json.dumps(only_resource(stack_template, "AWS::SQS::QueuePolicy", "OutboxDurableQueuePolicy")[1])
     assert role_id in policy
+
+
+def test_the_operator_role_reads_the_claims_outbox_anchor_judges_and_no_more(stack_template: dict[str, Any]) -> None:
+    # outbox anchor runs the pass as the operator role (outbox.ops.anchoring): the claims, read only
+    operator_id, _ = only_resource(stack_template, "AWS::IAM::Role", "OutboxEventsOperatorRole")
+    inbox_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "OutboxInboxTable")
+    statements = role_statements(stack_template, operator_id)
+    assert actions_on(statements, "Allow", {"Fn::GetAtt": [inbox_id, "Arn"]}) == {"dynamodb:GetItem", "dynamodb:Query"}

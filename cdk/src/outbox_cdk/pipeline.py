@@ -48,14 +48,14 @@ from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing, w
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import ANCHOR_SCHEDULE, ANCHOR_SERVICE, ANCHORING_SCHEDULE_ID, Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, load_checked_catalog
-from outbox_cdk.completeness import check_completeness
+from outbox_cdk.completeness import COMPLETENESS_INBOX_READ_ACTIONS, check_completeness
 from outbox_cdk.control_plane import ControlPlaneWatch
 from outbox_cdk.durable_consumer import DurableConsumer
 from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
-from outbox_cdk.grants import OperatorTrust, one_principal_arn
+from outbox_cdk.grants import OperatorTrust, grant_items, one_principal_arn
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
@@ -531,6 +531,8 @@ class OutboxPipeline(Construct):
         if repairs:
             assert self.auditor.anchoring.role is not None
             self.admit_queue_sender(self.auditor.anchoring.role)
+        # `outbox anchor` runs the same pass as the operator role (outbox.ops.anchoring): it reads the claims too
+        grant_items(self.inbox.table, self.events.operator_role, COMPLETENESS_INBOX_READ_ACTIONS)
         self.auditor.missing_pairs_alarm = check_completeness(
             self.auditor,
             self.auditor.anchoring,

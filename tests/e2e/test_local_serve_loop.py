@@ -214,6 +214,6 @@ def test_code_reloads_without_a_restart_and_a_new_template_says_what_to_run(serv
         )
     )
     said = server.wait_for("outbox local serve --fresh", after=mark)
-    assert "tables, queues, pipes or event source mappings" in said
+    assert "tables, queues, pipes, event source mappings or durable functions" in said
     emit(folder, "t-2", "o-3", 1)
     wait_for(lambda: sold(folder, "t-2") == 64, "a third sale, by the code served")

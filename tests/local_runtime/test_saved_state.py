@@ -132,7 +132,7 @@ SAID = {
     "moto": "moto other there, 5.2.5 here",
     "python": "Python other there, 3.11 here",
     "stack": "stack other there, Shop here",
-    "resources": "the template's resources (tables, queues, pipes, event source mappings) changed",
+    "resources": "the template's resources (tables, queues, pipes, event source mappings, durable functions) changed",
 }
 
 

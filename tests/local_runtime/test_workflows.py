@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,11 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 
+from outbox.local import saving
+from outbox.local.clock import VirtualClock
+from outbox.local.durable_state import left_of
 from outbox.local.runtime import LocalRuntime
+from outbox.local.state import Stamp, read_state
 from outbox_cdk import OutboxPipeline
 from tests.infrastructure.test_workflow_function import CATALOG_SOURCE
 
@@ -42,7 +47,10 @@ def book(step, order_id, fail):
 def ship(event, context):
     given = WorkflowInput.of(event)
     payload = given.envelope.payload
-    return {"label": context.step(book(payload["order_id"], payload.get("fail", False)), name="book")}
+    label = context.step(book(payload["order_id"], payload.get("fail", False)), name="book")
+    if payload["order_id"].startswith("held-"):  # waits for the carrier's label, which a test sends
+        label = context.create_callback(name="label").result()
+    return {"label": label}
 """
 PACKAGES = (f"localworkflowshop{n}" for n in itertools.count())
 
@@ -95,3 +103,62 @@ def test_a_workflow_runs_its_steps_once_per_event_and_its_end_settles_each_pair(
     steps = (tmp_path / "steps.txt").read_text().split()
     assert steps.count("o1") == 1, "the step of the execution that succeeded ran once"
     assert json.dumps(sorted(set(steps))) == '["o1", "o2"]'
+
+
+def test_a_running_workflow_and_an_ended_one_outlive_a_restart_from_the_saved_state(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    """What ``outbox local serve`` keeps: a pair whose execution waits for a callback at the save is settled after
+    the restart by that same execution, carried on from its checkpoints (its completed step not run again); an
+    execution that had ended still answers as it ended."""
+    state = tmp_path / "state"
+    with runtime:
+        assert runtime.workflows is not None
+        service = runtime.workflows.service
+        store = runtime.event_store(unchecked=True)
+        ended = store.emit("shop.order_paid", {"order_id": "o1"}, tenant="acme", actor="test")
+        held = store.emit("shop.order_paid", {"order_id": "held-1"}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        arns = {e.name: e.arn for e in service.executions()}
+        [held_arn] = [e.arn for e in service.executions() if b"held-1" in e.payload]
+        [ended_arn] = set(arns.values()) - {held_arn}
+        assert service.wait(ended_arn) == "SUCCEEDED"
+        service.wait_for_callback(held_arn, name="label")  # it booked, and waits for its label
+        runtime.run_until_idle()
+        assert (claim(runtime, ended.id)["status"], claim(runtime, held.id)["status"]) == ("COMPLETED", "HANDED")
+        saving.save_state(runtime, state)
+        stamp, clock = Stamp.of(runtime.stack), runtime.clock()
+
+    saved = read_state(state, stamp)
+    with LocalRuntime(runtime.stack, saved=saved, clock=VirtualClock(clock)) as again:
+        assert again.workflows is not None
+        service = again.workflows.service
+        assert {e.name: e.arn for e in service.executions()} == arns, "the same executions, by name and ARN"
+        assert sorted(service.status(arn)["Status"] for arn in arns.values()) == ["RUNNING", "SUCCEEDED"]
+        changes = saving.outside_changes(again)
+        service.send_callback_success(service.wait_for_callback(held_arn, name="label"), b'"label-9"')
+        assert service.wait(held_arn) == "SUCCEEDED"
+        assert saving.outside_changes(again) > changes, "a served runtime saves what the execution did"
+        again.run_until_idle()
+        assert claim(again, held.id)["status"] == "COMPLETED"
+        assert claim(again, ended.id)["status"] == "COMPLETED"
+        assert sum(service.starts.values()) == 2, "no execution started again"
+    steps = (tmp_path / "steps.txt").read_text().split()
+    assert sorted(steps) == ["held-1", "o1"], "each step ran once: the replay after the restart ran none again"
+
+
+@pytest.mark.parametrize(
+    ("started", "left"),
+    [
+        (None, 60.0),  # unknown: all of it
+        (0, 60.0),
+        (-15, 45.0),
+        (-60, 0.001),  # passed while nothing ran: fires at once
+        (-600, 0.001),
+        (30, 60.0),  # stamped by a clock that ran ahead (the testing SDK's skips waits): all of it
+    ],
+)
+def test_a_timeout_carried_over_a_restart_keeps_what_was_left_of_it(started: int | None, left: float) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    since = None if started is None else now + timedelta(seconds=started)
+    assert left_of(60, since, now) == pytest.approx(left)

@@ -12,6 +12,8 @@ botocore's ``before-send`` event instead of the network:
 
 Each function's handler runs in the AWS Durable Execution Testing SDK (``DurableFunctionTestRunner``): its steps,
 waits and callbacks as the SDK runs them, its end (SUCCEEDED, FAILED, TIMED_OUT, STOPPED) as the SDK reports it.
+``snapshot`` and ``restore`` carry every execution over a restart of the runtime (``outbox.local.durable_state``:
+what a served runtime saves with its tables and queues).
 The faults of the lane are seams of this service, not patches of the engine: ``lose_answers`` (the start applied,
 its answer lost), ``crash_after_start`` (the worker dies right after the answer arrives).
 """
@@ -59,6 +61,22 @@ class LocalExecution:
 
 
 @dataclass
+class SavedExecution:
+    """An execution as a saved runtime keeps it: how it was started, and its state in the testing SDK's store."""
+
+    execution: LocalExecution
+    record: dict[str, Any]  # outbox.local.durable_state.record
+
+
+@dataclass
+class DurableState:
+    """Every execution of a service, and its ``starts``."""
+
+    executions: list[SavedExecution]
+    starts: dict[tuple[str, str], int]
+
+
+@dataclass
 class _Function:
     handler: Callable[..., Any]
     runner: Any  # DurableFunctionTestRunner
@@ -68,10 +86,12 @@ class _Function:
 @dataclass
 class LocalDurableFunctions:
     """The durable functions of a local pipeline, by qualified ARN (``register``), and a client of them
-    (``client``). ``starts`` counts every execution started (not found again), by (function, name)."""
+    (``client``). ``starts`` counts every execution started (not found again), by (function, name); ``changes``,
+    every write of an execution's state (a start, a checkpoint, an end)."""
 
     already_started_while_running: bool = False
     starts: dict[tuple[str, str], int] = field(default_factory=dict)
+    changes: int = 0
     _functions: dict[str, _Function] = field(default_factory=dict)
     _executions: dict[str, LocalExecution] = field(default_factory=dict)
     _names: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -85,11 +105,18 @@ class LocalDurableFunctions:
         """``handler`` (a ``@durable_execution`` function) as the function at ``qualified_arn``."""
         from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestRunner
 
+        from outbox.local.durable_state import CountedStore
+
         function, _, qualifier = qualified_arn.rpartition(":")
         if not qualifier:
             raise ValueError(f"{qualified_arn!r} is not qualified: a durable start needs a version or an alias")
-        runner = DurableFunctionTestRunner(handler=handler, execution_timeout=execution_timeout)
+        runner = DurableFunctionTestRunner(
+            handler=handler, execution_timeout=execution_timeout, store=CountedStore(self._changed)
+        )
         self._functions[function] = _Function(handler, runner, execution_timeout)
+
+    def _changed(self) -> None:
+        self.changes += 1
 
     def close(self) -> None:
         for function in self._functions.values():
@@ -170,6 +197,35 @@ class LocalDurableFunctions:
             except Exception:  # another function's callback: try the next runner
                 continue
         raise KeyError(callback_id)
+
+    # -- a restart ------------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> DurableState:
+        """Every execution, ended or running, as a saved runtime keeps it (each read between two of its
+        checkpoints)."""
+        from outbox.local.durable_state import record
+
+        with self._lock:
+            executions, starts = list(self._executions.values()), dict(self.starts)
+        return DurableState(
+            [SavedExecution(e, record(self._functions[e.function].runner, e.arn)) for e in executions], starts
+        )
+
+    def restore(self, state: DurableState) -> None:
+        """The executions of ``state`` (``snapshot``), of the functions registered here: an ended one answers as
+        it ended, a running one carries on from its checkpoints (``outbox.local.durable_state.relaunch``)."""
+        from outbox.local.durable_state import relaunch
+
+        unknown = sorted({s.execution.function for s in state.executions} - set(self._functions))
+        if unknown:
+            raise ValueError(f"saved executions of durable functions this template has not: {', '.join(unknown)}")
+        with self._lock:
+            for saved in state.executions:
+                execution = saved.execution
+                relaunch(self._functions[execution.function].runner, saved.record)
+                self._executions[execution.arn] = execution
+                self._names[(execution.function, execution.name)] = execution.arn
+            self.starts.update(state.starts)
 
     # -- faults ---------------------------------------------------------------------------------------------
 

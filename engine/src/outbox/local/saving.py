@@ -3,9 +3,10 @@ starts from it (``outbox.local.state`` is the file and its checks).
 
 Captured, paused: moto's DynamoDB, SQS and Pipes backends of the runtime's account and region (a stream's records
 are its table's; its shard iterators are not kept), what the AWS fixes keep beside them, each pipe's positions,
-the clock. Restored: the backends put back where moto looks for them, the tables and queues found there (not
-created), the pipes resumed from their checkpoints, and each event source mapping waiting for the messages in
-flight on its queue, as Lambda's poller would after a restart.
+the clock, and the durable executions. Restored: the backends put back where moto looks for them, the tables and
+queues found there (not created), the pipes resumed from their checkpoints, each event source mapping waiting for
+the messages in flight on its queue, as Lambda's poller would after a restart, and each durable execution carried
+on from its checkpoints.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class LocalRuntime(Protocol):
     pipes: dict[str, Any]
     mappings: dict[str, Any]
     server: Any
+    workflows: Any
 
     def client(self, service: str) -> Any: ...
 
@@ -58,8 +60,10 @@ def paused(server: Any) -> Iterator[None]:
 
 
 def outside_changes(runtime: LocalRuntime) -> int:
-    """How many requests came to the served endpoint from outside the runtime (0 in process)."""
-    return runtime.server.gate.changes if runtime.server is not None else 0
+    """How many changes the runtime's own steps did not make: requests to the served endpoint from outside it (none
+    in process), and writes of the durable executions, which run on threads of their own."""
+    requests = runtime.server.gate.changes if runtime.server is not None else 0
+    return requests + (runtime.workflows.service.changes if runtime.workflows is not None else 0)
 
 
 def save_state(runtime: LocalRuntime, path: Path) -> int:
@@ -76,6 +80,7 @@ def capture(runtime: LocalRuntime) -> SavedState:
         backends={service: backends[ACCOUNT][REGION] for service, backends in SAVED_BACKENDS.items()},
         fixes=aws_fixes.kept_state(),
         pipes={name: pipe.positions() for name, pipe in runtime.pipes.items()},
+        workflows=runtime.workflows.service.snapshot() if runtime.workflows is not None else None,
     )
 
 
@@ -90,7 +95,8 @@ def restore(runtime: LocalRuntime, saved: SavedState) -> None:
 
 def resume(runtime: LocalRuntime, saved: SavedState) -> None:
     """Pipes from their checkpoints; each mapping waits for the messages in flight on its queue (received before
-    the stop, by its function or anyone), which come back when the clock passes their visibility."""
+    the stop, by its function or anyone), which come back when the clock passes their visibility; the durable
+    executions carry on."""
     for name, pipe in runtime.pipes.items():
         pipe.resume(saved.pipes.get(name, {}))
     queues = sqs_backends[ACCOUNT][REGION].queues
@@ -102,3 +108,5 @@ def resume(runtime: LocalRuntime, saved: SavedState) -> None:
             for message in queue._messages
             if message.receipt_handle is not None and message.visible_at / 1000 > now.timestamp()
         ]
+    if saved.workflows is not None and runtime.workflows is not None:
+        runtime.workflows.service.restore(saved.workflows)

@@ -7,11 +7,11 @@ outputs, the catalog and where its code is) for ``outbox --local``, and then kee
 ``interval`` its pipes and consumers run until nothing moves, so what the CLI's replay, reconcile and redrive
 send is processed, and ``outbox --local status`` afterwards tells the truth.
 
-The state (tables, queues with their messages, the pipes' checkpoints, the virtual clock: ``outbox.local.state``)
-is kept in ``.local/state`` and picked up by the next start (``fresh``: start over). It is written after every
-round that changed something and when serving stops, atomically. The app's folder is watched: a change to its
-code is synthesized again and served by the same runtime, its state kept; a change that needs new tables,
-queues, pipes or mappings is said, with what to run, and the running code stays.
+The state (tables, queues with their messages, the pipes' checkpoints, the virtual clock, the durable executions:
+``outbox.local.state``) is kept in ``.local/state`` and picked up by the next start (``fresh``: start over). It is
+written after every round that changed something and when serving stops, atomically. The app's folder is watched:
+a change to its code is synthesized again and served by the same runtime, its state kept; a change that needs new
+tables, queues, pipes, mappings or durable functions is said, with what to run, and the running code stays.
 """
 
 from __future__ import annotations
@@ -337,9 +337,9 @@ def _reload(served: Served, app: str, workdir: Path, context: Mapping[str, str],
         return
     if resources_digest(changed) != resources_digest(runtime.stack):
         say(
-            "code changed, and with it the template's tables, queues, pipes or event source mappings (a new lane, "
-            "say): the saved state cannot follow. Still serving the code before it; to serve the change, stop "
-            "(Ctrl-C) and run `outbox local serve --fresh` (it starts from empty tables and queues)"
+            "code changed, and with it the template's tables, queues, pipes, event source mappings or durable "
+            "functions (a new lane, say): the saved state cannot follow. Still serving the code before it; to serve "
+            "the change, stop (Ctrl-C) and run `outbox local serve --fresh` (it starts from empty tables and queues)"
         )
         return
     previous = runtime.stack

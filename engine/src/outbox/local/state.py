@@ -3,9 +3,11 @@
 What is kept is what AWS would keep while nothing runs: moto's tables (with their streams), queues (every
 message, in flight or in a dead-letter queue, with its receive count and the time it becomes visible again),
 the pipes' registrations (stopped or running), what the runtime's AWS fixes keep beside them (FIFO dedup
-windows, ClientRequestTokens, message move tasks), each pipe's checkpoint in each shard, and the virtual clock.
+windows, ClientRequestTokens, message move tasks), each pipe's checkpoint in each shard, the virtual clock, and
+the WORKFLOW lane's durable executions, ended or running, with their checkpoints (``outbox.local.durable_state``).
 What is not kept is what a restart of AWS's pollers loses too: a pipe's batch under way is read again from its
-checkpoint (the queue's dedup window absorbs a second send), and a function's warm module is a cold start.
+checkpoint (the queue's dedup window absorbs a second send), a function's warm module is a cold start, and a
+durable execution's invocation under way is invoked again from its last checkpoint, as Lambda does.
 
 The file is a line of JSON (the ``Stamp``: the engine, moto and Python that wrote it, the stack, and the
 digest of the resources it holds) and then the pickled state. A state whose stamp differs from the runtime's
@@ -30,14 +32,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from outbox.local.durable_functions import DurableState
 from outbox.local.pipe_source import ShardPosition
 from outbox.local.template import StackSpec
+from outbox.local.workflows import durable_functions
 
 __all__ = ["STATE_FILE", "SavedState", "ShardPosition", "Stamp", "StateRefusedError", "read_state", "write_state"]
 
 # Where the state lives, relative to the app's folder.
 STATE_FILE = Path(".local") / "state"
-FORMAT = 1
+FORMAT = 2  # 2: with the durable executions
 
 
 class StateRefusedError(Exception):
@@ -54,7 +58,7 @@ class Stamp:
     moto: str
     python: str
     stack: str
-    resources: str  # digest of the tables, queues, pipes and event source mappings the state holds
+    resources: str  # digest of the tables, queues, pipes, event source mappings and durable functions it holds
 
     @classmethod
     def of(cls, stack: StackSpec) -> Stamp:
@@ -75,7 +79,7 @@ class Stamp:
             "moto": "moto",
             "python": "Python",
             "stack": "stack",
-            "resources": "template's resources (tables, queues, pipes, event source mappings)",
+            "resources": "template's resources (tables, queues, pipes, event source mappings, durable functions)",
         }
         mine, theirs = asdict(self), asdict(saved)
         return [
@@ -87,12 +91,14 @@ class Stamp:
 
 def resources_digest(stack: StackSpec) -> str:
     """The digest of what a state holds the contents of. A function's code or environment is not in it: a code
-    change keeps the state; a new table, queue, pipe or mapping (a new lane), or a changed one, does not."""
+    change keeps the state; a new table, queue, pipe, mapping or durable function (a new lane), or a changed one,
+    does not. A durable function is where its executions live: its logical id and its alias."""
     described = {
         "tables": {k: asdict(v) for k, v in sorted(stack.tables.items())},
         "queues": {k: asdict(v) for k, v in sorted(stack.queues.items())},
         "pipes": {k: asdict(v) for k, v in sorted(stack.pipes.items())},
         "mappings": {k: asdict(v) for k, v in sorted(stack.event_source_mappings.items())},
+        "durable": sorted((spec.function, spec.alias_id, spec.alias) for spec in durable_functions(stack)),
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -100,12 +106,14 @@ def resources_digest(stack: StackSpec) -> str:
 @dataclass
 class SavedState:
     """What a snapshot holds, unpickled: the virtual clock, moto's region backends by service, what the fixes
-    keep beside them, and the pipes' positions by pipe (logical id) and shard."""
+    keep beside them, the pipes' positions by pipe (logical id) and shard, and the durable executions (None when
+    the template has no durable function)."""
 
     clock: datetime
     backends: dict[str, Any]
     fixes: dict[str, Any]
     pipes: dict[str, dict[str, ShardPosition]]
+    workflows: DurableState | None = None
 
 
 class _Pickler(pickle.Pickler):

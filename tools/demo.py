@@ -2,6 +2,12 @@
 drain the pipeline, then print a summary and write it to .local/demo-report.json.
 
     python -m tools.demo [--seed N] [--orders N] [--serve PORT]
+
+With ``--serve`` the runtime stays up after the report, and its pipeline keeps moving (as ``outbox local serve``
+keeps an app's), so the repairs ``outbox --local`` sends are processed. Each run starts from empty tables and
+queues, and nothing is kept when it stops: the report is of one seeded run, which a state carried over from an
+earlier run (its events, dead letters and repairs) would make a different one. ``outbox local serve`` is what
+keeps an app's state across restarts (``.local/state``); the demo says so when it starts serving.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import argparse
 import json
 import logging
 import random
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,11 +40,17 @@ from outbox.local.clock import VirtualClock
 from outbox.local.pipe import PipeFaults
 from outbox.local.resources import ACCOUNT as LOCAL_ACCOUNT
 from outbox.local.runtime import LocalRuntime
+from outbox.local.serve import catch_up
 from outbox.testing.services import FakeServiceServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOCAL_DIR = PROJECT_ROOT / ".local"
 TENANTS = ("acme", "globex", "initech", "umbrella")
+# Said when the demo starts serving: what it keeps (nothing), and what does keep a state.
+KEEPS_NOTHING = (
+    "the demo starts from empty tables and queues on every run and keeps nothing when it stops (its report is of "
+    "this run alone); `outbox local serve` keeps your own app's state in .local/state across restarts"
+)
 STACK_NAME = "OutboxEngine"
 
 
@@ -321,7 +334,8 @@ def booted(
             yield runtime, fakes
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """``stop``: ends serving (``--serve``) when set; else Ctrl-C does."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--orders", type=int, default=120)
@@ -346,21 +360,28 @@ def main(argv: list[str] | None = None) -> int:
             topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
             (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
             console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
+            console.print(KEEPS_NOTHING, highlight=False, markup=False)
             console.print(
                 f"serving on {runtime.endpoint_url}: try `{aws_command(str(runtime.endpoint_url))}`; Ctrl-C to stop",
                 highlight=False,
                 markup=False,
                 soft_wrap=True,
             )
-            _wait_forever()
+            keep_serving(runtime, stop or threading.Event())
     return 0 if report["lost"] == 0 and all(report["chain_intact"].values()) else 1
 
 
-def _wait_forever() -> None:
-    import threading
-
+def keep_serving(runtime: LocalRuntime, stop: threading.Event, interval: float = 1.0) -> None:
+    """Until ``stop`` is set (or Ctrl-C): every ``interval``, the virtual clock catches up with this machine's and
+    the pipeline runs until nothing moves, so what ``outbox --local replay``, ``reconcile`` and ``redrive`` send
+    is processed, as ``outbox local serve`` does."""
     try:
-        threading.Event().wait()
+        while not stop.wait(interval):
+            catch_up(runtime.clock)
+            try:
+                runtime.run_until_idle()
+            except Exception:  # a failing invocation is the pipeline's business (its DLQ); keep serving
+                logging.getLogger(__name__).exception("the served pipeline could not settle")
     except KeyboardInterrupt:
         return
 

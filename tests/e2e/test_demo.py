@@ -8,10 +8,15 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from outbox import EventStore
+from outbox.local.clients import local_client
+from tests.e2e.test_local_pipeline import PAYMENT
 from tools import demo
 
 
@@ -72,7 +77,7 @@ def test_serving_prints_no_request_log_and_an_aws_command_that_works_as_printed(
         print(printed.out, end="")
         print(printed.err, end="", file=sys.stderr)
 
-    monkeypatch.setattr(demo, "_wait_forever", run_the_printed_command)
+    monkeypatch.setattr(demo, "keep_serving", lambda *_: run_the_printed_command())
     assert demo.main(["--orders", "8", "--serve", str(port), "--out", str(tmp_path)]) == 0
 
     printed = capfd.readouterr()
@@ -80,3 +85,42 @@ def test_serving_prints_no_request_log_and_an_aws_command_that_works_as_printed(
     assert listed.returncode == 0, listed.stderr
     assert "OutboxEngine" in listed.stdout or "Events" in listed.stdout
     assert "HTTP/1.1" not in printed.out + printed.err, "no access log line of the served requests"
+
+
+def test_serving_keeps_the_pipeline_moving_and_says_it_keeps_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While the demo serves, what reaches its endpoint is processed (an event emitted there is delivered, as a
+    repair of `outbox --local replay` would be), and it says plainly that it keeps nothing across runs."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stop = threading.Event()
+    ended: list[int] = []
+    serving = threading.Thread(
+        target=lambda: ended.append(demo.main(["--orders", "8", "--serve", str(port), "--out", str(tmp_path)], stop)),
+        daemon=True,
+    )
+    serving.start()
+    try:
+        topology = tmp_path / "topology.json"
+        deadline = time.monotonic() + 300
+        while not topology.exists() and serving.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert topology.exists(), "the demo serves"
+        served = json.loads(topology.read_text())
+        dynamodb = local_client("dynamodb", served["endpoint_url"])
+        store = EventStore(served["outputs"]["EventsTableName"], client=dynamodb, unchecked=True)
+        event = store.emit("payment.completed", PAYMENT, tenant="served-t", actor="test")
+        key = {"pk": {"S": f"CLAIM#{event.id}"}, "sk": {"S": "shipping.book_shipment"}}
+        status, deadline = None, time.monotonic() + 60
+        while status != "COMPLETED" and time.monotonic() < deadline:
+            item = dynamodb.get_item(TableName=served["outputs"]["InboxTableName"], Key=key).get("Item")
+            status = item["status"]["S"] if item else None
+            time.sleep(0.2)
+        assert status == "COMPLETED", "an event emitted while it serves is delivered"
+    finally:
+        stop.set()
+        serving.join(60)
+    assert ended == [0]
+    assert demo.KEEPS_NOTHING in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")

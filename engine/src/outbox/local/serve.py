@@ -105,13 +105,7 @@ class Served:
         return self.runtime.run_until_idle(on_step=interrupted)
 
     def catch_up(self) -> None:
-        """The virtual clock never lags this machine's: while nothing waits it moves with it (and over the time
-        serving was stopped, as AWS's time passes while nothing polls). It runs ahead where the pipeline skipped
-        a wait (a visibility timeout, a backoff), which ``outbox --local`` reads from ``GET /_outbox`` and says."""
-        clock = self.runtime.clock
-        behind = datetime.now(UTC) - clock()
-        if behind.total_seconds() > 0:
-            clock.advance(behind)
+        catch_up(self.runtime.clock)
 
     def save(self, *, changed: bool = True, every: float = 0.0) -> int | None:
         """Write the state when something changed since the last save (a round that moved something, or a
@@ -125,6 +119,15 @@ class Served:
         size = saving.save_state(self.runtime, self.state)
         self._dirty, self._saved_at = False, time.monotonic()
         return size
+
+
+def catch_up(clock: VirtualClock) -> None:
+    """The virtual clock never lags this machine's: while nothing waits it moves with it (and over the time
+    serving was stopped, as AWS's time passes while nothing polls). It runs ahead where the pipeline skipped
+    a wait (a visibility timeout, a backoff), which ``outbox --local`` reads from ``GET /_outbox`` and says."""
+    behind = datetime.now(UTC) - clock()
+    if behind.total_seconds() > 0:
+        clock.advance(behind)
 
 
 class _StoppedError(Exception):

@@ -16,9 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, TextIO, cast
 
 import jsii
 from aws_cdk import Annotations, AssetHashType, BundlingOptions, DockerImage, ILocalBundling
@@ -52,7 +53,18 @@ def wheelhouse_root() -> Path:
 
 
 def _pip(*arguments: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--quiet", "--disable-pip-version-check", *arguments], check=True)
+    quiet = ["--quiet", "--disable-pip-version-check", *pip_colour_options()]
+    subprocess.run([sys.executable, "-m", "pip", *quiet, *arguments], check=True)
+
+
+def pip_colour_options(stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """``--no-color`` unless pip writes to a terminal and ``NO_COLOR`` is unset. The CDK CLI runs the app with
+    ``FORCE_COLOR=3`` whatever its output is, so pip would otherwise colour its warnings into a log or a pipe
+    (the CLI's own, which passes them on): raw escape codes, the last of which began the synth's next line."""
+    stream = sys.stderr if stream is None else stream
+    environ = os.environ if environ is None else environ
+    terminal = bool(getattr(stream, "isatty", lambda: False)())
+    return [] if terminal and not environ.get("NO_COLOR") else ["--no-color"]
 
 
 def _platform_options() -> list[str]:

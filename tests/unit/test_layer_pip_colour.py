@@ -8,7 +8,6 @@ with its stderr a pipe or a terminal (a pty), with and without ``NO_COLOR``.
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from outbox_cdk.engine_layer import pip_colour_options
+from tests.unit.terminal_run import on_a_terminal
 
 ESCAPE = b"\x1b["
 RUN_PIP = """
@@ -37,23 +37,7 @@ def pip_says(tmp_path: Path, *, terminal: bool, no_color: bool) -> bytes:
     command = [sys.executable, "-c", RUN_PIP, str(tmp_path)]
     if not terminal:
         return subprocess.run(command, env=env, capture_output=True, check=True, timeout=120).stderr
-    leader, follower = os.openpty()
-    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=follower) as process:
-        os.close(follower)
-        said = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError as exc:  # the pty's other end closed: the process is done
-                if exc.errno != errno.EIO:
-                    raise
-                break
-            if not chunk:
-                break
-            said += chunk
-        process.wait(timeout=120)
-    os.close(leader)
-    return said
+    return on_a_terminal(command, env)
 
 
 @pytest.mark.parametrize(

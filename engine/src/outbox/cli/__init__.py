@@ -12,6 +12,7 @@ JSON documents, questions and exit codes they share; ``failures`` how a failure 
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.failures import describe_failure
 from outbox.cli.output import error_document, explain_aws_error, fail, parse_moment
+from outbox.local.terminal import terminal_width, wrapped
 
 INTERRUPTED = (
     "interrupted: what ran before it stays done, and a repair run again goes on from there (outbox status shows "
@@ -42,7 +44,9 @@ def run(argv: Sequence[str] | None = None) -> None:
         code = app(args=args, prog_name="outbox", standalone_mode=False)
     except typer.TyperException as exc:  # a usage error: its own message, then the document
         usage: Any = exc  # typer's (vendored) click ClickException, whose type typer does not export
-        usage.show()
+        shown = io.StringIO()
+        usage.show(file=shown)
+        sys.stderr.write(wrapped(shown.getvalue(), terminal_width()))
         fail(args, "usage", usage.format_message(), usage.exit_code)
     except typer.Abort:  # Ctrl-C: at a question nothing changed; during a repair, what it did stays done
         fail(args, "aborted", INTERRUPTED, 1, prefix="aborted")

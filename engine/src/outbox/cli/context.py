@@ -18,6 +18,7 @@ from rich.console import Console
 
 from outbox.catalog import Catalog
 from outbox.exceptions import OutboxError, OutboxValidationError
+from outbox.local.terminal import is_terminal, terminal_width, wrapped
 from outbox.ops import Operations
 from outbox.outputs import application_environment
 from outbox.settings import load_catalog
@@ -90,7 +91,18 @@ class CliContext:
 
     @property
     def err(self) -> Console:
-        return self.err_console or Console(stderr=True)
+        return self.err_console or stderr_console()
+
+
+def stderr_console() -> Console:
+    """Where the person's lines go (stderr): wrapped between words at the terminal's width on a terminal, and not
+    at all elsewhere (a log or a pipe, where rich would break them at 80 columns): ``outbox.local.terminal``."""
+    return Console(stderr=True, soft_wrap=not is_terminal())
+
+
+def say(message: str) -> None:
+    """A plain line on stderr, wrapped as ``stderr_console`` wraps."""
+    typer.echo(wrapped(message, terminal_width()), err=True)
 
 
 def required_catalog(reference: str | None) -> str:
@@ -158,5 +170,5 @@ def load_application_catalog(reference: str, outputs: dict[str, str], *, placeho
                 f"the catalog {reference} could not be built: {exc}", param_hint="--catalog"
             ) from exc
     if filled:
-        typer.echo(f"the catalog was built with placeholders for {', '.join(filled)} (no stack named)", err=True)
+        say(f"the catalog was built with placeholders for {', '.join(filled)} (no stack named)")
     return catalog

@@ -9,9 +9,9 @@ from typing import NoReturn
 
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
+from rich.markup import escape
 
-from outbox.cli.context import CliContext
+from outbox.cli.context import CliContext, stderr_console
 from outbox.cli.output import emit_json, error_document, explain_aws_error
 from outbox.exceptions import OutboxError
 
@@ -22,8 +22,8 @@ def report_failure(context: CliContext | None, exc: Exception, *, as_json: bool 
     """``exc`` escaped a command: what AWS refused, what the engine refused, or something nobody expected."""
     kind, prefix, message = describe_failure(exc)
     message = context.hint(message) if context is not None else message
-    err = context.err if context is not None else Console(stderr=True)
-    err.print(f"[bold red]{prefix}:[/] {message}", highlight=False, soft_wrap=True)
+    err = context.err if context is not None else stderr_console()
+    err.print(f"[bold red]{prefix}:[/] {escape(message)}", highlight=False)
     if os.environ.get(DEBUG_ENV):
         err.print(traceback.format_exc(), highlight=False, markup=False)
     if context is not None and context.json:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from outbox.cli.app import local_app
+from outbox.cli.context import say
 from outbox.cli.output import JsonFlag, command_context, example, refuse, show
 
 
@@ -68,11 +69,10 @@ def local_serve(
             clock=runtime.clock().isoformat(),
         )
         kept = f"resumed the state kept in {where}" if served.resumed else f"a fresh state, kept in {where}"
-        typer.echo(f"{kept} (--fresh starts over); virtual clock at {runtime.clock():%Y-%m-%d %H:%M:%S} UTC", err=True)
-        typer.echo(
+        say(f"{kept} (--fresh starts over); virtual clock at {runtime.clock():%Y-%m-%d %H:%M:%S} UTC")
+        say(
             f"serving {runtime.stack.name} on {runtime.endpoint_url}: outbox --local status; "
-            f"{'code reloads when a file of this folder changes; ' if watch else ''}Ctrl-C to stop (the state is kept)",
-            err=True,
+            f"{'code reloads when a file of this folder changes; ' if watch else ''}Ctrl-C to stop (the state is kept)"
         )
 
     try:
@@ -85,7 +85,7 @@ def local_serve(
         raise typer.BadParameter(str(exc), param_hint="--app") from exc
     except KeyboardInterrupt:
         pass
-    typer.echo(f"stopped; the state is kept in {started.get('state', '.local/state')}", err=True)
+    say(f"stopped; the state is kept in {started.get('state', '.local/state')}")
     show(cli, {"stopped": True, **started}, lambda: None)
 
 

@@ -28,7 +28,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from outbox.cli.context import CliContext
+from outbox.cli.context import CliContext, stderr_console
 from outbox.ops.context import ProgressCallback
 
 # Every command takes --json after its name too (`outbox status --json`), as well as before it.
@@ -188,7 +188,7 @@ def parse_day(value: str) -> datetime:
 
 def fail(args: Sequence[str], kind: str, message: str, code: int, prefix: str | None = None) -> NoReturn:
     if prefix:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]{prefix}:[/] {message}", highlight=False)
+        stderr_console().print(f"[bold red]{prefix}:[/] {escape(message)}", highlight=False)
     if "--json" in args:
         print(json.dumps(error_document(kind, message, code)))
     raise SystemExit(code) from None

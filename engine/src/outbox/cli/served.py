@@ -13,6 +13,7 @@ import click
 import typer
 
 from outbox import clock as engine_clock
+from outbox.cli.context import say
 from outbox.local.served import ServedAppError, ServedClock
 
 # A difference from this machine's clock worth a line on the terminal.
@@ -30,10 +31,9 @@ def served_clock(endpoint_url: str) -> Callable[[], datetime]:
     ahead = now - datetime.now(UTC)
     if abs(ahead) >= NOTICEABLE:
         direction = "ahead of" if ahead > timedelta(0) else "behind"
-        typer.echo(
+        say(
             f"times are the served runtime's virtual clock: {now:%Y-%m-%d %H:%M:%S} UTC, {_span(abs(ahead))} "
-            f"{direction} this machine's (it skips the waits of visibility timeouts and backoffs)",
-            err=True,
+            f"{direction} this machine's (it skips the waits of visibility timeouts and backoffs)"
         )
     context = click.get_current_context(silent=True)
     if context is not None:

@@ -42,6 +42,7 @@ from outbox.local.runtime import LocalRuntime
 from outbox.local.served import ABOUT_PATH
 from outbox.local.state import STATE_FILE, Stamp, StateRefusedError, read_state, resources_digest
 from outbox.local.template import load_manifest_stacks, load_stack
+from outbox.local.terminal import terminal_width, wrapped
 from outbox.outputs import LOCAL_TOPOLOGY
 
 __all__ = ["LOCAL_TOPOLOGY", "STATE_FILE", "ServeError", "Served", "StateRefusedError", "serve", "synthesize_app"]
@@ -359,7 +360,7 @@ def _reload(served: Served, app: str, workdir: Path, context: Mapping[str, str],
 
 def _stderr(line: str) -> None:
     stream: TextIO = sys.stderr
-    print(line, file=stream, flush=True)
+    print(wrapped(line, terminal_width(stream)), file=stream, flush=True)
 
 
 def write_topology(path: Path, runtime: LocalRuntime, consumer: Any) -> None:

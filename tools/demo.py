@@ -290,8 +290,8 @@ def verdict(report: dict[str, Any]) -> str:
     return (
         f"verdict: every effect happened once ({sum(report['completed_effects'].values())} completed, none lost, "
         f"every chain intact) despite {sum(injected.values())} injected faults; {expected}. Next: "
-        '`make demo ARGS="--serve 4566"` keeps it running for `.venv/bin/outbox --local dead-letters groups`, '
-        "which groups them and names the command that repairs them."
+        '`make demo ARGS="--serve 4566"` keeps it running for `outbox --local dead-letters groups` (after '
+        "`. .venv/bin/activate`), which groups them and names the command that repairs them."
     )
 
 
@@ -359,7 +359,12 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         if args.serve:
             topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
             (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
-            console.print("the outbox CLI works against it: .venv/bin/outbox --local status")
+            console.print(
+                "the outbox CLI works against it: `. .venv/bin/activate`, then `outbox --local status` (the commands "
+                "it suggests then work as printed)",
+                highlight=False,
+                markup=False,
+            )
             console.print(KEEPS_NOTHING, highlight=False, markup=False)
             console.print(
                 f"serving on {runtime.endpoint_url}: try `{aws_command(str(runtime.endpoint_url))}`; Ctrl-C to stop",

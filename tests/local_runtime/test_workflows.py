@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from outbox.local import saving
 from outbox.local.clock import VirtualClock
 from outbox.local.durable_state import left_of
 from outbox.local.runtime import LocalRuntime
-from outbox.local.state import Stamp, read_state
+from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
+from outbox.local.template import load_stack
 from outbox_cdk import OutboxPipeline
 from tests.infrastructure.test_workflow_function import CATALOG_SOURCE
 
@@ -162,3 +164,20 @@ def test_a_timeout_carried_over_a_restart_keeps_what_was_left_of_it(started: int
     now = datetime(2026, 1, 1, tzinfo=UTC)
     since = None if started is None else now + timedelta(seconds=started)
     assert left_of(60, since, now) == pytest.approx(left)
+
+
+def test_a_state_is_refused_by_a_template_whose_durable_functions_differ(runtime: LocalRuntime, tmp_path: Path) -> None:
+    """Where a saved execution lives (its function and alias) is part of what a state must match: a template that
+    moved it is refused with what differs, as a new table or queue is."""
+    moved = tmp_path / "moved.out"
+    shutil.copytree(runtime.stack.assembly_dir, moved)
+    template_path = moved / f"{runtime.stack.name}.template.json"
+    template = json.loads(template_path.read_text())
+    [alias] = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Alias"]
+    alias["Properties"]["Name"] = "another"
+    template_path.write_text(json.dumps(template))
+    state = tmp_path / "state"
+    write_state(state, Stamp.of(runtime.stack), SavedState(datetime(2026, 1, 1, tzinfo=UTC), {}, {}, {}))
+
+    with pytest.raises(StateRefusedError, match="durable functions"):
+        read_state(state, Stamp.of(load_stack(moved, runtime.stack.name)))

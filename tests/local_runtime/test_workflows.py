@@ -22,6 +22,7 @@ from aws_cdk import aws_lambda as lambda_
 from outbox.local import saving
 from outbox.local.clock import VirtualClock
 from outbox.local.durable_state import left_of
+from outbox.local.reload import reload_code
 from outbox.local.runtime import LocalRuntime
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
 from outbox.local.template import load_stack
@@ -65,7 +66,11 @@ def runtime(tmp_path: Path) -> LocalRuntime:
     (source / "__init__.py").write_text("")
     (source / "catalog.py").write_text(CATALOG_SOURCE.replace("PACKAGE", package))
     (source / "shipping.py").write_text(HANDLER.replace("STEPS_FILE", repr(str(tmp_path / "steps.txt"))))
-    outdir = tmp_path / "cdk.out"
+    return LocalRuntime.from_assembly(synthesized(tmp_path, package, tmp_path / "cdk.out"), "Shop")
+
+
+def synthesized(tmp_path: Path, package: str, outdir: Path) -> Path:
+    """The app of ``tmp_path / "src"``, synthesized into ``outdir`` (its code a new asset when it changed)."""
     app = App(outdir=str(outdir), context={"aws:cdk:bundling-stacks": []})
     OutboxPipeline(
         Stack(app, "Shop"),
@@ -76,7 +81,7 @@ def runtime(tmp_path: Path) -> LocalRuntime:
         operators=[iam.AccountRootPrincipal()],
     )
     app.synth()
-    return LocalRuntime.from_assembly(outdir, "Shop")
+    return outdir
 
 
 def claim(runtime: LocalRuntime, event_id: str) -> dict[str, str]:
@@ -181,3 +186,26 @@ def test_a_state_is_refused_by_a_template_whose_durable_functions_differ(runtime
 
     with pytest.raises(StateRefusedError, match="durable functions"):
         read_state(state, Stamp.of(load_stack(moved, runtime.stack.name)))
+
+
+def test_a_code_reload_runs_the_durable_handlers_new_code(runtime: LocalRuntime, tmp_path: Path) -> None:
+    """A served runtime's code reload (``reload_code``) reaches the durable functions too: the next execution runs
+    the new code (before, the handler imported at the start ran until a restart)."""
+    with runtime:
+        assert runtime.workflows is not None
+        store = runtime.event_store(unchecked=True)
+        store.emit("shop.order_paid", {"order_id": "o1"}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        runtime.workflows.wait_for_ends()
+
+        [package] = [p.name for p in (tmp_path / "src").iterdir()]
+        shipping = tmp_path / "src" / package / "shipping.py"
+        shipping.write_text(shipping.read_text().replace("steps.write(order_id", 'steps.write("v2-" + order_id'))
+        reload_code(runtime, load_stack(synthesized(tmp_path, package, tmp_path / "cdk.out.2"), "Shop"))
+
+        second = store.emit("shop.order_paid", {"order_id": "o2"}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        assert set(runtime.workflows.wait_for_ends().values()) == {"SUCCEEDED"}
+        runtime.run_until_idle()
+        assert claim(runtime, second.id)["status"] == "COMPLETED"
+    assert (tmp_path / "steps.txt").read_text().split() == ["o1", "v2-o2"]

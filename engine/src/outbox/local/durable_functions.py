@@ -115,6 +115,12 @@ class LocalDurableFunctions:
         )
         self._functions[function] = _Function(handler, runner, execution_timeout)
 
+    def replace_handler(self, qualified_arn: str, handler: Callable[..., Any]) -> None:
+        """``handler`` for the function at ``qualified_arn`` from its executions' next invocations on."""
+        entry = self._functions[qualified_arn.rpartition(":")[0]]
+        entry.handler = handler
+        entry.runner._invoker.handler = handler  # what the testing SDK's in-process invoker calls
+
     def _changed(self) -> None:
         self.changes += 1
 

@@ -85,14 +85,18 @@ class LocalWorkflows:
         service = LocalDurableFunctions()
         exit_stack.callback(service.close)
         for spec in specs:
-            function = functions[spec.function]
-            # Imported once, as Lambda's cold start would, with its code and environment; the testing SDK runs it.
-            with environment(function.env), code_on_path(function.code_root):
-                handler = function.resolve()
+            handler = _imported(functions[spec.function])
             service.register(spec.qualified_arn, handler, execution_timeout=spec.execution_timeout)
         exit_stack.enter_context(service.serving_default_session())
-        settler = next((f for f in functions.values() if f.handler_path == SETTLE_HANDLER), None)
-        return cls(service, settler)
+        return cls(service, _settler(functions))
+
+    def reload(self, stack: StackSpec, functions: dict[str, LocalFunction]) -> None:
+        """``stack``'s code (a code reload of a served runtime; the same durable functions, which the state's
+        resources digest holds): each execution's next invocation runs its function's new code, replaying its
+        checkpoints, as after a deploy of a new version behind the alias."""
+        for spec in durable_functions(stack):
+            self.service.replace_handler(spec.qualified_arn, _imported(functions[spec.function]))
+        self.settler = _settler(functions)
 
     def settle(self) -> bool:
         """One settle pass, as its schedule would run it: True when it settled a pair."""
@@ -105,3 +109,14 @@ class LocalWorkflows:
         """Wait for every execution that is not waiting on a callback to end (the testing SDK skips waits' time);
         each execution's status, by name."""
         return {execution.name: self.service.wait(execution.arn, timeout) for execution in self.service.executions()}
+
+
+def _imported(function: LocalFunction) -> Any:
+    """A durable function's handler, imported as Lambda's cold start would, with its code and environment; the
+    testing SDK runs it."""
+    with environment(function.env), code_on_path(function.code_root):
+        return function.resolve()
+
+
+def _settler(functions: dict[str, LocalFunction]) -> LocalFunction | None:
+    return next((f for f in functions.values() if f.handler_path == SETTLE_HANDLER), None)

@@ -183,6 +183,13 @@ def test_jsiis_banner_is_silenced_by_the_readmes_line(adopted: Adopted) -> None:
 
 
 @pytest.mark.slow
+def test_the_readmes_commands_print_no_terminal_escape_code_into_a_pipe(adopted: Adopted) -> None:
+    """The CDK CLI runs the app with FORCE_COLOR=3 whatever its output is: what the app runs (the engine layer's
+    pip) must still not colour a pipe, or the synth's WARNING line begins with an escape code."""
+    assert "\x1b[" not in adopted.built_and_tested, repr(adopted.built_and_tested[-2000:])
+
+
+@pytest.mark.slow
 def test_every_example_of_the_testing_guide_passes_in_the_readmes_app(adopted: Adopted) -> None:
     # Last of the module: it adds a test file to the app the tests above share.
     examples = "\n\n".join(match["body"] for match in GUIDE_BLOCK.finditer(GUIDE.read_text()))

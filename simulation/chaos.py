@@ -11,6 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 
 from outbox.local.faults import FaultCount
 from simulation.schedule import Fault, FaultRate
@@ -25,6 +26,7 @@ class Chaos:
         self._spent: Counter[tuple[Fault, str]] = Counter()
         self.active = True
         self.healed = False
+        self.last_fired_at: datetime | None = None  # when (virtual time) the last fault fired: liveness counts from it
         self._trace = trace
         self._random = {kind: random.Random(f"{seed}:{kind.value}") for kind in Fault}
 
@@ -42,6 +44,7 @@ class Chaos:
             return False
         self.fired[kind] += 1
         self._spent[kind, lane] += 1
+        self.last_fired_at = self._trace.now()
         self._trace.add("FAULT", f"{kind.value} {self._subject(subject)}".rstrip())
         return True
 

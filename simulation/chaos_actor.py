@@ -176,12 +176,18 @@ class FaultSeams(OrderedFaultSeams):
             if not self._recoverable(entry.message_id):
                 return result  # only a message reconcile can send again (an event as logged) may be lost for good
             if self.chaos.fires(Fault.MESSAGE_LOST, self.trace.message(entry.message_id)):
+                self.world.lost_messages.append(self._event_of(entry.message_id))
                 self.durable.in_flight.pop(0)
                 self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
             return result
 
         with mock.patch.object(self.durable, "poll", lossy):
             yield self.chaos.count(Fault.MESSAGE_LOST)
+
+    def _event_of(self, message_id: str) -> str:
+        receipt = next(r for r in self.observations.receipts if r.message_id == message_id)
+        assert receipt.event_id is not None, "only a message of a logged event may be lost (_recoverable)"
+        return receipt.event_id
 
     def _recoverable(self, message_id: str) -> bool:
         """Whether a message carries a logged event as the log holds it: not a malformed body, an event altered in

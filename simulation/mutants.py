@@ -918,6 +918,28 @@ MUTANTS: tuple[Mutant, ...] = (
         seeds=(70, 74),
     ),
     Mutant(
+        id="retry-acknowledged",
+        module=ATTEMPTS,
+        original="self.count(Metric.RETRIES)\n        return DeliveryOutcome.RETRY",
+        replacement="self.count(Metric.RETRIES)\n        return DeliveryOutcome.SKIPPED",
+        description="a retryable failure gives the lease back and acknowledges the message: the pair waits, "
+        "released, for a delivery that will never come",
+        what_should_catch_it="any retryable error: once the faults stop, a pair PENDING with nothing on its way "
+        "(19, liveness, before the operator's reconcile can hide it)",
+        seeds=(1, 2, 3),
+    ),
+    Mutant(
+        id="claim-takes-dead-rows",
+        module=CLAIMS,
+        original='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, :deferred)"',
+        replacement='claimable = "(#status = :pending AND lease_expires_at < :now) OR #status IN (:replaying, '
+        ':deferred) OR attribute_exists(dead_at)"',
+        description="a delivery may claim a DEAD pair (any row with a dead mark), which only a repair may move",
+        what_should_catch_it="a copy of a dead pair's message (a redelivery, a duplicate batch): the claim row goes "
+        "from DEAD to PENDING, a change no transition of the machine makes (20); and dead work runs again (10)",
+        seeds=(2, 3, 4),
+    ),
+    Mutant(
         id="replay-keeps-attempts",
         module=REPLAY,
         original='    sets = "SET #status = :replaying, attempts = :zero, replayed_at = :now"',

@@ -7,11 +7,13 @@ result.trace.render()
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from outbox.local.clock import VirtualClock
 from outbox.local.runtime import LocalRuntime
@@ -23,8 +25,11 @@ from simulation.determinism import seeded
 from simulation.drawing import generate
 from simulation.driver import Driver, client
 from simulation.invariants import Violation, check_all, check_status
+from simulation.invariants.liveness import check_liveness, liveness_bound
 from simulation.observations import Observations
+from simulation.reach import reach_of, with_inbox_stream
 from simulation.recorder import recording
+from simulation.schedule import Schedule
 from simulation.state import read_alarm_state, read_state
 from simulation.trace import Trace
 from simulation.world import DeterministicIds, World, register, unregister
@@ -45,16 +50,20 @@ class SeedResult:
     trace: Trace
     faults_fired: Counter[str] = field(default_factory=Counter)
     error: BaseException | None = None  # the simulator itself failed (not an invariant)
+    # The transitions of the pair's state machine the run reached ("STATE step"), read from the inbox's stream.
+    reached: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
         return not self.violations and self.error is None
 
 
-def run_seed(seed: int, stack: StackSpec) -> SeedResult:
+def run_seed(seed: int, stack: StackSpec, schedule: Schedule | None = None) -> SeedResult:
+    """The seed's schedule, or ``schedule`` (one the seed drew, made smaller: ``simulation.shrink``): everything
+    else the run draws (faults' decisions, ids, the operator's choices) still comes from the seed."""
     # The simulated application watches its own rows: the record-change pipe as it would deploy it.
-    stack = with_record_change_entities(stack, WATCHED_ENTITIES)
-    schedule = generate(seed)
+    stack = with_inbox_stream(with_record_change_entities(stack, WATCHED_ENTITIES))
+    schedule = schedule if schedule is not None else generate(seed)
     clock = VirtualClock()
     trace = Trace(clock)
     chaos = Chaos(seed, schedule.faults, trace)
@@ -73,10 +82,14 @@ def run_seed(seed: int, stack: StackSpec) -> SeedResult:
             topology = Topology.from_outputs(runtime.outputs())
             try:
                 violations = _run(world, runtime, driver, observations, topology)
+                reach = reach_of(runtime, trace.key)
             except Exception as exc:  # the simulator failed: report it with the seed, like a violation
                 trace.add("ERROR", f"{type(exc).__name__}: {exc}")
                 return SeedResult(seed, [], trace, Counter(k.value for k in chaos.fired.elements()), exc)
-    return SeedResult(seed, violations, trace, Counter(k.value for k in chaos.fired.elements()))
+    fired = Counter(k.value for k in chaos.fired.elements())
+    violations += [Violation(20, change) for change in reach.forbidden]
+    reached = Counter({f"{state} {step}": count for (state, step), count in reach.transitions.items()})
+    return SeedResult(seed, violations, trace, fired, reached=reached)
 
 
 def _run(
@@ -87,12 +100,12 @@ def _run(
             driver.perform(action)
         driver.drain()
     tenants = list(world.schedule.tenants)
-    violations: list[Violation] = []
+    violations = _liveness(world, runtime, driver, observations, topology)
     if observations.dead_marks or driver.durable_dlq_depth() > 0:
         # The alarm state, before anyone acts on it: what is dead or parked must show in the status.
         with world.chaos.paused():
             before = read_alarm_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
-        violations = [
+        violations += [
             Violation(v.invariant, f"before the operator acted: {v.message}") for v in check_status(before, topology)
         ]
     with recording(world, observations, driver.durable):
@@ -146,6 +159,29 @@ def registered(world: World) -> Iterator[None]:
         yield
     finally:
         unregister(world)
+
+
+def _liveness(
+    world: World, runtime: LocalRuntime, driver: Driver, observations: Observations, topology: Topology
+) -> list[Violation]:
+    """Invariant 19, as the drain leaves the pipeline: idle, its faults stopped, no operator's settling yet."""
+    assert world.reader is not None
+    last_fault = world.chaos.last_fired_at
+    idle_after = world.trace_clock() - last_fault if last_fault is not None else timedelta(0)
+    attributes = client(runtime, "sqs").get_queue_attributes(
+        QueueUrl=topology.durable_queue_url, AttributeNames=["RedrivePolicy"]
+    )["Attributes"]
+    redrive = json.loads(attributes["RedrivePolicy"])
+    max_age = runtime.pipe("RelayPipeName").config.maximum_record_age_seconds
+    bound = liveness_bound(
+        driver.durable.visibility_timeout,
+        int(redrive["maxReceiveCount"]),
+        timedelta(seconds=max(max_age, 0)),
+        len({receipt.message_id for receipt in observations.receipts}),
+    )
+    with world.chaos.paused():
+        idle = read_alarm_state(runtime, world.reader, list(world.schedule.tenants), None)
+    return check_liveness(world, idle, topology, idle_after, bound)
 
 
 @contextmanager

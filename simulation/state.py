@@ -134,6 +134,14 @@ def stored_messages(queue_url: str) -> int:
     return len(queue._messages)
 
 
+def queue_bodies(queue_url: str) -> list[str]:
+    """The bodies SQS holds in the queue, visible or not, read from moto's storage (nothing is received)."""
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[ACCOUNT][REGION].queues[queue_url.rsplit("/", 1)[1]]
+    return [message.body for message in queue._messages]
+
+
 def _read_inbox(state: State, dynamodb: Any, inbox_table: str) -> None:
     for item in _scan(dynamodb, inbox_table):
         pk = item["pk"]["S"]

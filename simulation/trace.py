@@ -38,6 +38,9 @@ class Trace:
         event_id, _, subscription = idempotency_key.partition(":")
         return f"{self.event(event_id)}:{subscription}"
 
+    def now(self) -> datetime:
+        return self._clock()
+
     def add(self, kind: str, text: str) -> None:
         elapsed = (self._clock() - self._start).total_seconds()
         self.lines.append(f"{elapsed:10.3f}s  {kind:<9} {text}")

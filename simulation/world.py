@@ -111,6 +111,7 @@ class World:
     # The same, as the number of handler runs before it: virtual time stands still, order does not.
     replay_positions: list[tuple[str, int]] = field(default_factory=list)
     poison_sent: int = 0  # malformed bodies the schedule put in the queue
+    lost_messages: list[str] = field(default_factory=list)  # event ids whose message a fault lost for good
     conflicting_copies: list[str] = field(default_factory=list)  # event ids a copy with other content came for
     # (call, request, answer) of every call the operator's tools made while acting, in order.
     operator_calls: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)

@@ -46,6 +46,11 @@
     break of a log nobody altered (and invariant 12: the anchoring pass records no finding for it).
 18. Completeness: the completeness pass reports exactly the pairs with no outcome past its bound
     (``simulation.invariants.completeness``).
+19. Liveness: once the faults stop and the pipeline is idle, before the operator settles anything, no message
+    sits in a lane queue and every pair has an outcome or the operator has been told (``.liveness``; checked by
+    the runner when the drain ends, not here).
+20. The pair's state machine: every change of a claim row is a transition of ``outbox.pairs.machine``
+    (``simulation.reach``, from a stream on the inbox table; checked by the runner at the end).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"

@@ -25,6 +25,8 @@ NAMES = {
     16: "read-only passes",
     17: "operator commands finish",
     18: "completeness",
+    19: "liveness",
+    20: "the pair's state machine",
 }
 
 

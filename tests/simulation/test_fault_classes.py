@@ -72,6 +72,8 @@ FAULT_CLASSES: dict[str, str] = {
     "imports: several items in one emit_many": "emit-many-links-to-the-head",
     "payload floats (the canonical JSON's fast path)": "floats-take-the-plain-path",
     "a replay of a pair dead as exhausted, failing again": "replay-keeps-attempts",
+    "the liveness check (the drain's end, before the operator settles anything)": "retry-acknowledged",
+    "the pair's state machine, read back from a stream on the inbox table": "claim-takes-dead-rows",
 }
 # Kinds that stress the pipeline without a bug class of the engine of their own, and why.
 EXERCISED_ONLY: dict[str, str] = {

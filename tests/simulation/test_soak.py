@@ -70,7 +70,7 @@ def _main(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, Any]:
     """``main`` with the stack's synthesis and the survey replaced: what it would survey, and how."""
     asked: dict[str, Any] = {}
 
-    def survey(seeds: list[int], stack: object, jobs: int, *, by_kind: bool = False) -> int:
+    def survey(seeds: list[int], stack: object, jobs: int, *, by_kind: bool = False, cuts: object = None) -> int:
         asked.update(seeds=seeds, jobs=jobs, by_kind=by_kind)
         return 0
 

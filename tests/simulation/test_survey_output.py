@@ -27,7 +27,7 @@ def test_a_violation_is_printed_with_its_replay_command_before_the_next_seed_end
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     printed: list[str] = []
-    monkeypatch.setattr(cli, "run_many", lambda seeds, stack, jobs: _outcomes(printed, capsys))
+    monkeypatch.setattr(cli, "run_many", lambda seeds, stack, jobs, cuts=None: _outcomes(printed, capsys))
 
     status = cli.survey([1, 2, 3], stack=None, jobs=2)  # type: ignore[arg-type]
 
@@ -45,7 +45,9 @@ def test_a_progress_line_is_printed_now_and_then(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
-    monkeypatch.setattr(cli, "run_many", lambda seeds, stack, jobs: iter([Outcome(seed, (), None) for seed in seeds]))
+    monkeypatch.setattr(
+        cli, "run_many", lambda seeds, stack, jobs, cuts=None: iter([Outcome(seed, (), None) for seed in seeds])
+    )
 
     assert cli.survey([1, 2], stack=None, jobs=1) == 0  # type: ignore[arg-type]
 

@@ -70,8 +70,8 @@ demo: setup ## Run the whole pipeline locally on moto with a workload and inject
 	$(PY) -m tools.demo $(ARGS)
 
 .PHONY: simulate
-simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=150; one seed with its trace: SEED=n)
-	$(PY) -m simulation $(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),150))
+simulate: setup ## Deterministic fault-schedule simulation of the pipeline (SEEDS=150; one seed with its trace: SEED=n; SHRINK=n)
+	$(PY) -m simulation $(if $(SHRINK),--shrink $(SHRINK),$(if $(SEED),--seed $(SEED),--seeds $(or $(SEEDS),150)))
 
 .PHONY: soak
 soak: setup ## Seeds from a random first seed, the failing ones grouped by kind (SEEDS=2000; ARGS="--first N --jobs N")

@@ -23,7 +23,7 @@ from cfnlint.api import lint
 
 from outbox_cdk import CatalogContractError, OutboxPipeline
 from outbox_cdk.workflow_function import EXECUTION_ACTIONS, FIND_ACTIONS, START_ACTIONS, WATCH_ACTIONS
-from tests.infrastructure.template_queries import listed, only_resource, role_statements
+from tests.infrastructure.template_queries import actions_on, listed, only_resource, role_statements
 
 CATALOG_SOURCE = """
 from pydantic import BaseModel
@@ -180,6 +180,25 @@ def test_the_function_may_checkpoint_its_own_executions_only(template: dict[str,
         s.get("Resource") == "*" and any(a.startswith("lambda:") for a in listed(s["Action"]))
         for s in role_statements(template, function["Properties"]["Role"]["Fn::GetAtt"][0])
     )
+
+
+def test_the_function_may_emit_from_its_steps_and_put_only_their_step_rows_on_the_inbox(
+    template: dict[str, Any],
+) -> None:
+    from outbox.workflows.emits import STEP_PARTITION_PREFIX
+    from outbox_cdk.events_table import EMIT_ACTIONS
+
+    _, function = workflow_function(template)
+    variables = function["Properties"]["Environment"]["Variables"]
+    events_id, _ = only_resource(template, "AWS::DynamoDB::Table", "OutboxEventsTable")
+    inbox_id, _ = only_resource(template, "AWS::DynamoDB::Table", "OutboxInbox")
+    assert (variables["EVENTS_TABLE_NAME"], variables["INBOX_TABLE_NAME"]) == ({"Ref": events_id}, {"Ref": inbox_id})
+    statements = role_statements(template, function["Properties"]["Role"]["Fn::GetAtt"][0])
+    assert actions_on(statements, "Allow", {"Fn::GetAtt": [events_id, "Arn"]}) == set(EMIT_ACTIONS)
+    on_inbox = [s for s in statements if {"Fn::GetAtt": [inbox_id, "Arn"]} in listed(s["Resource"])]
+    assert [(listed(s["Action"]), s["Condition"]["ForAllValues:StringLike"]) for s in on_inbox] == [
+        (["dynamodb:PutItem"], {"dynamodb:LeadingKeys": [f"{STEP_PARTITION_PREFIX}*"]})
+    ]
 
 
 def test_cfn_lint_accepts_the_durable_function(template: dict[str, Any]) -> None:

@@ -39,6 +39,14 @@ QUEUE_SEND_ACTIONS: Final = frozenset({"sqs:SendMessage"})
 PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 
 
+def leading_keys(*patterns: str) -> dict[str, dict[str, Any]]:
+    """The condition that a request touches only partitions matching ``patterns`` (``dynamodb:LeadingKeys``)."""
+    return {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(patterns)},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }
+
+
 def grant_items(
     table: dynamodb.ITable,
     grantee: iam.IGrantable,

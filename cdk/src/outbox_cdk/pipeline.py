@@ -334,6 +334,7 @@ class OutboxPipeline(Construct):
             subscriptions=workflow_function.workflow_subscriptions(code, catalog, environment),
             application=self.application,
             consumer=self.consumer.function,
+            events=self.events,
             inbox=self.inbox,
             alarm_topic=self.alarm_topic,
             error_detail=error_detail_of(error_detail),

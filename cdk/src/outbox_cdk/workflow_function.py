@@ -27,8 +27,11 @@ from constructs import Construct, IConstruct
 from outbox.redaction import ErrorDetail
 from outbox.subscriptions import Lane
 from outbox.workflows import WORKFLOW_FUNCTIONS_VARIABLE, WorkflowHandler
+from outbox.workflows.emits import STEP_PARTITION_PREFIX
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.catalog_check import _asset_path, _environment, _importable, _load
+from outbox_cdk.events_table import EventsTable
+from outbox_cdk.grants import grant_items, leading_keys
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode, EngineFunction
 from outbox_cdk.workflow_settler import WorkflowSettler
@@ -50,6 +53,10 @@ START_ACTIONS: Final = ("lambda:InvokeFunction",)
 FIND_ACTIONS: Final = ("lambda:ListDurableExecutionsByFunction",)
 WATCH_ACTIONS: Final = ("lambda:GetDurableExecution",)
 SERVICE_PREFIX: Final = "workflow-"
+# A workflow's steps emit with the engine's emit (``outbox.workflows.emits``): the events table as any emitter, and
+# on the inbox the row that makes each step's event once (put where none is), by its partition only.
+EMIT_ROW_ACTIONS: Final = ("dynamodb:PutItem",)
+EMIT_ROW_CONDITIONS: Final = leading_keys(f"{STEP_PARTITION_PREFIX}*")
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,14 @@ class WorkflowFunction(Construct):
         """Every execution of the function (``<function ARN>:<version>/durable-execution/<name>/<id>``)."""
         return f"{self.function.function_arn}:*"
 
+    def grant_emit(self, events: EventsTable, inbox: InboxTable) -> None:
+        """What ``outbox.workflows.emits`` needs: emit (``EVENTS_TABLE_NAME``), and the step rows of the inbox
+        (``INBOX_TABLE_NAME``)."""
+        events.grant_emit(self.function)
+        grant_items(inbox.table, self.function, EMIT_ROW_ACTIONS, conditions=EMIT_ROW_CONDITIONS)
+        self.function.add_environment("EVENTS_TABLE_NAME", events.table.table_name)
+        self.function.add_environment("INBOX_TABLE_NAME", inbox.table.table_name)
+
     def grant_start(self, grantee: iam.IGrantable, encryption_key: kms.IKey | None = None) -> None:
         """What the durable consumer needs: invoke the alias (a start), list the alias's executions by name (the
         execution a start whose answer was lost made), and read an execution (its end)."""
@@ -221,8 +236,8 @@ def check_durable_config(subscription: str, execution_timeout: Duration, retenti
 class WorkflowFunctions(Construct):
     """A ``WorkflowFunction`` per WORKFLOW subscription (``self.functions``, by subscription), the durable consumer
     granted to start them, told where each is (``WORKFLOW_FUNCTIONS``: subscription -> qualified ARN and execution
-    timeout), and, when
-    there is one, the settle pass that brings their executions' ends back (``self.settler``)."""
+    timeout), each function granted to emit from its steps (``outbox.workflows.emits``), and, when there is one,
+    the settle pass that brings their executions' ends back (``self.settler``)."""
 
     def __init__(
         self,
@@ -232,6 +247,7 @@ class WorkflowFunctions(Construct):
         subscriptions: Sequence[WorkflowSubscription],
         application: ApplicationCode,
         consumer: lambda_.Function,
+        events: EventsTable,
         inbox: InboxTable,
         alarm_topic: sns.ITopic,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
@@ -253,6 +269,7 @@ class WorkflowFunctions(Construct):
                 encryption_key=encryption_key,
             )
             function.grant_start(consumer, encryption_key)
+            function.grant_emit(events, inbox)
             self.functions[subscription.name] = function
         self.settler: WorkflowSettler | None = None
         if self.functions:

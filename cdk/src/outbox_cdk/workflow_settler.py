@@ -27,7 +27,7 @@ from outbox.workflows.handoffs import RUNNING_PARTITION_PREFIX
 from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
-from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
+from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages, leading_keys
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction, engine_metric
 
@@ -38,20 +38,13 @@ TIMEOUT: Final = Duration.minutes(1)
 DEAD_METRIC: Final = "WorkflowsDead"
 
 
-def _leading(*patterns: str) -> dict[str, dict[str, Any]]:
-    return {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(patterns)},
-        "Null": {"dynamodb:LeadingKeys": "false"},
-    }
-
-
 # On the inbox, by partition (``dynamodb:LeadingKeys``): the running index is read and its rows deleted; a claim is
 # read and settled (UpdateItem); a dead letter written (PutItem) or a replay's resolved (UpdateItem). Nothing else.
 INBOX_GRANTS: Final[tuple[tuple[tuple[str, ...], dict[str, dict[str, Any]]], ...]] = (
-    (("dynamodb:Query", "dynamodb:DeleteItem"), _leading(f"{RUNNING_PARTITION_PREFIX}*")),
-    (("dynamodb:GetItem",), _leading("CLAIM#*")),
-    (("dynamodb:UpdateItem",), _leading("CLAIM#*", "TENANT#*#DEAD")),
-    (("dynamodb:PutItem",), _leading("TENANT#*#DEAD")),
+    (("dynamodb:Query", "dynamodb:DeleteItem"), leading_keys(f"{RUNNING_PARTITION_PREFIX}*")),
+    (("dynamodb:GetItem",), leading_keys("CLAIM#*")),
+    (("dynamodb:UpdateItem",), leading_keys("CLAIM#*", "TENANT#*#DEAD")),
+    (("dynamodb:PutItem",), leading_keys("TENANT#*#DEAD")),
 )
 WATCH_ACTIONS: Final = ("lambda:GetDurableExecution",)
 

@@ -8,6 +8,7 @@ seq the event finally gets, so no seal after a lost head race can exceed a bound
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from outbox import keys
 from outbox.canonical import GENESIS_HASH, MAX_SAFE_INTEGER, canonical_json, chain_hash, json_problem
 from outbox.chain import ChainHead
-from outbox.envelope import Envelope
+from outbox.envelope import ULID_PATTERN, Envelope
 from outbox.exceptions import InvalidEventError
 from outbox.messages import MAX_RELAY_BODY_BYTES, relay_body_size
 from outbox.tracing import TraceContext
@@ -24,6 +25,13 @@ from outbox.transaction import WriteTarget, item_size
 # The largest sequence number the hash can carry (an I-JSON integer).
 _WIDEST_SEQ = MAX_SAFE_INTEGER
 _MAX_ITEM_BYTES = 400 * 1024
+
+
+def given_event_id(event_id: str) -> str:
+    """A caller's own event id (``NewEvent.event_id``), refused unless it is a ULID's text."""
+    if not isinstance(event_id, str) or not re.fullmatch(ULID_PATTERN, event_id):
+        raise InvalidEventError(f"event_id {event_id!r} is not a ULID's text (26 characters of Crockford's base 32)")
+    return event_id
 
 
 def validated_draft(
@@ -70,6 +78,8 @@ def validated_draft(
 def checked_events(drafts: Sequence[dict[str, Any]], table_name: str) -> list[WriteTarget]:
     """The head and event-row actions of the transaction, after checking each event against the item
     limit and the relay's; measured once per emit, at the widest seq (an upper bound for any seal)."""
+    if len({draft["id"] for draft in drafts}) < len(drafts):
+        raise InvalidEventError("two events of one emit have the same event_id")
     rows: list[WriteTarget] = []
     for draft in drafts:
         event_item = seal(draft, _widest_head(draft["tenant"])).to_item()

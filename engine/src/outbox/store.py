@@ -27,7 +27,7 @@ from outbox.exceptions import (
     InvalidEventError,
 )
 from outbox.lanes import run_inline, run_local
-from outbox.sealing import checked_events, seal_all, validated_draft
+from outbox.sealing import checked_events, given_event_id, seal_all, validated_draft
 from outbox.subscriptions import Lane, Subscription
 from outbox.tracing import TraceContext, current_trace_context
 from outbox.transaction import WriteTarget, check_transaction, describe_write
@@ -56,6 +56,8 @@ class NewEvent:
     causation_id: str | None = None
     # None: the type's current version in the catalog (1 without a catalog); another is refused.
     schema_version: int | None = None
+    # None: a new ULID. Given: the caller's own, the same on every run of one effect (``outbox.workflows.emits``).
+    event_id: str | None = None
 
 
 def default_client() -> Any:
@@ -151,6 +153,7 @@ class EventStore:
         correlation_id: str | None = None,
         causation_id: str | None = None,
         schema_version: int | None = None,
+        event_id: str | None = None,
     ) -> Envelope:
         """Append one event and commit ``extra_writes`` with it in one TransactWriteItems.
 
@@ -169,9 +172,10 @@ class EventStore:
         tenant's log or head.
 
         ``schema_version`` may be left out: the event is stored with its type's current version, the only
-        one emit() accepts (older versions reach handlers through their upcasters, ``outbox.schemas``).
+        one emit() accepts (older versions reach handlers through their upcasters, ``outbox.schemas``), and
+        ``event_id`` may be given, a ULID's text, instead of a new one (``NewEvent.event_id``).
         """
-        event = NewEvent(event_type, payload, correlation_id, causation_id, schema_version)
+        event = NewEvent(event_type, payload, correlation_id, causation_id, schema_version, event_id)
         return self.emit_many([event], tenant=tenant, actor=actor, extra_writes=extra_writes)[0]
 
     def emit_many(
@@ -201,7 +205,7 @@ class EventStore:
                 version = self.catalog.validate_payload(event.event_type, event.payload, event.schema_version)
             elif not self.unchecked:
                 raise InvalidEventError.without_catalog(event.event_type)
-            event_id = self._new_event_id()
+            event_id = self._new_event_id() if event.event_id is None else given_event_id(event.event_id)
             drafts.append(
                 validated_draft(
                     event_id,
@@ -220,7 +224,8 @@ class EventStore:
         own = checked_events(drafts, self.table_name)
         check_transaction([*own, *self._describe(caller_writes)], reserved=_RESERVED_ITEMS, own=len(own) + 1)
         inline = [self._subscribers(draft["type"], Lane.INLINE) for draft in drafts]
-        envelopes = self._commit(drafts, own, caller_writes, self._cached_head(tenant), inline)
+        given = any(event.event_id is not None for event in events)
+        envelopes = self._commit(drafts, own, caller_writes, self._cached_head(tenant), inline, given)
         for envelope in envelopes:
             run_local(envelope, self._subscribers(envelope.type, Lane.LOCAL))
         return envelopes
@@ -274,8 +279,11 @@ class EventStore:
         caller_writes: list[Mapping[str, Any]],
         head: ChainHead,
         inline: Sequence[Sequence[Subscription]] = (),
+        given_ids: bool = False,
     ) -> list[Envelope]:
         tenant = drafts[0]["tenant"]
+        # A caller's own id comes again in another request, refused under its token for 10 minutes: a part drawn.
+        base = f"{drafts[-1]['id']}-{entropy.current().repair_token()[:5]}" if given_ids else drafts[-1]["id"]
         envelopes = seal_all(drafts, head)
         writes = self._sealed_writes(own, envelopes, caller_writes, inline)
         attempted = {envelopes[-1].seq: envelopes}  # by the seq the head moves to
@@ -285,7 +293,7 @@ class EventStore:
         while True:
             last = envelopes[-1]
             try:
-                outcome = self._transact(envelopes, head, writes, token=f"{last.id}-{token_serial}")
+                outcome = self._transact(envelopes, head, writes, token=f"{base}-{token_serial}")
             except EventStoreUnavailableError as exc:
                 # An error answer to a re-send does not say what an earlier send did.
                 if in_doubt and exc.committed is False:

@@ -35,8 +35,9 @@ from outbox.ops.replay import plan_replay, replay
 from outbox.pairs import Act, Outcome, Route, State
 from outbox.pairs.machine import RULES
 from outbox.subscriptions import Lane, Subscription
+from outbox.workflows import workflow
 from tests.functional.conftest import create_pk_sk_table
-from tests.functional.inbox_harness import Harness, HarnessFactory, one_subscription, operator_context
+from tests.functional.inbox_harness import INBOX_TABLE, Harness, HarnessFactory, one_subscription, operator_context
 from tests.functional.test_ordered_subscriptions import LEDGER, emit
 from tests.functional.test_pairs_across_deploys import dead_then_deferred, dead_unordered, deploy, ledger
 
@@ -56,7 +57,7 @@ def with_audit(context: OperatorContext) -> OperatorContext:
 def pass_of(context: OperatorContext, *, repairs: int = 0) -> CompletenessPass:
     log = CompletenessLog(AUDIT_TABLE, context.dynamodb)
     # Every subscription of the catalog was seen by a pass a day before anything here happened
-    log.first_seen([s.name for s in context.deployed.durable()], context.now() - timedelta(days=1))
+    log.first_seen([s.name for s in context.deployed.consumed()], context.now() - timedelta(days=1))
     return CompletenessPass(context, log, bound=BOUND, repairs=repairs)
 
 
@@ -134,6 +135,7 @@ def test_the_catalog_made_into_data_places_every_pair_as_the_catalog_does() -> N
         Subscription("a.b", "account.*", Lane.DURABLE, lambda _d: None),
         Subscription("c.d", "account.credited", Lane.DURABLE, lambda _d: None, ordered=True),
         Subscription("e.f", "*", Lane.LOCAL, lambda _d: None),
+        Subscription("i.j", "account.opened", Lane.WORKFLOW, workflow("shop.shipping:ship")),
     ]
     from datetime import UTC, datetime
 
@@ -144,20 +146,57 @@ def test_the_catalog_made_into_data_places_every_pair_as_the_catalog_does() -> N
     subscriptions.append(
         Subscription("g.h", "account.*", Lane.DURABLE, lambda _d: None, ordered=True, ordered_since=since)
     )
-    catalog = Catalog([Module("m", (), tuple(subscriptions))])
+    catalog = Catalog([Module("m", (), subscriptions=tuple(subscriptions))])
     data = catalog_from_data(catalog_data(catalog))
     moments = [since - timedelta(microseconds=1), since, since + timedelta(days=1)]
     for name, event_type, moment in itertools.product(
-        ["a.b", "c.d", "e.f", "g.h", "x.y"], ["account.opened", "account.credited", "shipment.booked"], moments
+        ["a.b", "c.d", "e.f", "g.h", "i.j", "x.y"], ["account.opened", "account.credited", "shipment.booked"], moments
     ):
         assert DeployedCatalog(data.registry).place(name, event_type, moment).route == (
             DeployedCatalog(catalog.registry).place(name, event_type, moment).route
         )
+    assert [s.name for s in DeployedCatalog(data.registry).consumed()] == ["a.b", "c.d", "g.h", "i.j"]
+    # The data of a catalog without a WORKFLOW subscription reads as it did before there were any
+    assert "workflow" not in catalog_data(Catalog([Module("m", (), subscriptions=tuple(subscriptions[:3]))]))
     with pytest.raises(ValueError, match="deploy the stack again"):
         catalog_from_data('{"v": 99, "durable": []}')
 
 
 # -- what is lost, and what is not ---------------------------------------------------------------------------
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, float]] = []
+
+    def add_metric(self, *, name: str, unit: str, value: float) -> None:
+        self.published.append((name, value))
+
+
+def test_a_workflow_pair_handed_off_is_present_and_one_never_handed_is_missing(make_harness: HarnessFactory) -> None:
+    from outbox.auditor import Metric
+    from outbox.catalog import Catalog, Module
+    from outbox.inbox.rows import HANDED
+
+    # Given the deployed catalog (as the anchoring function is given it) with a WORKFLOW subscription, an event
+    # whose pair was handed to its execution, and one whose pair never reached the consumer
+    h = make_harness(one_subscription)
+    flow = Subscription("ship.flow", "account.*", Lane.WORKFLOW, workflow("shop.shipping:ship"))
+    deployed = catalog_from_data(catalog_data(Catalog([Module("m", (), subscriptions=(flow,))])))
+    context = with_audit(operator_context(h, deployed.registry.subscriptions))
+    handed, lost = emit(h, "account.opened"), emit(h, "account.opened")
+    h.dynamodb.put_item(TableName=INBOX_TABLE, Item=unclaimed_row(handed, "ship.flow", HANDED, h.clock()))
+
+    # Then the lost one is missing in both passes, the handed one is not, and MissingPairs counts it
+    assert two_passes(h, context) == [[(lost.id, "ship.flow", "absent")]] * 2
+    metrics = _Metrics()
+    check = pass_of(context)
+    check.metrics = metrics
+    result = check.run()
+    assert metrics.published == [(Metric.MISSING_PAIRS.value, 1)]
+    [pair] = result.missing["acme"]
+    assert pair.repair.startswith("outbox reconcile --tenant acme --subscription ship.flow --since ")
+    assert result.open_pairs == 2, "the handed pair is judged again each pass, as the missing one is"
 
 
 def test_a_replay_whose_message_ran_nothing_is_reported(make_harness: HarnessFactory) -> None:

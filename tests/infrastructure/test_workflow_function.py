@@ -201,6 +201,18 @@ def test_the_function_may_emit_from_its_steps_and_put_only_their_step_rows_on_th
     ]
 
 
+def test_the_completeness_pass_is_given_the_workflow_subscription_in_its_catalog_data(template: dict[str, Any]) -> None:
+    from outbox.ops.completeness import catalog_from_data
+    from outbox.pairs import DeployedCatalog
+    from outbox.subscriptions import Lane
+    from tests.infrastructure.test_liveness import anchoring_function
+
+    variables = anchoring_function(template)[1]["Properties"]["Environment"]["Variables"]
+    deployed = DeployedCatalog(catalog_from_data(variables["COMPLETENESS_CATALOG"]).registry)
+    [flow] = deployed.consumed()
+    assert (flow.name, flow.pattern, flow.lane) == ("shop.ship_order", "shop.order_paid", Lane.WORKFLOW)
+
+
 def test_cfn_lint_accepts_the_durable_function(template: dict[str, Any]) -> None:
     matches = lint(json.dumps(template), regions=["us-east-1"])
     errors = [f"{m.rule.id}: {m.message}" for m in matches if m.rule.id.startswith("E")]

@@ -1,6 +1,7 @@
 """The completeness pass's part of the stack (``outbox.ops.completeness``): what the anchoring function is given
 (the deployed catalog as data made at synth, the bound, the inbox it reads), what it may read and write, and
-``MissingPairsAlarm``, which fires on the first pass that finds a durable pair with no outcome past the bound."""
+``MissingPairsAlarm``, which fires on the first pass that finds a pair the durable consumer runs (a DURABLE one, or a
+WORKFLOW one: handed to its execution is an outcome in progress) with no outcome past the bound."""
 
 from __future__ import annotations
 

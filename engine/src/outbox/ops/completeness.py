@@ -2,7 +2,8 @@
 
 The chain proves the log is whole; this pass checks that the log's *effects* are. On the hourly anchoring
 pass, for each tenant, every event older than the completeness bound must have an outcome for every durable
-subscription the deployed catalog runs it for, as ``outbox.pairs`` says what that is: completed, skipped by an
+subscription the deployed catalog runs it for (DURABLE, and WORKFLOW: handed to its execution is an outcome in
+progress), as ``outbox.pairs`` says what that is: completed, skipped by an
 operator, dead with an open dead letter, waiting in its order behind a predecessor that has one, or left out by a
 catalog change. A pair with none past the bound is **missing**: counted (``Metric.MISSING_PAIRS``, alarmed
 above zero), recorded for ``outbox status`` with the command that repairs it, and, where the stack allows it,
@@ -12,8 +13,8 @@ The bound is derived from the stack's settings (``outbox_cdk.timing.completeness
 pair may legitimately travel before it has an outcome or its message lands in an alarmed dead-letter queue.
 
 Engine code only: the pass is given the deployed catalog as data made at synth (``catalog_data``: each durable
-subscription's name, pattern, lane, ordering and ``ordered_since``), never the application's modules, so a
-module that no longer imports cannot stop the check that would notice it.
+subscription's name, pattern, ordering and ``ordered_since``, each WORKFLOW one's name, pattern and handler), never
+the application's modules, so a module that no longer imports cannot stop the check that would notice it.
 
 Its cost stays flat in the log's size: each tenant has a completeness watermark in the audit table
 (``TENANT#<tenant>#COMPLETENESS``), the seq below which every pair is settled or held in the tenant's short list
@@ -96,7 +97,7 @@ class CompletenessPass:
         now = self.context.now()
         result = PassResult()
         self._resent = 0  # the cap is per pass
-        deployed = self.context.deployed.durable()
+        deployed = self.context.deployed.consumed()
         seen = self.log.first_seen([s.name for s in deployed], now)
         names = list(self.context.tenants() if tenants is None else tenants)
         for index, tenant in enumerate(names):

@@ -14,6 +14,7 @@ from outbox.catalog import Catalog, Module
 from outbox.envelope import format_timestamp
 from outbox.exceptions import OutboxValidationError
 from outbox.subscriptions import Lane, Subscription
+from outbox.workflows import WorkflowHandler, workflow
 
 CATALOG_DATA_VERSION: Final = 1
 # Open pairs a tenant's watermark may hold below it; past this, the watermark waits (the events above it are
@@ -41,14 +42,20 @@ def state_partition(tenant: str) -> str:
 
 
 def catalog_data(catalog: Catalog) -> str:
-    """What the pass needs of ``catalog``: its durable subscriptions, as compact JSON (the anchoring function's
-    environment carries it; Lambda's 4 KB for all variables holds some forty subscriptions)."""
-    subscriptions = sorted((s for s in catalog.registry.subscriptions if s.lane is Lane.DURABLE), key=lambda s: s.name)
+    """What the pass needs of ``catalog``: the subscriptions the durable consumer runs, as compact JSON (the
+    anchoring function's environment carries it; Lambda's 4 KB for all variables holds some forty subscriptions):
+    each DURABLE one's name, pattern and ordering, each WORKFLOW one's name, pattern and handler (its lane's rule)."""
+    subscriptions = sorted(catalog.registry.subscriptions, key=lambda s: s.name)
     rows = [
         [s.name, s.pattern, int(s.ordered), format_timestamp(s.ordered_since) if s.ordered_since else ""]
         for s in subscriptions
+        if s.lane is Lane.DURABLE
     ]
-    return json.dumps({"v": CATALOG_DATA_VERSION, "durable": rows}, separators=(",", ":"))
+    document: dict[str, Any] = {"v": CATALOG_DATA_VERSION, "durable": rows}
+    flows = [[s.name, s.pattern, s.handler.path] for s in subscriptions if isinstance(s.handler, WorkflowHandler)]
+    if flows:  # absent without: the data of a catalog with none reads as it always did
+        document["workflow"] = flows
+    return json.dumps(document, separators=(",", ":"))
 
 
 def _moment(text: str) -> datetime:
@@ -76,6 +83,9 @@ def catalog_from_data(text: str) -> Catalog:
                 ordered_since=_moment(since) if since else None,
             )
             for name, pattern, ordered, since in document["durable"]
+        ) + tuple(
+            Subscription(name=name, pattern=pattern, lane=Lane.WORKFLOW, handler=workflow(path))
+            for name, pattern, path in document.get("workflow", [])
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise OutboxValidationError(

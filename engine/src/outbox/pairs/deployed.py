@@ -84,6 +84,11 @@ class DeployedCatalog:
         """The durable subscriptions, by name."""
         return sorted((s for s in self.registry.subscriptions if s.lane is Lane.DURABLE), key=lambda s: s.name)
 
+    def consumed(self) -> list[Subscription]:
+        """The subscriptions whose pairs the durable consumer runs (DURABLE, and WORKFLOW: handed to an
+        execution), by name: every one of their pairs has an outcome to come."""
+        return sorted((s for s in self.registry.subscriptions if s.lane in CONSUMER_LANES), key=lambda s: s.name)
+
 
 def _text(occurred_at: datetime | str | Callable[[], str]) -> str:
     if isinstance(occurred_at, str):

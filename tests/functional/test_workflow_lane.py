@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -238,11 +238,15 @@ def test_an_execution_waiting_for_a_callback_is_running_until_it_comes(lane: Wor
     lane.deliver()
     arn = lane.claim_row(envelope)["execution_arn"]["S"]
     callback = lane.durable.wait_for_callback(arn, name="label")
+    handed_at = datetime.fromisoformat(lane.claim_row(envelope)["handed_at"]["S"])
+    lane.clock.advance(timedelta(minutes=7))
     assert lane.ends.settle_all() == {Settled.RUNNING: 1}, "a running execution is an outcome in progress"
+    assert lane.ends.oldest_running_seconds == (lane.clock() - handed_at).total_seconds() >= 7 * 60
     assert lane.status(envelope) == State.HANDED
     lane.durable.send_callback_success(callback, b'"label-1"')
     assert lane.settle_when_ended(envelope) is Settled.COMPLETED
     assert lane.ends.settle_all() == {}, "settled once, and listed no more"
+    assert lane.ends.oldest_running_seconds == 0
 
 
 def test_an_execution_stopped_by_hand_makes_the_pair_dead(lane: WorkflowLane) -> None:

@@ -213,6 +213,28 @@ def test_the_completeness_pass_is_given_the_workflow_subscription_in_its_catalog
     assert (flow.name, flow.pattern, flow.lane) == ("shop.ship_order", "shop.order_paid", Lane.WORKFLOW)
 
 
+def test_the_dashboard_graphs_the_workflows_running_and_the_oldest_s_age_and_shows_every_alarm(
+    template: dict[str, Any],
+) -> None:
+    from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS, Settled
+    from outbox_cdk.workflow_settler import SERVICE_NAME
+    from tests.infrastructure.template_queries import resources_of_type
+
+    _, dashboard = only_resource(template, "AWS::CloudWatch::Dashboard")
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    widgets = json.loads(
+        "".join(p if isinstance(p, str) else "0" for p in dashboard["Properties"]["DashboardBody"]["Fn::Join"][1])
+    )
+    [running] = [w for w in widgets["widgets"] if w["properties"].get("title", "").startswith("Workflows: running")]
+    metrics = running["properties"]["metrics"]
+    assert [m[1] for m in metrics] == [SETTLED_METRICS[Settled.RUNNING], OLDEST_METRIC]
+    assert all(m[2:4] == ["service", SERVICE_NAME] for m in metrics), "the settle pass's metrics"
+    assert metrics[1][-1]["yAxis"] == "right"
+    assert SETTLED_METRICS[Settled.DEAD] in body
+    for alarm_id in resources_of_type(template, "AWS::CloudWatch::Alarm"):
+        assert json.dumps({"Fn::GetAtt": [alarm_id, "Arn"]}) in body, alarm_id
+
+
 def test_cfn_lint_accepts_the_durable_function(template: dict[str, Any]) -> None:
     matches = lint(json.dumps(template), regions=["us-east-1"])
     errors = [f"{m.rule.id}: {m.message}" for m in matches if m.rule.id.startswith("E")]

@@ -161,6 +161,49 @@ def test_a_box_too_small_for_the_tables_still_says_how_many_problems_and_where_t
     assert "3 problems need attention" in "".join(read(page).parts)
 
 
+def running(count: int, overdue: int = 0) -> list[RunningWorkflow]:
+    """``count`` workflows, oldest first, handed an hour apart; the first ``overdue`` past their bound."""
+    return [
+        RunningWorkflow(
+            f"t{n % 3}",
+            "shipping.ship_order",
+            f"01HZX{n:021}",
+            f"arn:aws:lambda:us-east-1:1:function:ship:live/durable-execution/{n}/x",
+            f"2026-04-{1 + n:02}T12:00:03+00:00",
+            (30 - n) * 86_400,
+            overdue=n < overdue,
+        )
+        for n in range(count)
+    ]
+
+
+def test_the_workflows_running_are_listed_oldest_first_with_their_age_under_what_needs_an_operator() -> None:
+    report = replace(status([calm("acme")]), workflows=running(3, overdue=1))
+    page = render(report, [], now=NOW)
+    text = " ".join(" ".join(read(page).parts).split())
+    assert "3 workflows running" in text
+    heading = text.index("Workflows running, oldest first (3)")
+    assert text.index("Also needing attention") < heading < text.index("Tenants (1)"), "after the problems"
+    places = [text.index(w.event_id) for w in report.workflows]
+    assert places == sorted(places), "oldest first"
+    assert "shipping.ship_order t0 01HZX000000000000000000000 30d 0h" in text
+    # The overdue one's age in red, the others' plain
+    assert '<td class="bad" title="30d 0h">30d 0h</td>' in page
+    assert '<td title="29d 0h">29d 0h</td>' in page
+    narrow = render(report, [], now=NOW, box=Box(width=588, height=369))
+    said = [dict(attrs)["title"] for tag, attrs in read(narrow).tags if tag == "div" and "line" in str(dict(attrs))]
+    assert "shipping.ship_order of 01HZX000000000000000000001 (t1): running for 29d 0h" in said
+
+
+def test_many_workflows_running_end_with_how_many_more_and_the_page_fits_its_box() -> None:
+    box = Box(width=1000, height=300)
+    page = render(replace(status([calm("acme")]), workflows=running(40)), [], now=NOW, box=box)
+    text = " ".join(" ".join(read(page).parts).split())
+    assert re.search(r"and \d+ more: outbox status", text)
+    assert "Healthy: nothing needs an operator" in text, "a running workflow is no problem"
+    assert lines(page) == box.lines
+
+
 def test_the_dark_theme_is_a_class_of_the_page() -> None:
     assert 'class="outbox-status dark"' in render(status([]), [], now=NOW, box=Box(dark=True))
     assert "No tenants yet" in "".join(read(render(status([]), [], now=NOW)).parts)

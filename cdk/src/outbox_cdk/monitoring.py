@@ -23,15 +23,19 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS, Settled
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
 from outbox_cdk.inbox_table import InboxTable
+from outbox_cdk.lambda_defaults import engine_metric
 from outbox_cdk.queue_consumer import QueueConsumer
 from outbox_cdk.record_change_consumer import ROW_CHANGE_METRICS
 from outbox_cdk.timing import (
     QUEUE_VISIBILITY_TIMEOUT_SECONDS,
     RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
 )
+from outbox_cdk.workflow_settler import SERVICE_NAME as SETTLER_SERVICE
+from outbox_cdk.workflow_settler import WorkflowSettler
 
 PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
 # Each failed execution is retried (finite retries, then the pipe DLQ); of a partly failed one, only the
@@ -109,6 +113,7 @@ class PipelineMonitoring(Construct):
         tamper_pipe_name: str | None = None,
         status: cloudwatch.IWidget | None = None,
         status_alarms: Sequence[cloudwatch.IAlarm] = (),
+        workflows: WorkflowSettler | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.alarm_topic = alarm_topic
@@ -146,6 +151,7 @@ class PipelineMonitoring(Construct):
             *operator_endpoint_alarms,
             *audit_alarms,
             *status_alarms,
+            *(workflows.alarms if workflows is not None else []),
         ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(6))
         self.dashboard.add_widgets(
@@ -172,6 +178,8 @@ class PipelineMonitoring(Construct):
             ),
         )
         self._add_durable_consumer_widgets(consumer, inbox)
+        if workflows is not None:
+            self.dashboard.add_widgets(*_workflow_widgets(workflows))
         if record_change is not None:
             self._add_record_change_widgets(record_change)
 
@@ -335,6 +343,33 @@ def _queue_age_widget(title: str, queue: sqs.IQueue, alarm_threshold_seconds: in
         left_annotations=[cloudwatch.HorizontalAnnotation(value=alarm_threshold_seconds, label="alarm")],
         width=WIDGET_WIDTH,
     )
+
+
+def _workflow_widgets(settler: WorkflowSettler) -> list[cloudwatch.IWidget]:
+    """The WORKFLOW lane, as each settle pass counts it (``outbox.handlers.workflow_ends``): the workflows running
+    and how long the oldest has run (``outbox status`` and the status widget list each), how they ended, and the
+    pass itself."""
+
+    def metric(name: str, statistic: str, label: str) -> cloudwatch.Metric:
+        return engine_metric(SETTLER_SERVICE, name, statistic=statistic, period=DASHBOARD_PERIOD).with_(label=label)
+
+    return [
+        cloudwatch.GraphWidget(
+            title="Workflows: running, and how long the oldest has run (s)",
+            left=[metric(SETTLED_METRICS[Settled.RUNNING], cloudwatch.Stats.MAXIMUM, "running")],
+            right=[metric(OLDEST_METRIC, cloudwatch.Stats.MAXIMUM, "oldest running (s)")],
+            width=WIDGET_WIDTH,
+        ),
+        cloudwatch.GraphWidget(
+            title="Workflows: ended, completed or dead",
+            left=[
+                metric(SETTLED_METRICS[Settled.COMPLETED], cloudwatch.Stats.SUM, "completed"),
+                metric(SETTLED_METRICS[Settled.DEAD], cloudwatch.Stats.SUM, "dead"),
+            ],
+            width=WIDGET_WIDTH,
+        ),
+        *_function_widgets("Workflow settle pass", settler.function)[:1],
+    ]
 
 
 def _function_widgets(title: str, function: lambda_.Function) -> list[cloudwatch.IWidget]:

@@ -603,6 +603,7 @@ class OutboxPipeline(Construct):
             tamper_pipe_name=self.auditor.pipe.pipe_name,
             status=self.status_widget.widget,
             status_alarms=self.status_widget.alarms,
+            workflows=self.workflows.settler,
         )
 
     def _declare_outputs(self, environment: Mapping[str, str]) -> None:

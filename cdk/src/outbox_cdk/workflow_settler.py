@@ -23,6 +23,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox.redaction import ErrorDetail
+from outbox.workflows.ends import SETTLED_METRICS, Settled
 from outbox.workflows.handoffs import RUNNING_PARTITION_PREFIX
 from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
@@ -35,7 +36,7 @@ HANDLER: Final = "outbox.handlers.workflow_ends.handler"
 SERVICE_NAME: Final = "workflow-ends"
 SCHEDULE: Final = Duration.minutes(1)
 TIMEOUT: Final = Duration.minutes(1)
-DEAD_METRIC: Final = "WorkflowsDead"
+DEAD_METRIC: Final = SETTLED_METRICS[Settled.DEAD]
 
 
 # On the inbox, by partition (``dynamodb:LeadingKeys``): the running index is read and its rows deleted; a claim is

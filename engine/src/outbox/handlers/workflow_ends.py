@@ -18,20 +18,12 @@ from outbox.clients import engine_dynamodb_client
 from outbox.inbox import Inbox
 from outbox.redaction import ErrorDetail
 from outbox.settings import _from_env
-from outbox.workflows.ends import Settled, WorkflowEnds
+from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS, Settled, WorkflowEnds
 from outbox.workflows.starter import WorkflowStarter
 
 logger = Logger()
 metrics = Metrics()
 copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})
-
-# The pass's counts, one metric each (the construct alarms on dead ones and graphs the running).
-SETTLED_METRICS = {
-    Settled.RUNNING: "WorkflowsRunning",
-    Settled.COMPLETED: "WorkflowsCompleted",
-    Settled.DEAD: "WorkflowsDead",
-    Settled.NOT_HANDED: "WorkflowsSettledElsewhere",
-}
 
 
 class WorkflowEndsSettings(BaseModel):
@@ -59,7 +51,9 @@ def ends() -> WorkflowEnds:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    counts = ends().settle_all()
+    settle = ends()
+    counts = settle.settle_all()
     for outcome, metric in SETTLED_METRICS.items():
         metrics.add_metric(name=metric, unit="Count", value=counts.get(outcome, 0))
+    metrics.add_metric(name=OLDEST_METRIC, unit="Seconds", value=settle.oldest_running_seconds)
     return {outcome.value: counts.get(outcome, 0) for outcome in Settled}

@@ -4,8 +4,9 @@
 
 It fits its box, however much is wrong: every row is one line of ``LINE_PX`` (a text too long for its place
 ends in an ellipsis, and its title holds the whole text), so the page's height is counted in lines before it is
-written; the lists share the lines left under the facts at the top, what needs an operator first, and a list
-longer than its share ends with "and N more: <command>". A box narrower than ``NARROW_PX`` gets lines instead of
+written; the lists share the lines left under the facts at the top, what needs an operator first (then the workflows
+running and the tenants that need nothing, in what is left), and a list longer than its share ends with "and N
+more: <command>". A box narrower than ``NARROW_PX`` gets lines instead of
 tables: each row in a line, its command in the next. Everything that comes from data is escaped. No script:
 CloudWatch strips JavaScript from a custom widget, and the page needs none.
 """
@@ -20,7 +21,7 @@ from typing import Final
 
 from outbox.ops.groups import FailureGroup
 from outbox.ops.status import Status
-from outbox.ops.status_view import Cell, Fact, Facts, Row, Section, facts, sections
+from outbox.ops.status_view import Cell, Fact, Facts, Row, Section, facts, running, sections
 from outbox.ops.wording import plural
 
 LINE_PX: Final = 18
@@ -59,9 +60,11 @@ def render(status: Status, groups: Sequence[FailureGroup], *, now: datetime, box
     left = box.lines - len(header)
     shares = _shares([1 + len(s.rows) * step for s, step in zip(found, steps, strict=True)], steps, left)
     left -= sum(shares)
-    if calm.rows and left >= 2:  # the tenants that need nothing, in what is left
-        found.append(calm)
-        shares.append(min(1 + len(calm.rows), left))
+    for quiet in (running(status), calm):  # what needs nothing, in what is left: the workflows, then the tenants
+        if quiet.rows and left >= 2:
+            found.append(quiet)
+            shares.append(min(1 + len(quiet.rows), left))
+            left -= shares[-1]
     blocks = [_block(section, share, box) for section, share in zip(found, shares, strict=True) if share]
     theme = " dark" if box.dark else ""
     return (

@@ -9,8 +9,9 @@ alarm watches that passes run); the open dead letters and poison pills; every qu
 depth, the pipes' states. The sections, when something needs an operator: the tenants that do (chain, anchor,
 open tamper findings, dead letters), the failure groups, the dead-letter queues with messages, and whatever
 else status lists (a pipe not running, an ordered subscription whose events wait, poison pills, pairs the
-completeness pass found with no outcome past its bound); then the
-tenants that need nothing, with their chains and anchors.
+completeness pass found with no outcome past its bound); then the workflows running, oldest first, with how long
+each has run (an outcome in progress, as ``outbox status`` lists them: one past its execution's bound is a problem
+above too), and the tenants that need nothing, with their chains and anchors.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Final
 from outbox.ops.groups import FailureGroup
 from outbox.ops.status import HEALTHY_PIPE_STATES, Concern, Problem, Status, TenantStatus
 from outbox.ops.wording import plural
+from outbox.ops.workflows import RunningWorkflow, duration
 
 ALL_OF_IT: Final = "outbox status"
 
@@ -79,6 +81,7 @@ def facts(status: Status, problems: list[Problem], now: datetime) -> Facts:
         (
             Cell(plural(sum(t.dead_letters for t in status.tenants), "open dead letter")),
             Cell(f" · poison pills today: {status.poison_pills_today}"),
+            *([Cell(f" · {plural(len(status.workflows), 'workflow')} running")] if status.workflows else []),
         ),
         (Cell("Queues: " + (", ".join(_lanes(status)) or "none")),),
         _dead_letter_queues(status),
@@ -194,6 +197,26 @@ def sections(status: Status, problems: list[Problem], groups: Sequence[FailureGr
         repairs=False,
     )
     return [section for section in needing if section.rows], others
+
+
+def running(status: Status) -> Section:
+    """The workflows running, oldest first (``outbox.ops.workflows``): not a problem, so no repair; one past its
+    execution's bound has its age in red (and is a problem in "Also needing attention")."""
+    return Section(
+        f"Workflows running, oldest first ({len(status.workflows)})",
+        30,
+        (("tenant", 16), ("event", 32), ("running for", 22)),
+        [_running(workflow) for workflow in status.workflows],
+        "running workflow",
+        repairs=False,
+    )
+
+
+def _running(workflow: RunningWorkflow) -> Row:
+    age = Cell(duration(workflow.age_seconds), "bad" if workflow.overdue else "")
+    cells = (Cell(workflow.subscription), Cell(workflow.tenant), Cell(workflow.event_id), age)
+    brief = (Cell(f"{workflow.subscription} of {workflow.event_id} ({workflow.tenant}): running for "), age)
+    return Row(cells, brief, "")
 
 
 def _troubled(tenant: TenantStatus, problems: list[Problem]) -> list[Row]:

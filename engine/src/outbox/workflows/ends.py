@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
 from outbox.inbox.table import InboxTable
 from outbox.redaction import ErrorDetail
-from outbox.workflows.handoffs import Handoff, Handoffs
+from outbox.workflows.handoffs import Handoff, Handoffs, handed_since
 from outbox.workflows.starter import WorkflowStarter
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,17 @@ class Settled(StrEnum):
     NOT_HANDED = "not_handed"  # no claim HANDED to that execution (settled already, or never handed)
 
 
+# What each pass publishes (``outbox.handlers.workflow_ends``; the construct alarms on the dead and the dashboard
+# graphs them): how many pairs it found in each outcome, and how long the oldest still running has run (seconds).
+SETTLED_METRICS: Final = {
+    Settled.RUNNING: "WorkflowsRunning",
+    Settled.COMPLETED: "WorkflowsCompleted",
+    Settled.DEAD: "WorkflowsDead",
+    Settled.NOT_HANDED: "WorkflowsSettledElsewhere",
+}
+OLDEST_METRIC: Final = "OldestWorkflowAge"
+
+
 class WorkflowEnds:
     """Settles handed pairs whose executions ended."""
 
@@ -50,6 +61,7 @@ class WorkflowEnds:
         self.handoffs = Handoffs(inbox)
         self.starter = starter
         self.error_detail = error_detail
+        self.oldest_running_seconds = 0.0  # the last pass's (settle_all)
 
     def settle(self, event_id: str, subscription: str) -> Settled:
         """Look at the pair's execution and, if it ended, settle the pair."""
@@ -87,10 +99,16 @@ class WorkflowEnds:
         return outcome
 
     def settle_all(self) -> Counter[Settled]:
-        """One pass over every handed pair: how many are still running, completed, dead (or settled meanwhile)."""
+        """One pass over every handed pair: how many are still running, completed, dead (or settled meanwhile).
+        ``oldest_running_seconds`` says then how long the oldest of those still running has run (0: none)."""
         counts: Counter[Settled] = Counter()
+        now = self.handoffs.inbox.clock()
+        self.oldest_running_seconds = 0.0
         for running in list(self.handoffs.running()):
-            counts[self.settle(running.event_id, running.subscription)] += 1
+            settled = self.settle(running.event_id, running.subscription)
+            counts[settled] += 1
+            if settled is Settled.RUNNING:
+                self.oldest_running_seconds = max(self.oldest_running_seconds, handed_since(running, now))
         return counts
 
     def _error(self, status: str, error: dict[str, Any]) -> tuple[str, str]:

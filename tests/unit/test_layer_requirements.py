@@ -71,6 +71,25 @@ def test_the_lock_satisfies_every_dependency_the_engine_declares() -> None:
     assert problems == []
 
 
+def test_the_layer_carries_the_durable_execution_sdk_a_workflow_s_handler_imports() -> None:
+    """A WORKFLOW subscription's function runs its durable handler on this layer (outbox_cdk.WorkflowFunction): the
+    ``workflow`` extra's requirements are locked in it, within the ranges the package declares, as the ones it
+    always needs are."""
+    pins = pinned()
+    extra = [
+        Requirement(spec)
+        for spec in metadata.requires("chained-outbox") or []
+        if Requirement(spec).marker is not None and Requirement(spec).marker.evaluate({"extra": "workflow"})
+    ]
+    assert [canonical(r.name) for r in extra] == ["aws-durable-execution-sdk-python"]
+    for requirement in extra:
+        name = canonical(requirement.name)
+        assert name in pins, f"{requirement} is not in the layer's lock"
+        assert requirement.specifier.contains(pins[name]), f"the lock pins {name}=={pins[name]}, outside {requirement}"
+    locked = LAYER_REQUIREMENTS.with_name("requirements.lock").read_text()
+    assert re.search(r"^aws-durable-execution-sdk-python==\S+ --hash=sha256:[0-9a-f]{64}$", locked, re.MULTILINE)
+
+
 def test_the_construct_library_builds_the_layer_from_this_lock() -> None:
     from outbox_cdk import engine_layer
 

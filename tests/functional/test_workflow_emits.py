@@ -54,7 +54,7 @@ def test_a_step_run_again_after_its_event_committed_emits_it_once(store: EventSt
     given_input = started_by(store)
     emitted = []
     for _ in range(3):  # within the token's 10 minutes, and after them
-        emitted.append(emits_of(store, given_input).emit("announce", "shipment.booked", {"n": 1}))
+        emitted.append(emits_of(store, given_input).emit("shipment.booked", {"n": 1}, step="announce"))
         clock.advance(timedelta(seconds=200))
     events = log(store)
     assert [e.type for e in events] == ["order.paid", "shipment.booked"]
@@ -68,25 +68,27 @@ def test_a_step_run_again_after_its_event_committed_emits_it_once(store: EventSt
 def test_each_step_and_each_execution_emits_its_own(store: EventStore) -> None:
     given_input = started_by(store)
     emits = emits_of(store, given_input)
-    first = emits.emit("announce", "shipment.booked", {"n": 1})
-    second = emits.emit("remind", "shipment.booked", {"n": 2})
-    third = emits_of(store, given_input, EXECUTION.replace("/1", "/2")).emit("announce", "shipment.booked", {"n": 1})
+    first = emits.emit("shipment.booked", {"n": 1}, step="announce")
+    second = emits.emit("shipment.booked", {"n": 2}, step="remind")
+    third = emits_of(store, given_input, EXECUTION.replace("/1", "/2")).emit(
+        "shipment.booked", {"n": 1}, step="announce"
+    )
     assert len({first, second, third}) == 3
     assert [e.id for e in log(store)[1:]] == [first, second, third]
     with pytest.raises(OutboxValidationError, match="emits twice"):
-        emits.emit("announce", "shipment.booked", {"n": 3})
+        emits.emit("shipment.booked", {"n": 3}, step="announce")
 
 
 def test_the_step_row_and_the_caller_s_writes_commit_with_the_event(store: EventStore, dynamodb: Any) -> None:
     given_input = started_by(store)
     order = writes.put(ORDERS_TABLE, {"pk": "ORDER#o-1", "sk": "SHIPPED"}, condition="attribute_not_exists(pk)")
     emits = emits_of(store, given_input)
-    event_id = emits.emit("announce", "shipment.booked", {"n": 1}, extra_writes=[order])
+    event_id = emits.emit("shipment.booked", {"n": 1}, step="announce", extra_writes=[order])
     row = dynamodb.get_item(TableName=ORDERS_TABLE, Key=writes.typed(step_key(event_id)))
     assert (row["Item"]["execution_arn"]["S"], row["Item"]["step"]["S"]) == (EXECUTION, "announce")
     # A caller's write whose condition fails is named by its own position, and nothing commits
     with pytest.raises(CallerWriteConditionFailedError) as failed:
-        emits_of(store, given_input).emit_once("other", "shipment.booked", {"n": 2}, [order])
+        emits_of(store, given_input).emit_once("shipment.booked", {"n": 2}, "other", [order])
     assert failed.value.index == 0
     assert len(log(store)) == 2
 
@@ -151,7 +153,7 @@ def test_the_sdk_running_the_step_again_after_its_commit_emits_once(store: Event
     @durable_execution
     def ship(event: Any, context: Any) -> str:
         return WorkflowEmits(workflow_store, WorkflowInput.of(event), context, inbox_table=ORDERS_TABLE).emit(
-            "announce", "shipment.booked", {"order_id": "o-1"}
+            "shipment.booked", {"order_id": "o-1"}, step="announce"
         )
 
     with DurableFunctionTestRunner(handler=ship) as runner:

@@ -51,7 +51,7 @@ class WorkflowEmits:
     """Emits from a durable handler's steps, each once per (execution, step name).
 
     >>> emits = WorkflowEmits(store, WorkflowInput.of(event), context)           # doctest: +SKIP
-    >>> emits.emit("announce", "shipment.booked", {"order_id": "o-1"})          # doctest: +SKIP
+    >>> emits.emit("shipment.labelled", {"order_id": "o-1"}, step="announce")   # doctest: +SKIP
 
     ``store`` is an ``EventStore`` of the events table and ``inbox_table`` the pipeline's inbox (a workflow's
     function is granted emit and these rows, and told both tables, by ``OutboxPipeline``: ``EVENTS_TABLE_NAME``,
@@ -72,23 +72,24 @@ class WorkflowEmits:
 
     def emit(
         self,
-        step: str,
         event_type: str,
         payload: Mapping[str, Any],
         *,
+        step: str,
         extra_writes: Sequence[Mapping[str, Any]] = (),
     ) -> str:
         """Emit ``event_type`` in the durable step ``step`` (with ``extra_writes``, in its transaction): the event's
-        id, the same on every run of the step, whether this run committed it or an earlier one did."""
+        id, the same on every run of the step, whether this run committed it or an earlier one did. The type comes
+        first, as ``EventStore.emit``'s, so the catalog's contract reads it from the call (``Module.code``)."""
         if step in self._names:
             raise OutboxValidationError(
                 f"the workflow step {step!r} emits twice in one execution: give each emit a step name of its own"
             )
         self._names.add(step)
-        return str(self.context.step(lambda _step: self.emit_once(step, event_type, payload, extra_writes), name=step))
+        return str(self.context.step(lambda _step: self.emit_once(event_type, payload, step, extra_writes), name=step))
 
     def emit_once(
-        self, step: str, event_type: str, payload: Mapping[str, Any], extra_writes: Sequence[Mapping[str, Any]] = ()
+        self, event_type: str, payload: Mapping[str, Any], step: str, extra_writes: Sequence[Mapping[str, Any]] = ()
     ) -> str:
         """The step's function: emit the event with its step row, or find the row an earlier run committed."""
         envelope = self.given.envelope

@@ -54,19 +54,29 @@ class LeasePath:
         return OrderBook(self.inbox.table_name, store.table_name, client=self.inbox.client, clock=self.inbox.clock)
 
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
-        claimed = self.attempts.claim(pair, remaining_ms)
-        if not isinstance(claimed, Claim):
-            return claimed
-        claim = claimed
-        if claim.waits_for is not None:
-            left = self.leave_order(claim, pair)
-            if isinstance(left, DeliveryOutcome):
-                return left
-            claim = left
+        claim = self.claim_to_run(pair, remaining_ms)
+        if isinstance(claim, DeliveryOutcome):
+            return claim
         done = self.run_and_complete(
             claim, pair, remaining_ms, lambda result: self.complete(claim, pair.envelope, pair.subscription, result)
         )
         return DeliveryOutcome.COMPLETED if done is None else done
+
+    def claim_to_run(self, pair: Pair, remaining_ms: RemainingMs) -> Claim | DeliveryOutcome:
+        """The pair's claim, out of any order it was deferred in, ready to run (its handler, or its workflow's
+        start); else the outcome that says why not (done already, held by a live lease, the order moved)."""
+        claimed = self.attempts.claim(pair, remaining_ms)
+        if not isinstance(claimed, Claim) or claimed.waits_for is None:
+            return claimed
+        return self.leave_order(claimed, pair)
+
+    def unfinished(self, claim: Claim, pair: Pair) -> DeliveryOutcome | None:
+        """Dead, unrun, when every allowed attempt started and none ended (a crash or a timeout each time)."""
+        if claim.attempts > self.inbox.max_attempts:
+            crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
+            envelope, subscription = pair.envelope, pair.subscription
+            return self.attempts.failed(claim, envelope, subscription, crashed, pair.receive_count, terminal=False)
+        return None
 
     def leave_order(self, claim: Claim, pair: Pair) -> Claim | DeliveryOutcome:
         """A pair deferred in an order the deployed catalog no longer routes it through (``outbox.pairs``: DEFERRED,
@@ -91,10 +101,9 @@ class LeasePath:
         """Run a claimed pair's handler, then ``complete`` it with the handler's result: what ``complete``
         returned, or the outcome of a failure (classified and recorded here)."""
         envelope, subscription, receive_count = pair.envelope, pair.subscription, pair.receive_count
-        if claim.attempts > self.inbox.max_attempts:
-            # Every allowed attempt started and none ended (a crash or a timeout each time): dead, unrun.
-            crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
-            return self.attempts.failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
+        unfinished = self.unfinished(claim, pair)
+        if unfinished is not None:
+            return unfinished
         try:
             handler_result = self.attempts.run_handler(pair, claim.idempotency_key, claim.attempts, remaining_ms)
         except Exception as exc:  # a handler may raise anything: classify it, never lose it

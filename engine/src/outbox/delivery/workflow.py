@@ -16,9 +16,8 @@ from typing import Any
 
 from outbox.delivery.attempts import Attempts
 from outbox.delivery.lease import LeasePath
-from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, UnfinishedAttemptsError
+from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
 from outbox.exceptions import LeaseLostError, OutboxValidationError
-from outbox.inbox import Claim
 from outbox.subscriptions import Lane, SubscriptionRegistry
 from outbox.workflows import WorkflowInput, execution_name
 from outbox.workflows.handoffs import Handoffs
@@ -54,21 +53,15 @@ class WorkflowPath:
         return found
 
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
-        claimed = self.attempts.claim(pair, remaining_ms)
-        if not isinstance(claimed, Claim):
-            return claimed
-        claim = claimed
-        if claim.waits_for is not None:
-            # Deferred in an order the deployed catalog no longer routes it through (moved here from an ordered
-            # DURABLE subscription): it leaves the order with its count before it is handed, as the lease path's does.
-            left = self.lease.leave_order(claim, pair)
-            if isinstance(left, DeliveryOutcome):
-                return left
-            claim = left
+        # The lease path's claim: a pair deferred in an order the deployed catalog no longer routes it through
+        # (moved here from an ordered DURABLE subscription) leaves the order with its count before it is handed.
+        claim = self.lease.claim_to_run(pair, remaining_ms)
+        if isinstance(claim, DeliveryOutcome):
+            return claim
+        unfinished = self.lease.unfinished(claim, pair)
+        if unfinished is not None:
+            return unfinished
         envelope, subscription, receive_count = pair.envelope, pair.subscription, pair.receive_count
-        if claim.attempts > self.attempts.inbox.max_attempts:
-            crashed = UnfinishedAttemptsError(f"{claim.attempts - 1} attempts ended without an answer (crash, timeout)")
-            return self.attempts.failed(claim, envelope, subscription, crashed, receive_count, terminal=False)
         attempt = claim.workflow_attempt
         name = execution_name(envelope.id, subscription.name, attempt)
         try:

@@ -57,17 +57,21 @@ class Handoff:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Handoff:
+        """The claim row read as every claim row is (``ClaimRecord``), and what the hand-off added to it."""
+        from outbox.inbox.records import ClaimRecord  # the settle pass's and status's, not the consumer's cold start
+
+        claim = ClaimRecord.from_item(row)
         return cls(
-            event_id=_string(row, "event_id") or row["pk"]["S"].removeprefix(keys.claim_partition("")),
-            subscription=_string(row, "subscription") or row["sk"]["S"],
-            tenant=row["tenant"]["S"],
-            event_type=_string(row, "event_type") or "",
-            event_seq=_number(row, "event_seq") or 0,
+            event_id=claim.event_id,
+            subscription=claim.subscription,
+            tenant=claim.tenant,
+            event_type=claim.event_type or "",
+            event_seq=claim.event_seq or 0,
             execution_arn=row["execution_arn"]["S"],
             execution_name=row["execution_name"]["S"],
             attempt=_number(row, "workflow_attempt") or 1,
             handed_at=row["handed_at"]["S"],
-            open_dead_letter=_string(row, "open_dead_letter"),
+            open_dead_letter=claim.open_dead_letter,
         )
 
 

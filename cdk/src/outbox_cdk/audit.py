@@ -21,8 +21,6 @@ from typing import Any, Final
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_events as eventbridge
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -31,12 +29,11 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from outbox.auditor import Metric
-from outbox_cdk import checkov
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable
-from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
-from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction, engine_metric
+from outbox_cdk.grants import grant_items
+from outbox_cdk.lambda_defaults import ApplicationCode, engine_metric
 from outbox_cdk.liveness import (
     anchoring_not_invoked_alarm,
     anchoring_stopped_alarm,
@@ -47,6 +44,7 @@ from outbox_cdk.liveness import (
 from outbox_cdk.queue_consumer import MIN_MAX_CONCURRENCY, QueueConsumer
 from outbox_cdk.redriven_queue import RedrivenQueue
 from outbox_cdk.rule_names import rule_name
+from outbox_cdk.scheduled_pass import PassIds, PassWords, scheduled_pass
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
 from outbox_cdk.table_defaults import protected_table
 from outbox_cdk.timing import visibility_timeout_seconds
@@ -293,78 +291,39 @@ class Auditor(Construct):
         alarm_topic: sns.ITopic,
         encryption_key: kms.IKey | None,
     ) -> lambda_.Function:
-        engine_function = EngineFunction(
+        def grant(function: lambda_.Function) -> None:
+            events.grant_read(function)
+            audit.grant_anchor(function)
+
+        anchoring = scheduled_pass(
             self,
-            "Anchoring",
+            PassIds("Anchoring", "AnchoringDeadLetters", ANCHORING_SCHEDULE_ID, "AnchoringErrorsAlarm"),
+            PassWords(
+                function="Chain anchoring: verifies each tenant's log since its anchor every hour and advances it",
+                dead_letters="anchoring passes that failed every retry (the next hourly pass repeats the work)",
+                schedule="Runs the chain anchoring pass",
+                errors_alarm="The hourly chain anchoring failed (its log group has the error): anchors do not advance "
+                "and the verification it does did not happen.",
+                why_no_reserved_concurrency="Invoked once an hour by its schedule; passes that overlap only advance "
+                "anchors forward, so a limit protects nothing.",
+            ),
             handler=ANCHOR_HANDLER,
             service_name=ANCHOR_SERVICE,
-            description="Chain anchoring: verifies each tenant's log since its anchor every hour and advances it",
             timeout=Duration.seconds(ANCHOR_TIMEOUT_SECONDS),
             application=code,
             environment=environment,
-            encryption_key=encryption_key,
-        )
-        function = engine_function.function
-        events.grant_read(function)
-        audit.grant_anchor(function)
-        # Invoked asynchronously by the schedule: what fails its retries lands here, alarmed at zero.
-        self.anchoring_dead_letters = AlarmedDeadLetterQueue(
-            self,
-            "AnchoringDeadLetters",
+            rate=ANCHOR_SCHEDULE,
+            max_event_age=ANCHOR_SCHEDULE,
+            errors_period=Duration.minutes(5),
             alarm_topic=alarm_topic,
-            fifo=False,
-            description="anchoring passes that failed every retry (the next hourly pass repeats the work)",
             encryption_key=encryption_key,
+            grant=grant,
+            rule_name=rule_name(self, ANCHORING_SCHEDULE_ID),  # the pipeline key's policy names it (encryption)
         )
-        function_resource = function.node.default_child
-        assert isinstance(function_resource, lambda_.CfnFunction)
-        function_resource.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(
-            target_arn=self.anchoring_dead_letters.queue.queue_arn
-        )
-        # Lambda sends a failed asynchronous invocation to it with the function's role (R10.8): the one role its
-        # policy lets send. The schedule's EventBridge sends as itself, by CDK's Allow for that rule (_schedule).
-        # (No dependency of the function on that policy: the policy names the rule, which names the function.)
-        grant_messages(self.anchoring_dead_letters.queue, function, QUEUE_SEND_ACTIONS)
-        assert function.role is not None
-        self.anchoring_dead_letters.admit_sender(function.role)
-        checkov.skip(
-            function_resource,
-            "CKV_AWS_115",
-            "Invoked once an hour by its schedule; passes that overlap only advance anchors forward, so a limit "
-            "protects nothing. " + UNRESERVED_POOL,
-        )
-        # With encryption_key, EventBridge writes to this SSE-KMS queue with the key: OutboxPipeline admits it
-        # (encryption.admit_eventbridge_dead_letters).
-        self.anchoring_schedule = _schedule(self, function, self.anchoring_dead_letters.queue)
-        self.anchoring_errors_alarm = alarm_above(
-            self,
-            "AnchoringErrorsAlarm",
-            function.metric_errors(period=Duration.minutes(5), statistic=cloudwatch.Stats.SUM),
-            threshold=0,
-            description="The hourly chain anchoring failed (its log group has the error): anchors do not advance "
-            "and the verification it does did not happen.",
-            alarm_topic=alarm_topic,
-        )
-        return function
-
-
-def _schedule(scope: Construct, function: lambda_.IFunction, dead_letters: sqs.IQueue) -> eventbridge.Rule:
-    """Hourly. An invocation EventBridge cannot deliver, and one the function fails (Lambda's own DLQ, set
-    above), both end in the same alarmed queue. The target's DLQ gets CDK's queue policy statement that lets
-    ``events.amazonaws.com`` send for this rule only (``aws:SourceArn``, R10.8): a policy statement naming the
-    rule, not the key policy, so no cycle (``_admit_eventbridge``)."""
-    return eventbridge.Rule(
-        scope,
-        ANCHORING_SCHEDULE_ID,
-        rule_name=rule_name(scope, ANCHORING_SCHEDULE_ID),  # the pipeline key's policy names it (encryption)
-        description="Runs the chain anchoring pass",
-        schedule=eventbridge.Schedule.rate(ANCHOR_SCHEDULE),
-        targets=[
-            targets.LambdaFunction(
-                function, retry_attempts=2, max_event_age=ANCHOR_SCHEDULE, dead_letter_queue=dead_letters
-            )
-        ],
-    )
+        self.anchoring_dead_letters = anchoring.dead_letters
+        self.anchoring_schedule = anchoring.schedule
+        self.anchoring_errors_alarm = anchoring.errors_alarm
+        return anchoring.function
 
 
 def _anchors_deferred_alarm(scope: Construct, alarm_topic: sns.ITopic) -> cloudwatch.Alarm:

@@ -53,6 +53,7 @@ STEPS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--orders", "4", "--repetitions", "1"],
     ),
     "completeness": ("benchmarks.completeness_cost", ["--events", "1000"], ["--events", "20"]),
+    "workflow": ("benchmarks.workflow_cost", ["--orders", "40"], ["--orders", "4"]),
 }
 
 
@@ -74,7 +75,7 @@ def run_all(out_dir: Path, quick: bool) -> None:
     prepared: dict[str, Any] = {}
     for name, (module, full, smoke) in STEPS.items():
         arguments = list(smoke if quick else full)
-        if name in ("cost", "end_to_end"):
+        if name in ("cost", "end_to_end", "workflow"):
             arguments += ["--assembly", prepared["assembly"]]
         if name == "cold_start":
             arguments += ["--assembly", prepared["assembly"], "--layer", prepared["layer"]]

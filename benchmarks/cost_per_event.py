@@ -212,7 +212,9 @@ def verify(runtime: LocalRuntime) -> dict[str, int]:
     for tenant in TENANTS:
         for envelope in store.events(tenant):
             events[envelope.type] += 1
+            # The pairs the durable consumer runs: DURABLE ones, and WORKFLOW ones (completed by their execution's end)
             pairs += len(catalog.registry.matching(envelope.type, Lane.DURABLE))
+            pairs += len(catalog.registry.matching(envelope.type, Lane.WORKFLOW))
     paginator = dynamodb.get_paginator("scan")
     for page in paginator.paginate(
         TableName=inbox,
@@ -314,23 +316,33 @@ def _work_requests(meter: AwsMeter, *, fifo: bool) -> int:
     return max(chunks, 0)
 
 
-def run_cadence(assembly: Path, orders: int, cadence: str) -> dict[str, Any]:
+@contextmanager
+def instrumented_runtime(
+    assembly: Path, classify: Callable[[LocalRuntime], WriteClassifier] = write_classifier
+) -> Iterator[tuple[LocalRuntime, Instruments]]:
+    """The runtime booted from ``assembly``, every request of it metered (its writes' items told apart by
+    ``classify``) and every invocation timed, from zero: creating the tables and queues is not per event."""
     with metered() as meter, MotoMeter() as moto:
         instruments = Instruments(meter, moto)
         runtime = LocalRuntime.from_assembly(assembly, STACK_NAME, function_log_level="CRITICAL")
         with runtime:
             instrument(runtime, instruments)
-            meter.classifier = write_classifier(runtime)
-            meter.reset()  # creating the tables and queues is not per event
-            started = time.perf_counter()
-            run_workload(runtime, orders, cadence)
-            elapsed = time.perf_counter() - started
-            with acting_as(VERIFY):
-                produced = verify(runtime)
-            named = actors(runtime)
-        if produced["completed"] != produced["pairs"]:
-            raise RuntimeError(f"the run did not complete every (event, subscription): {produced}")
-        figures = summarise(instruments, produced["events"], produced["pairs"], named)
+            meter.classifier = classify(runtime)
+            meter.reset()
+            yield runtime, instruments
+
+
+def run_cadence(assembly: Path, orders: int, cadence: str) -> dict[str, Any]:
+    with instrumented_runtime(assembly) as (runtime, instruments):
+        started = time.perf_counter()
+        run_workload(runtime, orders, cadence)
+        elapsed = time.perf_counter() - started
+        with acting_as(VERIFY):
+            produced = verify(runtime)
+        named = actors(runtime)
+    if produced["completed"] != produced["pairs"]:
+        raise RuntimeError(f"the run did not complete every (event, subscription): {produced}")
+    figures = summarise(instruments, produced["events"], produced["pairs"], named)
     return {"cadence": cadence, "orders": orders, "seconds": elapsed, "produced": produced, **figures}
 
 

@@ -747,6 +747,49 @@ class CompletenessFigures(Figures):
     rows: list[CompletenessCatalog]
 
 
+class WorkflowPerExecution(Figures):
+    """One execution of the example's workflow, on average (``benchmarks.workflow_cost``)."""
+
+    durable_operations: float
+    bytes_written: float
+    invocations: float
+    gb_seconds: float
+    settle_requests: float
+    settle_read_units: float
+    settle_write_units: float
+    lane_item_write_units: float
+
+
+class WorkflowSettlePass(Figures):
+    memory_mb: int
+    ms_per_invocation: float
+    index_read_units_per_pass: float
+
+
+class WorkflowDollars(Figures):
+    """US dollars per million executions (one per event the WORKFLOW subscription runs for), line by line."""
+
+    durable_operations: float
+    data_written: float
+    data_retained: float
+    invocations: float
+    duration: float
+    dynamodb: float
+    total: float
+    settle_pass_per_month: float  # fixed: one pass a minute, whatever the traffic
+
+
+class WorkflowFigures(Figures):
+    subscription: str
+    executions: int
+    per_execution: WorkflowPerExecution
+    memory_mb: int
+    retention_days: int
+    settle_pass: WorkflowSettlePass
+    function: str
+    usd_per_million: WorkflowDollars
+
+
 class Results(Figures):
     prepare: PrepareFigures
     consumer: ConsumerFigures
@@ -755,6 +798,7 @@ class Results(Figures):
     emit: EmitFigures
     end_to_end: EndToEndFigures
     completeness: CompletenessFigures
+    workflow: WorkflowFigures
     run: RunFigures
 
 
@@ -767,6 +811,7 @@ FILES: dict[str, tuple[type[Figures], str]] = {
     "emit": (EmitFigures, "benchmarks.emit_contention"),
     "end_to_end": (EndToEndFigures, "benchmarks.end_to_end"),
     "completeness": (CompletenessFigures, "benchmarks.completeness_cost"),
+    "workflow": (WorkflowFigures, "benchmarks.workflow_cost"),
     "run": (RunFigures, "the runner, benchmarks.__main__"),
 }
 

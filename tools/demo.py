@@ -200,7 +200,10 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
         for envelope in store.events(tenant):
             emitted[envelope.type] += 1
             claims = operations.claims(envelope.id)
-            for subscription in operations.catalog.registry.matching(envelope.type, Lane.DURABLE):
+            registry = operations.catalog.registry
+            for subscription in registry.matching(envelope.type, Lane.DURABLE) + registry.matching(
+                envelope.type, Lane.WORKFLOW
+            ):
                 claim = claims.get(subscription.name)
                 runs[subscription.name] += claim.attempts if claim else 0
                 status = claim.status if claim else None
@@ -212,6 +215,11 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
     calls = sum(sum(s.calls.values()) for s in fakes.services.values())
     effects = sum(len(s.effects) for s in fakes.services.values())
     relay = runtime.pipe("RelayPipeName").counters
+    # The WORKFLOW lane's durable executions (the testing SDK ran them): how each ended, one per pair.
+    executions: Counter[str] = Counter()
+    if runtime.workflows is not None:
+        service = runtime.workflows.service
+        executions.update(str(service.status(e.arn)["Status"]) for e in service.executions())
     return {
         # What the functions call, as they see it: never an unannounced default.
         "services": runtime.function("DurableConsumerFunctionName").env.get(SERVICES_VARIABLE, "(not set)"),
@@ -226,6 +234,7 @@ def build_report(runtime: LocalRuntime, fakes: FakeServiceServer, workload: Work
         "events_emitted": dict(sorted(emitted.items())),
         "events_delivered_by_relay": relay.delivered,
         "handler_runs": dict(sorted(runs.items())),
+        "workflow_executions": dict(sorted(executions.items())),
         "completed_effects": dict(sorted(completed.items())),
         "duplicates_suppressed": {
             "pipe_duplicates_dropped_by_fifo_dedup": relay.duplicate_sends,
@@ -256,6 +265,8 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     table.add_row("delivered by the relay pipe", str(report["events_delivered_by_relay"]))
     for name, runs in report["handler_runs"].items():
         table.add_row(f"{name}: runs / completed", f"{runs} / {report['completed_effects'].get(name, 0)}")
+    for status, count in report["workflow_executions"].items():
+        table.add_row(f"workflow executions {status.lower()}", str(count))
     for key, value in report["duplicates_suppressed"].items():
         table.add_row(key.replace("_", " "), str(value))
     table.add_row("retries", str(report["retries"]))

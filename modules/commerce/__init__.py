@@ -1,5 +1,6 @@
 """The commerce module: orders and payments. A completed payment fans out to four durable subscriptions
-(storefront mirror, shipment booking, buyer notification, pet tag), each exactly once."""
+(storefront mirror, shipment booking, buyer notification, pet tag), each exactly once; a booked shipment's label is
+a workflow (``modules.commerce.shipping``: ask the carrier, wait the night, announce it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from modules.commerce.events import (
     OrderCreatedV1,
     PaymentCompleted,
     ShipmentBooked,
+    ShipmentLabelled,
     order_created_v1_to_v2,
 )
 from modules.services import Services
@@ -34,6 +36,7 @@ from outbox import (
     writes,
 )
 from outbox.catalog import EntitySpec, EventTypeSpec, Module
+from outbox.workflows import workflow
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +314,7 @@ class Commerce:
     def module(self) -> Module:
         return Module(
             name="commerce",
-            code=("modules.commerce",),
+            code=("modules.commerce", "modules.commerce.shipping"),
             event_types=(
                 EventTypeSpec(
                     "order.created",
@@ -322,6 +325,7 @@ class Commerce:
                 ),
                 EventTypeSpec("payment.completed", PaymentCompleted, "A payment settled an order"),
                 EventTypeSpec("shipment.booked", ShipmentBooked, "The carrier accepted the shipment"),
+                EventTypeSpec("shipment.labelled", ShipmentLabelled, "The carrier printed the shipment's label"),
             ),
             entities=(
                 EntitySpec("ORDER", "Orders"),
@@ -338,6 +342,13 @@ class Commerce:
                 Subscription("shipping.book_shipment", "payment.completed", Lane.DURABLE, self.book_shipment),
                 Subscription("notify.buyer", "payment.completed", Lane.DURABLE, self.notify_buyer),
                 Subscription("notify.shipment_booked", "shipment.booked", Lane.DURABLE, self.notify_shipment),
+                # Ask for the label, wait the night for it, announce it: a durable execution per event.
+                Subscription(
+                    "shipping.print_label",
+                    "shipment.booked",
+                    Lane.WORKFLOW,
+                    workflow("modules.commerce.shipping:print_label"),
+                ),
                 # Their only effects are the writes they return: no lease, one request each (Effects).
                 Subscription(
                     "pet_tag.mark_ordered",

@@ -62,3 +62,13 @@ class ShipmentBooked(BaseModel):
     order_id: str
     carrier_reference: str
     buyer_email: str
+
+
+class ShipmentLabelled(BaseModel):
+    """The carrier's label of a booked shipment is printed (the shipping workflow, modules.commerce.shipping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str
+    carrier_reference: str
+    label: str

@@ -22,7 +22,7 @@ def test_the_bill_counts_what_the_template_holds(synthesized: Synthesized) -> No
     alarms = resources(template, "AWS::CloudWatch::Alarm")
     # Each alarm reads one metric, but the dead-letter queues' arrival alarms, two each (visible and in flight).
     arrivals = [alarm for alarm in alarms if "DIFF(" in json.dumps(alarm)]
-    assert len(arrivals) == 8  # one per dead-letter queue, the control-plane watch's included
+    assert len(arrivals) == 9  # one per dead-letter queue, the control-plane watch's and the settle pass's included
     assert lines["CloudWatch alarm metrics"].count == alarm_metrics(template) == len(alarms) + len(arrivals)
     assert lines["CloudWatch dashboards"].count == 1
     # The anchoring pass's liveness metrics, published every hour, traffic or not: PipesNotRunning, AnchoringPasses,

@@ -31,6 +31,12 @@ def test_the_demo_loses_nothing_and_reports_it(tmp_path: Path, capsys: pytest.Ca
     assert report["poison_pills"] == 1
     assert set(report["queues"].values()) == {0}, "drained"
     assert report["completed_effects"]["sales.project_order"] == report["workload"]["orders_placed"]
+    # The shipment's label workflow: one execution per booked shipment, each ended, each label announced once
+    booked = report["events_emitted"]["shipment.booked"]
+    assert booked == report["workload"]["payments_completed"]
+    assert report["workflow_executions"] == {"SUCCEEDED": booked}
+    assert report["completed_effects"]["shipping.print_label"] == booked
+    assert report["events_emitted"]["shipment.labelled"] == booked
     # It ends with what happened in one sentence, and what to try next
     printed = " ".join(capsys.readouterr().out.split())
     [verdict] = printed.split("verdict: ")[1:]

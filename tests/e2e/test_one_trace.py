@@ -104,7 +104,13 @@ def test_every_effect_of_a_request_leads_back_to_its_trace(
     local.settle()
 
     store = local.store()
-    created, paid, booked = list(store.events(tenant))
+    created, paid, booked, labelled = list(store.events(tenant))
+    # The shipment's label workflow announced it, caused by the booking, in the booking's correlation
+    assert (labelled.type, labelled.causation_id, labelled.correlation_id) == (
+        "shipment.labelled",
+        booked.id,
+        booked.correlation_id,
+    )
     # The request's events record its context; the follow-up records the attempt that emitted it.
     assert created.trace_context is not None
     assert paid.trace_context is not None

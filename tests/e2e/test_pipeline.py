@@ -65,7 +65,10 @@ def test_a_payment_fans_out_to_four_subscriptions_each_completed_once(backend: B
     assert sales is not None
     assert (sales["orders"]["N"], sales["revenue_cents"]["N"]) == ("1", "1500")
     types = [e.type for e in backend.store().events(tenant)]
-    assert types == ["order.created", "payment.completed", "shipment.booked"], "the follow-up joined the log"
+    assert types[:3] == ["order.created", "payment.completed", "shipment.booked"], "the follow-up joined the log"
+    # The booked shipment's label workflow announces its label once, after its 12-hour wait (which the local
+    # runtime's testing SDK skips: there it has ended by now)
+    assert types[3:] == ["shipment.labelled"] if backend.name == "local" else types[3:] in ([], ["shipment.labelled"])
     assert backend.store().verify_chain(tenant).intact
     assert queue_depth(backend, "DurableQueueUrl") == 0
     assert queue_depth(backend, "DurableDeadLetterQueueUrl") == 0
@@ -176,7 +179,8 @@ def test_a_worker_killed_after_the_effect_and_before_completion_runs_again_witho
     key = f"{payment_event}:shipping.book_shipment"
     carrier = local.service("carrier")
     assert carrier.calls[key] == 2, "the handler ran again after the take-over"
-    assert list(carrier.effects) == [key], "and the idempotency key kept it to one shipment"
+    shipments = [k for k, effect in carrier.effects.items() if effect["operation"] == "shipments"]
+    assert shipments == [key], "and the idempotency key kept it to one shipment"
     assert claim_statuses(local, payment_event)["shipping.book_shipment"] == "COMPLETED"
     booked = [e for e in local.store().events(tenant) if e.type == "shipment.booked"]
     assert len(booked) == 1, "the follow-up event committed once, with the completion"

@@ -295,7 +295,7 @@ def test_a_consumer_whose_catalog_has_workflows_refuses_to_start_without_their_f
 
 
 def test_the_scheduled_pass_settles_what_ended_with_its_own_lambda_client(
-    lane: WorkflowLane, monkeypatch: pytest.MonkeyPatch
+    lane: WorkflowLane, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The deployed pass (outbox.handlers.workflow_ends) as Lambda runs it: its settings from the environment, its
     clients made by itself; the durable service answers its Lambda client through the default session."""
@@ -313,9 +313,16 @@ def test_the_scheduled_pass_settles_what_ended_with_its_own_lambda_client(
     with lane.durable.serving_default_session():
         lane.durable.wait(lane.claim_row(running)["execution_arn"]["S"])
         context = LocalLambdaContext("workflow-ends", timedelta(minutes=1), lane.clock)
+        capsys.readouterr()
         counts = workflow_ends.handler({}, context)
+        published = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+        # A pass with nothing to count publishes no metric at all (an idle stack pays for none)
+        idle = workflow_ends.handler({}, context)
+        assert '"_aws"' not in capsys.readouterr().out
     workflow_ends.ends.cache_clear()
     assert counts["completed"] == 2
+    assert idle == {"running": 0, "completed": 0, "dead": 0, "not_handed": 0}
+    assert [(m["WorkflowsCompleted"], "WorkflowsRunning" in m) for m in published] == [([2.0], False)]
     assert lane.status(ended) == lane.status(running) == State.COMPLETED
 
 

@@ -24,7 +24,8 @@ role's ARN in ``aws:PrincipalArn``: R10.1), or the service principal acting as i
 other key (``dynamodb:LeadingKeys``, ``aws:SourceArn``). A signed request carries ``aws:PrincipalIsAWSService``
 (``"true"`` for a service principal, else ``"false"``), an anonymous one does not (R10.7); whether a service
 principal's request carries an ``aws:PrincipalArn`` the documentation does not say, so a test may ask both ways.
-Templates' references (``Ref``, ``Fn::GetAtt``) are resolved through a mapping of logical id to ARN.
+Templates' references (``Ref``, ``Fn::GetAtt``, and ``Fn::Join`` of them) are resolved through a mapping of logical
+id to ARN.
 """
 
 from __future__ import annotations
@@ -162,6 +163,12 @@ def resolve(value: Any, arns: Mapping[str, str]) -> Any:
         if set(value) == {"Fn::GetAtt"}:
             logical_id, attribute = value["Fn::GetAtt"]
             return _known(arns, logical_id if attribute == "Arn" else f"{logical_id}.{attribute}")
+        if set(value) == {"Fn::Join"}:  # a reference and a suffix, say (a durable function's executions: ARN + ":*")
+            separator, parts = value["Fn::Join"]
+            joined = [resolve(part, arns) for part in parts]
+            if not all(isinstance(part, str) for part in joined):
+                raise NotModelledError(f"Fn::Join of {parts!r}")
+            return separator.join(joined)
         if any(key.startswith("Fn::") for key in value):
             raise NotModelledError(f"intrinsic {sorted(value)}")
         return {key: resolve(item, arns) for key, item in value.items()}

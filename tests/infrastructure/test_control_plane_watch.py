@@ -203,7 +203,7 @@ def test_each_rule_names_this_pipelines_resources_and_nothing_wider(stack_templa
         for queue in queues
     ]
     assert sorted(queues) == sorted(resources_of_type(stack_template, "AWS::SQS::Queue"))
-    assert len(queues) == 11
+    assert len(queues) == 12  # the WORKFLOW lane's settle pass's DLQ among them
     pipe_names = resource_part(rules["pipes.amazonaws.com"][1]["EventPattern"])["requestParameters"]["name"]
     assert sorted(name["Ref"] for name in pipe_names) == sorted(resources_of_type(stack_template, "AWS::Pipes::Pipe"))
     assert len(pipe_names) == 3  # relay, record-change, tamper
@@ -339,8 +339,9 @@ def test_the_alarms_rule_is_created_after_every_alarm(stack_template: dict[str, 
 def test_without_the_prop_nothing_watches_the_control_plane() -> None:
     template = Template.from_stack(pipeline_stack()).to_json()
     assert [i for i in template["Resources"] if "ControlPlane" in i] == []
-    assert list(resources_of_type(template, "AWS::Events::Rule")) == [
-        logical_id(template, "AWS::Events::Rule", "OutboxAuditorAnchoringSchedule")
+    assert sorted(resources_of_type(template, "AWS::Events::Rule")) == [
+        logical_id(template, "AWS::Events::Rule", "OutboxAuditorAnchoringSchedule"),
+        logical_id(template, "AWS::Events::Rule", "OutboxWorkflowsSettlerSchedule"),  # the example's WORKFLOW lane
     ]
     assert "events.amazonaws.com" not in json.dumps(resources_of_type(template, "AWS::SNS::TopicPolicy"))
     assert "events.amazonaws.com" not in json.dumps(resources_of_type(template, "AWS::KMS::Key"))
@@ -587,8 +588,10 @@ def test_every_watch_rule_silenced_or_rewritten_is_reported_by_another(
     first call of an attempt to silence the watch is reported, and each by one rule alone."""
     events = partial(cloudtrail_event, EVENTS)
     rules = every_watch_rule(stack_template)
-    # One per service (Lambda two: the functions' calls, the roles given), and the rule that watches the rules rule.
-    assert len(rules) == len(EXPECTED_CALLS) + 2
+    # One per service (Lambda's: the functions' calls, over as many rules as their names need, and the roles given),
+    # and the rule that watches the rules rule.
+    function_rules, _ = lambda_rules(stack_template)
+    assert len(rules) == len(EXPECTED_CALLS) + len(function_rules) + 1
     unreported = []
     for logical in rules:
         for call, field in RULE_CALLS.items():
@@ -674,8 +677,8 @@ def emitting_and_anchoring(template: Mapping[str, Any]) -> tuple[set[str], set[s
 
 def test_every_function_whose_role_may_emit_or_anchor_and_its_role_are_watched(stack_template: dict[str, Any]) -> None:
     functions, roles = emitting_and_anchoring(stack_template)
-    # The durable consumer's, the example's producer's, the anchoring function's.
-    assert len(functions) == len(roles) == 3
+    # The durable consumer's, the example's producer's, its workflow's (whose steps emit), the anchoring function's.
+    assert len(functions) == len(roles) == 4
     assert_each_named_once(stack_template, functions, roles)
 
 
@@ -804,7 +807,7 @@ def test_many_emitters_are_spread_over_rules_that_each_fit_and_name_every_one() 
     every rule of the watch would not fit)."""
     template = Template.from_stack(pipeline_with_emitters(8)).to_json()
     functions, roles = emitting_and_anchoring(template)
-    assert len(functions) == len(roles) == 10
+    assert len(functions) == len(roles) == 11  # and the example's workflow
     function_rules, _ = lambda_rules(template)
     assert len(function_rules) > 1
     longest = physical_names(template, stack_name="S" * 128, longest=True)

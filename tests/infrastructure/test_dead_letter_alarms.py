@@ -76,14 +76,28 @@ def test_every_dead_letter_target_in_the_app_is_alarmed(stack_template: dict[str
             "Targets.0.DeadLetterConfig.Arn",
             logical_id("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
         ),
+        # The example's WORKFLOW subscription's settle pass: its function and its schedule, into one DLQ
+        (
+            logical_id("AWS::Lambda::Function", "WorkflowsSettlerLambda"),
+            "DeadLetterConfig.TargetArn",
+            logical_id("AWS::SQS::Queue", "WorkflowsSettlerDeadLetters"),
+        ),
+        (
+            logical_id("AWS::Events::Rule", "WorkflowsSettlerSchedule"),
+            "Targets.0.DeadLetterConfig.Arn",
+            logical_id("AWS::SQS::Queue", "WorkflowsSettlerDeadLetters"),
+        ),
     } | {
         # Each rule of the control-plane watch, into its one DLQ.
         (rule_id, "Targets.0.DeadLetterConfig.Arn", logical_id("AWS::SQS::Queue", "ControlPlaneDeadLetters"))
         for rule_id in resources_of_type(stack_template, "AWS::Events::Rule")
         if rule_id.startswith("OutboxControlPlane")
     }
-    # a rule per service (Lambda two: the functions' calls, the roles given), and the one watching the rules rule
-    assert len(targets) == 8 + len(WATCHED_CALLS) + 2
+    # a rule per service (Lambda's: the functions' calls, over as many rules as their names need, and the roles
+    # given), and the one watching the rules rule
+    watch_rules = [rule for rule in resources_of_type(stack_template, "AWS::Events::Rule") if "ControlPlane" in rule]
+    assert len(watch_rules) >= len(WATCHED_CALLS) + 2
+    assert len(targets) == 10 + len(watch_rules)
     assert {(target.owner, target.path, target.target["Fn::GetAtt"][0]) for target in targets} == expected
     # ... and each one has its alarm
     assert unalarmed_dead_letter_targets(stack_template) == []
@@ -99,7 +113,7 @@ def test_dead_letter_alarms_notify_the_encrypted_alarm_topic(stack_template: dic
         for alarm in resources_of_type(stack_template, "AWS::CloudWatch::Alarm").values()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     ]
-    assert len(dlq_alarms) == 8  # the seven of the pipeline's DLQs, and the control-plane watch's
+    assert len(dlq_alarms) == 9  # the eight of the pipeline's DLQs (the settle pass's too), and the watch's
     for alarm in dlq_alarms:
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -127,7 +141,7 @@ def test_every_dead_letter_queue_alarms_on_each_arrival(stack_template: dict[str
     # checker evaluates it: dead_letters.py).
     assert dead_letter_queues_without_arrival_alarm(stack_template) == []
     alarms = arrival_alarms(stack_template)
-    assert len(alarms) == len({target.target["Fn::GetAtt"][0] for target in dead_letter_targets(stack_template)}) == 8
+    assert len(alarms) == len({target.target["Fn::GetAtt"][0] for target in dead_letter_targets(stack_template)}) == 9
     [topic_id] = resources_of_type(stack_template, "AWS::SNS::Topic")
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic_id}]

@@ -35,6 +35,7 @@ SENT_DEAD_LETTERS = {
     "RecordChangePipeDeadLetters": "RecordChangePipeRole",
     "AuditorPipeDeadLetters": "AuditorPipeRole",
     "AuditorAnchoringDeadLetters": "AuditorAnchoringRole",  # Lambda, for a failed asynchronous invocation
+    "WorkflowsSettlerDeadLetters": "WorkflowsSettlerLambdaRole",  # the same, for the WORKFLOW lane's settle pass
 }
 PIPE_DEAD_LETTERS = {
     "RelayDeadLetters": "RelayPipe",
@@ -59,13 +60,13 @@ def send_deny(statements: list[dict[str, Any]]) -> dict[str, Any]:
     return deny
 
 
-def test_there_are_eight_dead_letter_queues(stack_template: dict[str, Any]) -> None:
+def test_there_are_nine_dead_letter_queues(stack_template: dict[str, Any]) -> None:
     dead_letter_queues = [
         logical_id
         for logical_id, resource in stack_template["Resources"].items()
         if resource["Type"] == "AWS::SQS::Queue" and "DeadLetters" in logical_id
     ]
-    assert len(dead_letter_queues) == len(QUEUE_DEAD_LETTERS) + len(SENT_DEAD_LETTERS) + 1 == 8
+    assert len(dead_letter_queues) == len(QUEUE_DEAD_LETTERS) + len(SENT_DEAD_LETTERS) + 1 == 9
 
 
 def watch_rules(stack_template: dict[str, Any]) -> list[str]:
@@ -93,7 +94,9 @@ def test_the_watch_s_dead_letter_queue_admits_no_role_and_eventbridge_for_its_ru
     }
     assert decisions == dict.fromkeys(decisions, Decision.EXPLICIT_DENY)
     rules = watch_rules(stack_template)
-    assert len(rules) == 11, rules  # a rule per service (Lambda two), and the one watching the rules rule
+    # A rule per service (Lambda's: the emitting functions' calls over two rules, their names being five now, and
+    # the roles given), and the one watching the rules rule
+    assert len(rules) == 12, rules
 
     def send(source: str) -> Decision:
         request = Request(

@@ -49,9 +49,10 @@ def test_durable_queue_redrives_to_a_fifo_dlq_only_as_a_transport_backstop(stack
 
 def test_every_queue_denies_requests_without_tls(stack_template: dict[str, Any]) -> None:
     # Given every queue of the app: both lanes' queues, their DLQs and both pipe DLQs, the auditor's queue, its
-    # DLQ, the tamper pipe's DLQ and the anchoring's DLQ, and the control-plane watch's DLQ
+    # DLQ, the tamper pipe's DLQ and the anchoring's DLQ, the WORKFLOW settle pass's DLQ, and the control-plane
+    # watch's DLQ
     queue_ids = sorted(resources_of_type(stack_template, "AWS::SQS::Queue"))
-    assert len(queue_ids) == 11, queue_ids
+    assert len(queue_ids) == 12, queue_ids
     for queue_id in queue_ids:
         # Then each has exactly one queue policy, and it denies any request without TLS
         policies = [

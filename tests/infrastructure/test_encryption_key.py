@@ -140,8 +140,8 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
 ) -> None:
     queues = resources_of_type(keyed_template, "AWS::SQS::Queue")
     # Two lanes and the tamper lane, each a queue with its DLQ and a pipe with its DLQ; the anchoring's DLQ; the
-    # control-plane watch's DLQ.
-    assert len(queues) == 11, sorted(queues)
+    # WORKFLOW settle pass's DLQ; the control-plane watch's DLQ.
+    assert len(queues) == 12, sorted(queues)
     for logical_id, queue in queues.items():
         properties = queue["Properties"]
         assert properties["KmsMasterKeyId"] == key_arn(key_id), logical_id
@@ -151,9 +151,10 @@ def test_every_queue_and_dead_letter_queue_uses_sse_kms_with_the_key(
 
 def test_every_log_group_of_the_pipeline_uses_the_key(keyed_template: dict[str, Any], key_id: str) -> None:
     log_groups = resources_of_type(keyed_template, "AWS::Logs::LogGroup")
-    # Six functions (two consumers, the operator endpoint, the status widget, the tamper recorder, the anchoring),
-    # three pipes and the function that sets the lane DLQs' redrive allow policies.
-    assert len(log_groups) == 10, sorted(log_groups)
+    # Eight functions (two consumers, the operator endpoint, the status widget, the tamper recorder, the anchoring,
+    # the example's workflow and its settle pass), three pipes and the function that sets the lane DLQs' redrive
+    # allow policies.
+    assert len(log_groups) == 12, sorted(log_groups)
     for logical_id, log_group in log_groups.items():
         assert log_group["Properties"]["KmsKeyId"] == key_arn(key_id), logical_id
 
@@ -240,7 +241,10 @@ def test_eventbridge_may_use_the_key_for_the_rules_whose_dead_letter_queues_it_e
         if any("DeadLetterConfig" in target for target in rule["Properties"]["Targets"])
     )
     assert named == with_keyed_dead_letters
-    assert len(named) == len(rules) == 12  # the anchoring schedule, and the watch's eleven rules
+    # the anchoring schedule, the WORKFLOW settle pass's, and the watch's rules
+    watch = [logical for logical in rules if logical.startswith("OutboxControlPlane")]
+    assert len(watch) >= 11
+    assert len(named) == len(rules) == 2 + len(watch)
 
 
 def test_a_producer_granted_emit_holds_no_wildcard_key_action(keyed_template: dict[str, Any], key_id: str) -> None:
@@ -304,9 +308,10 @@ def test_without_a_key_every_table_queue_and_log_group_keeps_its_aws_key_and_say
     """The example stack passes no key: nothing of the above, and each customer-key skip where it was."""
     expected = {
         "AWS::DynamoDB::Table": ("CKV_AWS_119", 4),
-        "AWS::SQS::Queue": ("CKV_AWS_27", 11),  # the control-plane watch's DLQ among them
-        # the example's producer has one too, and the function that sets the lane DLQs' redrive allow policies
-        "AWS::Logs::LogGroup": ("CKV_AWS_158", 11),
+        "AWS::SQS::Queue": ("CKV_AWS_27", 12),  # the control-plane watch's and the settle pass's DLQs among them
+        # the example's producer has one too, its workflow and the workflow's settle pass, and the function that
+        # sets the lane DLQs' redrive allow policies
+        "AWS::Logs::LogGroup": ("CKV_AWS_158", 13),
     }
     for resource_type, (check_id, count) in expected.items():
         resources = resources_of_type(stack_template, resource_type)

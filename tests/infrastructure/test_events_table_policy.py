@@ -87,12 +87,14 @@ def test_the_events_table_denies_putting_event_rows_to_all_but_the_operator_role
     assert policy is not None
     [put_deny] = [statement for statement in policy["Statement"] if statement["Sid"] == PUT_DENY_SID]
     exempt = put_deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
-    # The operator role, then each role granted grant_emit, once: the durable consumer and the example's producer.
+    # The operator role, then each role granted grant_emit, once: the durable consumer, the example's workflow (its
+    # steps emit) and the example's producer.
     assert [arn["Fn::GetAtt"][0] for arn in exempt] == [
         only_resource(stack_template, "AWS::IAM::Role", prefix)[0]
         for prefix in (
             "OutboxEventsOperatorRole",
             "OutboxDurableConsumerLambdaRole",
+            "OutboxWorkflowsWorkflow0LambdaRole",
             "PlaceOrderRole",
         )
     ]

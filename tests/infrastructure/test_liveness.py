@@ -104,11 +104,12 @@ SCHEDULE_PERIODS = {"rate(1 hour)": HOUR_SECONDS}
 
 
 def scheduled_function(stack_template: dict[str, Any]) -> tuple[str, int]:
-    """The function the one scheduled rule of the stack targets, and the schedule's period in seconds."""
+    """The function the anchoring's scheduled rule targets (the one hourly; the WORKFLOW lane's settle pass runs
+    every minute, its liveness is its own), and the schedule's period in seconds."""
     scheduled = [
         rule["Properties"]
         for rule in resources_of_type(stack_template, "AWS::Events::Rule").values()
-        if "ScheduleExpression" in rule["Properties"]
+        if rule["Properties"].get("ScheduleExpression") in SCHEDULE_PERIODS
     ]
     [rule] = scheduled
     [target] = rule["Targets"]

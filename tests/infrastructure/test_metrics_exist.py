@@ -22,18 +22,22 @@ import pytest
 from outbox.auditor import Metric as AuditorMetric
 from outbox.consumer import Metric as DurableMetric
 from outbox.record_consumer import Metric as RecordChangeMetric
-from outbox_cdk import audit, durable_consumer, record_change_consumer
+from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS
+from outbox_cdk import audit, durable_consumer, record_change_consumer, workflow_settler
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from tests.infrastructure.aws_metrics import AWS_METRICS
 from tests.infrastructure.conftest import resources_of_type
 
 # Which engine code publishes under which Powertools service: the function with that service name runs
 # that handler, and the handler's consumer counts exactly the members of that enum.
+# What the WORKFLOW lane's settle pass publishes (outbox.handlers.workflow_ends), as the others' enums say theirs.
+WorkflowMetric = StrEnum("WorkflowMetric", {name: name for name in [*SETTLED_METRICS.values(), OLDEST_METRIC]})
 PUBLISHED_BY_SERVICE: dict[str, tuple[str, type[StrEnum]]] = {
     durable_consumer.SERVICE_NAME: (durable_consumer.HANDLER, DurableMetric),
     record_change_consumer.SERVICE_NAME: (record_change_consumer.HANDLER, RecordChangeMetric),
     audit.ANCHOR_SERVICE: (audit.ANCHOR_HANDLER, AuditorMetric),
     audit.RECORDER_SERVICE: (audit.RECORDER_HANDLER, AuditorMetric),
+    workflow_settler.SERVICE_NAME: (workflow_settler.HANDLER, WorkflowMetric),
 }
 # What a CloudFormation token (a Ref, a GetAtt) in the dashboard body is read as.
 TOKEN = "<token>"

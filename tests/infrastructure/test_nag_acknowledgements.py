@@ -52,6 +52,21 @@ ANCHORING_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-L1", "Function/Resource"),
     ("Serverless-LambdaLatestVersion", "Function/Resource"),
 }
+# The example's WORKFLOW subscription's durable function (outbox_cdk.workflow_function): an EngineFunction whose
+# failures are its executions' ends (no DLQ), whose executions' ARNs Lambda makes at each start (a wildcard after the
+# function's ARN, in its own policy, the consumer's and the settle pass's), and its settle pass (a scheduled one, as
+# the anchoring: ANCHORING_ACKNOWLEDGEMENTS, with its DLQ's).
+EXECUTIONS = "AwsSolutions-IAM5[Resource::<OutboxWorkflowsWorkflow0LambdaFunction7BCBC1EF.Arn>:*]"
+WORKFLOW_ACKNOWLEDGEMENTS = {
+    ("AwsSolutions-IAM5[Resource::*]", "Workflow0/Lambda/Role/DefaultPolicy/Resource"),
+    ("AwsSolutions-L1", "Workflow0/Lambda/Function/Resource"),
+    ("Serverless-LambdaLatestVersion", "Workflow0/Lambda/Function/Resource"),
+    ("Serverless-LambdaDLQ", "Workflow0/Lambda/Function/Resource"),
+    (EXECUTIONS, "Workflow0/Executions/Resource"),
+    *{(rule, f"Settler/Lambda/{path}") for rule, path in ANCHORING_ACKNOWLEDGEMENTS},
+    ("Serverless-SQSRedrivePolicy", "Settler/DeadLetters/Queue/Resource"),
+    (EXECUTIONS, "Settler/Lambda/Role/DefaultPolicy/Resource"),
+}
 # The runbook role reads the queues' age with cloudwatch:GetMetricData too, alone in its policy.
 RUNBOOK_ACKNOWLEDGEMENTS = {
     ("AwsSolutions-IAM5[Resource::*]", "MetricRead/Resource"),
@@ -96,9 +111,12 @@ EXPECTED = (
             ("Auditor/Anchoring", ANCHORING_ACKNOWLEDGEMENTS),
             ("Auditor/AnchoringDeadLetters", {("Serverless-SQSRedrivePolicy", "Queue/Resource")}),
             ("ControlPlane", CONTROL_PLANE_ACKNOWLEDGEMENTS),
+            ("Workflows", WORKFLOW_ACKNOWLEDGEMENTS),
         )
         for rule, path in acknowledgements
     }
+    # The durable consumer may find and read the workflow's executions by their ARNs, which Lambda makes
+    | {(EXECUTIONS, "OutboxEngine/Outbox/DurableConsumer/Lambda/Role/DefaultPolicy/Resource")}
 )
 
 

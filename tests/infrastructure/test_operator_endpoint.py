@@ -40,6 +40,7 @@ REFERENCED_VARIABLES = {
     "TAMPER_PIPE_DLQ_URL": ("AWS::SQS::Queue", "AuditorPipeDeadLetters"),
     "ANCHORING_DLQ_URL": ("AWS::SQS::Queue", "AuditorAnchoringDeadLetters"),
     "TAMPER_PIPE_NAME": ("AWS::Pipes::Pipe", "AuditorPipe"),
+    "WORKFLOW_SETTLE_DLQ_URL": ("AWS::SQS::Queue", "WorkflowsSettlerDeadLetters"),  # the example has a WORKFLOW
 }
 LITERAL_VARIABLES = {
     "SUBSCRIPTIONS": "modules:build_catalog",
@@ -111,12 +112,17 @@ def test_the_function_url_takes_only_signed_requests_and_no_browser_origins(
     assert url["Properties"]["TargetFunctionArn"] == {"Fn::GetAtt": [function_id, "Arn"]}
     assert url["Properties"]["AuthType"] == "AWS_IAM"
     assert "Cors" not in url["Properties"]
-    # ... and no resource policy opens the function to anyone (a NONE URL would need one): the stack's one
-    # permission lets the anchoring schedule invoke the anchoring function
+    # ... and no resource policy opens the function to anyone (a NONE URL would need one): the stack's two
+    # permissions let the schedules invoke the anchoring function and the WORKFLOW lane's settle pass
     permissions = resources_of_type(stack_template, "AWS::Lambda::Permission")
-    anchoring_id, _ = only_resource(stack_template, "AWS::Lambda::Function", "AuditorAnchoring")
-    assert [p["Properties"]["FunctionName"] for p in permissions.values()] == [{"Fn::GetAtt": [anchoring_id, "Arn"]}]
-    assert [p["Properties"]["Principal"] for p in permissions.values()] == ["events.amazonaws.com"]
+    scheduled = [
+        only_resource(stack_template, "AWS::Lambda::Function", prefix)[0]
+        for prefix in ("AuditorAnchoring", "WorkflowsSettler")
+    ]
+    assert sorted(json.dumps(p["Properties"]["FunctionName"]) for p in permissions.values()) == sorted(
+        json.dumps({"Fn::GetAtt": [function, "Arn"]}) for function in scheduled
+    )
+    assert [p["Properties"]["Principal"] for p in permissions.values()] == ["events.amazonaws.com"] * 2
 
 
 def test_the_stack_outputs_the_url(stack_template: dict[str, Any]) -> None:
@@ -213,12 +219,12 @@ def test_get_queue_attributes_is_allowed_on_every_queue_of_the_stack(
 ) -> None:
     resources = _resources_allowed(statements, "sqs:GetQueueAttributes")
     expected = [_arn(stack_template, "AWS::SQS::Queue", prefix) for prefix in QUEUE_PREFIXES]
-    assert len(resources) == len(expected) == 10
+    assert len(resources) == len(expected) == 11
     assert sorted(map(json.dumps, resources)) == sorted(map(json.dumps, expected))
-    # Ten queues: every queue of the stack but the control-plane watch's DLQ (whose alarm and the dashboard report
+    # Eleven queues: every queue of the stack but the control-plane watch's DLQ (whose alarm and the dashboard report
     # it: it holds CloudTrail events, no work of the pipeline), so none is missed.
     watch_dlq, _ = only_resource(stack_template, "AWS::SQS::Queue", "ControlPlaneDeadLetters")
-    assert len(set(resources_of_type(stack_template, "AWS::SQS::Queue")) - {watch_dlq}) == 10
+    assert len(set(resources_of_type(stack_template, "AWS::SQS::Queue")) - {watch_dlq}) == 11
 
 
 def test_describe_pipe_is_allowed_on_exactly_the_two_pipes(

@@ -14,6 +14,7 @@ from tests.infrastructure.policy_evaluation import (
     Request,
     condition_holds,
     decide,
+    resolve,
 )
 
 QUEUE = "arn:aws:sqs:us-east-1:123456789012:dlq"
@@ -95,3 +96,13 @@ def test_a_deny_that_spares_services_binds_every_iam_principal_and_anonymous_but
     assert send(Request("sqs:SendMessage", QUEUE, None, service=EVENTS)) is Decision.ALLOWED
     assert send(Request("sqs:SendMessage", QUEUE, OTHER, service=EVENTS)) is Decision.ALLOWED
     assert send(Request("sqs:SendMessage", QUEUE, None, service="sns.amazonaws.com")) is Decision.IMPLICIT_DENY
+
+
+def test_a_join_of_references_resolves_to_their_arns_joined_and_anything_else_in_it_is_refused() -> None:
+    arns = {"Fn": "arn:aws:lambda:us-east-1:1:function:fn"}
+    joined = {"Fn::Join": ["", [{"Fn::GetAtt": ["Fn", "Arn"]}, ":*"]]}
+    assert resolve(joined, arns) == "arn:aws:lambda:us-east-1:1:function:fn:*"
+    with pytest.raises(NotModelledError, match="Fn::Join"):
+        resolve({"Fn::Join": ["", [{"Fn::GetAtt": ["Fn", "Arn"]}, ["a list"]]]}, arns)
+    with pytest.raises(NotModelledError, match="Fn::Select"):
+        resolve({"Fn::Join": ["", [{"Fn::Select": [0, ["x"]]}]]}, arns)

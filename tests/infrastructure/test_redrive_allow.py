@@ -31,6 +31,9 @@ QUEUE_IDS = {
     "OutboxRecordChangesDeadLettersQueue798E1161",
     "OutboxRecordChangesQueue759AE215",
     "OutboxRelayDeadLettersQueue4DFD12FC",
+    # New with the example's WORKFLOW subscription (its settle pass's); the anchoring's kept its id through the
+    # scheduled pass both are now built by (outbox_cdk.scheduled_pass)
+    "OutboxWorkflowsSettlerDeadLettersQueueEBDF4A14",
 }
 # The FIFO ones among them, as they were: FifoQueue cannot change without a replacement either.
 FIFO_QUEUE_IDS = {"OutboxDurableDeadLettersQueue7136BE10", "OutboxDurableQueueECEA96BD"}

@@ -100,5 +100,6 @@ def test_without_the_record_change_lane_the_runbook_role_reaches_the_durable_lan
             "AuditorFindingsDeadLetters",
             "AuditorPipeDeadLetters",
             "AuditorAnchoringDeadLetters",
+            "WorkflowsSettlerDeadLetters",  # the example's WORKFLOW lane: its settle pass's DLQ (status reads it)
         )
     }

@@ -53,6 +53,8 @@ def ship(event, context):
     label = context.step(book(payload["order_id"], payload.get("fail", False)), name="book")
     if payload["order_id"].startswith("held-"):  # waits for the carrier's label, which a test sends
         label = context.create_callback(name="label").result()
+    if payload.get("await_pickup"):
+        context.create_callback(name="pickup").result()
     return {"label": label}
 """
 PACKAGES = (f"localworkflowshop{n}" for n in itertools.count())
@@ -209,3 +211,28 @@ def test_a_code_reload_runs_the_durable_handlers_new_code(runtime: LocalRuntime,
         runtime.run_until_idle()
         assert claim(runtime, second.id)["status"] == "COMPLETED"
     assert (tmp_path / "steps.txt").read_text().split() == ["o1", "v2-o2"]
+
+
+def test_run_until_idle_waits_for_the_workflows_that_run_on_their_own_and_not_for_a_callback(
+    runtime: LocalRuntime,
+) -> None:
+    import time
+
+    with runtime:
+        assert runtime.workflows is not None
+        store = runtime.event_store(unchecked=True)
+        done = store.emit("shop.order_paid", {"order_id": "o1"}, tenant="acme", actor="test")
+        waiting = store.emit("shop.order_paid", {"order_id": "o2", "await_pickup": True}, tenant="acme", actor="test")
+        started = time.monotonic()
+        runtime.run_until_idle()
+        # Idle only once the one that runs on its own ended and was settled; the one awaiting a callback is left
+        # running (handed), without waiting the wait's timeout for it
+        assert claim(runtime, done.id)["status"] == "COMPLETED"
+        assert claim(runtime, waiting.id)["status"] == "HANDED"
+        assert time.monotonic() - started < 20
+        service = runtime.workflows.service
+        arn = claim(runtime, waiting.id)["execution_arn"]
+        service.send_callback_success(service.wait_for_callback(arn, name="pickup"), b'"picked up"')
+        assert runtime.workflows.wait_for_ends()[claim(runtime, waiting.id)["execution_name"]] == "SUCCEEDED"
+        runtime.run_until_idle()
+        assert claim(runtime, waiting.id)["status"] == "COMPLETED"

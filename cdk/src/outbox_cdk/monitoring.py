@@ -23,18 +23,15 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS, Settled
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.durable_consumer import CLAIM_METRICS, DEAD_WORK_METRICS, DurableConsumer
 from outbox_cdk.inbox_table import InboxTable
-from outbox_cdk.lambda_defaults import engine_metric
 from outbox_cdk.queue_consumer import QueueConsumer
 from outbox_cdk.record_change_consumer import ROW_CHANGE_METRICS
 from outbox_cdk.timing import (
     QUEUE_VISIBILITY_TIMEOUT_SECONDS,
     RECORD_CHANGE_QUEUE_VISIBILITY_TIMEOUT_SECONDS,
 )
-from outbox_cdk.workflow_settler import SERVICE_NAME as SETTLER_SERVICE
 from outbox_cdk.workflow_settler import WorkflowSettler
 
 PIPES_NAMESPACE: Final = "AWS/EventBridge/Pipes"
@@ -178,8 +175,11 @@ class PipelineMonitoring(Construct):
             ),
         )
         self._add_durable_consumer_widgets(consumer, inbox)
-        if workflows is not None:
-            self.dashboard.add_widgets(*_workflow_widgets(workflows))
+        if workflows is not None:  # the workflows running, the oldest's age, how they ended; the settle pass
+            self.dashboard.add_widgets(
+                *workflows.widgets(width=WIDGET_WIDTH, period=DASHBOARD_PERIOD),
+                *_function_widgets("Workflow settle pass", workflows.function)[:1],
+            )
         if record_change is not None:
             self._add_record_change_widgets(record_change)
 
@@ -343,33 +343,6 @@ def _queue_age_widget(title: str, queue: sqs.IQueue, alarm_threshold_seconds: in
         left_annotations=[cloudwatch.HorizontalAnnotation(value=alarm_threshold_seconds, label="alarm")],
         width=WIDGET_WIDTH,
     )
-
-
-def _workflow_widgets(settler: WorkflowSettler) -> list[cloudwatch.IWidget]:
-    """The WORKFLOW lane, as each settle pass counts it (``outbox.handlers.workflow_ends``): the workflows running
-    and how long the oldest has run (``outbox status`` and the status widget list each), how they ended, and the
-    pass itself."""
-
-    def metric(name: str, statistic: str, label: str) -> cloudwatch.Metric:
-        return engine_metric(SETTLER_SERVICE, name, statistic=statistic, period=DASHBOARD_PERIOD).with_(label=label)
-
-    return [
-        cloudwatch.GraphWidget(
-            title="Workflows: running, and how long the oldest has run (s)",
-            left=[metric(SETTLED_METRICS[Settled.RUNNING], cloudwatch.Stats.MAXIMUM, "running")],
-            right=[metric(OLDEST_METRIC, cloudwatch.Stats.MAXIMUM, "oldest running (s)")],
-            width=WIDGET_WIDTH,
-        ),
-        cloudwatch.GraphWidget(
-            title="Workflows: ended, completed or dead",
-            left=[
-                metric(SETTLED_METRICS[Settled.COMPLETED], cloudwatch.Stats.SUM, "completed"),
-                metric(SETTLED_METRICS[Settled.DEAD], cloudwatch.Stats.SUM, "dead"),
-            ],
-            width=WIDGET_WIDTH,
-        ),
-        *_function_widgets("Workflow settle pass", settler.function)[:1],
-    ]
 
 
 def _function_widgets(title: str, function: lambda_.Function) -> list[cloudwatch.IWidget]:

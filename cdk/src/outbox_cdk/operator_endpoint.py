@@ -64,6 +64,7 @@ class OperatedPipeline:
     auditor: Auditor
     record_change_queue: RedrivenQueue | None = None
     record_change_pipe: StreamPipe | None = None
+    workflow_settle_dead_letters: sqs.IQueue | None = None  # with WORKFLOW subscriptions
 
     def queues(self) -> dict[str, sqs.IQueue]:
         """Every queue and DLQ, by the endpoint's variable for its URL."""
@@ -80,6 +81,8 @@ class OperatedPipeline:
             queues["RECORD_CHANGE_QUEUE_URL"] = self.record_change_queue.queue
             queues["RECORD_CHANGE_DLQ_URL"] = self.record_change_queue.dead_letter_queue
             queues["RECORD_CHANGE_PIPE_DLQ_URL"] = self.record_change_pipe.dead_letter_queue
+        if self.workflow_settle_dead_letters is not None:
+            queues["WORKFLOW_SETTLE_DLQ_URL"] = self.workflow_settle_dead_letters
         return queues
 
     def pipes(self) -> dict[str, StreamPipe]:

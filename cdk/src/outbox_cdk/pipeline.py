@@ -77,6 +77,7 @@ from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
 from outbox_cdk.stream_pipe import PipeLogLevel
 from outbox_cdk.workflow_function import WorkflowFunctions
+from outbox_cdk.workflow_settler import SETTLE_SCHEDULE_ID
 
 # The most missing pairs one completeness pass may re-send itself (completeness_repairs).
 MAX_COMPLETENESS_REPAIRS = 100
@@ -364,6 +365,7 @@ class OutboxPipeline(Construct):
             auditor=self.auditor,
             record_change_queue=self.record_changes,
             record_change_pipe=self.record_change_pipe,
+            workflow_settle_dead_letters=self.workflows.settler.dead_letters.queue if self.workflows.settler else None,
         )
         self.auditor.watch_pipes(list(operated.pipes().values()))  # liveness: each pass reports their states
 
@@ -565,9 +567,12 @@ class OutboxPipeline(Construct):
             )
 
     def _eventbridge_rule_arns(self) -> list[str]:
-        """The rules whose targets' DLQs the key encrypts: the anchoring schedule's, and the watch's, if on."""
+        """The rules whose targets' DLQs the key encrypts: the anchoring schedule's, the settle pass's (with WORKFLOW
+        subscriptions), and the watch's, if on."""
         schedule = rule_arn(self, rule_name(self.auditor, ANCHORING_SCHEDULE_ID))  # its name, not a reference
-        return [schedule, *(self.control_plane.named_rule_arns() if self.control_plane is not None else [])]
+        settler = self.workflows.settler
+        settle = [rule_arn(self, rule_name(settler, SETTLE_SCHEDULE_ID))] if settler is not None else []
+        return [schedule, *settle, *(self.control_plane.named_rule_arns() if self.control_plane is not None else [])]
 
     def _monitor(self) -> PipelineMonitoring:
         dead_letters = [("durable DLQ", self.durable.dead_letters), ("relay pipe DLQ", self.relay.dead_letters)]
@@ -638,6 +643,8 @@ class OutboxPipeline(Construct):
                 StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE: (self.record_change_pipe.dead_letter_queue.queue_url),
                 StackOutput.RECORD_CHANGE_CONSUMER_FUNCTION: self.record_change_consumer.function.function_name,
             }
+        if self.workflows.settler is not None:
+            values[StackOutput.WORKFLOW_SETTLE_DEAD_LETTER_QUEUE] = self.workflows.settler.dead_letters.queue.queue_url
         for output, value in values.items():
             if self.stack.node.try_find_child(output.value) is not None:
                 raise ValueError(

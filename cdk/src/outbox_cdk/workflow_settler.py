@@ -14,8 +14,6 @@ from typing import Any, Final
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_events as eventbridge
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -23,20 +21,22 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from outbox.redaction import ErrorDetail
-from outbox.workflows.ends import SETTLED_METRICS, Settled
+from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS, Settled
 from outbox.workflows.handoffs import RUNNING_PARTITION_PREFIX
-from outbox_cdk import checkov
-from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
-from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages, leading_keys
+from outbox_cdk.grants import grant_items, leading_keys
 from outbox_cdk.inbox_table import InboxTable
-from outbox_cdk.lambda_defaults import UNRESERVED_POOL, ApplicationCode, EngineFunction, engine_metric
+from outbox_cdk.lambda_defaults import ApplicationCode, engine_metric
+from outbox_cdk.rule_names import rule_name
+from outbox_cdk.scheduled_pass import PassIds, PassWords, scheduled_pass
 
 HANDLER: Final = "outbox.handlers.workflow_ends.handler"
 SERVICE_NAME: Final = "workflow-ends"
 SCHEDULE: Final = Duration.minutes(1)
 TIMEOUT: Final = Duration.minutes(1)
 DEAD_METRIC: Final = SETTLED_METRICS[Settled.DEAD]
+# The schedule's construct id; its rule is named from it at synth (rule_names): the pipeline key's policy names it.
+SETTLE_SCHEDULE_ID: Final = "Schedule"
 
 
 # On the inbox, by partition (``dynamodb:LeadingKeys``): the running index is read and its rows deleted; a claim is
@@ -67,12 +67,28 @@ class WorkflowSettler(Construct):
         encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        engine_function = EngineFunction(
+
+        def grant(function: lambda_.Function) -> None:
+            for actions, conditions in INBOX_GRANTS:
+                grant_items(inbox.table, function, actions, conditions=conditions)
+            iam.Grant.add_to_principal(grantee=function, actions=list(WATCH_ACTIONS), resource_arns=list(executions))
+            if encryption_key is not None:
+                encryption_key.grant(function, "kms:Decrypt")
+
+        settle = scheduled_pass(
             self,
-            "Lambda",
+            PassIds("Lambda", "DeadLetters", SETTLE_SCHEDULE_ID, "ErrorsAlarm"),
+            PassWords(
+                function="Settles each pair handed to a workflow once its durable execution ended",
+                dead_letters="workflow settle passes that failed every retry (the next minute's pass repeats the work)",
+                schedule="Runs the workflow settle pass",
+                errors_alarm="The workflow settle pass failed (its log group has the error): ended executions are not "
+                "brought back to the inbox until a pass succeeds.",
+                why_no_reserved_concurrency="Invoked once a minute by its schedule; passes that overlap settle each "
+                "pair once (a write conditioned on the execution), so a limit protects nothing.",
+            ),
             handler=HANDLER,
             service_name=SERVICE_NAME,
-            description="Settles each pair handed to a workflow once its durable execution ended",
             timeout=TIMEOUT,
             application=application,
             environment={
@@ -80,60 +96,16 @@ class WorkflowSettler(Construct):
                 "INBOX_RETENTION_DAYS": str(inbox.retention_days),
                 "ERROR_DETAIL": error_detail.value,
             },
-            encryption_key=encryption_key,
-        )
-        self.function = function = engine_function.function
-        self.role = engine_function.role
-        for actions, conditions in INBOX_GRANTS:
-            grant_items(inbox.table, function, actions, conditions=conditions)
-        iam.Grant.add_to_principal(grantee=function, actions=list(WATCH_ACTIONS), resource_arns=list(executions))
-        if encryption_key is not None:
-            encryption_key.grant(function, "kms:Decrypt")
-        self.dead_letters = AlarmedDeadLetterQueue(
-            self,
-            "DeadLetters",
+            rate=SCHEDULE,
+            max_event_age=Duration.minutes(5),
+            errors_period=SCHEDULE,
             alarm_topic=alarm_topic,
-            fifo=False,
-            description="workflow settle passes that failed every retry (the next minute's pass repeats the work)",
             encryption_key=encryption_key,
+            grant=grant,
+            rule_name=rule_name(self, SETTLE_SCHEDULE_ID),  # the pipeline key's policy names it (encryption)
         )
-        function_resource = function.node.default_child
-        assert isinstance(function_resource, lambda_.CfnFunction)
-        function_resource.dead_letter_config = lambda_.CfnFunction.DeadLetterConfigProperty(
-            target_arn=self.dead_letters.queue.queue_arn
-        )
-        grant_messages(self.dead_letters.queue, function, QUEUE_SEND_ACTIONS)
-        assert function.role is not None
-        self.dead_letters.admit_sender(function.role)
-        checkov.skip(
-            function_resource,
-            "CKV_AWS_115",
-            "Invoked once a minute by its schedule; passes that overlap settle each pair once (a write conditioned "
-            "on the execution), so a limit protects nothing. " + UNRESERVED_POOL,
-        )
-        self.schedule = eventbridge.Rule(
-            self,
-            "Schedule",
-            description="Runs the workflow settle pass",
-            schedule=eventbridge.Schedule.rate(SCHEDULE),
-            targets=[
-                targets.LambdaFunction(
-                    function,
-                    retry_attempts=2,
-                    max_event_age=Duration.minutes(5),
-                    dead_letter_queue=self.dead_letters.queue,
-                )
-            ],
-        )
-        self.errors_alarm = alarm_above(
-            self,
-            "ErrorsAlarm",
-            function.metric_errors(period=SCHEDULE, statistic=cloudwatch.Stats.SUM),
-            threshold=0,
-            description="The workflow settle pass failed (its log group has the error): ended executions are not "
-            "brought back to the inbox until a pass succeeds.",
-            alarm_topic=alarm_topic,
-        )
+        self.function, self.role = settle.function, settle.role
+        self.dead_letters, self.schedule, self.errors_alarm = settle.dead_letters, settle.schedule, settle.errors_alarm
         self.dead_alarm = alarm_above(
             self,
             "DeadAlarm",
@@ -143,6 +115,30 @@ class WorkflowSettler(Construct):
             "letter naming the execution. See the runbook (status, replay).",
             alarm_topic=alarm_topic,
         )
+
+    def widgets(self, *, width: int, period: Duration) -> list[cloudwatch.IWidget]:
+        """The dashboard's graphs of the passes' counts (``outbox.handlers.workflow_ends``): the workflows running
+        and how long the oldest has run (``outbox status`` and the status widget list each), and how they ended."""
+
+        def metric(name: str, statistic: str, label: str) -> cloudwatch.Metric:
+            return engine_metric(SERVICE_NAME, name, statistic=statistic, period=period).with_(label=label)
+
+        return [
+            cloudwatch.GraphWidget(
+                title="Workflows: running, and how long the oldest has run (s)",
+                left=[metric(SETTLED_METRICS[Settled.RUNNING], cloudwatch.Stats.MAXIMUM, "running")],
+                right=[metric(OLDEST_METRIC, cloudwatch.Stats.MAXIMUM, "oldest running (s)")],
+                width=width,
+            ),
+            cloudwatch.GraphWidget(
+                title="Workflows: ended, completed or dead",
+                left=[
+                    metric(SETTLED_METRICS[Settled.COMPLETED], cloudwatch.Stats.SUM, "completed"),
+                    metric(DEAD_METRIC, cloudwatch.Stats.SUM, "dead"),
+                ],
+                width=width,
+            ),
+        ]
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:

@@ -43,6 +43,8 @@ class StackOutput(StrEnum):
     ANCHORING_FUNCTION = "AnchoringFunctionName"
     TAMPER_RECORDER_FUNCTION = "TamperRecorderFunctionName"
     ANCHORING_DEAD_LETTER_QUEUE = "AnchoringDeadLetterQueueUrl"
+    # With WORKFLOW subscriptions: the settle pass's dead-letter queue (outbox_cdk.workflow_settler).
+    WORKFLOW_SETTLE_DEAD_LETTER_QUEUE = "WorkflowSettleDeadLetterQueueUrl"
     ALARM_TOPIC = "AlarmTopicArn"
     OPERATOR_ROLE = "OperatorRoleArn"
     # The role the CLI's runbook runs as (outbox_cdk.runbook_role): what replay, redrive and reconcile call.

@@ -93,6 +93,7 @@ class OperatorSettings(BaseModel):
     tamper_dlq_url: str = Field(alias="TAMPER_DLQ_URL")
     tamper_pipe_dlq_url: str = Field(alias="TAMPER_PIPE_DLQ_URL")
     anchoring_dlq_url: str = Field(alias="ANCHORING_DLQ_URL")
+    workflow_settle_dlq_url: str | None = Field(default=None, alias="WORKFLOW_SETTLE_DLQ_URL")
     # The record-change lane is optional (a pipeline without a source table has none).
     record_change_queue_url: str | None = Field(default=None, alias="RECORD_CHANGE_QUEUE_URL")
     record_change_dlq_url: str | None = Field(default=None, alias="RECORD_CHANGE_DLQ_URL")

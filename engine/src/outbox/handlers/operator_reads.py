@@ -28,6 +28,7 @@ def read_only_operations(environ: Mapping[str, str], *, metrics: bool = True) ->
         tamper_dlq_url=settings.tamper_dlq_url,
         tamper_pipe_dlq_url=settings.tamper_pipe_dlq_url,
         anchoring_dlq_url=settings.anchoring_dlq_url,
+        workflow_settle_dlq_url=settings.workflow_settle_dlq_url,
         record_change_queue_url=settings.record_change_queue_url,
         record_change_dlq_url=settings.record_change_dlq_url,
         record_change_pipe_dlq_url=settings.record_change_pipe_dlq_url,

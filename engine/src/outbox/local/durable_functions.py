@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -185,6 +186,32 @@ class LocalDurableFunctions:
         runner = self._functions[execution.function].runner
         runner._executor.wait_until_complete(arn, timeout)
         return str(self.status(arn)["Status"])
+
+    def waits_for_callback(self, arn: str) -> bool:
+        """Whether the execution waits on a callback nobody sent yet (its history says so): it runs until one is."""
+        from aws_durable_execution_sdk_python_testing.runner import _get_callback_id_from_events
+
+        runner = self._functions[self._executions[arn].function].runner
+        try:
+            return _get_callback_id_from_events(runner._executor.get_execution_history(arn).events) is not None
+        except Exception:  # the history of one that just started may not read yet: not waiting on anything
+            return False
+
+    def wait_for_running(self, timeout: float = 30.0, poll: float = 0.02) -> bool:
+        """Wait until every execution that runs and waits on no callback has ended (the testing SDK skips its
+        waits' time): True when one ended meanwhile. An execution still running at ``timeout`` is left running."""
+        deadline = time.monotonic() + timeout
+        ended = False
+        for execution in self.executions():
+            runner = self._functions[execution.function].runner
+            running = False
+            while self.status(execution.arn)["Status"] == "RUNNING" and not self.waits_for_callback(execution.arn):
+                running = True
+                if time.monotonic() >= deadline:
+                    return ended
+                runner._executor.wait_until_complete(execution.arn, poll)
+            ended = ended or (running and self.status(execution.arn)["Status"] != "RUNNING")
+        return ended
 
     def stop(self, arn: str) -> None:
         execution = self._executions[arn]

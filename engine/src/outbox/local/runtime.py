@@ -385,8 +385,8 @@ class LocalRuntime:
         return progressed
 
     def run_until_idle(self, max_steps: int = 10_000, on_step: Callable[[int], None] | None = None) -> int:
-        """Step until nothing is left to do, letting virtual time pass while messages wait out their
-        visibility timeout. Returns the number of steps."""
+        """Step until nothing is left to do, letting virtual time pass while messages wait out their visibility
+        timeout, and the workflows that await no callback end. Returns the number of steps."""
         for step in range(1, max_steps + 1):
             if on_step is not None:
                 on_step(step)
@@ -394,7 +394,7 @@ class LocalRuntime:
                 continue
             waiting = [entry.visible_at for m in self.mappings.values() for entry in m.in_flight]
             waiting += [p.next_retry_at for p in self.running_pipes() if p.next_retry_at is not None]
-            if not waiting:
+            if not waiting and not (self.workflows and self.workflows.wait_for_running()):  # one ended: settle it
                 return step
-            self.clock.advance(max(timedelta(0), min(waiting) - self.clock()))
+            self.clock.advance(max(timedelta(0), min(waiting, default=self.clock()) - self.clock()))
         raise RuntimeError(f"the pipeline did not settle in {max_steps} steps")

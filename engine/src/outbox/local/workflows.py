@@ -105,6 +105,11 @@ class LocalWorkflows:
         counts = self.settler.invoke({})
         return bool(counts.get("completed") or counts.get("dead"))
 
+    def wait_for_running(self, timeout: float = 30.0) -> bool:
+        """Wait for the executions that run on their own (no callback awaited) to end: True when one did, and the
+        settle pass has work (``LocalRuntime.run_until_idle`` waits so before it calls the pipeline idle)."""
+        return self.service.wait_for_running(timeout)
+
     def wait_for_ends(self, timeout: int = 30) -> dict[str, str]:
         """Wait for every execution that is not waiting on a callback to end (the testing SDK skips waits' time);
         each execution's status, by name."""

@@ -28,6 +28,7 @@ class Topology:
     tamper_dlq_url: str | None = None
     tamper_pipe_dlq_url: str | None = None
     anchoring_dlq_url: str | None = None
+    workflow_settle_dlq_url: str | None = None  # with WORKFLOW subscriptions
     record_change_queue_url: str | None = None
     record_change_dlq_url: str | None = None
     record_change_pipe_dlq_url: str | None = None
@@ -51,6 +52,7 @@ class Topology:
         "tamper_dlq_url": StackOutput.TAMPER_DEAD_LETTER_QUEUE,
         "tamper_pipe_dlq_url": StackOutput.TAMPER_PIPE_DEAD_LETTER_QUEUE,
         "anchoring_dlq_url": StackOutput.ANCHORING_DEAD_LETTER_QUEUE,
+        "workflow_settle_dlq_url": StackOutput.WORKFLOW_SETTLE_DEAD_LETTER_QUEUE,
         "record_change_queue_url": StackOutput.RECORD_CHANGE_QUEUE,
         "record_change_dlq_url": StackOutput.RECORD_CHANGE_DEAD_LETTER_QUEUE,
         "record_change_pipe_dlq_url": StackOutput.RECORD_CHANGE_PIPE_DEAD_LETTER_QUEUE,
@@ -91,6 +93,7 @@ class Topology:
             "tamper-dlq": self.tamper_dlq_url,
             "tamper-pipe-dlq": self.tamper_pipe_dlq_url,
             "anchoring-dlq": self.anchoring_dlq_url,
+            "workflow-settle-dlq": self.workflow_settle_dlq_url,
         }
         return {name: url for name, url in named.items() if url}
 

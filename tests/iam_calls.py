@@ -299,7 +299,26 @@ def iam_requests(call: Call, arns: LocalArns) -> list[Request]:
         return [Request("cloudwatch:GetMetricData", "*", operation)]
     if call.service == "cloudformation" and operation == "DescribeStacks":
         return [Request("cloudformation:DescribeStacks", arns.stack(params["StackName"]), operation)]
+    if call.service == "lambda" and operation in _LAMBDA_ACTIONS:
+        return [Request(_LAMBDA_ACTIONS[operation], _lambda_resource(operation, params), operation)]
     raise UntranslatedCallError(f"{call.principal} called {call.service}.{operation}: no IAM rule for it here")
+
+
+# The WORKFLOW lane's calls (outbox.workflows.starter), each authorised as itself on the one resource it names
+# (Service Authorization Reference, AWS Lambda): a start on the alias, a search by name on the qualified function,
+# a read of one execution.
+_LAMBDA_ACTIONS = {
+    "Invoke": "lambda:InvokeFunction",
+    "ListDurableExecutionsByFunction": "lambda:ListDurableExecutionsByFunction",
+    "GetDurableExecution": "lambda:GetDurableExecution",
+}
+
+
+def _lambda_resource(operation: str, params: Mapping[str, Any]) -> str:
+    if operation == "GetDurableExecution":
+        return str(params["DurableExecutionArn"])
+    function = str(params["FunctionName"])
+    return f"{function}:{params['Qualifier']}" if params.get("Qualifier") else function
 
 
 def _dynamodb(operation: str, params: Mapping[str, Any], arns: LocalArns) -> list[Request]:

@@ -71,6 +71,11 @@ FUNCTIONS = (
 # The services whose calls are recorded and compared; what a function's policy holds besides is the Lambda
 # runtime's: it writes the function's logs and traces with the function's role, no code of ours calls those.
 RECORDED_SERVICES = ("dynamodb", "sqs", "pipes", "cloudwatch", "cloudformation", "kms")
+# The WORKFLOW lane's Lambda calls are recorded and translated (tests/iam_calls.py), but not compared here: the local
+# runtime's durable functions have no ARNs the template's references resolve to. The grants are pinned one by one
+# in tests/infrastructure/test_workflow_function.py instead (the consumer: start and find; the settle pass: read
+# an execution), and the consumer's GetDurableExecution, which it never calls, is gone.
+PINNED_ELSEWHERE = {DURABLE_CONSUMER: {"lambda"}}
 LAMBDA_RUNTIME_ACTIONS = {
     "logs:CreateLogStream",
     "logs:PutLogEvents",
@@ -384,14 +389,15 @@ def test_every_recorded_call_translates_to_iam_actions(recorded: Recorded) -> No
 def test_no_call_a_function_made_is_refused_by_its_role(recorded: Recorded, function: str) -> None:
     principal = recorded.principals[function]
     policy = recorded.policy(recorded.role_of(principal))
-    assert denied(policy, recorded.requests(principal)) == []
+    compared = [r for r in recorded.requests(principal) if r.action.split(":")[0] in RECORDED_SERVICES]
+    assert denied(policy, compared) == []
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_no_action_a_function_is_granted_goes_unused(recorded: Recorded, function: str) -> None:
     principal = recorded.principals[function]
     policy = recorded.policy(recorded.role_of(principal))
-    assert policy.services() <= {*RECORDED_SERVICES, "logs", "xray"}
+    assert policy.services() <= {*RECORDED_SERVICES, "logs", "xray", *PINNED_ELSEWHERE.get(function, set())}
     assert {a for s in policy.statements for a in s.actions if a.split(":")[0] in ("logs", "xray")} <= (
         LAMBDA_RUNTIME_ACTIONS
     )

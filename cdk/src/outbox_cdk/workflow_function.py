@@ -47,11 +47,10 @@ DEFAULT_RETENTION_DAYS: Final = 30
 DEFAULT_INVOCATION_TIMEOUT: Final = Duration.minutes(5)
 # What the SDK calls from inside an execution (checkpoints and its state), on the function's own executions.
 EXECUTION_ACTIONS: Final = ("lambda:CheckpointDurableExecution", "lambda:GetDurableExecutionState")
-# What the durable consumer needs: start an execution (an Invoke of the alias), find one by its name when a
-# start's answer was lost, and read an execution's status (its end settles the pair).
+# What the durable consumer needs: start an execution (an Invoke of the alias), and find one by its name when a
+# start's answer was lost. Reading an execution's end is the settle pass's (WorkflowSettler's WATCH_ACTIONS).
 START_ACTIONS: Final = ("lambda:InvokeFunction",)
 FIND_ACTIONS: Final = ("lambda:ListDurableExecutionsByFunction",)
-WATCH_ACTIONS: Final = ("lambda:GetDurableExecution",)
 SERVICE_PREFIX: Final = "workflow-"
 # A workflow's steps emit with the engine's emit (``outbox.workflows.emits``): the events table as any emitter, and
 # on the inbox the row that makes each step's event once (put where none is), by its partition only.
@@ -188,19 +187,15 @@ class WorkflowFunction(Construct):
         self.function.add_environment("INBOX_TABLE_NAME", inbox.table.table_name)
 
     def grant_start(self, grantee: iam.IGrantable, encryption_key: kms.IKey | None = None) -> None:
-        """What the durable consumer needs: invoke the alias (a start), list the alias's executions by name (the
-        execution a start whose answer was lost made), and read an execution (its end)."""
+        """What the durable consumer needs: invoke the alias (a start) and list the alias's executions by name (the
+        execution a start whose answer was lost made). Reading an execution's end is the settle pass's
+        (``WorkflowSettler``), not the consumer's."""
         iam.Grant.add_to_principal(grantee=grantee, actions=list(START_ACTIONS), resource_arns=[self.qualified_arn])
         iam.Grant.add_to_principal(
             grantee=grantee, actions=list(FIND_ACTIONS), resource_arns=[self.function.function_arn, self.qualified_arn]
         )
-        iam.Grant.add_to_principal(grantee=grantee, actions=list(WATCH_ACTIONS), resource_arns=[self.executions_arn])
         if encryption_key is not None:
             encryption_key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey")
-        role = grantee.grant_principal
-        policy = role.node.try_find_child("DefaultPolicy") if isinstance(role, iam.Role) else None
-        if policy is not None:
-            self.acknowledge_executions(policy.node.default_child)
 
     def acknowledge_executions(self, policy_resource: IConstruct | None) -> None:
         """Say to cdk-nag why a policy names the function's executions with a wildcard: their ARNs are made by

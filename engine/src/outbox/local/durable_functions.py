@@ -181,10 +181,13 @@ class LocalDurableFunctions:
         return answer
 
     def wait(self, arn: str, timeout: int = 30) -> str:
-        """Wait until the execution ends (the testing SDK skips its waits' time); its status."""
+        """Wait until the execution ends (the testing SDK skips its waits' time), or ``timeout`` passes; its status.
+        Polled: the SDK's own wait can return while an execution a callback resumed still runs."""
         execution = self._executions[arn]
         runner = self._functions[execution.function].runner
-        runner._executor.wait_until_complete(arn, timeout)
+        deadline = time.monotonic() + timeout
+        while self.status(arn)["Status"] == "RUNNING" and (left := deadline - time.monotonic()) > 0:
+            runner._executor.wait_until_complete(arn, min(0.05, left))
         return str(self.status(arn)["Status"])
 
     def waits_for_callback(self, arn: str) -> bool:

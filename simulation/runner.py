@@ -179,9 +179,9 @@ def _liveness(
         timedelta(seconds=max(max_age, 0)),
         len({receipt.message_id for receipt in observations.receipts}),
     )
-    with world.chaos.paused():
+    with world.chaos.paused():  # the check's own reads (the state, status's held orders) meet no fault
         idle = read_alarm_state(runtime, world.reader, list(world.schedule.tenants), None)
-    return check_liveness(world, idle, topology, idle_after, bound)
+        return check_liveness(world, idle, topology, idle_after, bound)
 
 
 @contextmanager

@@ -81,6 +81,10 @@ soak: setup ## Seeds from a random first seed, the failing ones grouped by kind 
 mutants: setup ## The simulator's power: each engine bug of simulation/mutants.py alone, over seeds 1..80 (SEEDS=n; ARGS="--only ID", "--check")
 	$(PY) -m simulation.mutation --seeds $(or $(SEEDS),80) $(ARGS)
 
+.PHONY: mutants-sample
+mutants-sample: setup ## An unbiased mutation score: cosmic-ray's mutants of the guarantee code, a seeded sample (SAMPLE=200), killed by their tests then seeds 1..40 (ARGS="--resume", "--list")
+	$(PY) -m simulation.mutants_sample --sample $(or $(SAMPLE),200) $(ARGS)
+
 test: setup checkov-env browser ## Run the whole test suite (lint, types, unit, functional, infrastructure)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

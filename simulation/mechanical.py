@@ -71,7 +71,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "outbox.sealing": (*_EMIT, "tests/functional/test_verify_chain.py"),
     "outbox.ops.replay": _REPAIRS,
     "outbox.ops.reconcile": (*_REPAIRS, "tests/functional/test_completeness_pass.py"),
-    "outbox.ops.redrive": ("tests/unit/test_cli_hints.py",),
+    "outbox.ops.redrive": ("tests/e2e/test_runbook.py", "tests/unit/test_cli_hints.py"),
     "outbox.ops.groups": (
         "tests/unit/test_failure_keys.py",
         "tests/unit/test_failure_keys_of_hashes.py",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,10 +112,12 @@ def run_tests(files: Sequence[str], mutant: Mutant | None, timeout: int = TESTS_
         os.killpg(process.pid, signal.SIGKILL)  # the worker and anything it started: all ours
         output, _ = process.communicate()
         return PytestRun(None, None, _tail(output))
-    failed = next(
-        (line.split(" ", 1)[1] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))), None
-    )
+    failed = next((found[2] for line in output.splitlines() if (found := _SUMMARY.match(line))), None)
     return PytestRun(process.returncode, failed, _tail(output))
+
+
+# pytest's short summary: "FAILED tests/x.py::test_y - reason" (a log line may begin with ERROR too)
+_SUMMARY = re.compile(r"^(FAILED|ERROR) (\S+\.py(::\S+)?)")
 
 
 def _tail(output: str) -> str:

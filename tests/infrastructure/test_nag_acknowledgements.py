@@ -54,7 +54,7 @@ ANCHORING_ACKNOWLEDGEMENTS = {
 }
 # The example's WORKFLOW subscription's durable function (outbox_cdk.workflow_function): an EngineFunction whose
 # failures are its executions' ends (no DLQ), whose executions' ARNs Lambda makes at each start (a wildcard after the
-# function's ARN, in its own policy, the consumer's and the settle pass's), and its settle pass (a scheduled one, as
+# function's ARN, in its own policy and the settle pass's), and its settle pass (a scheduled one, as
 # the anchoring: ANCHORING_ACKNOWLEDGEMENTS, with its DLQ's).
 EXECUTIONS = "AwsSolutions-IAM5[Resource::<OutboxWorkflowsWorkflow0LambdaFunction7BCBC1EF.Arn>:*]"
 WORKFLOW_ACKNOWLEDGEMENTS = {
@@ -115,8 +115,8 @@ EXPECTED = (
         )
         for rule, path in acknowledgements
     }
-    # The durable consumer may find and read the workflow's executions by their ARNs, which Lambda makes
-    | {(EXECUTIONS, "OutboxEngine/Outbox/DurableConsumer/Lambda/Role/DefaultPolicy/Resource")}
+    # Not the durable consumer's policy: it starts and finds executions by the function's and the alias's ARNs; only
+    # the settle pass reads them by theirs (the wildcard).
 )
 
 

@@ -176,15 +176,12 @@ def _left_out_by_a_deploy(world: World, state: State) -> set[tuple[str, str]]:
     assert world.catalog is not None
     if world.deployed_at is None:
         return set()
+    durable = [s for s in world.catalog.registry.subscriptions if s.lane is Lane.DURABLE]
     events = state.events
     left = set()
     for key in state.claims:
         event_id, _, name = key.partition(":")
         envelope = events.get(event_id)
-        if envelope is None:
-            continue
-        running = world.catalog.registry.subscriptions
-        runs_it = any(s.name == name and s.lane is Lane.DURABLE and s.matches(envelope.type) for s in running)
-        if not runs_it:
+        if envelope is not None and not any(s.name == name and s.matches(envelope.type) for s in durable):
             left.add((event_id, name))
     return left

@@ -115,10 +115,10 @@ def _applied_in_order(world: World, state: State, tenant: str, log: list[Envelop
         )
         return found
     last = done[-1] if done else 0
-    # After a deploy of the ledger's route, the watermark may rest on an event it applied in the order before the
-    # deploy took that event out of it.
+    # After a deploy of the ledger's route, the watermark may rest on an event it applied, or the operator skipped,
+    # in the order before the deploy took that event out of it.
     left = (
-        {seq for seq in every if seq not in in_order and seq > last}
+        {seq for seq in set(every) | set(skipped) if seq not in in_order and seq > last}
         if world.schedule.deploy in ROUTE_DEPLOYS
         else set()
     )

@@ -991,14 +991,25 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="woken-out-of-the-order-runs-in-place",
         module=GATE,
-        original="        if DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is not "
-        "Route.IN_ORDER:\n",
-        replacement="        if False:\n",
+        original="    return DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is Route.IN_ORDER\n",
+        replacement="    return True\n",
         description="a deferred event a deploy took out of the order (ordered_since moved past it) is run in place "
         "after the order's next completion, as if it were next in order: the watermark goes back to it",
         what_should_catch_it="ordered_since moved past deferred events, and an event of the new order completing "
         "before the operator reconciles: the watermark behind what the ledger applied (14)",
         seeds=(14, 49, 65),
+    ),
+    Mutant(
+        id="woken-past-the-order-wakes-no-more",
+        module=GATE,
+        original="                    passed, whatever_it_waits_for = ready.seq, True\n                    continue\n",
+        replacement="                    break\n",
+        description="the wake-up after a completion goes to the lowest deferred row, which a deploy took out of the "
+        "order (ordered_since moved past it): it is sent to run the unordered way, and nothing wakes the event "
+        "deferred behind the one just applied",
+        what_should_catch_it="ordered_since moved past a dead event and the events deferred behind it, then an event "
+        "of the new order deferred behind another: left DEFERRED once the faults stop (19)",
+        seeds=(6000137,),
     ),
     Mutant(
         id="left-out-run-never-reconciled",

@@ -362,11 +362,11 @@ def test_the_deferred_events_lost_with_the_completions_answer_run_on_the_redeliv
     book, failures = h.consumer.order, iter([ConnectionError("dynamodb unreachable")])
     real = book.ready_deferred
 
-    def unreachable_once(watermark: Any) -> Any:
+    def unreachable_once(watermark: Any, **where: Any) -> Any:
         error = next(failures, None)
         if error is not None:
             raise error
-        return real(watermark)
+        return real(watermark, **where)
 
     monkeypatch.setattr(book, "ready_deferred", unreachable_once)
     h.publish(first)
@@ -984,10 +984,10 @@ def test_a_batch_carries_its_watermarks_for_its_own_thread_only(make_harness: Ha
     h, _ = ordered_harness(make_harness)
     gate = h.consumer.ordered
     seen_elsewhere: list[Any] = []
-    with gate.carrying([("acme", LEDGER)], {}):
-        other = threading.Thread(target=lambda: seen_elsewhere.append(gate._carried))
+    with gate.carried.carrying([("acme", LEDGER)], {}):
+        other = threading.Thread(target=lambda: seen_elsewhere.append(gate.carried.batch))
         other.start()
         other.join()
-        assert gate._carried == {}, "nothing carried that the batch's read did not hold"
+        assert gate.carried.batch == {}, "nothing carried that the batch's read did not hold"
     assert seen_elsewhere == [None]
-    assert gate._carried is None
+    assert gate.carried.batch is None

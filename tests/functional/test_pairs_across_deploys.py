@@ -350,6 +350,30 @@ def test_ordered_since_moved_past_a_deferred_event_the_next_completion_sends_it_
     assert_counted(h)
 
 
+def test_ordered_since_moved_past_a_deferred_event_the_next_completion_wakes_it_and_the_one_waiting_in_the_order(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1, a deploy that moves ordered_since past both, and seq 4 deferred
+    # behind seq 3 in the order as deployed
+    h, applied, _first, second, context = moved_start(make_harness)
+    third, fourth = emit(h, "account.credited"), emit(h, "account.credited")
+    h.publish(fourth)
+    h.esm.drain()
+    assert h.claim_status(LEDGER, fourth) == DEFERRED
+
+    # When seq 3 completes
+    h.publish(third)
+    h.esm.drain()
+
+    # Then its wake-up passes seq 2 (no longer in the order: sent to run the unordered way) and goes on to seq 4,
+    # which waited for seq 3: before, the lowest deferred row took the one wake-up and seq 4 waited for ever
+    assert applied.seqs == {"acme": [3, 4, 2]}
+    assert [h.claim_status(LEDGER, one) for one in (second, third, fourth)] == ["COMPLETED"] * 3
+    assert watermark(h).applied_seq == 4
+    assert blocked(context) == []
+    assert_counted(h)
+
+
 def test_a_reconciled_out_of_order_event_keeps_its_place_in_status_until_the_consumer_runs_it(
     make_harness: HarnessFactory,
 ) -> None:

@@ -214,7 +214,7 @@ class DurableConsumer:
 
         # A batch without ordered deliveries carries no watermarks (a record the read ahead could not parse, read
         # again alone, still reaches the gate: it reads its watermark).
-        with self.ordered.carrying(places, ahead.rows) if places else nullcontext():
+        with self.ordered.carried.carrying(places, ahead.rows) if places else nullcontext():
             try:
                 response = process_partial_response(
                     event=dict(event), record_handler=record_handler, processor=processor, context=context

@@ -192,22 +192,27 @@ class OrderBook:
         for page in pages:
             yield from page["Items"]
 
-    def deferred(self, tenant: str, subscription: str, *, limit: int | None = None) -> list[Deferred]:
-        """The subscription's deferred events for ``tenant``, lowest seq first (at most ``limit``)."""
-        items = self._partition_prefix(tenant, subscription, keys.DEFERRED_PREFIX, limit)
+    def deferred(self, tenant: str, subscription: str, *, limit: int | None = None, above: int = 0) -> list[Deferred]:
+        """The subscription's deferred events for ``tenant`` above seq ``above``, lowest seq first (at most
+        ``limit``)."""
+        items = self._partition_prefix(tenant, subscription, keys.DEFERRED_PREFIX, limit, above)
         return [Deferred.from_item(tenant, subscription, item) for item in items]
 
     def skips(self, tenant: str, subscription: str) -> list[Skip]:
         items = self._partition_prefix(tenant, subscription, keys.SKIPPED_PREFIX, None)
         return [Skip.from_item(tenant, subscription, item) for item in items]
 
-    def _partition_prefix(self, tenant: str, subscription: str, prefix: str, limit: int | None) -> list[dict[str, Any]]:
+    def _partition_prefix(
+        self, tenant: str, subscription: str, prefix: str, limit: int | None, above: int = 0
+    ) -> list[dict[str, Any]]:
+        # Every sort key under a prefix is the prefix and a zero-padded seq, so "~" (above every digit) bounds them.
         request: dict[str, Any] = {
             "TableName": self.inbox_table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :low AND :high",
             "ExpressionAttributeValues": {
                 ":pk": {"S": keys.order_partition(tenant, subscription)},
-                ":prefix": {"S": prefix},
+                ":low": {"S": prefix + (keys.seq_sort_key(above + 1) if above else "")},
+                ":high": {"S": prefix + "~"},
             },
             "ConsistentRead": True,
         }
@@ -221,13 +226,21 @@ class OrderBook:
                 return found
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def ready_deferred(self, watermark: Watermark) -> Deferred | None:
-        """The deferred event that may run now: the lowest one, once the watermark has reached what it waits
-        for (every other deferred event waits for one at or above it)."""
+    def ready_deferred(
+        self, watermark: Watermark, *, above: int = 0, whatever_it_waits_for: bool = False
+    ) -> Deferred | None:
+        """The deferred event that may run now: the lowest one (above seq ``above``), once the watermark has reached
+        what it waits for (every other deferred event of the order waits for one at or above it).
+
+        A row a deploy took out of the order (``ordered_since`` moved past it, or the subscription narrowed or
+        unordered) breaks that rule: it waits for nothing any more, and the rows above it may wait for an event
+        the order no longer holds. The gate passes such a row (``above``) and asks for the next one
+        ``whatever_it_waits_for``: its run, in place or from its wake-up, places it again under the deployed
+        catalog."""
         if watermark.deferred <= 0:
             return None
-        lowest = self.deferred(watermark.tenant, watermark.subscription, limit=1)
-        if lowest and lowest[0].waits_for <= watermark.applied_seq:
+        lowest = self.deferred(watermark.tenant, watermark.subscription, limit=1, above=above)
+        if lowest and (whatever_it_waits_for or lowest[0].waits_for <= watermark.applied_seq):
             return lowest[0]
         return None
 

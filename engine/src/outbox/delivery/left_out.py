@@ -69,7 +69,7 @@ class LeftOut:
             if found is not None and found.ordered:
                 # It may have waited in the order, which goes on without it: the next deferred event is sent on
                 # (again, on a redelivery of this message: the marking above may have landed before a crash).
-                self.ordered().send_next(envelope.tenant, name, envelope.seq)
+                self.ordered().send_next(found, envelope.tenant)
 
     def _mark(self, envelope: Envelope, name: str, why: str, statuses: tuple[str, ...], receive_count: int) -> bool:
         """Dead again with its left_out dead letter, and out of the order it waited in (if any), at once; looking

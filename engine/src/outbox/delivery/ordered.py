@@ -8,31 +8,23 @@ unordered one: its writes, its completion marker and the watermark commit in one
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
 
-Within one batch (``carrying``) each (tenant, subscription)'s watermark is read once, all of them before the
-first record, in the BatchGetItem that checks the batch's events against the log, and then carried from write
-to write: a batch of FIFO messages holds
-several consecutive events of a tenant, and nobody else delivers them while it is in flight. A copy that went
-stale anyway (an operator's skip, say) fails safe, since every write to the watermark is conditioned on its
-version: the write fails, and the gate reads it again. What did not end in a write the gate knows the outcome
-of (a failed run or completion) is forgotten and read again.
+Within one batch the watermarks are read once and carried from write to write (``outbox.delivery.carried``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
 from outbox.delivery.attempts import Attempts
+from outbox.delivery.carried import CarriedWatermarks
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import ORDER_RACE_LOOKS, LeasePath
-from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
+from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, RetryableDeliveryError
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
@@ -62,56 +54,7 @@ class OrderedGate:
         self.direct = direct
         self.wake_ups = wake_ups
         self.order = lease.order
-        # Per thread (a handler called from several threads at once carries each batch's own):
-        # ``carried``, (tenant, subscription) -> its watermark as this batch last read or wrote it.
-        self._batch = threading.local()
-
-    # -- the watermarks a batch carries ---------------------------------------------------------------
-
-    @contextmanager
-    def carrying(
-        self, places: Iterable[tuple[str, str]], read: Mapping[tuple[str, str, str], dict[str, Any] | None]
-    ) -> Iterator[None]:
-        """Carry watermarks through one batch, starting with those of ``places`` (its ordered (tenant,
-        subscription) pairs) that the batch's first read holds (``read``: rows by (table, pk, sk), None for no
-        row); one it does not hold (that read failed, or left it unprocessed) is read when it is needed."""
-        carried: dict[tuple[str, str], Watermark] = {}
-        for tenant, subscription in places:
-            key = keys.watermark_key(tenant, subscription)
-            place = (self.inbox.table_name, key["pk"]["S"], key["sk"]["S"])
-            if place in read:
-                carried[(tenant, subscription)] = Watermark.from_item(tenant, subscription, read[place])
-        self._batch.carried = carried
-        try:
-            yield
-        finally:
-            self._batch.carried = None
-
-    @property
-    def _carried(self) -> dict[tuple[str, str], Watermark] | None:
-        """What this thread's batch carries; None outside a batch (a record processed alone reads each time)."""
-        carried: dict[tuple[str, str], Watermark] | None = getattr(self._batch, "carried", None)
-        return carried
-
-    def _watermark(self, tenant: str, subscription: str) -> Watermark:
-        """The watermark as this batch knows it, else read (and carried from here)."""
-        if self._carried is not None and (known := self._carried.get((tenant, subscription))) is not None:
-            return known
-        return self._read(tenant, subscription)
-
-    def _read(self, tenant: str, subscription: str) -> Watermark:
-        """The watermark read again, past what the batch carries (a conditioned write found it moved)."""
-        fresh = self.order.watermark(tenant, subscription)
-        self._carry(fresh)
-        return fresh
-
-    def _carry(self, watermark: Watermark) -> None:
-        if self._carried is not None:
-            self._carried[(watermark.tenant, watermark.subscription)] = watermark
-
-    def _forget(self, tenant: str, subscription: str) -> None:
-        if self._carried is not None:
-            self._carried.pop((tenant, subscription), None)
+        self.carried = CarriedWatermarks(self.order, self.inbox.table_name)  # through one batch
 
     def _behind_the_watermark(
         self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
@@ -162,7 +105,7 @@ class OrderedGate:
         A DynamoDB-only subscription's pair that is next in order and can have no history yet runs with no claim
         (``_apply_directly``), unless ``directly`` is False."""
         envelope, subscription = pair.envelope, pair.subscription
-        watermark = self._watermark(envelope.tenant, subscription.name)
+        watermark = self.carried.watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
             return self._behind_the_watermark(pair, watermark, remaining_ms)
         waits_for: int | None = None
@@ -174,7 +117,7 @@ class OrderedGate:
                     return applied
                 # The pair has a row, the watermark moved, or the commit's answer is unknown: nothing is known
                 # written. Look again, under a lease, if a second run still fits (else the message comes back).
-                self._forget(envelope.tenant, subscription.name)
+                self.carried.forget(envelope.tenant, subscription.name)
                 if self.attempts.lacks_time(subscription, remaining_ms, pair.log):
                     return DeliveryOutcome.RETRY, None
                 return self.apply_in_order(pair, remaining_ms, directly=False)
@@ -182,7 +125,7 @@ class OrderedGate:
         if not isinstance(claimed, Claim):
             # Done, skipped or held elsewhere although the watermark the batch carries says otherwise: that
             # copy may be behind (an operator's skip), so the next pair of the place reads it again.
-            self._forget(envelope.tenant, subscription.name)
+            self.carried.forget(envelope.tenant, subscription.name)
             return claimed, None
         claim = claimed
         if in_place and claim.attempts > 1:
@@ -199,9 +142,9 @@ class OrderedGate:
         if isinstance(advanced, DeliveryOutcome):
             # The run or its completion failed: the watermark is most likely where it was, but a completion
             # whose answer was lost may have moved it. Read it again rather than guess.
-            self._forget(envelope.tenant, subscription.name)
+            self.carried.forget(envelope.tenant, subscription.name)
             return advanced, None
-        self._carry(advanced)
+        self.carried.carry(advanced)
         return DeliveryOutcome.COMPLETED, advanced
 
     def _apply_directly(
@@ -217,7 +160,7 @@ class OrderedGate:
         try:
             result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
-            self._forget(envelope.tenant, subscription.name)
+            self.carried.forget(envelope.tenant, subscription.name)
             return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, terminal=None), None
         order = self.order.advance_items(watermark, envelope, was_deferred=False)
         try:
@@ -232,7 +175,7 @@ class OrderedGate:
         if existing is not None:
             return None
         advanced = self.order.advanced(watermark, envelope, was_deferred=False)
-        self._carry(advanced)
+        self.carried.carry(advanced)
         self.attempts.count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED, advanced
 
@@ -257,12 +200,12 @@ class OrderedGate:
             try:
                 self.inbox.defer(claim, waits_for, items)
             except WatermarkMovedError:
-                watermark = self._read(envelope.tenant, subscription.name)
+                watermark = self.carried.read(envelope.tenant, subscription.name)
                 continue
             except LeaseLostError:
                 self.attempts.count(Metric.LEASES_LOST)
                 return DeliveryOutcome.RETRY
-            self._carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
+            self.carried.carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
             logger.info(
                 "deferred %s: seq %d waits for seq %d",
                 claim.idempotency_key,
@@ -272,7 +215,7 @@ class OrderedGate:
             )
             self.attempts.count(Metric.DEFERRALS)
             return DeliveryOutcome.DEFERRED
-        self._forget(envelope.tenant, subscription.name)
+        self.carried.forget(envelope.tenant, subscription.name)
         self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
         return DeliveryOutcome.RETRY
 
@@ -287,7 +230,7 @@ class OrderedGate:
             try:
                 self.lease.complete(claim, envelope, subscription, result, order)
             except WatermarkMovedError:
-                fresh = self._read(envelope.tenant, subscription.name)
+                fresh = self.carried.read(envelope.tenant, subscription.name)
                 if fresh.applied_seq != watermark.applied_seq:
                     raise
                 watermark = fresh
@@ -321,19 +264,42 @@ class OrderedGate:
         return unwoken
 
     def _wake(
-        self, subscription: Subscription, watermark: Watermark, outcome: DeliveryOutcome, remaining_ms: RemainingMs
+        self,
+        subscription: Subscription,
+        watermark: Watermark,
+        outcome: DeliveryOutcome,
+        remaining_ms: RemainingMs | None,
+        *,
+        whatever_it_waits_for: bool = False,
     ) -> DeliveryOutcome:
         """Run the deferred events ``watermark`` now lets run, here and in order, while the invocation has time
-        for another (``RunTimes.has_time_for``); send the one it cannot run here back to the queue. All of it
-        before the message that owes it is acknowledged: a crash on the way leaves the message to come back and
-        do it again. ``outcome`` is this message's, or RETRY when the next event could neither run nor be sent."""
+        for another (``RunTimes.has_time_for``; never with no ``remaining_ms``); send the one it cannot run here
+        back to the queue. All of it before the message that owes it is acknowledged: a crash on the way leaves
+        the message to come back and do it again. ``outcome`` is this message's, or RETRY when the next event
+        could neither run nor be sent. ``whatever_it_waits_for``: wake the lowest whatever it waits for."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
+        passed = 0  # the last row passed as out of the order
         try:
-            while (ready := self.order.ready_deferred(watermark)) is not None:
-                if self.attempts.times.has_time_for(subscription, remaining_ms, in_place=True):
-                    woken, advanced = self.run_woken(subscription, ready, remaining_ms)
+            while (
+                ready := self.order.ready_deferred(watermark, above=passed, whatever_it_waits_for=whatever_it_waits_for)
+            ) is not None:
+                envelope = self._logged(ready)
+                if envelope is not None and not _in_the_order(subscription, envelope):
+                    # A deploy took it out of the order since it was deferred: it runs the unordered way (or is left
+                    # out) from its wake-up, which wakes nothing after it. The order goes on past it here, and the
+                    # next row may wait for it: woken whatever it waits for, its run places it again.
+                    self.wake_ups.send(ready, watermark.applied_seq)
+                    self.attempts.count(Metric.WAKE_UPS)
+                    passed, whatever_it_waits_for = ready.seq, True
+                    continue
+                if (
+                    envelope is not None
+                    and remaining_ms is not None
+                    and self.attempts.times.has_time_for(subscription, remaining_ms, in_place=True)
+                ):
+                    woken, advanced = self.run_woken(subscription, ready, remaining_ms, envelope)
                     if advanced is not None:
-                        watermark = advanced
+                        watermark, whatever_it_waits_for = advanced, False
                         continue
                     if woken is not DeliveryOutcome.RETRY:
                         break  # dead (it blocks until an operator repairs it) or deferred again (woken in turn)
@@ -345,24 +311,30 @@ class OrderedGate:
             return DeliveryOutcome.RETRY
         return outcome
 
-    def send_next(self, tenant: str, subscription: str, left_seq: int) -> None:
-        """After the pair at ``left_seq`` left the order with no completion (a deploy left it out), which wakes
-        nothing by itself: send the lowest deferred event back to the queue if the watermark lets it run, or if it
-        waited for the pair that left (its wake-up places it again under the deployed catalog: it runs, waits for
-        its new predecessor, or is left out too)."""
-        assert self.wake_ups is not None  # checked at construction for every ordered subscription
-        watermark = self._read(tenant, subscription)
-        lowest = self.order.deferred(tenant, subscription, limit=1)
-        if lowest and (lowest[0].waits_for <= watermark.applied_seq or lowest[0].waits_for == left_seq):
-            self.wake_ups.send(lowest[0], watermark.applied_seq)
-            self.attempts.count(Metric.WAKE_UPS)
+    def send_next(self, subscription: Subscription, tenant: str) -> None:
+        """After a pair left the order with no completion (a deploy left it out), which wakes nothing by itself:
+        send the lowest deferred event back to the queue whatever it waits for (it may have waited for the pair
+        that left; its wake-up places it again under the deployed catalog: it runs, waits for its new
+        predecessor, or is left out too). Raises when it could not: the message comes back and sends it."""
+        watermark = self.carried.read(tenant, subscription.name)
+        woke = self._wake(subscription, watermark, DeliveryOutcome.COMPLETED, None, whatever_it_waits_for=True)
+        if woke is DeliveryOutcome.RETRY:
+            raise RetryableDeliveryError(f"could not wake the next deferred event of {subscription.name}")
 
     def run_woken(
-        self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs
+        self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs, envelope: Envelope
     ) -> tuple[DeliveryOutcome, Watermark | None]:
-        """Apply, here, a deferred event whose predecessor was just applied, read from the log: as
-        ``apply_in_order`` answers. RETRY when the log no longer holds it as deferred (its message path, which
-        checks every event against the log, decides then)."""
+        """Apply, here, a deferred event whose predecessor was just applied (``envelope``: its row in the log, in
+        the order as deployed): as ``apply_in_order`` answers."""
+        self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
+        pair = Pair(
+            envelope, subscription, 1, envelope_digest(envelope), self.inbox.can_vouch_for(envelope.occurred_at)
+        )
+        return self.apply_in_order(pair, remaining_ms, in_place=True)
+
+    def _logged(self, ready: Deferred) -> Envelope | None:
+        """The deferred event as the log holds it; None when it no longer does (a row rewritten, another event at
+        its seq): its message path, which checks every event against the log, decides then."""
         store = self.attempts.store
         item = store.client.get_item(
             TableName=store.table_name, Key=keys.event_key(ready.tenant, ready.seq), ConsistentRead=True
@@ -370,19 +342,8 @@ class OrderedGate:
         try:
             envelope = None if item is None else Envelope.from_item(item)
         except EnvelopeParseError:  # a row rewritten into something else: its message path records what it is
-            return DeliveryOutcome.RETRY, None
-        if envelope is None or envelope.id != ready.event_id:
-            return DeliveryOutcome.RETRY, None
-        if DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is not Route.IN_ORDER:
-            # Deferred before a deploy took it out of the order (ordered_since moved past it, made unordered, or
-            # narrowed so that it no longer matches): the watermark says nothing of it, so its wake-up message
-            # decides, the unordered way or left out, never here.
-            return DeliveryOutcome.RETRY, None
-        self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
-        pair = Pair(
-            envelope, subscription, 1, envelope_digest(envelope), self.inbox.can_vouch_for(envelope.occurred_at)
-        )
-        return self.apply_in_order(pair, remaining_ms, in_place=True)
+            return None
+        return envelope if envelope is not None and envelope.id == ready.event_id else None
 
     def _not_here(self, claim: Claim) -> DeliveryOutcome:
         """Give back a claim taken in place whose earlier in-place attempt did not finish, with the attempt this
@@ -392,3 +353,10 @@ class OrderedGate:
         except LeaseLostError:
             self.attempts.count(Metric.LEASES_LOST)
         return DeliveryOutcome.RETRY
+
+
+def _in_the_order(subscription: Subscription, envelope: Envelope) -> bool:
+    """Whether the deployed catalog runs the event in the subscription's order: a deploy may have taken it out
+    (moved ordered_since past it, made the subscription unordered, narrowed it), and the watermark then says
+    nothing of it."""
+    return DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is Route.IN_ORDER

@@ -17,7 +17,7 @@ from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
 from outbox.delivery.path import DeliveryOutcome, Pair, RemainingMs
 from outbox.inbox import ClaimRecord
-from outbox.local import faults
+from outbox.local import deadline, faults
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.ordering import Watermark
@@ -178,7 +178,10 @@ class FaultSeams(OrderedFaultSeams):
             if self.chaos.fires(Fault.MESSAGE_LOST, self.trace.message(entry.message_id)):
                 self.world.lost_messages.append(self._event_of(entry.message_id))
                 self.durable.in_flight.pop(0)
-                self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
+                # SQS loses it, not the function: a second worker's poll returns inside the first worker's
+                # invocation, whose deadline would stop this delete (the message then came back, untracked).
+                with deadline.outside():
+                    self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
             return result
 
         with mock.patch.object(self.durable, "poll", lossy):

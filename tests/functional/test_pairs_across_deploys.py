@@ -374,6 +374,31 @@ def test_ordered_since_moved_past_a_deferred_event_the_next_completion_wakes_it_
     assert_counted(h)
 
 
+def test_ordered_since_moved_past_a_deferred_event_a_skip_wakes_it_and_the_one_waiting_in_the_order(
+    make_harness: HarnessFactory,
+) -> None:
+    # Given seq 2 deferred behind a dead seq 1, a deploy that moves ordered_since past both, and in the order as
+    # deployed a dead seq 3 with seq 4 deferred behind it
+    h, applied, _first, second, context = moved_start(make_harness)
+    third, fourth = emit(h, "account.credited"), emit(h, "account.credited")
+    applied.fail[third.seq] = lambda: TerminalError("unknown account")
+    h.publish(fourth)
+    h.publish(third)
+    h.esm.drain()
+    assert (h.claim_status(LEDGER, third), h.claim_status(LEDGER, fourth)) == (DEAD, DEFERRED)
+
+    # When the operator skips seq 3
+    result = skip(context, "acme", LEDGER, third.seq, by="oncall", reason="the account never existed")
+    h.esm.drain()
+
+    # Then its wake-up passes seq 2 (no longer in the order: sent to run the unordered way) and goes on to seq 4
+    assert result.woke_seq == second.seq
+    assert applied.seqs == {"acme": [2, 4]}
+    assert [h.claim_status(LEDGER, one) for one in (second, fourth)] == ["COMPLETED"] * 2
+    assert watermark(h).applied_seq == 4
+    assert blocked(context) == []
+
+
 def test_a_reconciled_out_of_order_event_keeps_its_place_in_status_until_the_consumer_runs_it(
     make_harness: HarnessFactory,
 ) -> None:

@@ -215,31 +215,43 @@ def _skipped_claim(context: OperatorContext, envelope: Envelope, subscription: s
     }
 
 
-def wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Deferred | None:
-    """Send the deferred event ``watermark`` lets run (if any) back to the durable queue, as the consumer
-    does when it cannot run it itself; that event."""
+def wake(context: OperatorContext, book: OrderBook, watermark: Watermark) -> list[Deferred]:
+    """Send the deferred events ``watermark`` lets run (``ready_in_deployed_order``) back to the durable queue, as
+    the consumer does when it cannot run them itself; those events."""
     ready = ready_in_deployed_order(context, book, watermark)
-    if ready is None:
-        return None
-    topology = context.topology
-    wake_ups = WakeUps(
-        topology.durable_queue_url, sqs=context.sqs, dynamodb=context.dynamodb, events_table=topology.events_table
-    )
-    wake_ups.send(ready, watermark.applied_seq)
+    if ready:
+        topology = context.topology
+        wake_ups = WakeUps(
+            topology.durable_queue_url, sqs=context.sqs, dynamodb=context.dynamodb, events_table=topology.events_table
+        )
+        for one in ready:
+            wake_ups.send(one, watermark.applied_seq)
     return ready
 
 
-def ready_in_deployed_order(context: OperatorContext, book: OrderBook, watermark: Watermark) -> Deferred | None:
-    """The lowest deferred event, if something may move it now: the watermark reached what it waits for; or what
-    it waits for is no longer part of the deployed order (narrowed away, removed, before ``ordered_since``), so
-    that no completion will ever wake it; or it is itself no longer part of it. Its wake-up is placed again by
-    the consumer under the deployed catalog (``outbox.pairs``): run, deferred behind its new predecessor, or run
-    the unordered way."""
-    lowest = book.deferred(watermark.tenant, watermark.subscription, limit=1)
+def ready_in_deployed_order(context: OperatorContext, book: OrderBook, watermark: Watermark) -> list[Deferred]:
+    """The deferred events something may move now, lowest first. The lowest one may move when the watermark
+    reached what it waits for; or what it waits for is no longer part of the deployed order (narrowed away,
+    removed, before ``ordered_since``), so that no completion will ever wake it; or it is itself no longer part of
+    it. Past one that is itself no longer part of the order, which runs the unordered way and wakes nothing after
+    it, the next one may move too, whatever it waits for. Each wake-up is placed again by the consumer under the
+    deployed catalog (``outbox.pairs``): run, deferred behind its new predecessor, or run the unordered way."""
+    ready: list[Deferred] = []
+    while (first := _lowest_movable(context, book, watermark, ready[-1].seq if ready else 0)) is not None:
+        ready.append(first)
+        if context.placement(first.tenant, first.seq, first.event_type, first.subscription).route is Route.IN_ORDER:
+            break
+    return ready
+
+
+def _lowest_movable(context: OperatorContext, book: OrderBook, watermark: Watermark, above: int) -> Deferred | None:
+    """The lowest deferred event above seq ``above`` if it may move now (``ready_in_deployed_order``); any one
+    above a row that left the order (``above`` > 0)."""
+    lowest = book.deferred(watermark.tenant, watermark.subscription, limit=1, above=above)
     if not lowest:
         return None
     first = lowest[0]
-    if first.waits_for <= watermark.applied_seq:
+    if above or first.waits_for <= watermark.applied_seq:
         return first
     itself = context.placement(first.tenant, first.seq, first.event_type, first.subscription)
     if itself.route is not Route.IN_ORDER:
@@ -251,5 +263,5 @@ def ready_in_deployed_order(context: OperatorContext, book: OrderBook, watermark
     return first if waited.route is not Route.IN_ORDER else None
 
 
-def _woken_seq(woken: Deferred | None) -> int | None:
-    return None if woken is None else woken.seq
+def _woken_seq(woken: list[Deferred]) -> int | None:
+    return woken[0].seq if woken else None

@@ -168,12 +168,11 @@ def _in_order(
     """The events of ``subscription``'s order for ``tenant`` that it has not applied: above its watermark.
     Every completion of an ordered subscription moves the watermark in its own transaction, so a missing
     claim up there is work never done, not a completion the inbox forgot, however old the event. First, the
-    deferred event the watermark already lets run is sent again (its wake-up may sit in a DLQ), or, in a dry
+    deferred events the watermark already lets run are sent again (its wake-up may sit in a DLQ), or, in a dry
     run, only named; then the events before the order's start (``_before_the_order``)."""
     book = order_book(context)
     watermark = book.watermark(tenant, subscription.name)
-    ready = ready_in_deployed_order(context, book, watermark) if dry_run else wake(context, book, watermark)
-    if ready is not None:
+    for ready in ready_in_deployed_order(context, book, watermark) if dry_run else wake(context, book, watermark):
         result.republished.append(ready.event_id)
         result.subscriptions[ready.event_id] = [subscription.name]
     yield from _before_the_order(context, tenant, subscription)

@@ -991,7 +991,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="woken-out-of-the-order-runs-in-place",
         module=GATE,
-        original="    return DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is Route.IN_ORDER\n",
+        original="    return DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is "
+        "Route.IN_ORDER\n",
         replacement="    return True\n",
         description="a deferred event a deploy took out of the order (ordered_since moved past it) is run in place "
         "after the order's next completion, as if it were next in order: the watermark goes back to it",

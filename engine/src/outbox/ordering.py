@@ -17,7 +17,8 @@ the last of its events it applied (or an operator skipped). The consumer reads i
 After a completion (and whenever a duplicate finds its pair done), the consumer looks at the lowest deferred
 event: once the watermark has reached the event it waits for, a **wake-up** message (a repair message for
 that one subscription, as a replay sends) puts it back on the durable queue, behind the tenant's other
-messages. Only the lowest deferred event can be ready (every other one waits for an event at or above it),
+messages. Only the lowest deferred event can be ready (every other one waits for an event at or above it; a
+row a deploy took out of the order is passed, sent to run the unordered way, and the next one looked at),
 and a wake-up is sent before the message that triggered it is acknowledged, so a crash in between sends it
 again.
 

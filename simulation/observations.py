@@ -62,6 +62,8 @@ class Invocation:
     nested: list[float] = field(default_factory=list)
     # How often each deferred pair was run in place after its predecessor in this invocation (a loop shows here).
     woken_runs: dict[str, int] = field(default_factory=dict)
+    # Events a pair of which it found claimed by a live lease elsewhere (it must not acknowledge their messages).
+    refused_running: set[str] = field(default_factory=set)
 
     def others_spent(self, tenant: str) -> float:
         return sum(seconds for other, seconds in self.spent.items() if other != tenant)

@@ -35,7 +35,7 @@ from outbox.delivery.ordered import OrderedGate
 from outbox.delivery.path import Pair
 from outbox.envelope import Envelope
 from outbox.exceptions import WatermarkMovedError
-from outbox.inbox import Claim, ClaimResult, Inbox
+from outbox.inbox import Claim, ClaimOutcome, ClaimResult, Inbox
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import BatchResult, SqsEventSourceMapping
@@ -79,7 +79,8 @@ class Recorder:
         # run should not have started, if it should not (``run_handler``).
         self._started_late: dict[str, list[str | None]] = {}
         # The invocation the last poll ran, with its messages' groups (message id -> tenant).
-        self._last_invocation: tuple[Invocation, dict[str, str]] | None = None
+        self._last_invocation: tuple[Invocation, dict[str, str], dict[str, int]] | None = None
+        self._failed_receives: dict[tuple[str, int], bool] = {}  # (message id, receive count) -> failed by it
 
     @contextmanager
     def patched(self) -> Iterator[None]:
@@ -200,6 +201,8 @@ class Recorder:
         key = self.trace.key(f"{envelope.id}:{name}")
         if result.claim is None:
             self.trace.add("claim", f"{key} refused: {result.outcome.value}")
+            if result.outcome is ClaimOutcome.IN_PROGRESS and self.observations.invocations:
+                self.observations.invocations[-1].refused_running.add(envelope.id)
             return result
         claim, now = result.claim, self.durable.clock()
         previous = self.observations.live_leases.get(claim.idempotency_key)
@@ -520,7 +523,11 @@ class Recorder:
         finally:
             self.observations.deadlines.pop()
             self.observations.invocations.pop()
-            self._last_invocation = (invocation, {record["messageId"]: _group(record) for record in event["Records"]})
+            groups = {record["messageId"]: _group(record) for record in event["Records"]}
+            counts = {
+                record["messageId"]: _receipt(record, self.durable.clock()).receive_count for record in event["Records"]
+            }
+            self._last_invocation = (invocation, groups, counts)
 
     def _judge_wakes(self, result: BatchResult, invocation: Invocation, groups: dict[str, str]) -> None:
         """A wake-up is sent (or the event run in place) before the message that owes it is acknowledged: once an
@@ -547,11 +554,26 @@ class Recorder:
                         f"{waiting.seq}, deferred behind it, was neither run nor sent back to the queue"
                     )
 
+    def _note_stale_deletes(self, result: BatchResult, invocation: Invocation, counts: dict[str, int]) -> None:
+        """The messages this invocation rightly acknowledged (no pair of theirs found running elsewhere) after a
+        second worker received them again and failed them: the delete with the older receipt handle, which SQS
+        may honour, is then what loses what the second worker left under way."""
+        for message_id in result.received:
+            self._failed_receives[(message_id, counts.get(message_id, 0))] = message_id in result.failed
+        for message_id in set(result.received) - set(result.failed):
+            latest = max(r.receive_count for r in self.observations.receipts if r.message_id == message_id)
+            event_id = next(r for r in reversed(self.observations.receipts) if r.message_id == message_id).event_id
+            again = latest > counts.get(message_id, latest) and self._failed_receives.get((message_id, latest), False)
+            if again and event_id is not None and event_id not in invocation.refused_running:
+                self.world.stale_deletes.append(event_id)
+
     def poll(self) -> BatchResult | None:
         self._last_invocation = None
         result = self._poll()
         if result is not None and result.crashed is None and self._last_invocation is not None:
-            self._judge_wakes(result, *self._last_invocation)
+            self._judge_wakes(result, *self._last_invocation[:2])
+        if result is not None and self._last_invocation is not None:
+            self._note_stale_deletes(result, self._last_invocation[0], self._last_invocation[2])
         if result is not None and isinstance(result.crashed, InvocationTimedOut):
             self.world.slowest_runs.clear()  # Lambda resets the container after a timeout: nothing seen survives
         if result is not None and result.crashed is not None:

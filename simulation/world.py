@@ -112,6 +112,10 @@ class World:
     replay_positions: list[tuple[str, int]] = field(default_factory=list)
     poison_sent: int = 0  # malformed bodies the schedule put in the queue
     lost_messages: list[str] = field(default_factory=list)  # event ids whose message a fault lost for good
+    # Event ids whose message an invocation rightly acknowledged with the receipt handle of an older receive,
+    # after a second worker received it again and failed it: SQS may honour that delete, and what the second
+    # worker left under way then has no message; the completeness pass names it, as it does a message lost.
+    stale_deletes: list[str] = field(default_factory=list)
     conflicting_copies: list[str] = field(default_factory=list)  # event ids a copy with other content came for
     # (call, request, answer) of every call the operator's tools made while acting, in order.
     operator_calls: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)

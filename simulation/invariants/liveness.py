@@ -121,7 +121,7 @@ class _Told:
 
 def _told(world: World, state: State, topology: Topology) -> _Told:
     told = _Told()
-    told.lost = set(world.lost_messages)
+    told.lost = set(world.lost_messages) | set(world.stale_deletes)
     for body in queue_bodies(topology.durable_dlq_url):
         event_id = _event_id(body)
         if event_id is not None:

@@ -8,6 +8,7 @@ stale container from ever reaching another run's state).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -186,8 +187,12 @@ class World:
         return True
 
     def before_an_upgrade(self) -> bool:
-        """Whether the schedule upgrades the engine and the upgrade is still to come."""
-        return not self.upgraded and any(isinstance(action, Upgrade) for action in self.schedule.actions)
+        """Whether the schedule upgrades the engine and the upgrade is still to come (asked at every emit)."""
+        return not self.upgraded and self._upgrades
+
+    @functools.cached_property
+    def _upgrades(self) -> bool:
+        return any(isinstance(action, Upgrade) for action in self.schedule.actions)  # the schedule is frozen
 
     def emitted(self, tenant: str) -> bool:
         """Whether ``tenant`` has a committed event (a log to read)."""

@@ -1001,6 +1001,18 @@ MUTANTS: tuple[Mutant, ...] = (
         seeds=(14, 49, 65),
     ),
     Mutant(
+        id="lease-lost-acknowledged",
+        module=LEASE,
+        original="            return DeliveryOutcome.RETRY\n"
+        "        except Exception as exc:  # every completion failure is classified\n",
+        replacement="            return DeliveryOutcome.SKIPPED\n"
+        "        except Exception as exc:  # every completion failure is classified\n",
+        description="a worker that lost its lease before completing acknowledges the message for the new owner: "
+        "its receipt handle is an older receive's, which SQS may honour, and the new owner may die holding the pair",
+        what_should_catch_it="a visibility timeout during a run, a second worker taking the pair over and dying "
+        "holding it: the pair PENDING with no message once the faults stop (19), or lost (2)",
+    ),
+    Mutant(
         id="woken-past-the-order-wakes-no-more",
         module=GATE,
         original="                    passed, whatever_it_waits_for = ready.seq, True\n                    continue\n",

@@ -13,8 +13,8 @@ At that moment:
   way), or the operator has been told: its message sits in an alarmed dead-letter queue, an injected fault lost
   it (or the message that owed it its wake-up) for good, or SQS may have honoured a first worker's rightful
   delete with an older receipt handle after a second worker received the message again and failed it (the
-  completeness pass's alarm is what names these; invariant 18 holds the pass to that), or ``outbox status`` names the order it waits in as held up by another pair,
-  with the command that moves it on;
+  completeness pass's alarm is what names these; invariant 18 holds the pass to that), or ``outbox status``
+  names the order it waits in as held up by another pair, with the command that moves it on;
 - the pipeline went idle within a bound the stack's settings give (every attempt of a message, each a visibility
   timeout after the last, and the pipe's retries): time spent past it is a loop, not progress.
 """

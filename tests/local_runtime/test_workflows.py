@@ -236,3 +236,22 @@ def test_run_until_idle_waits_for_the_workflows_that_run_on_their_own_and_not_fo
         assert runtime.workflows.wait_for_ends()[claim(runtime, waiting.id)["execution_name"]] == "SUCCEEDED"
         runtime.run_until_idle()
         assert claim(runtime, waiting.id)["status"] == "COMPLETED"
+
+
+def test_an_execution_whose_timeout_passes_ends_timed_out_and_its_pair_is_dead(runtime: LocalRuntime) -> None:
+    with runtime:
+        assert runtime.workflows is not None
+        store = runtime.event_store(unchecked=True)
+        waiting = store.emit("shop.order_paid", {"order_id": "o3", "await_pickup": True}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        service = runtime.workflows.service
+        arn = claim(runtime, waiting.id)["execution_arn"]
+        service.wait_for_callback(arn, name="pickup")  # it waits for a pickup nobody sends
+        service.time_out(arn)
+        assert service.status(arn)["Status"] == "TIMED_OUT"
+        service.time_out(arn)  # ended already: it stays as it ended
+        assert service.status(arn)["Status"] == "TIMED_OUT"
+        runtime.run_until_idle()
+        row = claim(runtime, waiting.id)
+        assert row["status"] == "DEAD"
+        assert "TIMED_OUT" in row["last_error"]

@@ -220,6 +220,19 @@ class LocalDurableFunctions:
         execution = self._executions[arn]
         self._functions[execution.function].runner._executor.stop_execution(arn)
 
+    def time_out(self, arn: str) -> None:
+        """The execution's timeout passes now: it ends TIMED_OUT, as Lambda ends one at its ``execution_timeout``,
+        whatever it waits on. The testing SDK's timer counts real seconds; a caller on a virtual clock (the
+        simulator) says when its timeout passed. An execution that ended already stays as it ended."""
+        from aws_durable_execution_sdk_python.lambda_service import ErrorObject
+
+        execution = self._executions[arn]
+        function = self._functions[execution.function]
+        if self.status(arn)["Status"] in TERMINAL:
+            return
+        message = f"Execution timed out after {function.execution_timeout} seconds."
+        function.runner._executor.on_timed_out(arn, ErrorObject.from_message(message))
+
     def wait_for_callback(self, arn: str, name: str | None = None, timeout: int = 30) -> str:
         """The callback id a running execution waits on (its ``create_callback``/``wait_for_callback``)."""
         runner = self._functions[self._executions[arn].function].runner

@@ -16,7 +16,10 @@
   row, so the order it applied in is read from what committed (invariant 14). It declares
   ``effects="dynamodb"``: its next item in order, on its first receive, commits with no claim (the ordered
   gate's direct run), and everything else runs under a lease;
-- ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane.
+- ``sim.watch_items`` (BEST_EFFORT): the item row's changes, through the record-change lane;
+- ``sim.ship`` (WORKFLOW, in a schedule that has it: ``Schedule.workflow``): a durable execution per item, of the
+  simulator's own durable function (``simulation.shipping``), which the simulated carrier answers
+  (``simulation.workflows``).
 
 ``sim.item_created`` is at schema version 2: version 1 named the audit's refusal ``flagged``. A schedule may
 have one emitter run last year's code (``legacy_catalog_for``), which stores version 1; the durable handlers
@@ -60,6 +63,7 @@ from outbox import (
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
 from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES
 from outbox.record_changes import RecordChange
+from outbox.workflows import workflow
 from outbox.writes import typed
 from simulation.schedule import Fault
 from simulation.world import InjectedError, World, world_of
@@ -69,6 +73,7 @@ ITEM_NOTED = "sim.item_noted"
 AUDIT, NOTE_LOCALLY, WATCH = "sim.audit", "sim.note_locally", "sim.watch_items"
 CHARGE, ANNOUNCE, ARCHIVE = "sim.charge", "sim.announce", "sim.archive"
 LEDGER = "sim.ledger"  # ordered: a tenant's items applied in seq order (only in a schedule that has it)
+SHIP = "sim.ship"  # the shipping workflow (Lane.WORKFLOW: simulation.shipping), in a schedule that has it
 TALLY = "sim.tally"  # the subscription a deploy adds, removes or narrows (only in a schedule with that deploy)
 # The entities whose row changes sim.watch_items reads: what the record-change pipe carries (runner.run_seed).
 WATCHED_ENTITIES = ("SIMITEM",)
@@ -585,6 +590,7 @@ class SimulatedApp:
                 Subscription(WATCH, "record.SIMITEM.*", Lane.BEST_EFFORT, self.watch_items),
                 *self._ordered(),
                 *self._tally(),
+                *self._workflow(),
             ),
         )
 
@@ -611,6 +617,12 @@ class SimulatedApp:
             options = {"ordered": True, "ordered_since": since}
         # effects="dynamodb": the next item in order commits with no claim on its first receive (the gate's direct run).
         return (Subscription(LEDGER, pattern, Lane.DURABLE, self.ledger, effects=Effects.DYNAMODB, **options),)
+
+    def _workflow(self) -> tuple[Subscription, ...]:
+        """sim.ship, in a schedule that has the workflow: a durable execution per item (``simulation.shipping``)."""
+        if not self.world.schedule.workflow:
+            return ()
+        return (Subscription(SHIP, ITEM_CREATED, Lane.WORKFLOW, workflow("simulation.shipping:ship")),)
 
     def _tally(self) -> tuple[Subscription, ...]:
         """sim.tally as the schedule's deploy has it now: added by it, removed by it, or narrowed by it."""

@@ -70,6 +70,8 @@ class FaultSeams(OrderedFaultSeams):
             Fault.WAKING_ANSWER_LOST: self._losing_waking_answers,
             Fault.RECONCILE_DURING_RUN: self._reconciling_during_direct_runs,
             Fault.NEWER_EMITTER: lambda: newer_emitters(chaos, lambda: self._current),
+            Fault.WORKFLOW_START_LOST: self.lost_start_answers,
+            Fault.WORKFLOW_START_CRASH: self.crashes_after_start,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder

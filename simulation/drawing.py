@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from simulation.bodies import ALTERED_EVENT, MALFORMED_BODIES
 from simulation.drawing_deploys import with_a_deploy, with_a_route_deploy, with_an_upgrade
+from simulation.drawing_workflow import draw_workflow
 from simulation.schedule import (
     FAULT_MENU,
     PARTIAL_ANSWERS,
@@ -125,6 +126,7 @@ def generate(seed: int) -> Schedule:
     slow_ledger = _slow_ledger(random.Random(f"schedule:{seed}:slow-ledger"), ordered, faults)
     crowding = random.Random(f"schedule:{seed}:crowded")
     actions, crowded = _crowded(crowding, actions, tenants, ordered, slow_ledger)
+    workflow = draw_workflow(random.Random(f"schedule:{seed}:workflow"), faults)
     return Schedule(
         seed=seed,
         tenants=tenants,
@@ -159,6 +161,7 @@ def generate(seed: int) -> Schedule:
         crowded=crowded,
         tally_refuses=tally_refuses,
         replay_races_deploy=races,
+        workflow=workflow,
     )
 
 

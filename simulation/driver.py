@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from outbox import Envelope
 from outbox.local import faults
+from outbox.local.runtime import LocalRuntime
 from outbox.ops.ordering import order_book
 from simulation.catalog import (
     ARCHIVE,
@@ -40,6 +41,7 @@ from simulation.driver_state import (
 )
 from simulation.emitters import Emitter
 from simulation.intruder_actor import Intrusions
+from simulation.observations import Observations
 from simulation.operator_actor import OperatorActions
 from simulation.recorder import brief
 from simulation.schedule import (
@@ -61,15 +63,20 @@ from simulation.schedule import (
     Upgrade,
 )
 from simulation.upgrade_actor import Upgrades
-from simulation.world import EmitRecord, Import
+from simulation.workflows import WorkflowActors
+from simulation.world import EmitRecord, Import, World
 
 __all__ = ["Driver", "client"]
 
 
-class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades):
+class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades, WorkflowActors):
     """One run's actors together: the workload's emits and deploys, the pipeline's steps and the read-only
-    passes here; the faults, the operator, the intruder and the engine's upgrade in their modules, all on one
-    ``DriverState``."""
+    passes here; the faults, the operator, the intruder, the engine's upgrade and the workflow's carrier in their
+    modules, all on one ``DriverState``."""
+
+    def __init__(self, world: World, runtime: LocalRuntime, observations: Observations) -> None:
+        super().__init__(world, runtime, observations)
+        self._workflow_state()
 
     def perform(self, action: Action) -> None:
         if isinstance(action, Emit):
@@ -77,6 +84,7 @@ class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades):
         elif isinstance(action, Steps):
             for _ in range(action.count):
                 self.runtime.step()
+                self.carry()
                 self._respond_to_alarms()
         elif isinstance(action, Redeliver):
             self.trace.add("sqs", f"redelivers {faults.redeliver(self.durable)} message(s) in flight now")
@@ -108,6 +116,7 @@ class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades):
         def on_step(step: int) -> None:
             while pending and pending[0][0] <= step:
                 self.perform(pending.pop(0)[1])
+            self.carry()
             self._respond_to_alarms()
 
         self.runtime.run_until_idle(on_step=on_step)
@@ -116,8 +125,10 @@ class Driver(FaultSeams, OperatorActions, Intrusions, Upgrades):
         self.runtime.run_until_idle()
         while self._respond_to_alarms():  # an alarm raised by the pipeline's last steps
             self.runtime.run_until_idle(on_step=self._respond_each_step)
+        self.finish_workflows()  # the executions still waiting on the carrier, answered, and their pairs settled
 
     def _respond_each_step(self, _step: int) -> None:
+        self.carry()
         self._respond_to_alarms()
 
     def _respond_to_alarms(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from outbox.catalog import Catalog
 from outbox.envelope import format_timestamp
 from outbox.local.clients import local_client
 from outbox.local.esm import SqsEventSourceMapping
+from outbox.local.fault_count import FaultCount
 from outbox.local.runtime import LocalRuntime
 from outbox.ops import Operations
 from simulation.catalog import legacy_catalog_for
@@ -170,6 +172,12 @@ class DriverState(ABC):
 
     @abstractmethod
     def rewrite_in_the_reset_second(self, tenant: str) -> None: ...
+
+    @abstractmethod
+    def lost_start_answers(self) -> AbstractContextManager[FaultCount]: ...
+
+    @abstractmethod
+    def crashes_after_start(self) -> AbstractContextManager[FaultCount]: ...
 
 
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:

@@ -32,6 +32,7 @@ from simulation.recorder import recording
 from simulation.schedule import Schedule
 from simulation.state import read_alarm_state, read_state
 from simulation.trace import Trace
+from simulation.workflows import with_simulated_workflow
 from simulation.world import DeterministicIds, World, register, unregister
 
 # Every function of the stack loads this catalog; clients in functions do not retry (a throttle reaches
@@ -62,7 +63,8 @@ def run_seed(seed: int, stack: StackSpec, schedule: Schedule | None = None) -> S
     """The seed's schedule, or ``schedule`` (one the seed drew, made smaller: ``simulation.shrink``): everything
     else the run draws (faults' decisions, ids, the operator's choices) still comes from the seed."""
     # The simulated application watches its own rows: the record-change pipe as it would deploy it.
-    stack = with_inbox_stream(with_record_change_entities(stack, WATCHED_ENTITIES))
+    # Its durable function runs the simulator's workflow (sim.ship), in the schedules that have it.
+    stack = with_simulated_workflow(with_inbox_stream(with_record_change_entities(stack, WATCHED_ENTITIES)))
     schedule = schedule if schedule is not None else generate(seed)
     clock = VirtualClock()
     trace = Trace(clock)
@@ -128,6 +130,8 @@ def _run(
             runtime.run_until_idle()  # the tamper pipe and recorder see the MODIFYs; the relay must not
             if world.schedule.repair:
                 driver.repair()
+        driver.finish_workflows()  # a replay's execution, answered (the faults are healed) and its pair settled
+    driver.record_executions()
     after = read_state(runtime, driver.operations.dynamodb, tenants, driver.operations.status())
     return violations + check_all(world, observations, after, topology)
 

@@ -69,6 +69,17 @@ class Fault(StrEnum):
     # A workload emit comes from a newer engine than the consumers run (its emitters deployed first): its envelope
     # has fields this engine does not know, hashed as every field is.
     NEWER_EMITTER = "newer_emitter"
+    # The WORKFLOW lane (a schedule with the shipping workflow, sim.ship): a start applies and its answer is lost (a
+    # 500: the consumer sees an error and starts it again), or the worker dies right after a start applied; the
+    # carrier refuses (the execution fails), never answers (its timeout passes), or the operator stops an execution
+    # by hand (StopDurableExecution); the notice of an execution's end never comes, or comes twice.
+    WORKFLOW_START_LOST = "workflow_start_lost"
+    WORKFLOW_START_CRASH = "workflow_start_crash"
+    WORKFLOW_FAILED = "workflow_failed"
+    WORKFLOW_TIMED_OUT = "workflow_timed_out"
+    WORKFLOW_STOPPED = "workflow_stopped"
+    WORKFLOW_NOTICE_LOST = "workflow_notice_lost"
+    WORKFLOW_NOTICE_DUPLICATED = "workflow_notice_duplicated"
 
 
 @dataclass(frozen=True)
@@ -322,6 +333,8 @@ class Schedule:
     # Right before a deploy of ROUTE_DEPLOYS, the operator replays the dead pair it changes: the replay's message
     # reaches the new code.
     replay_races_deploy: bool = False
+    # The application has the shipping workflow (sim.ship, Lane.WORKFLOW): a durable execution per item.
+    workflow: bool = False
 
     def describe(self) -> list[str]:
         """The schedule as readable lines (the head of a trace)."""
@@ -369,6 +382,8 @@ class Schedule:
             lines.append(f"  sim.tally refuses {self.tally_refuses}'s item once (terminal)")
         if self.replay_races_deploy:
             lines.append("  right before the deploy, the operator replays the dead pair it changes")
+        if self.workflow:
+            lines.append("  the application has the shipping workflow (sim.ship, a durable execution per item)")
         if self.slow_ledger:
             lines.append(f"  the ordered ledger is slow: each run takes {self.slow_ledger.total_seconds():.1f} s")
         if self.crowded:

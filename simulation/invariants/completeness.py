@@ -79,7 +79,8 @@ def check_completeness(world: World, state: State, topology: Topology) -> list[V
 def expected_missing(world: World, state: State, horizon: Any) -> set[tuple[str, str]]:
     """The pairs with no outcome, as the simulator reads the tables back."""
     assert world.catalog is not None
-    durable = [s for s in world.catalog.registry.subscriptions if s.lane is Lane.DURABLE]
+    # A WORKFLOW pair's outcome is its execution's end, settled (COMPLETED or DEAD): HANDED is under way.
+    durable = [s for s in world.catalog.registry.subscriptions if s.lane in (Lane.DURABLE, Lane.WORKFLOW)]
     claimed: dict[str, set[str]] = {}
     for key in state.claims:
         event_id, _, name = key.partition(":")

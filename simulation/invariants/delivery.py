@@ -14,6 +14,7 @@ from simulation.catalog import (
     CHARGE,
     ITEM_NOTED,
     LEDGER,
+    SHIP,
     expected_pairs,
 )
 from simulation.invariants.base import Violation, name_of
@@ -55,6 +56,8 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     found.extend(conflicts_are_recorded(world, state))
     found.extend(_repairs_run_what_they_name(world, observations))
     for key, letter in sorted(letters.items()):
+        if key.endswith(f":{SHIP}"):
+            continue  # a workflow's dead letter is earned by its execution's end (invariant 21)
         found.extend(
             _earned(world, observations, state, key, letter.reason, letter.error, letter.attempts, ledger.get(key, 0))
         )
@@ -346,6 +349,8 @@ def check_fencing(world: World, observations: Observations, state: State) -> lis
     for key, claim in sorted(state.claims.items()):
         owner = claim["owner"]["S"] if "owner" in claim else DIRECT  # a direct completion's marker has none
         maybe = observations.uncertain_completers.get(key, set())
+        if key.endswith(f":{SHIP}"):
+            continue  # its execution's end completes it, conditioned on the execution, not an owner (invariant 21)
         if claim["status"]["S"] == "COMPLETED" and completer.get(key) != owner and owner not in maybe:
             found.append(Violation(4, f"{trace.key(key)} is COMPLETED under an owner whose completion was never seen"))
     return found

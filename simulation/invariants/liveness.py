@@ -177,7 +177,7 @@ def _left_out_by_a_deploy(world: World, state: State) -> set[tuple[str, str]]:
     assert world.catalog is not None
     if world.deployed_at is None:
         return set()
-    durable = [s for s in world.catalog.registry.subscriptions if s.lane is Lane.DURABLE]
+    durable = [s for s in world.catalog.registry.subscriptions if s.lane in (Lane.DURABLE, Lane.WORKFLOW)]
     events = state.events
     left = set()
     for key in state.claims:

@@ -3,22 +3,28 @@ worth reporting (it replays exactly, in any process)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from outbox.local.clock import VirtualClock
 from outbox.local.template import StackSpec
-from simulation.catalog import catalog_for
+from outbox.local.workflows import durable_functions
+from outbox.subscriptions import Lane
+from outbox.workflows import WORKFLOW_FUNCTIONS_VARIABLE
+from simulation.catalog import SHIP, catalog_for
 from simulation.chaos import Chaos
 from simulation.cli import Outcome, reach_per_seed, regression_cuts, regression_seeds, run_many
 from simulation.drawing import generate
 from simulation.runner import run_seed
 from simulation.schedule import Emit, Fault, FaultRate
 from simulation.trace import Trace
+from simulation.workflows import with_simulated_workflow
 from simulation.world import DeterministicIds, World
 from tests.conftest import PROJECT_ROOT, Synthesized
 
@@ -122,6 +128,32 @@ def test_the_simulated_application_keeps_the_catalog_contract() -> None:
     world = World(1, generate(1), trace, Chaos(1, {}, trace), DeterministicIds(clock, 1), data_table="data")
 
     assert catalog_for(world).problems() == []
+
+
+def test_the_simulated_application_with_the_workflow_keeps_the_catalog_contract() -> None:
+    clock = VirtualClock()
+    trace = Trace(clock)
+    schedule = replace(generate(1), workflow=True)
+    world = World(1, schedule, trace, Chaos(1, {}, trace), DeterministicIds(clock, 1), data_table="data")
+
+    catalog = catalog_for(world)
+
+    assert catalog.problems() == []
+    assert [s.name for s in catalog.registry.subscriptions if s.lane is Lane.WORKFLOW] == [SHIP]
+
+
+def test_the_simulated_stack_runs_the_simulator_s_workflow_as_sim_ship(stack: StackSpec) -> None:
+    simulated = with_simulated_workflow(stack)
+
+    (durable,) = durable_functions(simulated)
+    assert simulated.functions[durable.function].handler == "simulation.shipping.ship"
+    named = [
+        json.dumps(f.environment[WORKFLOW_FUNCTIONS_VARIABLE])
+        for f in simulated.functions.values()
+        if WORKFLOW_FUNCTIONS_VARIABLE in f.environment
+    ]
+    assert named and all('\\"sim.ship\\":' in text and "print_label" not in text for text in named)
+    assert stack.functions[durable.function].handler != "simulation.shipping.ship"  # the stack itself is unchanged
 
 
 @pytest.mark.slow

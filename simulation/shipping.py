@@ -1,0 +1,57 @@
+"""The simulated application's workflow (``sim.ship``, ``Lane.WORKFLOW``): a durable function of the simulator's own.
+
+Once an item is created, pack it (a step whose effect the world records: a doubled step shows as a count of 2), ask
+the simulated carrier to take it and wait for its answer (a callback: the execution runs until the simulator, as the
+carrier, answers it), give the carrier the night (a durable wait), and end. A carrier that refuses makes the
+workflow fail (its execution ends FAILED).
+
+The local runtime imports this module as Lambda would (once per container, with the function's environment) and
+runs the handler in the AWS Durable Execution Testing SDK's threads: the run's ``World`` is found by the
+``SIMULATION_RUN`` variable read at import. The waits on the carrier are what keeps a seed deterministic: nothing
+of an execution ends while the simulator is not waiting for it (``simulation.workflows``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from aws_durable_execution_sdk_python import DurableContext, durable_execution
+from aws_durable_execution_sdk_python.config import Duration
+
+from outbox.workflows import WorkflowInput, execution_name
+from simulation.world import world_of
+
+# This function's environment, as the local runtime set it for the import (SIMULATION_RUN: the run's World).
+RUN = os.environ.get("SIMULATION_RUN", "")
+CARRIER = "carrier"  # the callback the workflow waits on
+REFUSED = "refused"  # the carrier's answer that fails the workflow
+NIGHT = Duration.from_hours(12)
+
+
+class CarrierRefusedError(Exception):
+    """The carrier refused the item: the execution fails (FAILED, its error named by this type)."""
+
+
+@durable_execution
+def ship(event: dict[str, Any], context: DurableContext) -> dict[str, str]:
+    given = WorkflowInput.of(event)
+    world = world_of(RUN)
+    name = execution_name(given.envelope.id, given.subscription, given.attempt)
+    world.workflow_inputs.setdefault(name, (given.idempotency_key, given.attempt))
+
+    def pack(_step: Any) -> str:
+        world.workflow_packed[name] += 1
+        return str(given.envelope.payload["item_id"])
+
+    item = context.step(pack, name="pack")
+
+    def ask_the_carrier(callback_id: str, _context: Any) -> None:
+        world.workflow_waiting[name] = callback_id
+
+    answer = context.wait_for_callback(ask_the_carrier, name=CARRIER)
+    if (json.loads(answer) if isinstance(answer, str | bytes) else answer) == REFUSED:
+        raise CarrierRefusedError(f"the carrier refused {item}")
+    context.wait(NIGHT, name="night")
+    return {"item": item}

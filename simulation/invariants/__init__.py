@@ -51,6 +51,9 @@
     the runner when the drain ends, not here).
 20. The pair's state machine: every change of a claim row is a transition of ``outbox.pairs.machine``
     (``simulation.reach``, from a stream on the inbox table; checked by the runner at the end).
+21. The WORKFLOW lane (a schedule with the shipping workflow): at most one durable execution per (pair, attempt),
+    none left running and none no claim names; every item's ``sim.ship`` pair COMPLETED by an execution that
+    succeeded, or DEAD with its dead letter by one that failed, timed out or was stopped (``.workflows``).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"
@@ -86,6 +89,7 @@ from simulation.invariants.operations import (
     check_status,
 )
 from simulation.invariants.ordering import check_fifo_order, check_ordered_subscriptions
+from simulation.invariants.workflows import check_workflows
 from simulation.observations import Observations
 from simulation.state import State
 from simulation.world import World
@@ -127,4 +131,5 @@ def check_all(world: World, observations: Observations, state: State, topology: 
         *(Violation(17, f"an operator command crashed: {what}") for what in world.operator_crashes),
         *(Violation(17, f"a command outbox status named was refused: {what}") for what in world.hint_refusals),
         *check_completeness(world, state, topology),
+        *check_workflows(world, state),
     ]

@@ -27,6 +27,7 @@ NAMES = {
     18: "completeness",
     19: "liveness",
     20: "the pair's state machine",
+    21: "the WORKFLOW lane",
 }
 
 

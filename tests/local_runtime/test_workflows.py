@@ -255,3 +255,27 @@ def test_an_execution_whose_timeout_passes_ends_timed_out_and_its_pair_is_dead(r
         row = claim(runtime, waiting.id)
         assert row["status"] == "DEAD"
         assert "TIMED_OUT" in row["last_error"]
+
+
+def test_the_settle_pass_runs_again_only_once_a_start_was_asked_for_or_an_execution_changed(
+    runtime: LocalRuntime,
+) -> None:
+    with runtime:
+        assert runtime.workflows is not None
+        assert runtime.workflows.settler is not None
+        store = runtime.event_store(unchecked=True)
+        waiting = store.emit("shop.order_paid", {"order_id": "o4", "await_pickup": True}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        service, settler = runtime.workflows.service, runtime.workflows.settler
+        arn = claim(runtime, waiting.id)["execution_arn"]
+        service.wait_for_callback(arn, name="pickup")
+        runtime.step()  # a pass after the last change
+        passes = settler.invocations
+        for _ in range(3):
+            runtime.step()
+        assert settler.invocations == passes  # nothing started or changed: each would find what the last found
+        service.send_callback_success(service.wait_for_callback(arn, name="pickup"), b'"picked up"')
+        assert runtime.workflows.wait_for_ends()[claim(runtime, waiting.id)["execution_name"]] == "SUCCEEDED"
+        runtime.run_until_idle()
+        assert settler.invocations > passes
+        assert claim(runtime, waiting.id)["status"] == "COMPLETED"

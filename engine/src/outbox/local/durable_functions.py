@@ -88,11 +88,13 @@ class _Function:
 class LocalDurableFunctions:
     """The durable functions of a local pipeline, by qualified ARN (``register``), and a client of them
     (``client``). ``starts`` counts every execution started (not found again), by (function, name); ``changes``,
-    every write of an execution's state (a start, a checkpoint, an end)."""
+    every write of an execution's state (a start, a checkpoint, an end); ``start_requests``, every start asked for
+    (an execution found again by its name too)."""
 
     already_started_while_running: bool = False
     starts: dict[tuple[str, str], int] = field(default_factory=dict)
     changes: int = 0
+    start_requests: int = 0
     _functions: dict[str, _Function] = field(default_factory=dict)
     _executions: dict[str, LocalExecution] = field(default_factory=dict)
     _names: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -340,6 +342,7 @@ class LocalDurableFunctions:
         if headers.get("x-amz-invocation-type") != "Event":
             return self._error(400, "InvalidParameterValueException", "a durable start here is asynchronous")
         with self._lock:
+            self.start_requests += 1
             existing = self._names.get((function, name))
             if existing is not None:
                 execution = self._executions[existing]

@@ -75,6 +75,9 @@ class LocalWorkflows:
     def __init__(self, service: LocalDurableFunctions, settler: LocalFunction | None) -> None:
         self.service = service
         self.settler = settler
+        # What the durable service had done when the last pass ran (``settle``): None until one ran, and after one
+        # failed.
+        self._seen: tuple[int, int] | None = None
 
     @classmethod
     def start(
@@ -103,14 +106,22 @@ class LocalWorkflows:
 
     def settle(self) -> bool:
         """One settle pass, as its schedule would run it: True when it settled a pair. None runs before the first
-        execution starts (nothing can be handed yet: a stack that never starts one sees no call of the pass). A
-        pass that fails is what a failed scheduled run is on AWS: logged, and the next one tries again."""
+        execution starts (nothing can be handed yet: a stack that never starts one sees no call of the pass), and
+        none while nothing was started, asked to start or changed by an execution since the last pass: that pass
+        found every ended execution's pair settled, or not handed yet (a hand-off follows a start's request in the
+        same invocation), and this one would find the same. A pass that fails is what a failed scheduled run is on
+        AWS: logged, and the next one tries again."""
         if self.settler is None or not self.service.executions():
             return False
+        seen = (self.service.changes, self.service.start_requests)
+        if seen == self._seen:
+            return False
+        self._seen = seen
         try:
             counts = self.settler.invoke({})
         except Exception as exc:  # a scheduled run's failure never stops the pipeline
             logger.warning("the workflow settle pass failed; the next one runs again: %r", exc)
+            self._seen = None
             return False
         return bool(counts.get("completed") or counts.get("dead"))
 

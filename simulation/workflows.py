@@ -87,6 +87,17 @@ class Fate:
     points: int
 
 
+def _ended(service: LocalDurableFunctions, execution: LocalExecution) -> str:
+    """Wait until the execution ended; its status. Polled with a pause, so the SDK's threads have the interpreter
+    to themselves meanwhile (``LocalDurableFunctions.wait`` spins while an execution resumes)."""
+    deadline = time.monotonic() + REAL_WAIT
+    while (status := str(service.status(execution.arn)["Status"])) not in TERMINAL:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the execution {execution.name} did not end once answered")
+        time.sleep(0.002)
+    return status
+
+
 class WorkflowActors(DriverState):
     """The carrier, the operator's stops and the notices of the executions' ends."""
 
@@ -195,7 +206,7 @@ class WorkflowActors(DriverState):
             service.time_out(execution.arn)
         else:  # the operator stops it by hand, as the console or the CLI does
             service.client(retries=0).stop_durable_execution(DurableExecutionArn=execution.arn)
-        status = service.wait(execution.arn, int(REAL_WAIT))
+        status = _ended(service, execution)
         self.trace.add("workflow", f"{self.trace.key(self._key(execution))} {execution.name[27:]}: {how}, {status}")
 
     def _end(self, execution: LocalExecution) -> None:

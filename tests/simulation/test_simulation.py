@@ -152,7 +152,8 @@ def test_the_simulated_stack_runs_the_simulator_s_workflow_as_sim_ship(stack: St
         for f in simulated.functions.values()
         if WORKFLOW_FUNCTIONS_VARIABLE in f.environment
     ]
-    assert named and all('\\"sim.ship\\":' in text and "print_label" not in text for text in named)
+    assert named
+    assert all('\\"sim.ship\\":' in text and "print_label" not in text for text in named)
     assert stack.functions[durable.function].handler != "simulation.shipping.ship"  # the stack itself is unchanged
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
 from aws_durable_execution_sdk_python.config import Duration
 
-from outbox.workflows import WorkflowInput, execution_name
+from outbox.workflows import WorkflowInput
 from simulation.world import world_of
 
 # This function's environment, as the local runtime set it for the import (SIMULATION_RUN: the run's World).
@@ -38,17 +38,16 @@ class CarrierRefusedError(Exception):
 def ship(event: dict[str, Any], context: DurableContext) -> dict[str, str]:
     given = WorkflowInput.of(event)
     world = world_of(RUN)
-    name = execution_name(given.envelope.id, given.subscription, given.attempt)
-    world.workflow_inputs.setdefault(name, (given.idempotency_key, given.attempt))
+    execution = context.execution_context.durable_execution_arn  # what the world keeps its records by
 
     def pack(_step: Any) -> str:
-        world.workflow_packed[name] += 1
+        world.workflow_packed[execution] += 1
         return str(given.envelope.payload["item_id"])
 
     item = context.step(pack, name="pack")
 
     def ask_the_carrier(callback_id: str, _context: Any) -> None:
-        world.workflow_waiting[name] = callback_id
+        world.workflow_waiting[execution] = callback_id
 
     answer = context.wait_for_callback(ask_the_carrier, name=CARRIER)
     if (json.loads(answer) if isinstance(answer, str | bytes) else answer) == REFUSED:

@@ -176,7 +176,7 @@ class WorkflowActors(DriverState):
     def _waits_for_the_carrier(self, service: LocalDurableFunctions, execution: LocalExecution) -> bool:
         """Wait until the execution waits on the carrier (True), or ended (False)."""
         deadline = time.monotonic() + REAL_WAIT
-        while execution.name not in self.world.workflow_waiting:
+        while execution.arn not in self.world.workflow_waiting:
             if service.status(execution.arn)["Status"] in TERMINAL:
                 return False
             if time.monotonic() > deadline:
@@ -197,7 +197,7 @@ class WorkflowActors(DriverState):
         return Fate(how, self._carrier_random.randint(0, MOST_POINTS_BEFORE))
 
     def _act(self, service: LocalDurableFunctions, execution: LocalExecution, how: str) -> None:
-        callback = self.world.workflow_waiting[execution.name]
+        callback = self.world.workflow_waiting[execution.arn]
         if how == "answered":
             service.send_callback_success(callback, json.dumps("accepted").encode())
         elif how == "refused":

@@ -163,10 +163,9 @@ class World:
     false_breaks: list[str] = field(default_factory=list)
     # Operator commands that raised what no runbook step answers (not a refusal, an AWS error or an interruption).
     operator_crashes: list[str] = field(default_factory=list)
-    # The shipping workflow (simulation.shipping, in the SDK's threads): by execution name, its input's pair and
-    # attempt, how often its packing step ran, and the carrier's callback it waits on; at the end, every execution
-    # (name, ARN, pair, attempt, status) and how often each was started (the durable service's ``starts``).
-    workflow_inputs: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # The shipping workflow (simulation.shipping, in the SDK's threads): by execution ARN, how often its packing
+    # step ran, and the carrier's callback it waits on; at the end, every execution (name, ARN, pair, attempt,
+    # status) and how often each was started (the durable service's ``starts``).
     workflow_packed: Counter[str] = field(default_factory=Counter)
     workflow_waiting: dict[str, str] = field(default_factory=dict)
     workflow_executions: list[tuple[str, str, str, int, str]] = field(default_factory=list)

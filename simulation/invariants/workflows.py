@@ -43,9 +43,9 @@ def check_workflows(world: World, state: State) -> list[Violation]:
             found.append(_v(f"{name_of(world, key)}: the execution {name} carries the input of attempt {attempt}"))
         if status not in ENDED_FAILING | {"SUCCEEDED"}:
             found.append(_v(f"{name_of(world, key)}: its execution {name} is {status} once the run settled"))
-        if status == "SUCCEEDED" and world.workflow_packed[name] != 1:
+        if status == "SUCCEEDED" and world.workflow_packed[arn] != 1:
             found.append(
-                _v(f"{name_of(world, key)}: its execution {name} succeeded having packed {world.workflow_packed[name]}")
+                _v(f"{name_of(world, key)}: its execution {name} succeeded having packed {world.workflow_packed[arn]}")
             )
     for (key, attempt), names in sorted(by_attempt.items()):
         if len(names) > 1:

@@ -50,6 +50,8 @@ GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "
 PAIRS = "outbox.pairs.machine"
 ROWS = "outbox.inbox.rows"
 COMPLETENESS = "outbox.ops.completeness"
+WORKFLOW, WORKFLOW_ENDS = "outbox.delivery.workflow", "outbox.workflows.ends"
+WORKFLOW_HANDOFFS = "outbox.workflows.handoffs"
 _LEFT_OUT_RUN = "    (State.PENDING, Route.LEFT_OUT): Rule(\n        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, "
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -1193,5 +1195,67 @@ MUTANTS: tuple[Mutant, ...] = (
         "alarm on every dead letter",
         what_should_catch_it="any run with a dead pair: the pass reports a pair with an outcome (18)",
         seeds=(3, 8, 13),
+    ),
+    # -- the WORKFLOW lane ---------------------------------------------------------------------------------
+    Mutant(
+        id="workflow-start-named-per-receive",
+        module=WORKFLOW,
+        original="        name = execution_name(envelope.id, subscription.name, attempt)\n",
+        replacement="        name = execution_name(envelope.id, subscription.name, attempt + receive_count - 1)\n",
+        description="the execution is named by the delivery (its receive count), not by the pair's attempt: a start "
+        "sent again after a crash or a lost answer makes a second execution of the same attempt",
+        what_should_catch_it="a worker's death right after a start, its message received again: two executions of "
+        "one (pair, attempt), one no claim names (21)",
+        seeds=(35, 12, 23),
+    ),
+    Mutant(
+        id="workflow-start-failure-acknowledged",
+        module=WORKFLOW,
+        original="            return self.attempts.failed(claim, envelope, subscription, exc, receive_count)\n",
+        replacement="            return DeliveryOutcome.HANDED\n",
+        description="a start that failed (its answer lost after the execution was made) is taken as handed: the "
+        "message is acknowledged, and nothing records the execution",
+        what_should_catch_it="a start's lost answer: the pair stays PENDING with its execution ended and never "
+        "settled (19, 21)",
+        seeds=(23, 26),
+    ),
+    Mutant(
+        id="workflow-failed-end-completes",
+        module=WORKFLOW_ENDS,
+        original='        if status == "SUCCEEDED":\n',
+        replacement='        if status in ("SUCCEEDED", "FAILED"):\n',
+        description="an execution that failed is settled as one that succeeded: the pair COMPLETED, no dead letter",
+        what_should_catch_it="the carrier refuses: a pair COMPLETED by an execution that FAILED (21)",
+        seeds=(5, 26, 11),
+    ),
+    Mutant(
+        id="workflow-timed-out-still-running",
+        module=WORKFLOW_ENDS,
+        original='RUNNING_STATUSES = frozenset({"RUNNING", "PAUSING", "PAUSED"})\n',
+        replacement='RUNNING_STATUSES = frozenset({"RUNNING", "PAUSING", "PAUSED", "TIMED_OUT"})\n',
+        description="an execution that timed out is taken for one still running: its pair stays handed for good",
+        what_should_catch_it="the carrier never answers and the execution's timeout passes: the pair HANDED once "
+        "the run settled (19, 21)",
+        seeds=(13, 26, 7),
+    ),
+    Mutant(
+        id="workflow-stopped-still-running",
+        module=WORKFLOW_ENDS,
+        original='RUNNING_STATUSES = frozenset({"RUNNING", "PAUSING", "PAUSED"})\n',
+        replacement='RUNNING_STATUSES = frozenset({"RUNNING", "PAUSING", "PAUSED", "STOPPED"})\n',
+        description="an execution the operator stopped by hand is taken for one still running: its pair stays "
+        "handed for good",
+        what_should_catch_it="the operator stops an execution: the pair HANDED once the run settled (19, 21)",
+        seeds=(35, 5, 37),
+    ),
+    Mutant(
+        id="settle-pass-reads-one-shard",
+        module=WORKFLOW_HANDOFFS,
+        original="    for shard in range(RUNNING_SHARDS):\n",
+        replacement="    for shard in range(1):\n",
+        description="the settle pass reads the first shard of the running index only: a handed pair listed in "
+        "another is settled only by its end's notice",
+        what_should_catch_it="the notice of an execution's end is lost: its pair HANDED once the run settled (19, 21)",
+        seeds=(4, 28, 27),
     ),
 )

@@ -47,6 +47,12 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.WAKING_ANSWER_LOST: "ordered-direct-lost-answer-claimed",
     Fault.RECONCILE_DURING_RUN: "direct-second-run-without-time",
     Fault.NEWER_EMITTER: "newer-fields-refused",
+    Fault.WORKFLOW_START_LOST: "workflow-start-failure-acknowledged",
+    Fault.WORKFLOW_START_CRASH: "workflow-start-named-per-receive",
+    Fault.WORKFLOW_FAILED: "workflow-failed-end-completes",
+    Fault.WORKFLOW_TIMED_OUT: "workflow-timed-out-still-running",
+    Fault.WORKFLOW_STOPPED: "workflow-stopped-still-running",
+    Fault.WORKFLOW_NOTICE_LOST: "settle-pass-reads-one-shard",
     "a slow ordered ledger (every wake-up a message of its own)": "wake-up-refusal-swallowed",
     "crowded batches (one tenant's slow ordered backlog ahead of another's charge)": "unfinished-attempt-forgotten",
     "malformed bodies": "altered-envelope-accepted",
@@ -85,6 +91,9 @@ EXERCISED_ONLY: dict[str, str] = {
     "(the reversed-receive mutant of test_mutations.py)",
     Fault.LEASE_EXPIRY: "a lease that runs out with nobody to take it over must not stop its owner from finishing; "
     "with a taker, it is visibility_timeout's case",
+    Fault.WORKFLOW_NOTICE_DUPLICATED: "a notice settles the pair's current hand-off, read at the notice, with a write "
+    "conditioned on that very execution, and only while the claim is HANDED: no single mutant of those checks lets a "
+    "second notice change anything; exercised so invariant 21 sees a second settle change nothing",
     # Not caught yet: the wake-up send it refuses happens only when a woken event's run does not fit in place.
 }
 BY_ID = {mutant.id: mutant for mutant in MUTANTS}

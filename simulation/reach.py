@@ -45,11 +45,6 @@ UNSEEN: Final[dict[Transition, str]] = {
 }
 # Transitions of the machine that the simulator draws no schedule for, and why.
 NOT_DRAWN: Final[dict[Transition, str]] = {
-    (State.PENDING, Step.HAND_OFF): "the simulated catalog has no WORKFLOW subscription",
-    (State.HANDED, Step.END_SUCCEEDED): "the simulated catalog has no WORKFLOW subscription",
-    (State.HANDED, Step.END_FAILED): "the simulated catalog has no WORKFLOW subscription",
-    (State.HANDED, Step.CONFLICT): "the simulated catalog has no WORKFLOW subscription",
-    (State.HANDED, Step.CLAIM): "the simulated catalog has no WORKFLOW subscription",
     # Weak spots: no schedule of seeds 1..150 reaches these (docs/simulation.md, "Reach").
     (State.COMPLETED, Step.REPLAY): "no schedule reaches it yet: the forced replays drawn are of applied ledger "
     "pairs, which the direct path completed with a marker the replay refuses or rewrites",
@@ -58,6 +53,8 @@ NOT_DRAWN: Final[dict[Transition, str]] = {
     (State.REPLAYING, Step.CONFLICT): "no schedule reaches it yet: a copy with other content while a repair's "
     "message is on its way",
     (State.SKIPPED, Step.CONFLICT): "no schedule reaches it yet: a copy with other content of a skipped event",
+    (State.HANDED, Step.CONFLICT): "no schedule reaches it yet: a copy with other content of an event whose "
+    "sim.ship pair is handed (conflicting_copy follows a crash that left a claim waiting, not a hand-off)",
 }
 
 

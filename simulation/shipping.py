@@ -1,9 +1,10 @@
 """The simulated application's workflow (``sim.ship``, ``Lane.WORKFLOW``): a durable function of the simulator's own.
 
 Once an item is created, pack it (a step whose effect the world records: a doubled step shows as a count of 2), ask
-the simulated carrier to take it and wait for its answer (a callback: the execution runs until the simulator, as the
-carrier, answers it), give the carrier the night (a durable wait), and end. A carrier that refuses makes the
-workflow fail (its execution ends FAILED).
+the simulated carrier to take it and wait for its answer (a durable wait on a callback: no invocation runs until the
+simulator, as the carrier, answers it), and end. A carrier that refuses makes the workflow fail (its execution ends
+FAILED). No timed wait (``context.wait``): the engine sees nothing of one, and each costs the testing SDK another
+invocation of every execution.
 
 The local runtime imports this module as Lambda would (once per container, with the function's environment) and
 runs the handler in the AWS Durable Execution Testing SDK's threads: the run's ``World`` is found by the
@@ -18,7 +19,6 @@ import os
 from typing import Any
 
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
-from aws_durable_execution_sdk_python.config import Duration
 
 from outbox.workflows import WorkflowInput
 from simulation.world import world_of
@@ -27,7 +27,6 @@ from simulation.world import world_of
 RUN = os.environ.get("SIMULATION_RUN", "")
 CARRIER = "carrier"  # the callback the workflow waits on
 REFUSED = "refused"  # the carrier's answer that fails the workflow
-NIGHT = Duration.from_hours(12)
 
 
 class CarrierRefusedError(Exception):
@@ -52,5 +51,4 @@ def ship(event: dict[str, Any], context: DurableContext) -> dict[str, str]:
     answer = context.wait_for_callback(ask_the_carrier, name=CARRIER)
     if (json.loads(answer) if isinstance(answer, str | bytes) else answer) == REFUSED:
         raise CarrierRefusedError(f"the carrier refused {item}")
-    context.wait(NIGHT, name="night")
     return {"item": item}

@@ -134,18 +134,18 @@ class WorkflowActors(DriverState):
 
     def carry(self) -> bool:
         """One point of the run: each execution not ended yet (in the order of their names) waits for the carrier,
-        and those whose turn came are answered, refused, timed out or stopped, and waited for; each end's notice
-        is sent. True when an execution ended."""
+        and those whose turn came are answered, refused, timed out or stopped; then each of them is waited for
+        until it ended (in that order: the testing SDK runs them meanwhile), and its end's notice is sent. True
+        when an execution ended."""
         service = self.durable_service
         if service is None:
             return False
-        ended = False
+        ending: list[tuple[LocalExecution, str | None]] = []
         for execution in sorted(service.executions(), key=lambda e: e.name):
             if execution.name in self._ended:
                 continue
             if not self._waits_for_the_carrier(service, execution):
-                self._end(execution)  # it ended on its own (stopped before it reached the carrier)
-                ended = True
+                ending.append((execution, None))  # it ended on its own (stopped before it reached the carrier)
                 continue
             fate = self._fates.get(execution.name)
             if fate is None:
@@ -154,9 +154,15 @@ class WorkflowActors(DriverState):
                 fate.points -= 1
                 continue
             self._act(service, execution, fate.how)
+            ending.append((execution, fate.how))
+        for execution, how in ending:
+            if how is not None:
+                status = _ended(service, execution)
+                self.trace.add(
+                    "workflow", f"{self.trace.key(self._key(execution))} {execution.name[27:]}: {how}, {status}"
+                )
             self._end(execution)
-            ended = True
-        return ended
+        return bool(ending)
 
     def finish_workflows(self) -> None:
         """Once the faults stopped: every execution still running is answered (its fate drawn while the faults were
@@ -206,8 +212,6 @@ class WorkflowActors(DriverState):
             service.time_out(execution.arn)
         else:  # the operator stops it by hand, as the console or the CLI does
             service.client(retries=0).stop_durable_execution(DurableExecutionArn=execution.arn)
-        status = _ended(service, execution)
-        self.trace.add("workflow", f"{self.trace.key(self._key(execution))} {execution.name[27:]}: {how}, {status}")
 
     def _end(self, execution: LocalExecution) -> None:
         """The execution ended: its notice settles its pair, unless it is lost; a duplicated one comes twice."""

@@ -63,6 +63,9 @@ GUARANTEE_MODULES = {
     "outbox.local.runtime",
     "outbox.pairs.machine",
     "outbox.ops.completeness",
+    "outbox.delivery.workflow",
+    "outbox.workflows.ends",
+    "outbox.workflows.handoffs",
 }
 
 

@@ -88,6 +88,11 @@ THROTTLED_READ_TRIES = 20
 PADDING = {"near_bound": MAX_RELAY_BODY_BYTES - 3_000, "over_bound": MAX_MESSAGE_BYTES + 1_000}
 
 
+class CarrierRefusedError(Exception):
+    """The carrier refused an item: the shipping workflow fails (``simulation.shipping``; its execution's error is
+    named by this type, fully qualified, so it is defined here, in a module of a stable name)."""
+
+
 class ItemCreated(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

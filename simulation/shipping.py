@@ -8,8 +8,10 @@ invocation of every execution.
 
 The local runtime imports this module as Lambda would (once per container, with the function's environment) and
 runs the handler in the AWS Durable Execution Testing SDK's threads: the run's ``World`` is found by the
-``SIMULATION_RUN`` variable read at import. The waits on the carrier are what keeps a seed deterministic: nothing
-of an execution ends while the simulator is not waiting for it (``simulation.workflows``).
+``SIMULATION_RUN`` variable read at import. The module has a private name per container there, so what an
+execution's error names (its type, fully qualified) is defined in ``simulation.catalog``. The waits on the
+carrier are what keeps a seed deterministic: nothing of an execution ends while the simulator is not waiting for it
+(``simulation.workflows``).
 """
 
 from __future__ import annotations
@@ -21,16 +23,13 @@ from typing import Any
 from aws_durable_execution_sdk_python import DurableContext, durable_execution
 
 from outbox.workflows import WorkflowInput
+from simulation.catalog import CarrierRefusedError
 from simulation.world import world_of
 
 # This function's environment, as the local runtime set it for the import (SIMULATION_RUN: the run's World).
 RUN = os.environ.get("SIMULATION_RUN", "")
 CARRIER = "carrier"  # the callback the workflow waits on
 REFUSED = "refused"  # the carrier's answer that fails the workflow
-
-
-class CarrierRefusedError(Exception):
-    """The carrier refused the item: the execution fails (FAILED, its error named by this type)."""
 
 
 @durable_execution

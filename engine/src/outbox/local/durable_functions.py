@@ -228,8 +228,7 @@ class LocalDurableFunctions:
         simulator) says when its timeout passed. An execution that ended already stays as it ended."""
         from aws_durable_execution_sdk_python.lambda_service import ErrorObject
 
-        execution = self._executions[arn]
-        function = self._functions[execution.function]
+        function = self._functions[self._executions[arn].function]
         if self.status(arn)["Status"] in TERMINAL:
             return
         message = f"Execution timed out after {function.execution_timeout} seconds."

@@ -41,6 +41,7 @@ from outbox.exceptions import (
 )
 from outbox.inbox import Inbox, envelope_digest, storable_text
 from outbox.messages import Message, parse_body
+from outbox.observing import AROUND, observed
 from outbox.pairs import DeployedCatalog, Route
 from outbox.redaction import ErrorDetail
 from outbox.store import EventStore
@@ -244,6 +245,7 @@ class DurableConsumer:
 
     # -- one message ----------------------------------------------------------------------------------
 
+    @observed(AROUND["read_record"])
     def process_record(
         self,
         record: SQSRecord,
@@ -308,6 +310,7 @@ class DurableConsumer:
             subscriptions = tuple(s for s in subscriptions if s.name in message.targets)
         return subscriptions
 
+    @observed(AROUND["deliver"])
     def deliver(
         self,
         envelope: Envelope,

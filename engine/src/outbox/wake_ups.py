@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from outbox import keys
 from outbox.exceptions import OutboxError
 from outbox.messages import relay_body, repair_attributes
+from outbox.observing import AROUND, observed
 
 __all__ = ["Waiting", "WakeUps"]
 
@@ -40,6 +41,7 @@ class WakeUps:
         self.dynamodb = dynamodb
         self.events_table = events_table
 
+    @observed(AROUND["wake"])
     def send(self, deferred: Waiting, applied_seq: int) -> None:
         item = self.dynamodb.get_item(
             TableName=self.events_table, Key=keys.event_key(deferred.tenant, deferred.seq), ConsistentRead=True

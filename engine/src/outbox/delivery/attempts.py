@@ -19,6 +19,7 @@ from outbox.delivery.timing import RUN_MARGIN_MS, LeasePolicy, RunTimes
 from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, LeaseLostError, TerminalError
 from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
+from outbox.observing import AROUND, Moment, observed, point
 from outbox.redaction import ErrorDetail, describe_failure
 from outbox.store import EventStore
 from outbox.subscriptions import Delivery, HandlerResult, Subscription
@@ -63,6 +64,7 @@ class Attempts:
         self.count(Metric.NO_TIME_LEFT)
         return True
 
+    @observed(AROUND["run"])
     def run_handler(self, pair: Pair, key: str, attempt: int, remaining_ms: RemainingMs) -> HandlerResult:
         """The subscription's handler on the delivered envelope; its run's time is remembered (``RunTimes``)."""
         subscription = pair.subscription
@@ -70,6 +72,8 @@ class Attempts:
         try:
             delivery = Delivery(self.delivered(pair.envelope), subscription.name, key, attempt, remaining_ms)
             with attempt_of_pair(attempt):
+                if subscription.cannot_bind is None:  # the handler's own code starts (a fault point's moment)
+                    point(Moment.HANDLER_STARTS, self, pair=pair, delivery=delivery)
                 return checked_result(subscription, subscription.run(delivery))
         finally:
             self.times.note_run(subscription, started_ms, remaining_ms())

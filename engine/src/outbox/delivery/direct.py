@@ -23,6 +23,7 @@ from outbox.envelope import Envelope
 from outbox.exceptions import CallerWriteConditionFailedError, WatermarkMovedError
 from outbox.inbox import COMPLETED, DEAD, Claim
 from outbox.inbox.rows import same_content
+from outbox.observing import AROUND, observed
 from outbox.subscriptions import Effects, HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class DirectPath:
             return DeliveryOutcome.SKIPPED
         return None
 
+    @observed(AROUND["commit_directly"])
     def commit(
         self,
         envelope: Envelope,
@@ -104,6 +106,7 @@ class DirectPath:
             raise
         return None
 
+    @observed(AROUND["fail_directly"])
     def failed(
         self,
         envelope: Envelope,

@@ -24,6 +24,7 @@ from outbox.delivery.path import (
 from outbox.envelope import Envelope
 from outbox.exceptions import CallerWriteConditionFailedError, LeaseLostError, WatermarkMovedError
 from outbox.inbox import Claim
+from outbox.observing import AROUND, observed
 from outbox.subscriptions import HandlerResult, Subscription
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class LeasePath:
         self.attempts.count(Metric.COMPLETIONS)
         return done
 
+    @observed(AROUND["commit"])
     def complete(
         self,
         claim: Claim,

@@ -28,6 +28,7 @@ from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, Ret
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
+from outbox.observing import AROUND, observed
 from outbox.ordering import Deferred, WakeUps, Watermark
 from outbox.pairs import DeployedCatalog, Route
 from outbox.subscriptions import HandlerResult, Subscription
@@ -321,6 +322,7 @@ class OrderedGate:
         if woke is DeliveryOutcome.RETRY:
             raise RetryableDeliveryError(f"could not wake the next deferred event of {subscription.name}")
 
+    @observed(AROUND["run_woken"])
     def run_woken(
         self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs, envelope: Envelope
     ) -> tuple[DeliveryOutcome, Watermark | None]:

@@ -53,6 +53,7 @@ from outbox.inbox.rows import (
     storable_text,
     unclaimed_row,
 )
+from outbox.observing import AROUND, observed
 
 if TYPE_CHECKING:
     from outbox.inbox.records import ClaimRecord, DeadLetter, PoisonPill
@@ -112,3 +113,10 @@ class Inbox(ClaimBook, CompletionMarkers, DeadWork):
     clock:
         Injected so that the local runtime's virtual clock drives leases and expiry.
     """
+
+    # The writes of a pair's run, each told to its observers (``outbox.observing``).
+    claim = observed(AROUND["claim"])(ClaimBook.claim)
+    release = observed(AROUND["release"])(ClaimBook.release)
+    defer = observed(AROUND["defer"])(ClaimBook.defer)
+    forgive = observed(AROUND["forgive"])(ClaimBook.forgive)
+    mark_dead = observed(AROUND["die"])(DeadWork.mark_dead)

@@ -530,7 +530,7 @@ class SimulatedApp:
                 return
             self.world.durations[key] = duration
         self.world.trace.add("handler", f"{self.world.trace.key(key)} takes {duration.total_seconds():.1f} s")
-        self.world.sleep(duration)  # what the consumer learns of the run, the recorder notes (Recorder.run_handler)
+        self.world.sleep(duration)  # what the consumer learns of the run, the recorder notes (from BEFORE_RUN to RAN)
 
     def _drawn_duration(self, key: str, left: timedelta) -> timedelta:
         draw = self.world.chaos.draw(Fault.SLOW_HANDLER)

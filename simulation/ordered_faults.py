@@ -89,7 +89,7 @@ class OrderedFaultSeams(DriverState):
         def losing(gate: OrderedGate, pair: Pair, watermark: Watermark, *rest: Any) -> Any:
             if watermark.deferred <= 0 or not self.chaos.fires(Fault.WAKING_ANSWER_LOST, pair.key):
                 return apply_directly(gate, pair, watermark, *rest)
-            commit = DirectPath.commit  # as installed now (the recorder's, which records what committed)
+            commit = DirectPath.commit  # as installed now (its observers, the recorder among them, inside it)
 
             def answer_lost(path: DirectPath, *args: Any) -> Any:
                 existing = commit(path, *args)

@@ -1,48 +1,50 @@
 """What the simulator observes while the pipeline runs, recorded through the engine's seams.
 
-- Claims and fenced writes: ``Inbox.claim`` (who holds each key now), ``LeasePath.complete`` (the
-  completion committed: ``Inbox.mark_completed``, or ``emit()`` carrying ``Inbox.completion_write``) and
-  ``Inbox.mark_dead``. Each committed fenced write notes whether its owner token was the current one.
-- Direct completions of DynamoDB-only subscriptions: ``DirectPath.commit`` (the marker and the
-  writes committed with no claim; the marker counts the one attempt it ran, under no owner).
-- Deliveries: every record the durable event source mapping hands to the consumer, with its receive count.
-- Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``).
-- Ordered subscriptions: ``Inbox.defer`` (a pair put aside behind its predecessor, its attempt given back) and
-  ``WakeUps.send`` (a deferred pair sent back to the queue, by the consumer or an operator's skip).
-- Runs: ``Attempts.run_handler``, each run of a handler judged as it starts (the deadline, invariant 15).
+The engine's moments come through its published seam (``outbox.observing``): the recorder is an observer,
+registered before any fault, so it is the innermost one and a fault raised around a call still finds what the call
+committed recorded as committed.
 
-The patches wrap the engine's methods innermost, so a crash injected around them still sees a claim that
-committed as committed. What is recorded is ``simulation.observations``.
+- Claims and fenced writes: ``CLAIMED`` (who holds each key now), ``COMPLETED`` (the completion committed:
+  ``Inbox.mark_completed``, or ``emit()`` carrying ``Inbox.completion_write``) and ``DEAD``. Each committed
+  fenced write notes whether its owner token was the current one. A call that raised may have committed (its
+  answer lost): ``CLAIM_RAISED`` and the like note that it may count.
+- Direct completions of DynamoDB-only subscriptions: ``DIRECT_COMMIT_DONE`` (the marker and the writes committed
+  with no claim; the marker counts the one attempt it ran, under no owner), and ``DIRECT_FAILED``.
+- Deliveries: every record the durable event source mapping hands to the consumer, with its receive count
+  (the local runtime's mapping, wrapped: not the engine), and each pair's delivery (``BEFORE_DELIVERY`` to
+  ``DELIVERED``), judged for the deadline.
+- Sends: every message the relay pipe sends (recorded by the pipe hooks in ``simulation.driver``), and the
+  pipes' own attempts and dead letters (the local runtime's pipe emulator, wrapped).
+- Ordered subscriptions: ``DEFERRED`` (a pair put aside behind its predecessor, its attempt given back),
+  ``BEFORE_WAKE_UP`` (a deferred pair sent back to the queue, by the consumer or an operator's skip) and the
+  ordered gate's in-place runs (``BEFORE_WOKEN_RUN`` to ``WOKEN``).
+- Runs: ``BEFORE_RUN`` to ``RAN``, each run of a handler judged as it starts (the deadline, invariant 15).
 
-One file: every seam the simulator records through, in one class, so that the order in which the patches
-wrap the engine's methods (and each other) is in one place.
+What is recorded is ``simulation.observations``.
+
+One file: every seam the simulator records through, in one class, so that what each moment records (and what a
+call's start leaves for its end) is in one place.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from outbox.consumer import DeliveryOutcome, DurableConsumer
-from outbox.delivery.attempts import Attempts
-from outbox.delivery.direct import DirectPath
-from outbox.delivery.lease import LeasePath
-from outbox.delivery.ordered import OrderedGate
-from outbox.delivery.path import Pair
+from outbox.consumer import DurableConsumer
 from outbox.envelope import Envelope
 from outbox.exceptions import WatermarkMovedError
-from outbox.inbox import Claim, ClaimOutcome, ClaimResult, Inbox
+from outbox.inbox import Claim, ClaimOutcome, ClaimResult
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import BatchResult, SqsEventSourceMapping
 from outbox.local.pipe import PipeEmulator
 from outbox.messages import TARGETS_ATTRIBUTE
-from outbox.ordering import Deferred, WakeUps
-from outbox.subscriptions import Subscription
+from outbox.observing import Happening, Moment, observing
 from simulation.catalog import LEDGER
 from simulation.observations import (
     DIRECT,
@@ -59,94 +61,68 @@ from simulation.world import World
 
 
 class Recorder:
-    """Wraps the engine's seams and the durable event source mapping; writes to ``Observations``."""
+    """Observes the engine's seams and wraps the local runtime's durable event source mapping and pipes; writes to
+    ``Observations``."""
 
     def __init__(self, world: World, observations: Observations, durable: SqsEventSourceMapping) -> None:
         self.trace = world.trace
         self.world = world
         self.observations = observations
         self.durable = durable
-        # The originals, captured when recording starts (a mutation test may have replaced one).
-        self._claim, self._complete, self._mark_dead = Inbox.claim, LeasePath.complete, Inbox.mark_dead
-        self._release, self._deliver, self._forgive = Inbox.release, DurableConsumer.deliver, Inbox.forgive
-        self._commit_directly, self._failed_directly = DirectPath.commit, DirectPath.failed
-        self._process_record = DurableConsumer.process_record
-        self._defer, self._wake_up = Inbox.defer, WakeUps.send
-        self._run_woken, self._run_handler = OrderedGate.run_woken, Attempts.run_handler
         self._handler, self._poll = durable.handler, durable.poll
         self._consumer: DurableConsumer | None = None  # the one delivering, once it has delivered
         # Per key, for each of its deliveries under way (a second worker's nests in the first's run), why its last
-        # run should not have started, if it should not (``run_handler``).
+        # run should not have started, if it should not (``BEFORE_RUN``).
         self._started_late: dict[str, list[str | None]] = {}
         # The invocation the last poll ran, with its messages' groups (message id -> tenant).
         self._last_invocation: tuple[Invocation, dict[str, str], dict[str, int]] | None = None
         self._failed_receives: dict[tuple[str, int], bool] = {}  # (message id, receive count) -> failed by it
+        # What each call under way noted as it started, for its end: innermost last (calls nest, a second worker's
+        # invocation inside the first's handler, and each ends before the one around it).
+        self._under_way: list[Any] = []
+        self._moments: dict[Moment, Callable[[Happening], None]] = {
+            Moment.CLAIMED: self._claimed,
+            Moment.CLAIM_RAISED: self._claim_raised,
+            Moment.COMPLETED: self._completed,
+            Moment.COMPLETION_RAISED: self._completion_raised,
+            Moment.DIRECT_COMMIT_DONE: self._committed_directly,
+            Moment.DIRECT_COMMIT_RAISED: self._direct_commit_raised,
+            Moment.BEFORE_DIRECT_FAILURE: self._before_direct_failure,
+            Moment.DIRECT_FAILED: self._failed_directly,
+            Moment.DIRECT_FAILURE_RAISED: self._direct_failure_raised,
+            Moment.DEFERRED: self._deferred,
+            Moment.DEFERRAL_RAISED: self._deferral_raised,
+            Moment.BEFORE_WAKE_UP: self._before_wake_up,
+            Moment.BEFORE_DEATH: self._before_death,
+            Moment.DEAD: self._dead,
+            Moment.FORGIVEN: self._forgiven,
+            Moment.BEFORE_RELEASE: self._before_release,
+            Moment.RELEASED: self._released,
+            Moment.RELEASE_RAISED: self._release_raised,
+            Moment.BEFORE_DELIVERY: self._before_delivery,
+            Moment.DELIVERED: self._delivery_ended,
+            Moment.DELIVERY_RAISED: self._delivery_ended,
+            Moment.BEFORE_RUN: self._before_run,
+            Moment.RAN: self._run_ended,
+            Moment.RUN_RAISED: self._run_ended,
+            Moment.BEFORE_WOKEN_RUN: self._before_woken_run,
+            Moment.WOKEN: self._woken_run_ended,
+            Moment.WOKEN_RUN_RAISED: self._woken_run_ended,
+            Moment.BEFORE_RECORD: self._before_record,
+            Moment.RECORD_DONE: self._record_ended,
+            Moment.RECORD_RAISED: self._record_ended,
+        }
+
+    def observe(self, happening: Happening) -> None:
+        """The recorder as an observer of the engine (``outbox.observing``)."""
+        record = self._moments.get(happening.moment)
+        if record is not None:
+            record(happening)
 
     @contextmanager
     def patched(self) -> Iterator[None]:
-        recorder = self
-
-        def claim(
-            inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any
-        ) -> ClaimResult:
-            return recorder.claim(inbox, envelope, name, lease, *args, **kwargs)
-
-        def complete(
-            path: LeasePath, claim_: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
-        ) -> None:
-            recorder.complete(path, claim_, envelope, sub, result, *order)
-
-        def mark_dead(inbox: Inbox, claim_: Claim, envelope: Envelope, *details: Any) -> None:
-            recorder.mark_dead(inbox, claim_, envelope, *details)
-
-        def release(inbox: Inbox, claim_: Claim, error: str, give_back: int = 0, **kept: Any) -> None:
-            recorder.release(inbox, claim_, error, give_back, **kept)
-
-        def forgive(inbox: Inbox, claim_: Claim) -> Claim:
-            return recorder.forgive(inbox, claim_)
-
-        def deliver(
-            consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
-        ) -> DeliveryOutcome:
-            return recorder.deliver(consumer, envelope, sub, *args, **kwargs)
-
-        def process_record(consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
-            recorder.process_record(consumer, record, *args, **kwargs)
-
-        def defer(inbox: Inbox, claim_: Claim, waits_for: int, order: Any) -> None:
-            recorder.defer(inbox, claim_, waits_for, order)
-
-        def wake_up(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
-            recorder.wake_up(wake_ups, deferred, applied_seq)
-
-        def run_woken(gate: OrderedGate, sub: Subscription, ready: Deferred, *args: Any) -> Any:
-            return recorder.run_woken(gate, sub, ready, *args)
-
-        def commit_directly(
-            path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *order: Any
-        ) -> Any:
-            return recorder.commit_directly(path, envelope, sub, result, digest, *order)
-
-        def failed_directly(path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any) -> Any:
-            return recorder.failed_directly(path, envelope, sub, *args, **kwargs)
-
-        def run_handler(attempts: Attempts, pair: Pair, *args: Any) -> Any:
-            return recorder.run_handler(attempts, pair, *args)
-
         with ExitStack() as stack:
-            stack.enter_context(mock.patch.object(Inbox, "claim", claim))
-            stack.enter_context(mock.patch.object(LeasePath, "complete", complete))
-            stack.enter_context(mock.patch.object(Inbox, "mark_dead", mark_dead))
-            stack.enter_context(mock.patch.object(Inbox, "release", release))
-            stack.enter_context(mock.patch.object(Inbox, "forgive", forgive))
-            stack.enter_context(mock.patch.object(DurableConsumer, "deliver", deliver))
-            stack.enter_context(mock.patch.object(DurableConsumer, "process_record", process_record))
-            stack.enter_context(mock.patch.object(DirectPath, "commit", commit_directly))
-            stack.enter_context(mock.patch.object(DirectPath, "failed", failed_directly))
-            stack.enter_context(mock.patch.object(Attempts, "run_handler", run_handler))
-            stack.enter_context(mock.patch.object(Inbox, "defer", defer))
-            stack.enter_context(mock.patch.object(WakeUps, "send", wake_up))
-            stack.enter_context(mock.patch.object(OrderedGate, "run_woken", run_woken))
+            stack.enter_context(observing(self.observe))
             stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
             stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
             stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
@@ -189,21 +165,20 @@ class Recorder:
 
     # -- the inbox ----------------------------------------------------------------------------------
 
-    def claim(
-        self, inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any
-    ) -> ClaimResult:
-        try:
-            result = self._claim(inbox, envelope, name, lease, *args, **kwargs)
-        except BaseException:
-            # The claim's answer may have been lost after it committed: it may count as an attempt.
-            self.observations.uncertain_claims[f"{envelope.id}:{name}"] += 1
-            raise
-        key = self.trace.key(f"{envelope.id}:{name}")
+    # -- the inbox ----------------------------------------------------------------------------------
+
+    def _claim_raised(self, happening: Happening) -> None:
+        # The claim's answer may have been lost after it committed: it may count as an attempt.
+        self.observations.uncertain_claims[happening.key] += 1
+
+    def _claimed(self, happening: Happening) -> None:
+        result: ClaimResult = happening.detail.result
+        key = self.trace.key(happening.key)
         if result.claim is None:
             self.trace.add("claim", f"{key} refused: {result.outcome.value}")
             if result.outcome is ClaimOutcome.IN_PROGRESS and self.observations.invocations:
-                self.observations.invocations[-1].refused_running.add(envelope.id)
-            return result
+                self.observations.invocations[-1].refused_running.add(happening.event_id)
+            return
         claim, now = result.claim, self.durable.clock()
         previous = self.observations.live_leases.get(claim.idempotency_key)
         if previous is not None and previous[0] != claim.owner and previous[1] >= now:
@@ -230,54 +205,51 @@ class Recorder:
         )
         self.world.claims_recorded += 1
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
-        return result
 
-    def complete(
-        self, path: LeasePath, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *order: Any
-    ) -> None:
-        try:
-            self._complete(path, claim, envelope, sub, result, *order)
-        except BaseException:
-            # A completion whose answer was lost may have committed: its owner may be the completer.
-            self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
-            raise
+    def _completion_raised(self, happening: Happening) -> None:
+        # A completion whose answer was lost may have committed: its owner may be the completer.
+        claim: Claim = happening.detail.arguments["claim"]
+        self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
+
+    def _completed(self, happening: Happening) -> None:
+        arguments = happening.detail.arguments
+        claim: Claim = arguments["claim"]
         self.observations.completions.append(self._fenced(claim))
-        self._applied(claim.idempotency_key, envelope)
+        self._applied(claim.idempotency_key, arguments["envelope"])
         self._finished(claim)
-        follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
+        follow_up = " with its follow-up event" if getattr(arguments["result"], "follow_up", None) else ""
         self.trace.add(
             "complete", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}{follow_up}"
         )
 
-    def commit_directly(
-        self, path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *order: Any
-    ) -> Any:
-        """``order``: an ordered subscription's watermark items, committed with the marker."""
-        key = f"{envelope.id}:{sub.name}"
-        try:
-            existing = self._commit_directly(path, envelope, sub, result, digest, *order)
-        except WatermarkMovedError:
+    def _direct_commit_raised(self, happening: Happening) -> None:
+        key = happening.key
+        if isinstance(happening.detail.error, WatermarkMovedError):
             # Refused before anything was written (the watermark is not as the run read it): the run spent no
             # attempt, and the ordered gate looks again under a lease.
             self._fruitless(key)
             self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the watermark moved")
-            raise
-        except BaseException:
-            # Its answer may have been lost after it committed: the marker (one attempt, no owner) may be there.
-            self.observations.uncertain_claims[key] += 1
-            self.observations.uncertain_completers.setdefault(key, set()).add(DIRECT)
-            raise
-        if existing is not None:
+            return
+        # Its answer may have been lost after it committed: the marker (one attempt, no owner) may be there.
+        self.observations.uncertain_claims[key] += 1
+        self.observations.uncertain_completers.setdefault(key, set()).add(DIRECT)
+
+    def _committed_directly(self, happening: Happening) -> None:
+        """The marker and the writes (``order``: an ordered subscription's watermark items) committed together, or
+        the row that stopped them."""
+        key = happening.key
+        if happening.detail.result is not None:
             # The run committed nothing (a late duplicate of a pair with history): it spent no attempt.
             self._fruitless(key)
             self.trace.add("complete", f"{self.trace.key(key)} not committed directly: the pair has a row")
-            return existing
+            return
         self.observations.claims[key] += 1  # the marker counts the attempt that ran
         self.observations.completions.append(FencedWrite(key, DIRECT, True, self.durable.clock()))
-        self._applied(key, envelope)
-        follow_up = " with its follow-up event" if getattr(result, "follow_up", None) else ""
+        self._applied(key, happening.detail.arguments["envelope"])
+        follow_up = (
+            " with its follow-up event" if getattr(happening.detail.arguments["result"], "follow_up", None) else ""
+        )
         self.trace.add("complete", f"{self.trace.key(key)} directly (no lease){follow_up}")
-        return existing
 
     def _applied(self, key: str, envelope: Envelope) -> None:
         if key.endswith(f":{LEDGER}") and self.observations.invocations and self.world.in_order(envelope):
@@ -288,17 +260,18 @@ class Recorder:
         runs = self.world.handler_runs
         self.world.fruitless_runs.add(max((i for i, (k, _) in enumerate(runs) if k == key), default=-1))
 
-    def failed_directly(
-        self, path: DirectPath, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
-    ) -> Any:
-        key = f"{envelope.id}:{sub.name}"
-        claims, marks = self.observations.claims[key], len(self.observations.dead_calls)
-        try:
-            outcome = self._failed_directly(path, envelope, sub, *args, **kwargs)
-        except BaseException:
-            # The claim (or the mark) after the failure raised: the message comes back, and whoever claims decides.
-            self.observations.unclaimed_direct_failures.add(key)
-            raise
+    def _before_direct_failure(self, happening: Happening) -> None:
+        key = happening.key
+        self._under_way.append((self.observations.claims[key], len(self.observations.dead_calls)))
+
+    def _direct_failure_raised(self, happening: Happening) -> None:
+        # The claim (or the mark) after the failure raised: the message comes back, and whoever claims decides.
+        self._under_way.pop()
+        self.observations.unclaimed_direct_failures.add(happening.key)
+
+    def _failed_directly(self, happening: Happening) -> None:
+        key = happening.key
+        claims, marks = self._under_way.pop()
         # A mark for the direct run's failure judges attempt 1 (the run), whatever attempt its late claim counted.
         calls, counts = self.observations.dead_calls, self.observations.dead_call_counts
         added = [index for index in range(marks, len(calls)) if calls[index][0] == key]
@@ -307,33 +280,37 @@ class Recorder:
         if self.observations.claims[key] == claims:
             self.observations.unclaimed_direct_failures.add(key)
             self.trace.add("direct", f"{self.trace.key(key)} failed unclaimed, left to the claim's holder")
-        return outcome
 
-    def defer(self, inbox: Inbox, claim: Claim, waits_for: int, order: Any) -> None:
-        key = claim.idempotency_key
-        try:
-            self._defer(inbox, claim, waits_for, order)
-        except BaseException as exc:
-            self.observations.uncertain_deferrals[key] += 1
-            if _lost_answer(exc):
-                self._finished(claim)  # applied, its answer lost: the lease is gone
-            raise
+    def _deferral_raised(self, happening: Happening) -> None:
+        claim: Claim = happening.detail.arguments["claim"]
+        self.observations.uncertain_deferrals[claim.idempotency_key] += 1
+        if _lost_answer(happening.detail.error):
+            self._finished(claim)  # applied, its answer lost: the lease is gone
+
+    def _deferred(self, happening: Happening) -> None:
+        claim: Claim = happening.detail.arguments["claim"]
+        key, waits_for = claim.idempotency_key, happening.detail.arguments["waits_for"]
         self.observations.deferrals[key] += 1
         self._finished(claim)
         self.trace.add("defer", f"{self.trace.key(key)} by {self.trace.owner(claim.owner)}: waits for seq {waits_for}")
 
-    def wake_up(self, wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
+    def _before_wake_up(self, happening: Happening) -> None:
         """Recorded before it is sent: a send whose answer was lost may still have put the message in the queue."""
-        key = f"{deferred.event_id}:{deferred.subscription}"
+        deferred, applied_seq = happening.detail.arguments["deferred"], happening.detail.arguments["applied_seq"]
+        key = happening.key
         self.world.wake_ups.append(key)
         self.trace.add("wake", f"{self.trace.key(key)}: seq {deferred.seq} (the watermark is at {applied_seq})")
-        self._wake_up(wake_ups, deferred, applied_seq)
 
-    def mark_dead(self, inbox: Inbox, claim: Claim, envelope: Envelope, *details: Any) -> None:
-        error, _error_type, reason, receive_count = details
+    def _before_death(self, happening: Happening) -> None:
+        claim: Claim = happening.detail.arguments["claim"]
+        reason = happening.detail.arguments["reason"]
         self.observations.dead_calls.append((claim.idempotency_key, claim.attempts, reason.value))
         self.observations.dead_call_counts.append(self.observations.attempt_counts(claim.idempotency_key))
-        self._mark_dead(inbox, claim, envelope, *details)
+
+    def _dead(self, happening: Happening) -> None:
+        arguments = happening.detail.arguments
+        claim: Claim = arguments["claim"]
+        reason, receive_count = arguments["reason"], arguments["receive_count"]
         self.observations.dead_marks.append(self._fenced(claim))
         self.observations.dead_positions.append(
             (claim.idempotency_key, len(self.world.handler_runs), self.world.claims_recorded)
@@ -341,75 +318,85 @@ class Recorder:
         if reason.value == "exhausted":
             self.observations.exhausted_marks.append((claim.idempotency_key, self.world.claims_recorded))
         self._finished(claim)
-        what = f"({reason.value}, receive {receive_count}): {brief(error)}"
+        what = f"({reason.value}, receive {receive_count}): {brief(arguments['error'])}"
         self.trace.add("dead", f"{self.trace.key(claim.idempotency_key)} {what}")
 
-    def forgive(self, inbox: Inbox, claim: Claim) -> Claim:
+    def _forgiven(self, happening: Happening) -> None:
         """An attempt cut off for other work's time, no longer counted: given back, and not the pair's own."""
-        forgiven = self._forgive(inbox, claim)
+        claim: Claim = happening.detail.arguments["claim"]
+        forgiven: Claim = happening.detail.result
         self.observations.given_back[claim.idempotency_key] += claim.attempts - forgiven.attempts
         self.observations.forgiven[claim.idempotency_key] += claim.attempts - forgiven.attempts
         self.trace.add("forgive", f"{self.trace.key(claim.idempotency_key)}: its unfinished attempt is not counted")
-        return forgiven
 
-    def release(self, inbox: Inbox, claim: Claim, error: str, give_back: int = 0, **kept: Any) -> None:
+    def _before_release(self, happening: Happening) -> None:
+        claim: Claim = happening.detail.arguments["claim"]
+        give_back: int = happening.detail.arguments["give_back"]
         if give_back:  # a claim given back with its attempt ran nothing: no attempt of it was released
             self.observations.given_back[claim.idempotency_key] += give_back
         else:
             self.observations.release_calls.add((claim.idempotency_key, claim.attempts))
-        try:
-            self._release(inbox, claim, error, give_back, **kept)
-        except BaseException as exc:
-            if _lost_answer(exc):
-                self._finished(claim)  # applied, its answer lost: the lease is gone
-            raise
+
+    def _release_raised(self, happening: Happening) -> None:
+        if _lost_answer(happening.detail.error):
+            self._finished(happening.detail.arguments["claim"])  # applied, its answer lost: the lease is gone
+
+    def _released(self, happening: Happening) -> None:
+        claim: Claim = happening.detail.arguments["claim"]
         self.observations.releases.append(self._fenced(claim))
         self._finished(claim)
+        error = brief(happening.detail.arguments["error"])
         self.trace.add(
-            "release", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}: {brief(error)}"
+            "release", f"{self.trace.key(claim.idempotency_key)} by {self.trace.owner(claim.owner)}: {error}"
         )
 
-    def deliver(
-        self, consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
-    ) -> DeliveryOutcome:
-        self._consumer = consumer
-        key = f"{envelope.id}:{sub.name}"
+    # -- deliveries and runs ------------------------------------------------------------------------
+
+    def _before_delivery(self, happening: Happening) -> None:
+        self._consumer = happening.detail.by
+        envelope: Envelope = happening.detail.arguments["envelope"]
+        key, subscription = happening.key, happening.subscription
         reading = self.observations.reading
-        if reading and reading[-1] is not None and sub.name not in reading[-1]:
+        if reading and reading[-1] is not None and subscription not in reading[-1]:
             self.observations.unnamed_deliveries.append(key)
         deadlines = self.observations.deadlines
         run = Run(key, deadlines[-1] if deadlines else self.durable.clock())
         self.observations.running.append(run)
+        # Judged as the delivery starts, and again as each run of its handler starts (``BEFORE_RUN``).
+        cut_off = self._cut_off_noted(key, envelope.tenant, self._started_with_time(key, subscription))
+        cut_off.__enter__()
+        self._under_way.append((run, cut_off))
+
+    def _delivery_ended(self, happening: Happening) -> None:
+        run, cut_off = self._under_way.pop()
         try:
-            # Judged as the delivery starts, and again as each run of its handler starts (``run_handler``).
-            with self._cut_off_noted(key, envelope.tenant, self._started_with_time(key, sub.name)):
-                outcome = self._deliver(consumer, envelope, sub, *args, **kwargs)
+            _ended(cut_off, happening.detail.error)
         finally:
             running = self.observations.running
             del running[next(i for i, r in enumerate(running) if r is run)]
-        self.trace.add("outcome", f"{self.trace.key(key)} {outcome.value}")
-        return outcome
+        if happening.detail.error is None:
+            self.trace.add("outcome", f"{self.trace.key(happening.key)} {happening.detail.result.value}")
 
-    def run_handler(self, attempts: Attempts, pair: Pair, *args: Any) -> Any:
+    def _before_run(self, happening: Happening) -> None:
         """Each run of a handler, judged as it starts (a delivery may run its handler twice: a direct run whose
         commit found a row, then its lease): if the deadline stops the delivery (in the run, or in a write after
         it), its last run should not have started when too little was left for it (invariant 15)."""
-        subscription = pair.subscription.name
-        judged = self._started_late.get(pair.key)
+        key, subscription = happening.key, happening.subscription
+        judged = self._started_late.get(key)
         if judged:  # inside a delivery (or a woken run) of the pair: the one under way is the last
-            judged[-1] = self._started_with_time(pair.key, subscription)
+            judged[-1] = self._started_with_time(key, subscription)
         deadlines = self.observations.deadlines
-        started, until = self.durable.clock(), deadlines[-1] if deadlines else None
-        try:
-            return self._run_handler(attempts, pair, *args)
-        finally:
-            # What the consumer learns of the run, as it measures it (outbox.delivery.timing.RunTimes): the time
-            # from its start to its end, whatever happened meanwhile (a second worker's invocation nested in it),
-            # if it ended before the deadline.
-            ended = self.durable.clock()
-            if until is None or ended < until:
-                known = self.world.slowest_runs.get(subscription, timedelta(0))
-                self.world.slowest_runs[subscription] = max(known, ended - started)
+        self._under_way.append((self.durable.clock(), deadlines[-1] if deadlines else None))
+
+    def _run_ended(self, happening: Happening) -> None:
+        # What the consumer learns of the run, as it measures it (outbox.delivery.timing.RunTimes): the time from
+        # its start to its end, whatever happened meanwhile (a second worker's invocation nested in it), if it
+        # ended before the deadline.
+        started, until = self._under_way.pop()
+        ended, subscription = self.durable.clock(), happening.subscription
+        if until is None or ended < until:
+            known = self.world.slowest_runs.get(subscription, timedelta(0))
+            self.world.slowest_runs[subscription] = max(known, ended - started)
 
     def _started_with_time(self, key: str, subscription: str) -> str | None:
         """Why this pair should not have started now, if it should not: less of the invocation is left than its
@@ -456,16 +443,20 @@ class Recorder:
             if invocation.nested:
                 invocation.nested[-1] += took
 
-    def run_woken(self, gate: OrderedGate, subscription: Subscription, ready: Deferred, *args: Any) -> Any:
-        key = f"{ready.event_id}:{subscription.name}"
+    def _before_woken_run(self, happening: Happening) -> None:
+        key, ready = happening.key, happening.detail.arguments["ready"]
         if self.observations.invocations:
             invocation = self.observations.invocations[-1]
             invocation.woken.add(ready.tenant)
             invocation.woken_runs[key] = runs = invocation.woken_runs.get(key, 0) + 1
             if runs > WOKEN_RUNS_IN_A_LOOP:
                 self._stopped_in_a_loop(key)
-        with self._cut_off_noted(key, ready.tenant):
-            return self._run_woken(gate, subscription, ready, *args)
+        cut_off = self._cut_off_noted(key, ready.tenant)
+        cut_off.__enter__()
+        self._under_way.append(cut_off)
+
+    def _woken_run_ended(self, happening: Happening) -> None:
+        _ended(self._under_way.pop(), happening.detail.error)
 
     def _stopped_in_a_loop(self, key: str) -> None:
         """The consumer runs the same deferred pair in place again and again in one invocation: a loop that no
@@ -483,17 +474,17 @@ class Recorder:
             clock.advance(max(timedelta(0), self.observations.deadlines[-1] - clock()) + timedelta(seconds=1))
         raise InvocationTimedOut()
 
-    def process_record(self, consumer: DurableConsumer, record: Any, *args: Any, **kwargs: Any) -> None:
+    def _before_record(self, happening: Happening) -> None:
+        record = happening.detail.arguments["record"]
         tenant = str((record.raw_event.get("attributes") or {}).get("MessageGroupId", ""))
         if self.observations.invocations and self.observations.invocations[-1].woken:
             self.observations.records_after_in_place.append(
                 f"a record of {tenant} after in-place work of {sorted(self.observations.invocations[-1].woken)}"
             )
         self.observations.reading.append(_targets(record.raw_event))
-        try:
-            self._process_record(consumer, record, *args, **kwargs)
-        finally:
-            self.observations.reading.pop()
+
+    def _record_ended(self, _happening: Happening) -> None:
+        self.observations.reading.pop()
 
     def _finished(self, claim: Claim) -> None:
         """The owner's lease ends with its fenced write (a release sets it to zero)."""
@@ -630,7 +621,15 @@ def _targets(record: dict[str, Any]) -> frozenset[str] | None:
     return frozenset(text.split(",")) if isinstance(text, str) else None
 
 
-def _lost_answer(exc: BaseException) -> bool:
+def _ended(noted: AbstractContextManager[None], error: BaseException | None) -> None:
+    """End what a call's start entered as the call ended: with what it raised, if it raised."""
+    if error is None:
+        noted.__exit__(None, None, None)
+    else:
+        noted.__exit__(type(error), error, error.__traceback__)
+
+
+def _lost_answer(exc: BaseException | None) -> bool:
     """A write whose answer was lost after it applied (the lost_answer fault's HTTP 500)."""
     response = getattr(exc, "response", None) or {}
     return bool(response.get("Error", {}).get("Code") == "InternalServerError")

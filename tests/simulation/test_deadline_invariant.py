@@ -7,13 +7,16 @@ time: its own tenant's work before it, and its own run, fit the invocation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
+from outbox.observing import AROUND, observed, observing
 from simulation.invariants.deadline import check_deadline
 from simulation.observations import CutOff, Invocation, Observations
 from simulation.recorder import Recorder
@@ -108,13 +111,29 @@ def test_a_run_nested_inside_another_is_charged_to_its_own_tenant_only() -> None
 # -- each run of a handler is judged as it starts, on what the consumer learnt of earlier runs -------------
 
 
+class _Attempts:
+    """Stands for the engine's ``Attempts``: its ``run_handler`` tells the recorder of each run, as the engine's
+    does (``outbox.observing``), and runs ``run`` as the handler."""
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self.run = run
+
+    @observed(AROUND["run"])
+    def run_handler(self, pair: Any) -> None:
+        self.run()
+
+
+PAIR = SimpleNamespace(
+    key="e1:archive", envelope=SimpleNamespace(id="e1"), subscription=SimpleNamespace(name="archive")
+)
+
+
 def _handler_runs(recorder: Recorder, clock: _Clock, *seconds: float) -> None:
     """A delivery of e1:archive whose handler runs once per figure, each taking that long."""
-    pair = SimpleNamespace(key="e1:archive", subscription=SimpleNamespace(name="archive"))
-    with recorder._cut_off_noted(pair.key, "acme"):
+    with recorder._cut_off_noted(PAIR.key, "acme"):
         for took in seconds:
-            recorder._run_handler = lambda *_args, took=took: clock.advance(took)
-            recorder.run_handler(None, pair)  # type: ignore[arg-type]
+            with observing(recorder.observe):
+                _Attempts(lambda took=took: clock.advance(took)).run_handler(PAIR)
             if clock() >= START + BUDGET:
                 raise InvocationTimedOut
 
@@ -152,10 +171,8 @@ def test_a_second_worker_s_delivery_nested_in_a_run_leaves_the_first_its_own_jud
         raise InvocationTimedOut
 
     def delivery() -> None:
-        pair = SimpleNamespace(key="e1:archive", subscription=SimpleNamespace(name="archive"))
-        recorder._run_handler = nested_delivery_then_cut_off
-        with recorder._cut_off_noted(pair.key, "acme"):
-            recorder.run_handler(None, pair)  # type: ignore[arg-type]
+        with recorder._cut_off_noted(PAIR.key, "acme"), observing(recorder.observe):
+            _Attempts(nested_delivery_then_cut_off).run_handler(PAIR)
 
     with pytest.raises(InvocationTimedOut):
         delivery()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-from unittest import mock
-
-from outbox.delivery.lease import LeasePath
 from outbox.local import faults
+from outbox.observing import Happening, Moment, observing
 from tests.e2e.backends import LocalBackend, claim_statuses
 from tests.e2e.test_pipeline import order_and_pay, unique
 
@@ -52,14 +49,13 @@ def test_a_second_worker_after_the_visibility_timeout_fences_the_first(local: Lo
     local.runtime.pipe("RelayPipeName").drain()
     durable = local.runtime.mapping("DurableConsumerFunctionName")
     completions: list[str] = []
-    original = LeasePath.complete
 
-    def counting(path: LeasePath, claim: Any, *args: Any) -> None:
-        original(path, claim, *args)
-        completions.append(claim.idempotency_key)  # only a completion that committed gets here
+    def counting(happening: Happening) -> None:
+        if happening.moment is Moment.COMPLETED:  # only a completion that committed
+            completions.append(happening.key)
 
     with (
-        mock.patch.object(LeasePath, "complete", counting),
+        observing(counting),
         faults.visibility_timeout_during_handler(durable, subscription="notify.buyer") as late,
     ):
         local.settle()
@@ -84,3 +80,26 @@ def test_throttling_any_dynamodb_call_loses_nothing(local: LocalBackend) -> None
 
     assert throttled.fired > 0
     assert set(claim_statuses(local, payment_event).values()) == {"COMPLETED"}
+
+
+def test_a_fault_point_of_the_test_s_own_kills_the_worker_as_the_handler_starts(local: LocalBackend) -> None:
+    """An observer that raises is a fault point: here, the worker dies once as notify.buyer's handler starts (its
+    claim committed, nothing of its effect done), and the redelivery's take-over runs it once."""
+    seen: list[Moment] = []
+
+    def dies_once(happening: Happening) -> None:
+        if happening.subscription != "notify.buyer":
+            return
+        seen.append(happening.moment)
+        if happening.moment is Moment.HANDLER_STARTS and seen.count(Moment.HANDLER_STARTS) == 1:
+            raise faults.WorkerCrash(f"killed as {happening.key} started")
+
+    with observing(dies_once):
+        payment_event = order_and_pay(local, unique("tenant"))
+        local.settle()
+
+    assert local.service("notifier").calls[f"{payment_event}:notify.buyer"] == 1
+    assert set(claim_statuses(local, payment_event).values()) == {"COMPLETED"}
+    assert seen.count(Moment.CLAIMED) == 2, "the crashed attempt's claim, then the take-over's"
+    assert seen.count(Moment.RUN_RAISED) == 1
+    assert seen[-1] is Moment.DELIVERED

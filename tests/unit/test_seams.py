@@ -17,11 +17,6 @@ NOT_SCANNED = {"simulation/mutants.py"}
 STILL_PATCHED = {
     ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
     ("engine/src/outbox/local/aws_faults.py", "EventStore", "_transact"),
-    ("engine/src/outbox/local/faults.py", "DirectPath", "commit"),
-    ("engine/src/outbox/local/faults.py", "DurableConsumer", "deliver"),
-    ("engine/src/outbox/local/faults.py", "Inbox", "claim"),
-    ("engine/src/outbox/local/faults.py", "LeasePath", "complete"),
-    ("engine/src/outbox/local/faults.py", "service", "call"),
     ("simulation/chaos_actor.py", "DirectPath", "_run"),
     ("simulation/chaos_actor.py", "DirectPath", "commit"),
     ("simulation/chaos_actor.py", "DurableConsumer", "handle"),
@@ -39,6 +34,12 @@ STILL_PATCHED = {
     ("simulation/recorder.py", "PipeEmulator", "_dead_letter"),
     ("simulation/recorder.py", "self.durable", "handler"),
     ("simulation/recorder.py", "self.durable", "poll"),
+}
+
+# Patches of what is not the engine: ``crash_after_external_effect`` wraps the remote service it is given, an
+# in-process test double (``outbox.testing.services.FakeService``) standing for a remote API.
+NOT_THE_ENGINE = {
+    ("engine/src/outbox/local/faults.py", "service", "call"),
 }
 
 
@@ -67,12 +68,12 @@ def _patch_object(node: ast.AST) -> bool:
 
 
 def test_no_new_patch_of_the_engine() -> None:
-    added = patches() - STILL_PATCHED
+    added = patches() - STILL_PATCHED - NOT_THE_ENGINE
     assert not added, f"patched, where an observer or a published seam should be: {sorted(added)}"
 
 
 def test_a_patch_replaced_by_a_seam_leaves_the_list() -> None:
-    gone = STILL_PATCHED - patches()
+    gone = (STILL_PATCHED | NOT_THE_ENGINE) - patches()
     assert not gone, f"no longer patched: take them out of STILL_PATCHED {sorted(gone)}"
 
 

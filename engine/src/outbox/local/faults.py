@@ -8,9 +8,11 @@ seeded random source) to decide per opportunity instead. ``take`` is told the su
 The worker's faults are this module's; AWS's (throttles, lost answers, unprocessed keys, a rival emit,
 redelivery) are ``outbox.local.aws_faults``, exported from here too.
 
-Handlers stay unmodified: faults patch the engine's seams (the consumer's claim and completion, a
-subscription's handler, emit's transaction) or moto's DynamoDB front door (throttling). Pipe faults
-(duplicate delivery, reordered records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
+Handlers stay unmodified: the worker's faults are fault points of the engine's published seam
+(``outbox.observing``: an observer that raises at the claim, the completion or as a handler starts), never
+patches of its methods; AWS's patch emit's transaction or moto's DynamoDB front door (throttling), and
+``crash_after_external_effect`` the in-process remote service it is given (a test double, not the engine). Pipe
+faults (duplicate delivery, reordered records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
 
 The crash points of the claim protocol, in order::
 
@@ -26,17 +28,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 from unittest import mock
 
-from outbox import keys
-from outbox.consumer import DeliveryOutcome, DurableConsumer
-from outbox.delivery.direct import DirectPath
-from outbox.delivery.lease import LeasePath
-from outbox.envelope import Envelope
-from outbox.inbox import Claim, ClaimResult, Inbox
 from outbox.local import deadline
 from outbox.local.aws_faults import (
     DYNAMODB_OPERATIONS,
@@ -50,7 +46,8 @@ from outbox.local.aws_faults import (
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping, change_visibility_if_in_flight
 from outbox.local.fault_count import FaultCount, WorkerCrash
-from outbox.subscriptions import Subscription
+from outbox.observing import Happening, Moment, observing
+from outbox.subscriptions import Delivery
 
 __all__ = [
     "DYNAMODB_OPERATIONS",
@@ -86,8 +83,8 @@ class RemoteService(Protocol):
 logger = logging.getLogger(__name__)
 
 
-def _selected(subscription: Subscription, only: str | None) -> bool:
-    return only is None or subscription.name == only
+def _selected(subscription: str, only: str | None) -> bool:
+    return only is None or subscription == only
 
 
 @contextmanager
@@ -95,15 +92,15 @@ def crash_before_claim(
     times: int = 1, subscription: str | None = None, *, count: FaultCount | None = None
 ) -> Iterator[FaultCount]:
     """The worker dies right before its claim: the message was received, nothing was written."""
-    count, original = count or FaultCount(times), Inbox.claim
+    count = count or FaultCount(times)
 
-    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
-        key = keys.idempotency_key(envelope.id, name)
-        if subscription in (None, name) and count.take(key):
-            raise WorkerCrash(f"crashed before claiming {key}")
-        return original(inbox, envelope, name, lease, *args, **kwargs)
+    def crash(happening: Happening) -> None:
+        if happening.moment is not Moment.BEFORE_CLAIM or not _selected(happening.subscription, subscription):
+            return
+        if count.take(happening.key):
+            raise WorkerCrash(f"crashed before claiming {happening.key}")
 
-    with mock.patch.object(Inbox, "claim", claim):
+    with observing(crash):
         yield count
 
 
@@ -113,16 +110,17 @@ def crash_after_claim(
 ) -> Iterator[FaultCount]:
     """The worker dies right after its claim committed, before the handler ran (only for the idempotency
     ``key``, when given)."""
-    count, original = count or FaultCount(times), Inbox.claim
+    count = count or FaultCount(times)
 
-    def claim(inbox: Inbox, envelope: Envelope, name: str, lease: timedelta, *args: Any, **kwargs: Any) -> ClaimResult:
-        result = original(inbox, envelope, name, lease, *args, **kwargs)
-        chosen = subscription in (None, name) and key in (None, keys.idempotency_key(envelope.id, name))
-        if result.claim is not None and chosen and count.take(result.claim.idempotency_key):
-            raise WorkerCrash(f"crashed after claiming {result.claim.idempotency_key}")
-        return result
+    def crash(happening: Happening) -> None:
+        if happening.moment is not Moment.CLAIMED:
+            return
+        claim = happening.detail.result.claim
+        chosen = _selected(happening.subscription, subscription) and key in (None, happening.key)
+        if claim is not None and chosen and count.take(claim.idempotency_key):
+            raise WorkerCrash(f"crashed after claiming {claim.idempotency_key}")
 
-    with mock.patch.object(Inbox, "claim", claim):
+    with observing(crash):
         yield count
 
 
@@ -153,8 +151,8 @@ def crash_before_completion(
     direct path of a DynamoDB-only subscription, before the commit of its writes and marker."""
     count = count or FaultCount(times)
 
-    def before(sub: Subscription, key: str) -> None:
-        if _selected(sub, subscription) and count.take(key):
+    def before(name: str, key: str) -> None:
+        if _selected(name, subscription) and count.take(key):
             raise WorkerCrash(f"crashed before completing {key}")
 
     with _around_completion(before=before):
@@ -169,8 +167,8 @@ def crash_after_completion(
     comes back, and the claim (or the marker's condition) must answer "already completed"."""
     count = count or FaultCount(times)
 
-    def after(sub: Subscription, key: str) -> None:
-        if _selected(sub, subscription) and count.take(key):
+    def after(name: str, key: str) -> None:
+        if _selected(name, subscription) and count.take(key):
             raise WorkerCrash(f"crashed after completing {key}")
 
     with _around_completion(after=after):
@@ -179,34 +177,21 @@ def crash_after_completion(
 
 @contextmanager
 def _around_completion(
-    before: Callable[[Subscription, str], None] = lambda _sub, _key: None,
-    after: Callable[[Subscription, str], None] = lambda _sub, _key: None,
+    before: Callable[[str, str], None] = lambda _sub, _key: None,
+    after: Callable[[str, str], None] = lambda _sub, _key: None,
 ) -> Iterator[None]:
-    """Run ``before`` and ``after`` around both completions: the lease path's ``complete`` and the direct
-    path's ``commit`` (after it only when it committed), told the pair's idempotency key."""
-    complete, commit = LeasePath.complete, DirectPath.commit
+    """Run ``before`` and ``after`` around both completions: the lease path's (``BEFORE_COMPLETION``,
+    ``COMPLETED``) and the direct path's commit (``BEFORE_DIRECT_COMMIT``, and ``DIRECT_COMMIT_DONE`` only when it
+    committed), told the subscription and the pair's idempotency key."""
 
-    def lease_path(
-        path: LeasePath, claim: Claim, envelope: Envelope, sub: Subscription, result: Any, *rest: Any
-    ) -> None:
-        # ``rest``: whatever else the completion is given (an ordered subscription's watermark items), passed on.
-        before(sub, claim.idempotency_key)
-        complete(path, claim, envelope, sub, result, *rest)
-        after(sub, claim.idempotency_key)
+    def fault_point(happening: Happening) -> None:
+        moment = happening.moment
+        if moment in (Moment.BEFORE_COMPLETION, Moment.BEFORE_DIRECT_COMMIT):
+            before(happening.subscription, happening.key)
+        elif moment is Moment.COMPLETED or (moment is Moment.DIRECT_COMMIT_DONE and happening.detail.result is None):
+            after(happening.subscription, happening.key)
 
-    def direct(path: DirectPath, envelope: Envelope, sub: Subscription, result: Any, digest: str, *rest: Any) -> Any:
-        # ``rest``: an ordered subscription's watermark items, passed on.
-        key = keys.idempotency_key(envelope.id, sub.name)
-        before(sub, key)
-        existing = commit(path, envelope, sub, result, digest, *rest)
-        if existing is None:
-            after(sub, key)
-        return existing
-
-    with (
-        mock.patch.object(LeasePath, "complete", lease_path),
-        mock.patch.object(DirectPath, "commit", direct),
-    ):
+    with observing(fault_point):
         yield
 
 
@@ -221,11 +206,11 @@ def fail_handler(
     """The named subscription's handler raises ``error()`` on its next ``times`` runs."""
     count = count or FaultCount(times)
 
-    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+    def before(_happening: Happening, delivery: Delivery) -> None:
         if count.take(delivery.idempotency_key):
             raise error()
 
-    with _before_handler(lambda sub: sub.name == subscription, before):
+    with _before_handler(lambda name: name == subscription, before):
         yield count
 
 
@@ -240,13 +225,14 @@ def expire_lease_while_running(
     and Lambda has not stopped it), and it is the others who judge its lease by the later time."""
     count = count or FaultCount(times)
 
-    def before(consumer: DurableConsumer, delivery: Any) -> None:
+    def before(happening: Happening, delivery: Delivery) -> None:
         if count.take(delivery.idempotency_key):
-            jump = consumer.lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1)
+            lease_policy = happening.detail.by.lease_policy  # the run's ``Attempts``: the consumer's lease policy
+            jump = lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1)
             clock.advance(jump)
             deadline.extend(jump)
 
-    with _before_handler(lambda sub: _selected(sub, subscription), before):
+    with _before_handler(lambda name: _selected(name, subscription), before):
         yield count
 
 
@@ -286,7 +272,7 @@ def visibility_timeout_during_handler(
     count = count or FaultCount(times)
     nested = False
 
-    def before(_consumer: DurableConsumer, delivery: Any) -> None:
+    def before(_happening: Happening, delivery: Delivery) -> None:
         nonlocal nested
         if nested or not count.take(delivery.idempotency_key):
             return
@@ -308,7 +294,7 @@ def visibility_timeout_during_handler(
         finally:
             nested = False
 
-    with _before_handler(lambda sub: _selected(sub, subscription), before):
+    with _before_handler(lambda name: _selected(name, subscription), before):
         yield count
 
 
@@ -320,25 +306,14 @@ def _make_visible(mapping: SqsEventSourceMapping) -> None:
 
 
 @contextmanager
-def _before_handler(
-    selected: Callable[[Subscription], bool], before: Callable[[DurableConsumer, Any], None]
-) -> Iterator[None]:
-    """Run ``before(consumer, delivery)`` inside the selected subscriptions' handler, after the claim and
-    before the handler's own code: the seam the handler-level faults share."""
-    original = DurableConsumer.deliver
+def _before_handler(selected: Callable[[str], bool], before: Callable[[Happening, Delivery], None]) -> Iterator[None]:
+    """Run ``before(happening, delivery)`` as the selected subscriptions' handler starts (``HANDLER_STARTS``), after
+    the claim and before the handler's own code: the fault point the handler-level faults share. Every run of the
+    handler counts: a delivery's, and a deferred pair's the ordered gate runs in place after its predecessor."""
 
-    def deliver(
-        consumer: DurableConsumer, envelope: Envelope, sub: Subscription, *args: Any, **kwargs: Any
-    ) -> DeliveryOutcome:
-        if selected(sub):
-            handler = sub.handler
+    def fault_point(happening: Happening) -> None:
+        if happening.moment is Moment.HANDLER_STARTS and selected(happening.subscription):
+            before(happening, happening.detail.arguments["delivery"])
 
-            def wrapped(delivery: Any) -> Any:
-                before(consumer, delivery)
-                return handler(delivery)
-
-            sub = replace(sub, handler=wrapped)
-        return original(consumer, envelope, sub, *args, **kwargs)
-
-    with mock.patch.object(DurableConsumer, "deliver", deliver):
+    with observing(fault_point):
         yield

@@ -103,3 +103,21 @@ def test_a_fault_point_of_the_test_s_own_kills_the_worker_as_the_handler_starts(
     assert seen.count(Moment.CLAIMED) == 2, "the crashed attempt's claim, then the take-over's"
     assert seen.count(Moment.RUN_RAISED) == 1
     assert seen[-1] is Moment.DELIVERED
+
+
+def test_an_observer_sees_each_pair_complete_once_on_either_path(local: LocalBackend) -> None:
+    """docs/testing.md's first observer: a completion under a lease, or a direct commit whose marker committed."""
+    completed: list[str] = []
+
+    def note(happening: Happening) -> None:
+        committed_directly = happening.moment is Moment.DIRECT_COMMIT_DONE and happening.detail.result is None
+        if happening.moment is Moment.COMPLETED or committed_directly:
+            completed.append(happening.key)
+
+    with observing(note), faults.crash_after_completion() as crash:
+        payment_event = order_and_pay(local, unique("tenant"))
+        local.settle()
+
+    statuses = claim_statuses(local, payment_event)
+    assert crash.fired == 1
+    assert sorted(completed.count(f"{payment_event}:{name}") for name in statuses) == [1] * len(statuses)

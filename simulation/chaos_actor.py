@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from outbox import Envelope, chain, keys
+from outbox import chain, keys
 from outbox.consumer import DurableConsumer
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
@@ -20,8 +20,9 @@ from outbox.inbox import ClaimRecord
 from outbox.local import deadline, faults
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
+from outbox.observing import Happening, Moment, observing
 from outbox.ordering import Watermark
-from outbox.subscriptions import Lane, Subscription
+from outbox.subscriptions import Lane
 from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
 from simulation.newer_engine import newer_emitters
 from simulation.ordered_faults import OrderedFaultSeams
@@ -108,7 +109,7 @@ class FaultSeams(OrderedFaultSeams):
         operator's reconcile, run meanwhile over the run's events, finds the pair without a claim, writes its
         REPLAYING row and sends it again (``reconcile_during_run``). The run's commit must apply nothing, and the
         pair run again under a lease only while the invocation has the time for the run."""
-        run, commit, apply_directly = DirectPath._run, DirectPath.commit, OrderedGate._apply_directly
+        run, apply_directly = DirectPath._run, OrderedGate._apply_directly
         reconciled: set[str] = set()  # the pairs whose runs the reconcile lands in, until their commit
 
         def reconciled_in(pair: Pair, remaining_ms: RemainingMs) -> None:
@@ -124,21 +125,20 @@ class FaultSeams(OrderedFaultSeams):
             reconciled_in(pair, remaining_ms)
             return apply_directly(gate, pair, watermark, remaining_ms)
 
-        def reconciled_first(path: DirectPath, envelope: Envelope, subscription: Subscription, *rest: Any) -> Any:
-            key = keys.idempotency_key(envelope.id, subscription.name)
-            if key in reconciled:
-                reconciled.discard(key)
+        def reconciled_first(happening: Happening) -> None:
+            """A fault point before the direct commit: the reconcile lands before the run commits."""
+            if happening.moment is Moment.BEFORE_DIRECT_COMMIT and happening.key in reconciled:
+                reconciled.discard(happening.key)
                 self._reconciling = True
                 try:
                     self.reconcile(self._start)
                 finally:
                     self._reconciling = False
-            return commit(path, envelope, subscription, *rest)
 
         with (
             mock.patch.object(DirectPath, "_run", slow_run),
             mock.patch.object(OrderedGate, "_apply_directly", slow_ordered_run),
-            mock.patch.object(DirectPath, "commit", reconciled_first),
+            observing(reconciled_first),
         ):
             yield self.chaos.count(Fault.RECONCILE_DURING_RUN)
 

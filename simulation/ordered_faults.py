@@ -1,6 +1,7 @@
 """The faults of ordered delivery, armed at their seams in the ordered gate and the wake-ups: the operator's
 skip racing a delivery's write to the watermark, SQS refusing a wake-up, and the lost answer of a completion
-that others wait behind. ``FaultSeams`` arms them with the rest of a run's faults."""
+that others wait behind (the last two fault points of ``outbox.observing``). ``FaultSeams`` arms them with the
+rest of a run's faults."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from unittest import mock
 from botocore.exceptions import ClientError
 
 from outbox import Envelope
-from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
 from outbox.delivery.path import Pair
 from outbox.inbox import PENDING, Claim
 from outbox.local.faults import FaultCount
-from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
+from outbox.observing import Happening, Moment, observing
+from outbox.ordering import OrderBook, Watermark
 from outbox.subscriptions import Subscription
 from simulation.catalog import LEDGER
 from simulation.driver_state import DriverState
@@ -31,14 +32,14 @@ class OrderedFaultSeams(DriverState):
         """SQS refuses the SendMessage of a consumer's wake-up (``send_refused``): the deferred event it was for
         must be woken again, by the redelivery of the message that owed it. (The operator's sends fail through
         ``OperatorDeath``, under the same fault.)"""
-        send = WakeUps.send
 
-        def refused(wake_ups: WakeUps, deferred: Deferred, applied_seq: int) -> None:
-            if self.chaos.fires(Fault.SEND_REFUSED, f"the wake-up of {self.trace.event(deferred.event_id)}"):
+        def refused(happening: Happening) -> None:
+            if happening.moment is not Moment.BEFORE_WAKE_UP:
+                return
+            if self.chaos.fires(Fault.SEND_REFUSED, f"the wake-up of {self.trace.event(happening.event_id)}"):
                 raise refused_send()
-            send(wake_ups, deferred, applied_seq)
 
-        with mock.patch.object(WakeUps, "send", refused):
+        with observing(refused):
             yield self.chaos.count(Fault.SEND_REFUSED)
 
     @contextmanager
@@ -89,18 +90,16 @@ class OrderedFaultSeams(DriverState):
         def losing(gate: OrderedGate, pair: Pair, watermark: Watermark, *rest: Any) -> Any:
             if watermark.deferred <= 0 or not self.chaos.fires(Fault.WAKING_ANSWER_LOST, pair.key):
                 return apply_directly(gate, pair, watermark, *rest)
-            commit = DirectPath.commit  # as installed now (its observers, the recorder among them, inside it)
 
-            def answer_lost(path: DirectPath, *args: Any) -> Any:
-                existing = commit(path, *args)
-                if existing is not None:
-                    return existing  # nothing committed: nothing to lose
-                raise ClientError(
-                    {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
-                    "TransactWriteItems",
-                )
+            def answer_lost(happening: Happening) -> None:
+                # Outside every observer armed before it (the recorder sees the commit as committed).
+                if happening.moment is Moment.DIRECT_COMMIT_DONE and happening.detail.result is None:
+                    raise ClientError(  # committed; nothing is lost when nothing committed
+                        {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
+                        "TransactWriteItems",
+                    )
 
-            with mock.patch.object(DirectPath, "commit", answer_lost):
+            with observing(answer_lost):
                 return apply_directly(gate, pair, watermark, *rest)
 
         with mock.patch.object(OrderedGate, "_apply_directly", losing):

@@ -12,7 +12,6 @@ from typing import Any
 from unittest import mock
 
 from outbox import chain, keys
-from outbox.consumer import DurableConsumer
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
 from outbox.delivery.path import DeliveryOutcome, Pair, RemainingMs
@@ -311,20 +310,22 @@ class FaultSeams(OrderedFaultSeams):
     def _broken_deploy(self) -> Iterator[FaultCount]:
         """A deploy that cannot start (``broken_deploy``): for as many invocations as the queue's backstop,
         every batch fails before any claim, so its messages reach the DLQ; then the fix is deployed."""
-        handle, failing = DurableConsumer.handle, {"left": 0}
+        failing = {"left": 0}
         backstop = self.runtime.stack.queues[self.runtime.stack.output_reference("DurableQueueUrl").logical_id]
         window = (backstop.max_receive_count or 0) + 1
 
-        def deploy(consumer: DurableConsumer, event: Any, context: Any) -> Any:
+        def deploy(happening: Happening) -> None:
+            """A fault point as the batch starts."""
+            if happening.moment is not Moment.BEFORE_BATCH:
+                return
             if failing["left"] == 0 and self.chaos.fires(Fault.BROKEN_DEPLOY, "the durable consumer"):
                 failing["left"] = window
                 self._dlq_alarm = True  # once its messages reach the DLQ, the operator redrives them
             if failing["left"] > 0:
                 failing["left"] -= 1
                 raise faults.WorkerCrash("the deployed consumer fails at start")
-            return handle(consumer, event, context)
 
-        with mock.patch.object(DurableConsumer, "handle", deploy):
+        with observing(deploy):
             yield self.chaos.count(Fault.BROKEN_DEPLOY)
 
     @contextmanager

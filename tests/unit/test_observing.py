@@ -171,6 +171,7 @@ def test_the_moments_are_pinned() -> None:
         "before_woken_run", "woken", "woken_run_raised",
         "before_delivery", "delivered", "delivery_raised",
         "before_record", "record_done", "record_raised",
+        "before_batch", "batch_done", "batch_raised",
     ]  # fmt: skip
     assert all(m.name == m.value.upper() for m in Moment)
 
@@ -205,6 +206,7 @@ OBSERVED = {
         ["envelope", "subscription", "receive_count", "remaining_ms", "digest", "may_create", "repair", "owed"],
     ),
     (DurableConsumer, "process_record"): ("read_record", ["record", "remaining_ms", "ahead", "owed_wakes"]),
+    (DurableConsumer, "handle"): ("handle", ["event", "context"]),
 }
 
 

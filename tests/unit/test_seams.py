@@ -18,7 +18,6 @@ STILL_PATCHED = {
     ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
     ("engine/src/outbox/local/aws_faults.py", "EventStore", "_transact"),
     ("simulation/chaos_actor.py", "DirectPath", "_run"),
-    ("simulation/chaos_actor.py", "DurableConsumer", "handle"),
     ("simulation/chaos_actor.py", "OrderedGate", "_apply_directly"),
     ("simulation/chaos_actor.py", "chain", "read_head"),
     ("simulation/chaos_actor.py", "self.durable", "poll"),

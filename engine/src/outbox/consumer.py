@@ -184,6 +184,7 @@ class DurableConsumer:
 
     # -- the Lambda entry -----------------------------------------------------------------------------
 
+    @observed(AROUND["handle"])
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         """Process one SQS FIFO batch; failures stop only their own message group."""
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)

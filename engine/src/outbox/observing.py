@@ -76,6 +76,9 @@ class Moment(StrEnum):
     BEFORE_RECORD = "before_record"  # DurableConsumer.process_record: one SQS record (no pair: ids are "")
     RECORD_DONE = "record_done"
     RECORD_RAISED = "record_raised"
+    BEFORE_BATCH = "before_batch"  # DurableConsumer.handle: one invocation's batch (no pair: ids are "")
+    BATCH_DONE = "batch_done"  # result: the partial batch response
+    BATCH_RAISED = "batch_raised"  # the invocation failed as a whole
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ AROUND: Mapping[str, Around] = {
     "run_woken": _around("WOKEN_RUN", "WOKEN"),
     "deliver": _around("DELIVERY", "DELIVERED"),
     "read_record": _around("RECORD", "RECORD_DONE"),
+    "handle": _around("BATCH", "BATCH_DONE"),
 }
 
 
@@ -126,7 +130,7 @@ class Happening:
     """One moment of one pair's run."""
 
     moment: Moment
-    event_id: str  # "" where the moment is no one pair's (a record read)
+    event_id: str  # "" where the moment is no one pair's (a record read, a batch)
     subscription: str
     detail: Detail
 

@@ -30,8 +30,9 @@ from tests.conftest import PROJECT_ROOT, Synthesized
 
 CI_SEEDS = range(1, 41)
 # Seeds beyond CI_SEEDS that reach a transition of the pair's machine none of them reaches (simulation/reach.py):
-# 42 a deferred pair skipped, 66 a lapsed PENDING pair skipped, 124 a PENDING pair a repair's message left out.
-REACH_SEEDS = (42, 66, 124)
+# 42 a deferred pair skipped, 119 a lapsed PENDING pair skipped (66 did, before the WORKFLOW lane joined half the
+# schedules), 124 a PENDING pair a repair's message left out.
+REACH_SEEDS = (42, 119, 124)
 REGRESSIONS = dict(regression_seeds())
 OPEN = "open:"  # a regression seed whose engine bug is reported and not fixed yet
 # What the open engine bugs of regression_seeds.txt look like in a report. A seed marked open must show

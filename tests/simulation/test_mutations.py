@@ -39,7 +39,7 @@ def first_seed_reporting(stack: StackSpec, signature: str, seeds: Sequence[int])
     [
         pytest.param(introduce_plain_claim, ": lost: no effect and no dead letter", (1, 2), id="claim-is-a-plain-put"),
         pytest.param(
-            introduce_dead_on_first_error, "a retryable error was not retried", (5, 15), id="dead-on-first-error"
+            introduce_dead_on_first_error, "a retryable error was not retried", (8, 25), id="dead-on-first-error"
         ),
         # Not bugs of the seed article: machinery whose failure only invariants 4 and 6 would notice.
         pytest.param(

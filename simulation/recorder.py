@@ -36,6 +36,7 @@ from typing import Any
 from unittest import mock
 
 from outbox.consumer import DurableConsumer
+from outbox.delivery.path import DeliveryOutcome
 from outbox.envelope import Envelope
 from outbox.exceptions import WatermarkMovedError
 from outbox.inbox import Claim, ClaimOutcome, ClaimResult
@@ -376,6 +377,10 @@ class Recorder:
             del running[next(i for i, r in enumerate(running) if r is run)]
         if happening.detail.error is None:
             self.trace.add("outcome", f"{self.trace.key(happening.key)} {happening.detail.result.value}")
+        if happening.detail.error is None and happening.detail.result is DeliveryOutcome.HANDED:
+            # The hand-off's write gives the pair to its durable execution: the worker's lease ends with it, and a
+            # later claim (a replay after the execution failed) takes over no one.
+            self.observations.live_leases.pop(happening.key, None)
 
     def _before_run(self, happening: Happening) -> None:
         """Each run of a handler, judged as it starts (a delivery may run its handler twice: a direct run whose

@@ -776,7 +776,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
         what_should_catch_it="crowded batches: a tenant's charge behind another tenant's slow ordered backlog in "
         "each batch, cut off every time, then dead as exhausted (15)",
-        seeds=(77,),
+        seeds=(15,),  # of 1..80 with the WORKFLOW lane in half the schedules (77 before)
     ),
     Mutant(
         id="mapping-judges-its-own-deadline",

@@ -30,6 +30,8 @@ from outbox_cdk import OutboxPipeline
 from tests.infrastructure.test_workflow_function import CATALOG_SOURCE
 
 HANDLER = """
+import os
+
 from aws_durable_execution_sdk_python import durable_execution, durable_step
 
 from outbox.workflows import WorkflowInput
@@ -41,6 +43,8 @@ STEPS = STEPS_FILE
 def book(step, order_id, fail):
     with open(STEPS, "a") as steps:
         steps.write(order_id + "\\n")
+    with open(STEPS + ".env", "a") as seen:  # what the step's invocation has for environment
+        seen.write(os.environ.get("INBOX_TABLE_NAME", "-") + "\\n")
     if fail:
         raise RuntimeError("the carrier refused it")
     return "label-" + order_id
@@ -112,6 +116,25 @@ def test_a_workflow_runs_its_steps_once_per_event_and_its_end_settles_each_pair(
     steps = (tmp_path / "steps.txt").read_text().split()
     assert steps.count("o1") == 1, "the step of the execution that succeeded ran once"
     assert json.dumps(sorted(set(steps))) == '["o1", "o2"]'
+
+
+def test_a_durable_handler_runs_in_its_functions_environment_whatever_runs_beside_it(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    """The testing SDK invokes a durable handler on threads of its own, while the pipeline's functions run on this
+    one: each invocation has its function's environment (Lambda gives each function its own), not whatever
+    os.environ holds then, and never one another function is restoring under it."""
+    with runtime:
+        assert runtime.workflows is not None
+        store = runtime.event_store(unchecked=True)
+        for n in range(6):
+            store.emit("shop.order_paid", {"order_id": f"o{n}"}, tenant=f"t{n % 2}", actor="test")
+            runtime.run_until_idle()  # the consumer's invocations run while earlier executions do
+        assert set(runtime.workflows.wait_for_ends().values()) == {"SUCCEEDED"}
+        runtime.run_until_idle()
+        [workflow] = [f for f in runtime.functions.values() if f.handler_path.endswith("shipping.ship")]
+        expected = workflow.env["INBOX_TABLE_NAME"]
+    assert set((tmp_path / "steps.txt.env").read_text().split()) == {expected}
 
 
 def test_a_running_workflow_and_an_ended_one_outlive_a_restart_from_the_saved_state(

@@ -8,6 +8,7 @@ import io
 import itertools
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext, redirect_stdout
@@ -26,16 +27,25 @@ LambdaHandler = Callable[[dict[str, Any], Any], Any]
 _container_ids = itertools.count(1)
 
 
+# os.environ is the process's, and Lambda gives each function its own: one function's environment at a time.
+# Durable executions run on the testing SDK's threads while the pipeline's functions run on the caller's; a
+# variable removed while another thread reads os.environ (botocore lists it for proxies) is a KeyError there.
+_ENVIRONMENT_LOCK = threading.RLock()
+
+
 @contextmanager
 def environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """os.environ as the function sees it, restored afterwards (Lambda gives each function its own)."""
-    saved = dict(os.environ)
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    """os.environ as the function sees it, restored afterwards (Lambda gives each function its own); other
+    threads' functions wait for it (their environments would mix)."""
+    with _ENVIRONMENT_LOCK:
+        saved = dict(os.environ)
+        os.environ.update(variables)
+        try:
+            yield
+        finally:
+            for name in set(os.environ) - set(saved):
+                del os.environ[name]
+            os.environ.update(saved)
 
 
 class FunctionLog(io.TextIOBase):

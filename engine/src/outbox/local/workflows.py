@@ -10,6 +10,7 @@ reads) is answered by the service. A step of the runtime runs the settle pass fu
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from contextlib import ExitStack
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.local.clients import REGION
 from outbox.local.durable_functions import LocalDurableFunctions
-from outbox.local.functions import LocalFunction, code_on_path, environment
+from outbox.local.functions import LocalFunction, code_on_path, environment, function_output
 from outbox.local.resources import ACCOUNT
 from outbox.local.template import StackSpec
 
@@ -138,9 +139,16 @@ class LocalWorkflows:
 
 def _imported(function: LocalFunction) -> Any:
     """A durable function's handler, imported as Lambda's cold start would, with its code and environment; the
-    testing SDK runs it."""
+    testing SDK runs it, on its own threads, each invocation in the function's environment and log."""
     with environment(function.env), code_on_path(function.code_root):
-        return function.resolve()
+        handler = function.resolve()
+
+    @functools.wraps(handler)
+    def in_its_environment(event: Any, context: Any) -> Any:
+        with environment(function.env), function_output(function.log):
+            return handler(event, context)
+
+    return in_its_environment
 
 
 def _settler(functions: dict[str, LocalFunction]) -> LocalFunction | None:

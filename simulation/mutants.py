@@ -740,7 +740,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "pair.key, exc)\n            return None\n"
         ),
         replacement=(
-            "            self._forget(envelope.tenant, subscription.name)\n"
+            "            self.carried.forget(envelope.tenant, subscription.name)\n"
             "            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, False)"
             ", None\n"
         ),

@@ -12,15 +12,12 @@ from typing import Any
 from unittest import mock
 
 from outbox import chain, keys
-from outbox.delivery.direct import DirectPath
-from outbox.delivery.ordered import OrderedGate
-from outbox.delivery.path import DeliveryOutcome, Pair, RemainingMs
+from outbox.delivery.path import Pair, RemainingMs
 from outbox.inbox import ClaimRecord
 from outbox.local import deadline, faults
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.observing import Happening, Moment, observing
-from outbox.ordering import Watermark
 from outbox.subscriptions import Lane
 from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
 from simulation.newer_engine import newer_emitters
@@ -108,25 +105,20 @@ class FaultSeams(OrderedFaultSeams):
         operator's reconcile, run meanwhile over the run's events, finds the pair without a claim, writes its
         REPLAYING row and sends it again (``reconcile_during_run``). The run's commit must apply nothing, and the
         pair run again under a lease only while the invocation has the time for the run."""
-        run, apply_directly = DirectPath._run, OrderedGate._apply_directly
         reconciled: set[str] = set()  # the pairs whose runs the reconcile lands in, until their commit
+        direct_runs = (Moment.BEFORE_DIRECT_RUN, Moment.BEFORE_DIRECT_APPLY)
 
         def reconciled_in(pair: Pair, remaining_ms: RemainingMs) -> None:
             if not self._reconciling and self.chaos.fires(Fault.RECONCILE_DURING_RUN, pair.key):
                 self.world.durations.setdefault(pair.key, self._reconcile_window(remaining_ms()))
                 reconciled.add(pair.key)
 
-        def slow_run(path: DirectPath, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:
-            reconciled_in(pair, remaining_ms)
-            return run(path, pair, remaining_ms)
-
-        def slow_ordered_run(gate: OrderedGate, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs) -> Any:
-            reconciled_in(pair, remaining_ms)
-            return apply_directly(gate, pair, watermark, remaining_ms)
-
         def reconciled_first(happening: Happening) -> None:
-            """A fault point before the direct commit: the reconcile lands before the run commits."""
-            if happening.moment is Moment.BEFORE_DIRECT_COMMIT and happening.key in reconciled:
+            """As a direct run starts, whether a reconcile lands in it; a fault point before its commit: the
+            reconcile lands before the run commits."""
+            if happening.moment in direct_runs:
+                reconciled_in(happening.detail.arguments["pair"], happening.detail.arguments["remaining_ms"])
+            elif happening.moment is Moment.BEFORE_DIRECT_COMMIT and happening.key in reconciled:
                 reconciled.discard(happening.key)
                 self._reconciling = True
                 try:
@@ -134,11 +126,7 @@ class FaultSeams(OrderedFaultSeams):
                 finally:
                     self._reconciling = False
 
-        with (
-            mock.patch.object(DirectPath, "_run", slow_run),
-            mock.patch.object(OrderedGate, "_apply_directly", slow_ordered_run),
-            observing(reconciled_first),
-        ):
+        with observing(reconciled_first):
             yield self.chaos.count(Fault.RECONCILE_DURING_RUN)
 
     def _reconcile_window(self, left_ms: int) -> timedelta:

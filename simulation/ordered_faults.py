@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-from unittest import mock
 
 from botocore.exceptions import ClientError
 
 from outbox import Envelope
 from outbox.delivery.ordered import OrderedGate
-from outbox.delivery.path import Pair
 from outbox.inbox import PENDING, Claim
 from outbox.local.faults import FaultCount
 from outbox.observing import Happening, Moment, observing
-from outbox.ordering import OrderBook, Watermark
+from outbox.ordering import Watermark
 from outbox.subscriptions import Subscription
 from simulation.catalog import LEDGER
 from simulation.driver_state import DriverState
@@ -49,35 +46,35 @@ class OrderedFaultSeams(DriverState):
         read a moment ago): the delivery's write must see that the watermark moved (``watermark_race``). Or the
         next event runs on the direct path (no claim, so nothing says it runs) and the operator skips that very
         event before its commit: the commit must see the watermark moved, and apply nothing."""
-        place, advance = OrderedGate.place, OrderBook.advance_items
 
-        def racing_direct(
-            book: OrderBook, watermark: Watermark, envelope: Envelope, *, was_deferred: bool, skipped: bool = False
-        ) -> list[dict[str, Any]]:
-            items = advance(book, watermark, envelope, was_deferred=was_deferred, skipped=skipped)
+        def racing_direct(watermark: Watermark, envelope: Envelope, skipped: bool) -> None:
+            """The direct path's transaction items are made (``OrderBook.advance_items``): its commit is next."""
             if not skipped and watermark.subscription == LEDGER and self.chaos.can_fire(Fault.WATERMARK_RACE):
                 key = f"{envelope.id}:{watermark.subscription}"
                 with self.chaos.paused():
                     unclaimed = self.operations.inbox.read_claim(envelope.id, watermark.subscription) is None
                 if unclaimed and self.chaos.fires(Fault.WATERMARK_RACE, key):
                     self.skip(envelope.tenant, envelope.seq, "it looks stuck (a race with its run on the direct path)")
-            return items
 
         def racing(
-            gate: OrderedGate, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark, *known: Any
-        ) -> Any:
-            # ``known``: the predecessor the gate already found against ``watermark``, passed on.
+            gate: OrderedGate, claim: Claim, envelope: Envelope, sub: Subscription, watermark: Watermark
+        ) -> None:
+            """A claimed pair is about to be placed (``OrderedGate.place``), from the watermark read before."""
             if self.chaos.can_fire(Fault.WATERMARK_RACE):
                 with self.chaos.paused():
                     waits_for = self._skippable(gate, envelope, sub, watermark)
                 if waits_for is not None and self.chaos.fires(Fault.WATERMARK_RACE, claim.idempotency_key):
                     self.skip(envelope.tenant, waits_for, "it blocks the ledger (a race with a delivery)")
-            return place(gate, claim, envelope, sub, watermark, *known)
 
-        with (
-            mock.patch.object(OrderedGate, "place", racing),
-            mock.patch.object(OrderBook, "advance_items", racing_direct),
-        ):
+        def race(happening: Happening) -> None:
+            given = happening.detail.arguments
+            if happening.moment is Moment.BEFORE_PLACING:
+                gate = happening.detail.by
+                racing(gate, given["claim"], given["envelope"], given["subscription"], given["watermark"])
+            elif happening.moment is Moment.ADVANCED:
+                racing_direct(given["watermark"], given["envelope"], given["skipped"])
+
+        with observing(race):
             yield self.chaos.count(Fault.WATERMARK_RACE)
 
     @contextmanager
@@ -85,24 +82,25 @@ class OrderedFaultSeams(DriverState):
         """The direct completion of an ordered event that others wait behind (its watermark counts deferred
         events) commits, and its answer is lost (HTTP 500, not re-sent): ``waking_answer_lost``. Whoever handles
         the error must find the event applied and wake what waits, not take it for a failed run."""
-        apply_directly = OrderedGate._apply_directly
+        losing: set[str] = set()  # the pairs whose direct completion loses its answer, while it runs
 
-        def losing(gate: OrderedGate, pair: Pair, watermark: Watermark, *rest: Any) -> Any:
-            if watermark.deferred <= 0 or not self.chaos.fires(Fault.WAKING_ANSWER_LOST, pair.key):
-                return apply_directly(gate, pair, watermark, *rest)
+        def answer_lost(happening: Happening) -> None:
+            # Registered after the recorder, so outside it: the recorder sees the commit as committed.
+            moment, detail = happening.moment, happening.detail
+            if moment is Moment.BEFORE_DIRECT_APPLY:
+                if detail.arguments["watermark"].deferred > 0 and self.chaos.fires(
+                    Fault.WAKING_ANSWER_LOST, happening.key
+                ):
+                    losing.add(happening.key)
+            elif moment in (Moment.DIRECT_APPLIED, Moment.DIRECT_APPLY_RAISED):
+                losing.discard(happening.key)
+            elif moment is Moment.DIRECT_COMMIT_DONE and detail.result is None and happening.key in losing:
+                raise ClientError(  # committed; nothing is lost when nothing committed
+                    {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
+                    "TransactWriteItems",
+                )
 
-            def answer_lost(happening: Happening) -> None:
-                # Outside every observer armed before it (the recorder sees the commit as committed).
-                if happening.moment is Moment.DIRECT_COMMIT_DONE and happening.detail.result is None:
-                    raise ClientError(  # committed; nothing is lost when nothing committed
-                        {"Error": {"Code": "InternalServerError", "Message": "injected: the answer was lost"}},
-                        "TransactWriteItems",
-                    )
-
-            with observing(answer_lost):
-                return apply_directly(gate, pair, watermark, *rest)
-
-        with mock.patch.object(OrderedGate, "_apply_directly", losing):
+        with observing(answer_lost):
             yield self.chaos.count(Fault.WAKING_ANSWER_LOST)
 
     def _skippable(self, gate: OrderedGate, envelope: Envelope, sub: Subscription, watermark: Watermark) -> int | None:

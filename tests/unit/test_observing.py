@@ -19,6 +19,7 @@ from outbox.delivery.ordered import OrderedGate
 from outbox.inbox import Inbox
 from outbox.observing import AROUND, Happening, Moment, observed, point
 from outbox.observing import observing as observing_block
+from outbox.ordering import OrderBook
 from outbox.wake_ups import WakeUps
 
 
@@ -162,11 +163,15 @@ def test_the_moments_are_pinned() -> None:
         "before_run", "ran", "run_raised", "handler_starts",
         "before_completion", "completed", "completion_raised",
         "before_direct_commit", "direct_commit_done", "direct_commit_raised",
+        "before_direct_run", "direct_ran", "direct_run_raised",
+        "before_direct_apply", "direct_applied", "direct_apply_raised",
         "before_direct_failure", "direct_failed", "direct_failure_raised",
         "before_release", "released", "release_raised",
         "before_death", "dead", "death_raised",
         "before_deferral", "deferred", "deferral_raised",
         "before_forgiveness", "forgiven", "forgiveness_raised",
+        "before_placing", "placed", "placing_raised",
+        "before_advance", "advanced", "advance_raised",
         "before_wake_up", "wake_up_sent", "wake_up_raised",
         "before_woken_run", "woken", "woken_run_raised",
         "before_delivery", "delivered", "delivery_raised",
@@ -199,6 +204,10 @@ OBSERVED = {
         ["envelope", "subscription", "exc", "remaining_ms", "digest", "terminal"],
     ),
     (Attempts, "run_handler"): ("run", ["pair", "key", "attempt", "remaining_ms"]),
+    (DirectPath, "_run"): ("run_directly", ["pair", "remaining_ms"]),
+    (OrderedGate, "_apply_directly"): ("apply_directly", ["pair", "watermark", "remaining_ms"]),
+    (OrderedGate, "place"): ("place", ["claim", "envelope", "subscription", "watermark", "waits_for"]),
+    (OrderBook, "advance_items"): ("advance", ["watermark", "envelope", "was_deferred", "skipped"]),
     (WakeUps, "send"): ("wake", ["deferred", "applied_seq"]),
     (OrderedGate, "run_woken"): ("run_woken", ["subscription", "ready", "remaining_ms", "envelope"]),
     (DurableConsumer, "deliver"): (

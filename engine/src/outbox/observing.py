@@ -49,6 +49,12 @@ class Moment(StrEnum):
     BEFORE_DIRECT_COMMIT = "before_direct_commit"  # DirectPath.commit: the DynamoDB-only path's marker and writes
     DIRECT_COMMIT_DONE = "direct_commit_done"  # result: None once committed, else the row that stopped it
     DIRECT_COMMIT_RAISED = "direct_commit_raised"
+    BEFORE_DIRECT_RUN = "before_direct_run"  # DirectPath._run: a DynamoDB-only pair run and committed, no claim
+    DIRECT_RAN = "direct_ran"  # result: the DeliveryOutcome, or None when the pair had a row (the lease path runs it)
+    DIRECT_RUN_RAISED = "direct_run_raised"
+    BEFORE_DIRECT_APPLY = "before_direct_apply"  # OrderedGate._apply_directly: the next in order, run with no claim
+    DIRECT_APPLIED = "direct_applied"  # result: (DeliveryOutcome, Watermark | None), or None (looked at again)
+    DIRECT_APPLY_RAISED = "direct_apply_raised"
     BEFORE_DIRECT_FAILURE = "before_direct_failure"  # DirectPath.failed: a direct run failed, claimed now
     DIRECT_FAILED = "direct_failed"  # result: the DeliveryOutcome
     DIRECT_FAILURE_RAISED = "direct_failure_raised"
@@ -64,6 +70,12 @@ class Moment(StrEnum):
     BEFORE_FORGIVENESS = "before_forgiveness"  # Inbox.forgive: an attempt cut off for others' time not counted
     FORGIVEN = "forgiven"  # result: the Claim with one attempt less
     FORGIVENESS_RAISED = "forgiveness_raised"
+    BEFORE_PLACING = "before_placing"  # OrderedGate.place: a claimed ordered pair next in order, or deferred
+    PLACED = "placed"  # result: the Watermark to advance, or DEFERRED
+    PLACING_RAISED = "placing_raised"
+    BEFORE_ADVANCE = "before_advance"  # OrderBook.advance_items: the watermark's move, as transaction items
+    ADVANCED = "advanced"  # result: the items (no pair: the envelope and watermark are in the arguments)
+    ADVANCE_RAISED = "advance_raised"
     BEFORE_WAKE_UP = "before_wake_up"  # WakeUps.send: a deferred pair sent back to the queue
     WAKE_UP_SENT = "wake_up_sent"
     WAKE_UP_RAISED = "wake_up_raised"
@@ -101,6 +113,10 @@ AROUND: Mapping[str, Around] = {
     "commit": Around(Moment.BEFORE_COMPLETION, Moment.COMPLETED, Moment.COMPLETION_RAISED),
     "commit_directly": Around(Moment.BEFORE_DIRECT_COMMIT, Moment.DIRECT_COMMIT_DONE, Moment.DIRECT_COMMIT_RAISED),
     "fail_directly": Around(Moment.BEFORE_DIRECT_FAILURE, Moment.DIRECT_FAILED, Moment.DIRECT_FAILURE_RAISED),
+    "run_directly": _around("DIRECT_RUN", "DIRECT_RAN"),
+    "apply_directly": _around("DIRECT_APPLY", "DIRECT_APPLIED"),
+    "place": Around(Moment.BEFORE_PLACING, Moment.PLACED, Moment.PLACING_RAISED),
+    "advance": _around("ADVANCE", "ADVANCED"),
     "release": _around("RELEASE", "RELEASED"),
     "die": Around(Moment.BEFORE_DEATH, Moment.DEAD, Moment.DEATH_RAISED),
     "defer": Around(Moment.BEFORE_DEFERRAL, Moment.DEFERRED, Moment.DEFERRAL_RAISED),

@@ -43,6 +43,7 @@ from outbox import clock as engine_clock
 from outbox import keys
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import WatermarkMovedError
+from outbox.observing import AROUND, observed
 from outbox.subscriptions import Subscription
 from outbox.wake_ups import WakeUps  # the messages that put a deferred event back on the queue
 
@@ -133,8 +134,7 @@ class OrderBook:
     ----------
     inbox_table, events_table, client:
         Where the watermarks live, the log the predecessors are found in, and a boto3 DynamoDB client.
-    clock:
-        Injected, like the inbox's.
+    clock: injected, like the inbox's.
     """
 
     def __init__(
@@ -194,8 +194,7 @@ class OrderBook:
             yield from page["Items"]
 
     def deferred(self, tenant: str, subscription: str, *, limit: int | None = None, above: int = 0) -> list[Deferred]:
-        """The subscription's deferred events for ``tenant`` above seq ``above``, lowest seq first (at most
-        ``limit``)."""
+        """The subscription's deferred events for ``tenant`` above seq ``above``, lowest first (``limit`` at most)."""
         items = self._partition_prefix(tenant, subscription, keys.DEFERRED_PREFIX, limit, above)
         return [Deferred.from_item(tenant, subscription, item) for item in items]
 
@@ -247,6 +246,7 @@ class OrderBook:
 
     # -- transaction items -----------------------------------------------------------------------------
 
+    @observed(AROUND["advance"])
     def advance_items(
         self, watermark: Watermark, envelope: Envelope, *, was_deferred: bool, skipped: bool = False
     ) -> list[dict[str, Any]]:

@@ -57,6 +57,7 @@ class DirectPath:
                 return DeliveryOutcome.RETRY  # the run took the time a second one needs: not started
         return self.lease.deliver(pair, remaining_ms)
 
+    @observed(AROUND["run_directly"])
     def _run(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:
         """Run and commit; None when the pair has history (the lease path decides). A failure is claimed after
         the fact, so attempts are counted and dead letters earned as on the lease path."""

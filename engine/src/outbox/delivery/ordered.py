@@ -148,6 +148,7 @@ class OrderedGate:
         self.carried.carry(advanced)
         return DeliveryOutcome.COMPLETED, advanced
 
+    @observed(AROUND["apply_directly"])
     def _apply_directly(
         self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
     ) -> tuple[DeliveryOutcome, Watermark | None] | None:
@@ -180,6 +181,7 @@ class OrderedGate:
         self.attempts.count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED, advanced
 
+    @observed(AROUND["place"])
     def place(
         self,
         claim: Claim,

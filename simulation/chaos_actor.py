@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from outbox import chain, keys
+from outbox import keys
 from outbox.delivery.path import Pair, RemainingMs
 from outbox.inbox import ClaimRecord
 from outbox.local import deadline, faults
@@ -83,9 +83,11 @@ class FaultSeams(OrderedFaultSeams):
     def _emits_during_checks(self) -> Iterator[FaultCount]:
         """While a read-only pass reads a tenant's log (``_checking``), another writer of the tenant commits an
         event between the pass's read of the rows and its read of the chain head (``emit_during_check``)."""
-        read_head = chain.read_head
 
-        def reading(client: Any, table_name: str, tenant: str) -> Any:
+        def reading(happening: Happening) -> None:
+            if happening.moment is not Moment.CHECK_READS_HEAD:
+                return
+            tenant = happening.detail.arguments["tenant"]
             racing = self._checking and not self._rivalling and tenant in self.rivals
             if racing and self.chaos.fires(Fault.EMIT_DURING_CHECK, tenant, while_paused=True):
                 self._rivalling = True
@@ -93,9 +95,8 @@ class FaultSeams(OrderedFaultSeams):
                     self.rival_emit(tenant)
                 finally:
                     self._rivalling = False
-            return read_head(client, table_name, tenant)
 
-        with mock.patch.object(chain, "read_head", reading):
+        with observing(reading):
             yield self.chaos.count(Fault.EMIT_DURING_CHECK)
 
     @contextmanager

@@ -20,6 +20,7 @@ from outbox.inbox import Inbox
 from outbox.observing import AROUND, Happening, Moment, observed, point
 from outbox.observing import observing as observing_block
 from outbox.ordering import OrderBook
+from outbox.store import EventStore
 from outbox.wake_ups import WakeUps
 
 
@@ -176,6 +177,7 @@ def test_the_moments_are_pinned() -> None:
         "before_woken_run", "woken", "woken_run_raised",
         "before_delivery", "delivered", "delivery_raised",
         "before_record", "record_done", "record_raised",
+        "before_emit_commit", "emit_committed", "emit_commit_raised", "check_reads_head",
         "before_batch", "batch_done", "batch_raised",
     ]  # fmt: skip
     assert all(m.name == m.value.upper() for m in Moment)
@@ -216,6 +218,7 @@ OBSERVED = {
     ),
     (DurableConsumer, "process_record"): ("read_record", ["record", "remaining_ms", "ahead", "owed_wakes"]),
     (DurableConsumer, "handle"): ("handle", ["event", "context"]),
+    (EventStore, "_transact"): ("commit_emit", ["envelopes", "head", "writes", "token"]),
 }
 
 

@@ -16,8 +16,6 @@ NOT_SCANNED = {"simulation/mutants.py"}
 # (file, what is patched, the attribute): each still to be replaced by an observer or a fault point.
 STILL_PATCHED = {
     ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
-    ("engine/src/outbox/local/aws_faults.py", "EventStore", "_transact"),
-    ("simulation/chaos_actor.py", "chain", "read_head"),
     ("simulation/chaos_actor.py", "self.durable", "poll"),
     ("simulation/newer_engine.py", "sealing", "seal"),
     ("simulation/newer_engine.py", "store", "seal_all"),

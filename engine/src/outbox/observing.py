@@ -12,9 +12,10 @@ and of its end last, so a fault armed inside a recording block sees what the rec
 committed claim from it). Registration is process-wide (every thread's calls, as the local runtime runs workers
 in threads) and safe from any thread; nobody observing costs one check of an empty tuple per call.
 
-The moments reuse the names of ``outbox.pairs.machine.Step`` where they are the same thing (a claim, a commit, a
-release, a deferral, a wake-up). A ``Happening``'s ``detail`` holds the call's own arguments by their parameter
-names: what each moment carries is the engine method's signature, listed with ``AROUND``.
+The log has two moments of its own, an emit's transaction and a check's read of the chain head (no pair: their
+ids are ""). The moments reuse the names of ``outbox.pairs.machine.Step`` where they are the same thing (a
+claim, a commit, a release, a deferral, a wake-up). A ``Happening``'s ``detail`` holds the call's own arguments
+by their parameter names: what each moment carries is the engine method's signature, listed with ``AROUND``.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class Moment(StrEnum):
     BEFORE_RECORD = "before_record"  # DurableConsumer.process_record: one SQS record (no pair: ids are "")
     RECORD_DONE = "record_done"
     RECORD_RAISED = "record_raised"
+    BEFORE_EMIT_COMMIT = "before_emit_commit"  # EventStore._transact: one attempt of an emit's transaction
+    EMIT_COMMITTED = "emit_committed"  # result: None once committed, else why the emit tries again
+    EMIT_COMMIT_RAISED = "emit_commit_raised"
+    CHECK_READS_HEAD = "check_reads_head"  # verify_tenant read the rows and reads the chain head next: a point
     BEFORE_BATCH = "before_batch"  # DurableConsumer.handle: one invocation's batch (no pair: ids are "")
     BATCH_DONE = "batch_done"  # result: the partial batch response
     BATCH_RAISED = "batch_raised"  # the invocation failed as a whole
@@ -126,6 +131,7 @@ AROUND: Mapping[str, Around] = {
     "deliver": _around("DELIVERY", "DELIVERED"),
     "read_record": _around("RECORD", "RECORD_DONE"),
     "handle": _around("BATCH", "BATCH_DONE"),
+    "commit_emit": Around(Moment.BEFORE_EMIT_COMMIT, Moment.EMIT_COMMITTED, Moment.EMIT_COMMIT_RAISED),
 }
 
 

@@ -27,6 +27,7 @@ from outbox.exceptions import (
     InvalidEventError,
 )
 from outbox.lanes import run_inline, run_local
+from outbox.observing import AROUND, observed
 from outbox.sealing import checked_events, given_event_id, seal_all, validated_draft
 from outbox.subscriptions import Lane, Subscription
 from outbox.tracing import TraceContext, current_trace_context
@@ -69,10 +70,8 @@ class EventStore:
 
     Parameters
     ----------
-    table_name:
-        The events table.
-    client:
-        A boto3 DynamoDB client (injected; one is made if omitted).
+    table_name, client:
+        The events table, and a boto3 DynamoDB client (injected; one is made if omitted).
     table_keys:
         Key attribute names of the tables that ``extra_writes`` put items into, when they are not the
         project convention ``("pk", "sk")``; used to find two actions on one item before calling AWS.
@@ -344,11 +343,12 @@ class EventStore:
                     )
                 token_serial, first_sent = token_serial + 1, self._clock()  # throttled for as long: a fresh token
 
+    @observed(AROUND["commit_emit"])
     def _transact(
         self, envelopes: Sequence[Envelope], head: ChainHead, writes: SealWrites, token: str
     ) -> emit_transaction.Outcome:
-        """Send one attempt; None on commit, else why to retry (``outbox.emit_transaction``). The seam the
-        local runtime's rival-emit fault wraps."""
+        """Send one attempt; None on commit, else why to retry (``outbox.emit_transaction``). An observed call
+        (``outbox.observing``): the local runtime's rival-emit fault commits another writer's event before it."""
         items = emit_transaction.transaction_items(self.table_name, envelopes, head, writes)
         try:
             self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)

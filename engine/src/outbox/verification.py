@@ -17,6 +17,7 @@ from outbox.canonical import GENESIS_HASH
 from outbox.chain import ChainHead, read_event_row, read_event_rows
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
+from outbox.observing import Moment, point
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def verify_chain(
     broken = walk.over(read_event_rows(client, table_name, tenant, from_seq))
     if broken is not None:
         return broken
-    head = chain.read_head(client, table_name, tenant)  # through the module: what patches chain.read_head, patches this
+    point(Moment.CHECK_READS_HEAD, None, tenant=tenant)  # where an emit may commit between the two reads
+    head = chain.read_head(client, table_name, tenant)
     if head.last_seq > walk.prev_seq:
         walk.watch(head.last_seq)
         broken = walk.over(read_event_rows(client, table_name, tenant, walk.prev_seq + 1))

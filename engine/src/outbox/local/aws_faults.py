@@ -13,11 +13,10 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, cast
 from unittest import mock
 
-from outbox.envelope import Envelope
 from outbox.local import deadline
 from outbox.local.esm import SqsEventSourceMapping, change_visibility_if_in_flight
 from outbox.local.fault_count import FaultCount
-from outbox.store import EventStore
+from outbox.observing import Happening, Moment, observing
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +42,14 @@ def rival_emit_before_commit(
     """Another writer commits an event for the same tenant after this emit read the chain head and before
     its transaction (``rival(tenant)`` does that emit), so the head condition fails and emit() must
     retry on the new head. The rival's own failures are logged, never raised into this emit."""
-    count, original = count or FaultCount(times), EventStore._transact
+    count = count or FaultCount(times)
     rivalling = False
 
-    def transact(store: EventStore, envelopes: Sequence[Envelope], head: Any, extra_writes: Any, token: str) -> Any:
+    def transact(happening: Happening) -> None:
         nonlocal rivalling
-        tenant = envelopes[0].tenant
+        if happening.moment is not Moment.BEFORE_EMIT_COMMIT:
+            return
+        tenant = happening.detail.arguments["envelopes"][0].tenant
         if not rivalling and count.take(tenant):
             rivalling = True
             try:
@@ -57,9 +58,8 @@ def rival_emit_before_commit(
                 logger.exception("the rival emit for tenant %s failed", tenant)
             finally:
                 rivalling = False
-        return original(store, envelopes, head, extra_writes, token)
 
-    with mock.patch.object(EventStore, "_transact", transact):
+    with observing(transact):
         yield count
 
 

@@ -15,7 +15,6 @@ NOT_SCANNED = {"simulation/mutants.py"}
 
 # (file, what is patched, the attribute): each still to be replaced by an observer or a fault point.
 STILL_PATCHED = {
-    ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
     ("simulation/chaos_actor.py", "self.durable", "poll"),
     ("simulation/newer_engine.py", "sealing", "seal"),
     ("simulation/newer_engine.py", "store", "seal_all"),
@@ -26,8 +25,10 @@ STILL_PATCHED = {
 }
 
 # Patches of what is not the engine: ``crash_after_external_effect`` wraps the remote service it is given, an
-# in-process test double (``outbox.testing.services.FakeService``) standing for a remote API.
+# in-process test double (``outbox.testing.services.FakeService``) standing for a remote API; the AWS faults
+# (``outbox.local.aws_faults``) change what moto's DynamoDB answers, the AWS side of every call.
 NOT_THE_ENGINE = {
+    ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
     ("engine/src/outbox/local/faults.py", "service", "call"),
 }
 

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from typing import Any
-from unittest import mock
 
 from outbox import keys
 from outbox.delivery.path import Pair, RemainingMs
 from outbox.inbox import ClaimRecord
 from outbox.local import deadline, faults
+from outbox.local.esm import BatchResult, PollWatcher
 from outbox.local.faults import FaultCount, SecondWorker
 from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.observing import Happening, Moment, observing
@@ -156,15 +156,13 @@ class FaultSeams(OrderedFaultSeams):
     def _losing_messages(self) -> Iterator[FaultCount]:
         """After an invocation failed as a whole, one of its messages may be gone for good (the
         ``message_lost`` fault): what its claim left, or nothing, is all that remains."""
-        poll = self.durable.poll
 
-        def lossy() -> Any:
-            result = poll()
-            if result is None or result.crashed is None or not self.durable.in_flight:
-                return result
+        def lossy(result: BatchResult) -> None:
+            if result.crashed is None or not self.durable.in_flight:
+                return
             entry = self.durable.in_flight[0]
             if not self._recoverable(entry.message_id):
-                return result  # only a message reconcile can send again (an event as logged) may be lost for good
+                return  # only a message reconcile can send again (an event as logged) may be lost for good
             if self.chaos.fires(Fault.MESSAGE_LOST, self.trace.message(entry.message_id)):
                 self.world.lost_messages.append(self._event_of(entry.message_id))
                 self.durable.in_flight.pop(0)
@@ -172,9 +170,8 @@ class FaultSeams(OrderedFaultSeams):
                 # invocation, whose deadline would stop this delete (the message then came back, untracked).
                 with deadline.outside():
                     self.sqs.delete_message(QueueUrl=self.durable_queue_url, ReceiptHandle=entry.receipt_handle)
-            return result
 
-        with mock.patch.object(self.durable, "poll", lossy):
+        with self.durable.watched(PollWatcher(polled=lossy)):
             yield self.chaos.count(Fault.MESSAGE_LOST)
 
     def _event_of(self, message_id: str) -> str:
@@ -196,23 +193,18 @@ class FaultSeams(OrderedFaultSeams):
         """After an invocation failed as a whole, its crashed worker's claims wait for their leases to run out;
         then (``conflicting_copy``) a copy of one of its events arrives with other content under the same id
         and a hash that matches that content, in another message group, before the original comes back."""
-        poll = self.durable.poll
 
-        def copying() -> Any:
-            result = poll()
-            if result is None or result.crashed is None:
-                return result
-            if not self.chaos.can_fire(Fault.CONFLICTING_COPY):
-                return result
+        def copying(result: BatchResult) -> None:
+            if result.crashed is None or not self.chaos.can_fire(Fault.CONFLICTING_COPY):
+                return
             with self.chaos.paused():  # the simulator's own reads are not the pipeline's: no fault for them
                 event_id = self._event_with_a_waiting_claim(result.received)
             if event_id is not None and self.chaos.fires(Fault.CONFLICTING_COPY, self.trace.event(event_id)):
                 self.runtime.clock.advance(CRASHED_LEASES_RUN_OUT)
                 with self.chaos.paused():
                     self._send_conflicting_copy(event_id)
-            return result
 
-        with mock.patch.object(self.durable, "poll", copying):
+        with self.durable.watched(PollWatcher(polled=copying)):
             yield self.chaos.count(Fault.CONFLICTING_COPY)
 
     def _event_with_a_waiting_claim(self, message_ids: Sequence[str]) -> str | None:
@@ -321,16 +313,13 @@ class FaultSeams(OrderedFaultSeams):
     def _redelivering_early(self) -> Iterator[FaultCount]:
         """After an invocation failed as a whole, its messages are visible again at once (a visibility timeout
         shorter than the lease): a copy arrives while a crashed worker's lease is still live."""
-        poll = self.durable.poll
 
-        def early() -> Any:
-            result = poll()
-            crashed = result is not None and result.crashed is not None and self.durable.in_flight
+        def early(result: BatchResult) -> None:
+            crashed = result.crashed is not None and self.durable.in_flight
             if crashed and self.chaos.fires(Fault.EARLY_REDELIVERY, f"{len(self.durable.in_flight)} message(s)"):
                 faults.redeliver(self.durable)
-            return result
 
-        with mock.patch.object(self.durable, "poll", early):
+        with self.durable.watched(PollWatcher(polled=early)):
             yield self.chaos.count(Fault.EARLY_REDELIVERY)
 
     def _before_send(self, entries: Sequence[Mapping[str, Any]]) -> None:

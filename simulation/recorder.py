@@ -29,11 +29,10 @@ call's start leaves for its end) is in one place.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
-from unittest import mock
 
 from outbox.consumer import DurableConsumer
 from outbox.delivery.path import DeliveryOutcome
@@ -42,8 +41,8 @@ from outbox.exceptions import WatermarkMovedError
 from outbox.inbox import Claim, ClaimOutcome, ClaimResult
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
-from outbox.local.esm import BatchResult, SqsEventSourceMapping
-from outbox.local.pipe import PipeEmulator
+from outbox.local.esm import BatchResult, PollWatcher, SqsEventSourceMapping
+from outbox.local.pipe import PipeEmulator, PipeHappening, PipeWatcher
 from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.observing import Happening, Moment, observing
 from simulation.catalog import LEDGER
@@ -65,12 +64,14 @@ class Recorder:
     """Observes the engine's seams and wraps the local runtime's durable event source mapping and pipes; writes to
     ``Observations``."""
 
-    def __init__(self, world: World, observations: Observations, durable: SqsEventSourceMapping) -> None:
+    def __init__(
+        self, world: World, observations: Observations, durable: SqsEventSourceMapping, pipes: Iterable[PipeEmulator]
+    ) -> None:
         self.trace = world.trace
         self.world = world
         self.observations = observations
         self.durable = durable
-        self._handler, self._poll = durable.handler, durable.poll
+        self.pipes = list(pipes)
         self._consumer: DurableConsumer | None = None  # the one delivering, once it has delivered
         # Per key, for each of its deliveries under way (a second worker's nests in the first's run), why its last
         # run should not have started, if it should not (``BEFORE_RUN``).
@@ -121,48 +122,33 @@ class Recorder:
             record(happening)
 
     @contextmanager
-    def patched(self) -> Iterator[None]:
+    def watching(self) -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(observing(self.observe))
-            stack.enter_context(mock.patch.object(self.durable, "handler", self.batch))
-            stack.enter_context(mock.patch.object(self.durable, "poll", self.poll))
-            stack.enter_context(mock.patch.object(PipeEmulator, "_attempt", self._pipe_attempt()))
-            stack.enter_context(mock.patch.object(PipeEmulator, "_dead_letter", self._pipe_dead_letter()))
+            stack.enter_context(self.durable.watched(PollWatcher(self._invoking, self._invoked, self._polled)))
+            for pipe in self.pipes:
+                stack.enter_context(pipe.watched(PipeWatcher(self._pipe_attempt, self._pipe_dead_letter)))
             yield
 
     # -- the pipes (invariant 11) -------------------------------------------------------------------
 
-    def _pipe_attempt(self) -> Any:
-        original, observations = PipeEmulator._attempt, self.observations
+    def _pipe_attempt(self, happening: PipeHappening) -> None:
+        created = tuple(record.created for record in happening.records)
+        self.observations.pipe_sends.append(
+            PipeSend(happening.pipe, happening.at, happening.maximum_record_age_seconds, created)
+        )
 
-        def attempt(pipe: PipeEmulator, shard: Any, batch: Any, expired: Any) -> Any:
-            created = tuple(record.created for record in batch.records)
-            observations.pipe_sends.append(
-                PipeSend(pipe.config.name, pipe._clock(), pipe.config.maximum_record_age_seconds, created)
+    def _pipe_dead_letter(self, happening: PipeHappening) -> None:
+        self.observations.pipe_dead_letters.append(
+            PipeDeadLetter(
+                happening.pipe,
+                happening.at,
+                happening.maximum_record_age_seconds,
+                happening.condition,
+                happening.reason,
+                tuple(record.created for record in happening.records),
             )
-            return original(pipe, shard, batch, expired)
-
-        return attempt
-
-    def _pipe_dead_letter(self) -> Any:
-        original, observations = PipeEmulator._dead_letter, self.observations
-
-        def dead_letter(
-            pipe: PipeEmulator, shard: Any, records: Any, condition: str, reason: str, attempts: int
-        ) -> None:
-            observations.pipe_dead_letters.append(
-                PipeDeadLetter(
-                    pipe.config.name,
-                    pipe._clock(),
-                    pipe.config.maximum_record_age_seconds,
-                    condition,
-                    reason,
-                    tuple(record.created for record in records),
-                )
-            )
-            original(pipe, shard, records, condition, reason, attempts)
-
-        return dead_letter
+        )
 
     # -- the inbox ----------------------------------------------------------------------------------
 
@@ -503,7 +489,8 @@ class Recorder:
 
     # -- the event source mapping -------------------------------------------------------------------
 
-    def batch(self, event: dict[str, Any], context: Any) -> Any:
+    def _invoking(self, event: dict[str, Any], context: Any) -> None:
+        """A batch goes to the durable consumer: its receipts, and the invocation's deadline and budget."""
         for record in event["Records"]:
             receipt = _receipt(record, self.durable.clock())
             self.observations.receipts.append(receipt)
@@ -514,16 +501,15 @@ class Recorder:
         self.observations.deadlines.append(deadline)
         invocation = Invocation(budget=deadline - self.durable.clock(), wake_ups_before=len(self.world.wake_ups))
         self.observations.invocations.append(invocation)
-        try:
-            return self._handler(event, context)
-        finally:
-            self.observations.deadlines.pop()
-            self.observations.invocations.pop()
-            groups = {record["messageId"]: _group(record) for record in event["Records"]}
-            counts = {
-                record["messageId"]: _receipt(record, self.durable.clock()).receive_count for record in event["Records"]
-            }
-            self._last_invocation = (invocation, groups, counts)
+
+    def _invoked(self, event: dict[str, Any], context: Any) -> None:
+        """The invocation ended (however): kept for its poll's judgement (``_polled``)."""
+        self.observations.deadlines.pop()
+        invocation = self.observations.invocations.pop()
+        groups = {record["messageId"]: _group(record) for record in event["Records"]}
+        now = self.durable.clock()
+        counts = {record["messageId"]: _receipt(record, now).receive_count for record in event["Records"]}
+        self._last_invocation = (invocation, groups, counts)
 
     def _judge_wakes(self, result: BatchResult, invocation: Invocation, groups: dict[str, str]) -> None:
         """A wake-up is sent (or the event run in place) before the message that owes it is acknowledged: once an
@@ -563,21 +549,21 @@ class Recorder:
             if again and event_id is not None and event_id not in invocation.refused_running:
                 self.world.stale_deletes.append(event_id)
 
-    def poll(self) -> BatchResult | None:
-        self._last_invocation = None
-        result = self._poll()
-        if result is not None and result.crashed is None and self._last_invocation is not None:
-            self._judge_wakes(result, *self._last_invocation[:2])
-        if result is not None and self._last_invocation is not None:
-            self._note_stale_deletes(result, self._last_invocation[0], self._last_invocation[2])
-        if result is not None and isinstance(result.crashed, InvocationTimedOut):
+    def _polled(self, result: BatchResult) -> None:
+        """A poll that received a batch is done: its invocation judged (a second worker's poll, run inside the
+        first worker's handler, is judged as it ends, before the first's)."""
+        last, self._last_invocation = self._last_invocation, None
+        if result.crashed is None and last is not None:
+            self._judge_wakes(result, *last[:2])
+        if last is not None:
+            self._note_stale_deletes(result, last[0], last[2])
+        if isinstance(result.crashed, InvocationTimedOut):
             self.world.slowest_runs.clear()  # Lambda resets the container after a timeout: nothing seen survives
-        if result is not None and result.crashed is not None:
+        if result.crashed is not None:
             failure = type(result.crashed).__name__
             self.trace.add("batch", f"the invocation failed as a whole ({failure}): every message comes back")
-        elif result is not None and result.failed:
+        elif result.failed:
             self.trace.add("batch", f"failed, to come back: {', '.join(map(self.trace.message, result.failed))}")
-        return result
 
 
 # How often one invocation may run the same deferred pair in place before the simulator calls it a loop.
@@ -589,8 +575,10 @@ def _group(record: dict[str, Any]) -> str:
 
 
 @contextmanager
-def recording(world: World, observations: Observations, durable: SqsEventSourceMapping) -> Iterator[None]:
-    with Recorder(world, observations, durable).patched():
+def recording(
+    world: World, observations: Observations, durable: SqsEventSourceMapping, pipes: Iterable[PipeEmulator]
+) -> Iterator[None]:
+    with Recorder(world, observations, durable, pipes).watching():
         yield
 
 

@@ -97,7 +97,7 @@ def run_seed(seed: int, stack: StackSpec, schedule: Schedule | None = None) -> S
 def _run(
     world: World, runtime: LocalRuntime, driver: Driver, observations: Observations, topology: Topology
 ) -> list[Violation]:
-    with recording(world, observations, driver.durable), driver.faults():
+    with recording(world, observations, driver.durable, runtime.pipes.values()), driver.faults():
         for action in world.schedule.actions:
             driver.perform(action)
         driver.drain()
@@ -110,7 +110,7 @@ def _run(
         violations += [
             Violation(v.invariant, f"before the operator acted: {v.message}") for v in check_status(before, topology)
         ]
-    with recording(world, observations, driver.durable):
+    with recording(world, observations, driver.durable, runtime.pipes.values()):
         driver.settle()
         driver.age()
         if world.schedule.force_replay:

@@ -15,13 +15,8 @@ NOT_SCANNED = {"simulation/mutants.py"}
 
 # (file, what is patched, the attribute): each still to be replaced by an observer or a fault point.
 STILL_PATCHED = {
-    ("simulation/chaos_actor.py", "self.durable", "poll"),
     ("simulation/newer_engine.py", "sealing", "seal"),
     ("simulation/newer_engine.py", "store", "seal_all"),
-    ("simulation/recorder.py", "PipeEmulator", "_attempt"),
-    ("simulation/recorder.py", "PipeEmulator", "_dead_letter"),
-    ("simulation/recorder.py", "self.durable", "handler"),
-    ("simulation/recorder.py", "self.durable", "poll"),
 }
 
 # Patches of what is not the engine: ``crash_after_external_effect`` wraps the remote service it is given, an

@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,6 +78,22 @@ class BatchResult:
         return [message_id for message_id in self.received if message_id not in self.failed]
 
 
+@dataclass(frozen=True)
+class PollWatcher:
+    """What a watcher of a mapping is told, in the poller's thread (each hook optional, told in the order the
+    watchers were added):
+
+    - ``invoking(event, context)``: a batch is about to go to the function (a raise there fails the invocation as
+      the function's own raise would);
+    - ``invoked(event, context)``: that invocation ended, however it ended (told even when it raised);
+    - ``polled(result)``: a poll that received a batch is done: what succeeded deleted, the rest in flight.
+    """
+
+    invoking: Callable[[dict[str, Any], LocalLambdaContext], None] | None = None
+    invoked: Callable[[dict[str, Any], LocalLambdaContext], None] | None = None
+    polled: Callable[[BatchResult], None] | None = None
+
+
 @dataclass
 class SqsEventSourceMapping:
     sqs: Any
@@ -96,6 +113,16 @@ class SqsEventSourceMapping:
     receiving: list[dict[str, Any]] = field(default_factory=list)
     # What each invocation that failed as a whole raised, oldest first (a test's drain reports the first).
     crashes: list[BaseException] = field(default_factory=list)
+    watchers: list[PollWatcher] = field(default_factory=list)
+
+    @contextmanager
+    def watched(self, watcher: PollWatcher) -> Iterator[PollWatcher]:
+        """Tell ``watcher`` of this mapping's invocations and polls for the duration of the block."""
+        self.watchers.append(watcher)
+        try:
+            yield watcher
+        finally:
+            self.watchers.remove(watcher)
 
     def poll(self) -> BatchResult | None:
         """Receive one batch and invoke the function with it; None when nothing is visible."""
@@ -123,7 +150,7 @@ class SqsEventSourceMapping:
         try:
             # Lambda stops the invocation at its timeout: no request of its code is sent after it (deadline).
             with deadline.invocation(context.deadline, self.clock, self.function_name):
-                response = self.handler(event, context)
+                response = self._invoke(event, context)
                 deadline.enforce()  # an answer given after the deadline is never seen either
             failed = self._failed_ids(response, received)
         except KeyboardInterrupt:
@@ -142,7 +169,23 @@ class SqsEventSourceMapping:
                     self.in_flight.append(InFlight(message["ReceiptHandle"], message["MessageId"], visible_again_at))
                 else:
                     self._delete(message)
-        return BatchResult(received, failed, crashed)
+        result = BatchResult(received, failed, crashed)
+        for watcher in list(self.watchers):
+            if watcher.polled is not None:
+                watcher.polled(result)
+        return result
+
+    def _invoke(self, event: dict[str, Any], context: LocalLambdaContext) -> Any:
+        watchers = list(self.watchers)
+        for watcher in watchers:
+            if watcher.invoking is not None:
+                watcher.invoking(event, context)
+        try:
+            return self.handler(event, context)
+        finally:
+            for watcher in reversed(watchers):
+                if watcher.invoked is not None:
+                    watcher.invoked(event, context)
 
     def _delete(self, message: Mapping[str, Any]) -> None:
         """Delete a message the invocation processed. A receipt handle SQS no longer honours (the message came

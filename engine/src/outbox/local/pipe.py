@@ -27,7 +27,8 @@ Example
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,9 +40,11 @@ from outbox.local.pipe_model import (
     PipeConfig,
     PipeCounters,
     PipeFaults,
+    PipeHappening,
     PipeInternalError,
     PipeLogEntry,
     PipeRecord,
+    PipeWatcher,
     PollOutcome,
     PollResult,
     TargetInvocationError,
@@ -56,9 +59,11 @@ __all__ = [
     "PipeCounters",
     "PipeEmulator",
     "PipeFaults",
+    "PipeHappening",
     "PipeInternalError",
     "PipeLogEntry",
     "PipeRecord",
+    "PipeWatcher",
     "PollResult",
     "TargetInvocationError",
     "exponential_backoff",
@@ -84,6 +89,7 @@ class PipeEmulator:
         self.config = config
         self._clock = clock
         self.faults = faults or PipeFaults()
+        self.watchers: list[PipeWatcher] = []
         self._backoff = backoff
         self._matcher = compile_filter_criteria(config.filter_patterns)
         self._turn = 0
@@ -93,6 +99,25 @@ class PipeEmulator:
         self._target = SqsTarget(config, sqs, clock, self.counters, self.pipe_arn)
         self.target_arn = self._target.target_arn
         self._source = StreamSource(config.stream_arn, streams, clock, self.counters, config.starting_position)
+
+    @contextmanager
+    def watched(self, watcher: PipeWatcher) -> Iterator[PipeWatcher]:
+        """Tell ``watcher`` of this pipe's sends and dead letters for the duration of the block."""
+        self.watchers.append(watcher)
+        try:
+            yield watcher
+        finally:
+            self.watchers.remove(watcher)
+
+    def _tell(self, hook: str, records: Sequence[PipeRecord], condition: str = "", reason: str = "") -> None:
+        if not self.watchers:
+            return
+        max_age = self.config.maximum_record_age_seconds
+        happening = PipeHappening(self.config.name, self._clock(), max_age, tuple(records), condition, reason)
+        for watcher in list(self.watchers):
+            told = getattr(watcher, hook)
+            if told is not None:
+                told(happening)
 
     @property
     def shard_refresh_interval(self) -> timedelta | None:
@@ -208,6 +233,7 @@ class PipeEmulator:
         return tuple(record.event_id for record in expired)
 
     def _attempt(self, shard: Shard, batch: Batch, expired: tuple[str, ...]) -> PollResult:
+        self._tell("attempting", batch.records)
         messages, failures = self._target.render(self._send_order(batch.records))
         try:
             failures.update(self._target.send(messages, self.faults))
@@ -273,6 +299,7 @@ class PipeEmulator:
     # -- dead letters and logs ------------------------------------------------------------------------
 
     def _dead_letter(self, shard: Shard, records: list[PipeRecord], condition: str, reason: str, attempts: int) -> None:
+        self._tell("dead_lettering", records, condition, reason)
         ordered = sorted(records, key=lambda record: int(record.sequence_number))
         self.counters.dead_lettered += len(ordered)
         body = self._target.dead_letter_body(shard.shard_id, ordered, condition, reason, attempts)

@@ -137,6 +137,31 @@ class PipeFaults:
     reorder: Callable[[list[PipeRecord]], list[PipeRecord]] | None = None
 
 
+@dataclass(frozen=True)
+class PipeHappening:
+    """What a pipe did that a watcher is told of: the records of an attempt to send (a batch, or what is left of
+    one), or of a dead letter (with its ``condition`` and ``reason``), at the pipe's time ``at``."""
+
+    pipe: str
+    at: datetime
+    maximum_record_age_seconds: int
+    records: tuple[PipeRecord, ...]
+    condition: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PipeWatcher:
+    """A watcher of a pipe (``PipeEmulator.watched``); each hook optional, told before the pipe acts:
+
+    - ``attempting(happening)``: these records are about to be sent to the target;
+    - ``dead_lettering(happening)``: these records go to the dead-letter queue (or are discarded, without one).
+    """
+
+    attempting: Callable[[PipeHappening], None] | None = None
+    dead_lettering: Callable[[PipeHappening], None] | None = None
+
+
 def exponential_backoff(attempts: int) -> timedelta:
     """1 s, 2 s, 4 s ... capped at a minute. AWS backs off "gradually" without numbers (R4.5)."""
     return timedelta(seconds=min(2 ** max(attempts - 1, 0), 60))

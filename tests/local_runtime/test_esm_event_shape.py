@@ -9,28 +9,11 @@ ReceiveMessage answers ``StringValue``/``BinaryValue``/``DataType``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import boto3
-import pytest
-from moto import mock_aws
-
-from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
-
-
-@pytest.fixture
-def queue(aws_credentials: None) -> Iterator[tuple[Any, str, VirtualClock]]:
-    clock = VirtualClock()
-    with mock_aws():
-        uninstall = aws_fixes.install(clock)
-        sqs = boto3.client("sqs", region_name="us-east-1")
-        url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
-        yield sqs, url, clock
-        uninstall()
 
 
 def test_message_attributes_arrive_in_lambdas_shape(queue: tuple[Any, str, VirtualClock]) -> None:

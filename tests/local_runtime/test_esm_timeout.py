@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -11,23 +10,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.functions import LocalFunction
 from outbox.testing.services import FakeService
-
-
-@pytest.fixture
-def queue(aws_credentials: None) -> Iterator[tuple[Any, str, VirtualClock]]:
-    clock = VirtualClock()
-    with mock_aws():
-        uninstall = aws_fixes.install(clock)
-        sqs = boto3.client("sqs", region_name="us-east-1")
-        url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
-        yield sqs, url, clock
-        uninstall()
 
 
 def mapping(sqs: Any, url: str, clock: VirtualClock, handler: Any) -> SqsEventSourceMapping:

@@ -21,7 +21,16 @@ from moto import mock_aws
 from outbox import EventStore
 from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
-from outbox.local.pipe import PipeConfig, PipeEmulator, PipeFaults, PipeInternalError, PipeRecord, reverse_items
+from outbox.local.pipe import (
+    PipeConfig,
+    PipeEmulator,
+    PipeFaults,
+    PipeHappening,
+    PipeInternalError,
+    PipeRecord,
+    PipeWatcher,
+    reverse_items,
+)
 from outbox_cdk.relay_pipe import (
     FILTER_PATTERN,
     INPUT_TEMPLATE,
@@ -540,3 +549,35 @@ def test_with_bisect_two_records_the_queue_refuses_alone_are_two_dead_letters_of
     delivered = [json.loads(m["Body"])["event_id"]["S"] for m in world.received(small["QueueUrl"])]
     assert {"acme-1", "acme-4"} <= set(delivered)
     assert sorted(d["DDBStreamBatchInfo"]["batchSize"] for d in world.dead_letters()) == [1, 1]
+
+
+# -- watchers ------------------------------------------------------------------------------------------------
+
+
+def test_a_watcher_is_told_of_each_attempt_and_dead_letter_before_the_pipe_acts_and_not_after_its_block(
+    world: World,
+) -> None:
+    # Given SQS refusing the first send, and a pipe that dead-letters after one retry
+    pipe = world.pipe(faults=PipeFaults(before_send=fail_sends(10)), maximum_retry_attempts=1)
+    told: list[tuple[str, tuple[str, ...], str, int]] = []
+
+    def attempting(happening: PipeHappening) -> None:
+        told.append(("attempt", tuple(r.event_id for r in happening.records), "", len(world.dead_letters())))
+
+    def dead_lettering(happening: PipeHappening) -> None:
+        told.append(
+            ("dead", tuple(r.event_id for r in happening.records), happening.condition, len(world.dead_letters()))
+        )
+
+    world.put(event_row(seq=1))
+    world.put(event_row(seq=2))
+    with pipe.watched(PipeWatcher(attempting=attempting, dead_lettering=dead_lettering)):
+        pipe.drain()
+    world.put(event_row(seq=3))
+    pipe.drain()
+
+    ids = told[0][1]
+    assert len(ids) == 2, "the batch of both records"
+    assert told == [("attempt", ids, "", 0), ("attempt", ids, "", 0), ("dead", ids, "RetryAttemptsExhausted", 0)]
+    assert len(world.dead_letters()) == 2, "the third record's too, after the block: not told"
+    assert pipe.watchers == []

@@ -423,6 +423,8 @@ class SimulatedApp:
         """Ordered: the effect, and the item's seq appended to its tenant's ledger row, both committed with the
         completion (and the watermark's advance): the row lists what was applied, in the order it committed."""
         self._trace_run(delivery)
+        if left_out_by_the_deploy(self.world, delivery.envelope, LEDGER):  # the deployed catalog no longer runs it
+            self.world.left_out_runs.append(delivery.idempotency_key)
         self._maybe_fail(delivery)
         key = delivery.idempotency_key
         if delivery.envelope.type == ITEM_NOTED:  # a ledger of sim.item_* (the ledger_narrowed deploy's, before it)

@@ -999,10 +999,8 @@ MUTANTS: tuple[Mutant, ...] = (
         description="a deferred event a deploy took out of the order (ordered_since moved past it) is run in place "
         "after the order's next completion, as if it were next in order: the watermark goes back to it",
         what_should_catch_it="a narrowing that leaves out an event deferred in the order, then a completion of the "
-        "narrowed order waking it: it runs in place although the deployed catalog no longer runs it. Invariant 2 "
-        "allows a narrowed-away pair one effect (it may have run before the deploy), so no seed of 1..200 tells it "
-        "apart; tests/functional/test_pairs_across_deploys.py catches it (two tests)",
-        seeds=(),  # none of 1..200 (2026-12-07); 14, 49 and 65 caught it before the wake-up passed left-out rows
+        "narrowed order waking it: it runs in place although the deployed catalog no longer runs it (2)",
+        seeds=(26, 65),  # of the 20 narrowing schedules of 1..248, once invariant 2 told a run after the deploy apart
     ),
     Mutant(
         id="lease-lost-acknowledged",
@@ -1014,7 +1012,9 @@ MUTANTS: tuple[Mutant, ...] = (
         description="a worker that lost its lease before completing acknowledges the message for the new owner: "
         "its receipt handle is an older receive's, which SQS may honour, and the new owner may die holding the pair",
         what_should_catch_it="a visibility timeout during a run, a second worker taking the pair over and dying "
-        "holding it: the pair PENDING with no message once the faults stop (19), or lost (2)",
+        "holding it: the first worker's delete, with the older receipt handle, removes the message, and the pair is "
+        "PENDING with nothing to run it once the faults stop (19)",
+        seeds=(17, 23),  # of 1..40, once the recorder stopped taking that delete for a rightful acknowledgement
     ),
     Mutant(
         id="woken-past-the-order-wakes-no-more",

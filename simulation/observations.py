@@ -64,6 +64,9 @@ class Invocation:
     woken_runs: dict[str, int] = field(default_factory=dict)
     # Events a pair of which it found claimed by a live lease elsewhere (it must not acknowledge their messages).
     refused_running: set[str] = field(default_factory=set)
+    # Events a pair of which lost its lease to another worker in this invocation (its completion found the claim
+    # taken over): the new owner holds it, so this invocation must not acknowledge their messages either.
+    lost_leases: set[str] = field(default_factory=set)
 
     def others_spent(self, tenant: str) -> float:
         return sum(seconds for other, seconds in self.spent.items() if other != tenant)

@@ -37,7 +37,7 @@ from typing import Any
 from outbox.consumer import DurableConsumer
 from outbox.delivery.path import DeliveryOutcome
 from outbox.envelope import Envelope
-from outbox.exceptions import WatermarkMovedError
+from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox import Claim, ClaimOutcome, ClaimResult
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
@@ -194,8 +194,10 @@ class Recorder:
         self.trace.add("claim", f"{key} by {self.trace.owner(result.claim.owner)} (attempt {result.claim.attempts})")
 
     def _completion_raised(self, happening: Happening) -> None:
-        # A completion whose answer was lost may have committed: its owner may be the completer.
         claim: Claim = happening.detail.arguments["claim"]
+        if isinstance(happening.detail.error, LeaseLostError) and self.observations.invocations:
+            self.observations.invocations[-1].lost_leases.add(happening.event_id)
+        # A completion whose answer was lost may have committed: its owner may be the completer.
         self.observations.uncertain_completers.setdefault(claim.idempotency_key, set()).add(claim.owner)
 
     def _completed(self, happening: Happening) -> None:
@@ -537,7 +539,8 @@ class Recorder:
                     )
 
     def _note_stale_deletes(self, result: BatchResult, invocation: Invocation, counts: dict[str, int]) -> None:
-        """The messages this invocation rightly acknowledged (no pair of theirs found running elsewhere) after a
+        """The messages this invocation rightly acknowledged (no pair of theirs found running elsewhere, or lost to
+        another worker's take-over) after a
         second worker received them again and failed them: the delete with the older receipt handle, which SQS
         may honour, is then what loses what the second worker left under way."""
         for message_id in result.received:
@@ -546,7 +549,7 @@ class Recorder:
             latest = max(r.receive_count for r in self.observations.receipts if r.message_id == message_id)
             event_id = next(r for r in reversed(self.observations.receipts) if r.message_id == message_id).event_id
             again = latest > counts.get(message_id, latest) and self._failed_receives.get((message_id, latest), False)
-            if again and event_id is not None and event_id not in invocation.refused_running:
+            if again and event_id is not None and event_id not in invocation.refused_running | invocation.lost_leases:
                 self.world.stale_deletes.append(event_id)
 
     def _polled(self, result: BatchResult) -> None:

@@ -149,6 +149,7 @@ class World:
     # Skips that woke nothing though the lowest deferred event of their order waited for the skipped seq (or less).
     skips_that_woke_nothing: list[str] = field(default_factory=list)
     ledger_refused: set[str] = field(default_factory=set)  # keys the ordered ledger refused (Schedule.ledger_refuses)
+    left_out_runs: list[str] = field(default_factory=list)  # keys run after the deploy left them out (2)
     # The slow_handler fault: idempotency key -> how long each run of its handler takes, and the keys whose
     # handler takes longer than the function's whole timeout (those die of their own deadline).
     durations: dict[str, timedelta] = field(default_factory=dict)

@@ -55,6 +55,10 @@ def check_exactly_once(world: World, observations: Observations, state: State) -
     found.extend(_effects_match_the_log(world, state))
     found.extend(conflicts_are_recorded(world, state))
     found.extend(_repairs_run_what_they_name(world, observations))
+    found.extend(
+        Violation(2, f"{name_of(world, key)}: run after a deploy left it out of the deployed catalog")
+        for key in sorted(set(world.left_out_runs))
+    )
     for key, letter in sorted(letters.items()):
         if key.endswith(f":{SHIP}"):
             continue  # a workflow's dead letter is earned by its execution's end (invariant 21)

@@ -128,3 +128,14 @@ def introduce_unfenced_completion(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def introduce_reversed_receive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SqsEventSourceMapping, "poll", reversed_receive)
+
+
+# -- and that a deploy's narrowing has teeth: a pair it left out never runs after it ---------------------------
+
+
+def introduce_left_out_run_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deferred event a deploy took out of the order is woken as if still in it, and run in place (the
+    catalogue's ``woken-out-of-the-order-runs-in-place``): a narrowed-away event runs after the deploy."""
+    from outbox.delivery import ordered
+
+    monkeypatch.setattr(ordered, "_in_the_order", lambda subscription, envelope: True)

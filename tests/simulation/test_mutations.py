@@ -16,6 +16,7 @@ from outbox.local.template import StackSpec
 from simulation.runner import run_seed
 from tests.simulation.mutants import (
     introduce_dead_on_first_error,
+    introduce_left_out_run_in_place,
     introduce_plain_claim,
     introduce_reversed_receive,
     introduce_unfenced_completion,
@@ -46,6 +47,10 @@ def first_seed_reporting(stack: StackSpec, signature: str, seeds: Sequence[int])
             introduce_unfenced_completion, "which no longer owned it", (17, 20), id="completion-without-fencing"
         ),
         pytest.param(introduce_reversed_receive, "but first received as", (1, 2), id="fifo-order-broken"),
+        # A narrowing deploy's left-out pairs (invariant 2): none runs once the deploy went out.
+        pytest.param(
+            introduce_left_out_run_in_place, "run after a deploy left it out", (65, 26), id="left-out-run-in-place"
+        ),
     ],
 )
 def test_the_simulator_catches_the_bug(

@@ -20,7 +20,6 @@ from outbox.local.pipe import PipeFaults, PipeRecord, TargetInvocationError
 from outbox.observing import Happening, Moment, observing
 from outbox.subscriptions import Lane
 from simulation.driver_state import CRASHED_LEASES_RUN_OUT, reseal
-from simulation.newer_engine import newer_emitters
 from simulation.ordered_faults import OrderedFaultSeams
 from simulation.schedule import Emit, Fault
 
@@ -66,7 +65,7 @@ class FaultSeams(OrderedFaultSeams):
             Fault.SEND_REFUSED: self._refusing_wake_ups,
             Fault.WAKING_ANSWER_LOST: self._losing_waking_answers,
             Fault.RECONCILE_DURING_RUN: self._reconciling_during_direct_runs,
-            Fault.NEWER_EMITTER: lambda: newer_emitters(chaos, lambda: self._current),
+            Fault.NEWER_EMITTER: self.newer.newer_emitters,
             Fault.WORKFLOW_START_LOST: self.lost_start_answers,
             Fault.WORKFLOW_START_CRASH: self.crashes_after_start,
         }

@@ -22,6 +22,7 @@ from outbox.local.runtime import LocalRuntime
 from outbox.ops import Operations
 from simulation.catalog import legacy_catalog_for
 from simulation.emitters import Emitter
+from simulation.newer_engine import NewerSealing
 from simulation.observations import Observations, Send
 from simulation.operator_clients import Interrupting, OperatorDeath
 from simulation.schedule import Action, Emit, Fault
@@ -79,21 +80,23 @@ class DriverState(ABC):
         def emitter_catalog(tenant: str, n: int) -> Catalog:
             return legacy if legacy is not None and (tenant, n) == (world.schedule.legacy, 0) else self.catalog
 
+        # The workload may emit as a newer engine (``newer_emitter``): rivals and interlopers emit inside its emits.
+        self.newer = NewerSealing(self.chaos, lambda: self._current)
         self.emitters = {
             tenant: [
-                Emitter(f"{tenant}/emitter{n}", world, events_table, dynamodb, emitter_catalog(tenant, n))
+                Emitter(f"{tenant}/emitter{n}", world, events_table, dynamodb, emitter_catalog(tenant, n), self.newer)
                 for n in range(count)
             ]
             for tenant, count in world.schedule.emitters.items()
         }
         self.rivals = {
-            tenant: Emitter(f"{tenant}/rival", world, events_table, dynamodb, self.catalog)
+            tenant: Emitter(f"{tenant}/rival", world, events_table, dynamodb, self.catalog, self.newer)
             for tenant in world.schedule.tenants
         }
         # Who commits between a lost answer and its caller's retry: a writer of its own (it may interrupt the
         # rival itself, whose ids must not be mixed up with its own).
         self.interlopers = {
-            tenant: Emitter(f"{tenant}/interloper", world, events_table, dynamodb, self.catalog)
+            tenant: Emitter(f"{tenant}/interloper", world, events_table, dynamodb, self.catalog, self.newer)
             for tenant in world.schedule.tenants
         }
         self.sqs = runtime.client("sqs")

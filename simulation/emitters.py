@@ -4,13 +4,17 @@ that a failed emit's ids are known."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from outbox import EventStore
+from outbox import Envelope, EventStore
 from outbox.catalog import Catalog
+from outbox.chain import ChainHead
+from outbox.sealing import seal_all
 from outbox.tracing import TraceContext
 from simulation.world import World
+
+Sealing = Callable[[Sequence[dict[str, Any]], ChainHead], list[Envelope]]  # an EventStore's ``sealing``
 
 IDS_KEPT = 8  # an emitter's recent ids: more than an import's events
 
@@ -58,7 +62,9 @@ class RecordingIds:
 class Emitter:
     """One writer process of one tenant, with an EventStore of its own."""
 
-    def __init__(self, name: str, world: World, events_table: str, client: Any, catalog: Catalog) -> None:
+    def __init__(
+        self, name: str, world: World, events_table: str, client: Any, catalog: Catalog, sealing: Sealing = seal_all
+    ) -> None:
         self.name = name
         self.ids = RecordingIds(world)
         self.store = EventStore(
@@ -68,4 +74,5 @@ class Emitter:
             new_event_id=self.ids,
             rng=random.Random(f"{world.seed}:{name}"),
             trace_context=RequestContexts(random.Random(f"{world.seed}:{name}:trace"), world.before_an_upgrade),
+            sealing=sealing,
         )

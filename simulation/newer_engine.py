@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
-from outbox import Envelope, sealing, store
+from outbox import Envelope
 from outbox.canonical import GENESIS_HASH, chain_hash
 from outbox.chain import ChainHead
 from outbox.local.faults import FaultCount
@@ -57,26 +56,34 @@ def newer_envelope(draft: dict[str, Any], head: ChainHead, validate: bool = Fals
     return unsealed.model_copy(update={"hash": chain_hash(head.last_hash, unsealed.hashed_body())})
 
 
-@contextmanager
-def sealing_as_newer() -> Iterator[None]:
-    """Meanwhile every emit in this process seals as the newer engine does."""
-    with mock.patch.object(sealing, "seal", newer_envelope):
-        yield
+def newer_seal_all(drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
+    """The drafts sealed after ``head`` as the newer engine seals them (an ``EventStore``'s ``sealing``)."""
+    return seal_all(drafts, head, newer_envelope)
 
 
-@contextmanager
-def newer_emitters(chaos: Chaos, current: Callable[[], EmitRecord | None]) -> Iterator[FaultCount]:
-    """A workload emit in progress (``current``) seals as the newer engine when the fault fires; the consumers'
-    follow-up events and every reader stay on this engine (``EventStore`` seals with ``outbox.store.seal_all``)."""
+class NewerSealing:
+    """How the workload's emitters seal (their ``EventStore``'s ``sealing``): as this engine does, but an emit in
+    progress (``current``) that the ``newer_emitter`` fault picks while armed seals as the newer engine. The
+    consumers' follow-up events and every reader stay on this engine (they have stores of their own)."""
 
-    def sealed(drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
-        emitting = current()
+    def __init__(self, chaos: Chaos, current: Callable[[], EmitRecord | None]) -> None:
+        self.chaos, self.current = chaos, current
+        self.armed = False
+
+    def __call__(self, drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
+        emitting = self.current()
         # Only an event of the usual size: one sized to the relay's bound was measured by emit() as this engine
         # seals it, and a newer engine measures its own fields.
-        if emitting is not None and emitting.size == "small" and chaos.fires(Fault.NEWER_EMITTER, emitting.operation):
-            with sealing_as_newer():
-                return seal_all(drafts, head)
+        small = self.armed and emitting is not None and emitting.size == "small"
+        if small and emitting is not None and self.chaos.fires(Fault.NEWER_EMITTER, emitting.operation):
+            return newer_seal_all(drafts, head)
         return seal_all(drafts, head)
 
-    with mock.patch.object(store, "seal_all", sealed):
-        yield chaos.count(Fault.NEWER_EMITTER)
+    @contextmanager
+    def newer_emitters(self) -> Iterator[FaultCount]:
+        """Meanwhile the fault is armed."""
+        self.armed = True
+        try:
+            yield self.chaos.count(Fault.NEWER_EMITTER)
+        finally:
+            self.armed = False

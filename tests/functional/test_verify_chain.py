@@ -9,7 +9,7 @@ import pytest
 from outbox import ChainBreak, EventStore
 from outbox.keys import event_partition, head_key, seq_sort_key
 from outbox.verification import Anchor, verify_chain
-from simulation.newer_engine import sealing_as_newer
+from simulation.newer_engine import newer_seal_all
 from tests.functional.conftest import EVENTS_TABLE
 
 
@@ -147,9 +147,9 @@ def test_an_anchored_row_that_is_gone_contradicts_the_anchor(chain: EventStore, 
 
 def test_events_of_a_newer_engine_verify_and_this_engine_extends_their_chain(store: EventStore, dynamodb: Any) -> None:
     # Emitters upgraded before this engine's readers: their rows carry fields it does not know, all hashed.
+    newer = EventStore(EVENTS_TABLE, client=dynamodb, unchecked=True, sealing=newer_seal_all)
     store.emit("counter.bumped", {"n": 1}, tenant="acme", actor="system")
-    with sealing_as_newer():
-        store.emit("counter.bumped", {"n": 2}, tenant="acme", actor="newer")
+    newer.emit("counter.bumped", {"n": 2}, tenant="acme", actor="newer")
     store.emit("counter.bumped", {"n": 3}, tenant="acme", actor="system")
 
     assert "placement" in get_row(dynamodb, 2)

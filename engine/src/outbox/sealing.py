@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -102,11 +102,16 @@ def checked_events(drafts: Sequence[dict[str, Any]], table_name: str) -> list[Wr
     return [WriteTarget("the chain head", "Update", table_name, head_key, 300), *rows]
 
 
-def seal_all(drafts: Sequence[dict[str, Any]], head: ChainHead) -> list[Envelope]:
-    """The drafts sealed in order after ``head``: consecutive seqs, each linked to the one before."""
+def seal_all(
+    drafts: Sequence[dict[str, Any]],
+    head: ChainHead,
+    seal_one: Callable[[dict[str, Any], ChainHead], Envelope] | None = None,
+) -> list[Envelope]:
+    """The drafts sealed in order after ``head``: consecutive seqs, each linked to the one before (each sealed by
+    ``seal_one``, ``seal`` unless another engine version's sealing is given)."""
     envelopes = []
     for draft in drafts:
-        envelope = seal(draft, head)
+        envelope = (seal_one or seal)(draft, head)
         envelopes.append(envelope)
         head = ChainHead(head.tenant, envelope.seq, envelope.hash, envelope.id)
     return envelopes

@@ -39,11 +39,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# DynamoDB honours a token for 10 minutes after its first request completes; a re-send after that could
-# apply the transaction a second time, so emit stops re-sending a minute earlier.
+# A token is honoured 10 minutes after its first request (a later re-send may apply twice): emit stops at 9.
 TOKEN_RESEND_WINDOW = timedelta(minutes=9)
-# The transaction's own actions are the head and the event row, plus the tenant index row on a tenant's
-# first emit: its place is reserved in every limit check.
+# Own actions: the head, the event row, and on a tenant's first emit its index row, whose place is always reserved.
 _RESERVED_ITEMS = keys.OWN_TRANSACTION_ITEMS - 2
 
 
@@ -89,6 +87,8 @@ class EventStore:
     trace_context:
         Where each emit finds the calling code's trace context, recorded with its events
         (``outbox.tracing.current_trace_context``: OpenTelemetry's current span, else Lambda's X-Ray header).
+    sealing:
+        How drafts are sealed after the head (``outbox.sealing.seal_all``): a test gives another engine version's.
 
     Example
     -------
@@ -117,17 +117,17 @@ class EventStore:
         catalog: Catalog | None = None,
         unchecked: bool = False,
         trace_context: Callable[[], TraceContext | None] = current_trace_context,
+        sealing: Callable[[Sequence[dict[str, Any]], ChainHead], list[Envelope]] = seal_all,
     ) -> None:
         if catalog is not None and unchecked:
             raise InvalidEventError("EventStore: pass catalog= (checked) or unchecked=True (no catalog), not both")
         self.unchecked = unchecked
         self.table_name = table_name
-        self._trace_context = trace_context
+        self._trace_context, self._seal_all = trace_context, sealing
         self.catalog = catalog
         self.client = client if client is not None else default_client()
         self.table_keys = dict(table_keys or {})
-        self.max_head_retries = max_head_retries
-        self.max_transient_retries = max_transient_retries
+        self.max_head_retries, self.max_transient_retries = max_head_retries, max_transient_retries
         self._backoff = (backoff_base_seconds, backoff_cap_seconds)
         self._sleep = sleep
         self._rng = rng or entropy.current().backoff_rng()
@@ -283,7 +283,7 @@ class EventStore:
         tenant = drafts[0]["tenant"]
         # A caller's own id comes again in another request, refused under its token for 10 minutes: a part drawn.
         base = f"{drafts[-1]['id']}-{entropy.current().repair_token()[:5]}" if given_ids else drafts[-1]["id"]
-        envelopes = seal_all(drafts, head)
+        envelopes = self._seal_all(drafts, head)
         writes = self._sealed_writes(own, envelopes, caller_writes, inline)
         attempted = {envelopes[-1].seq: envelopes}  # by the seq the head moves to
         head_retries = transient_retries = token_serial = 0
@@ -315,7 +315,7 @@ class EventStore:
                     self._forget(tenant)
                     raise ChainHeadContentionError(tenant, head_retries)
                 head = current if current is not None else self._read_head(tenant)
-                envelopes = attempted[head.last_seq + len(drafts)] = seal_all(drafts, head)
+                envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)
                 writes = self._sealed_writes(own, envelopes, caller_writes, inline)
                 token_serial, first_sent, in_doubt = token_serial + 1, self._clock(), False
             else:

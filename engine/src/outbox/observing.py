@@ -50,10 +50,10 @@ class Moment(StrEnum):
     BEFORE_DIRECT_COMMIT = "before_direct_commit"  # DirectPath.commit: the DynamoDB-only path's marker and writes
     DIRECT_COMMIT_DONE = "direct_commit_done"  # result: None once committed, else the row that stopped it
     DIRECT_COMMIT_RAISED = "direct_commit_raised"
-    BEFORE_DIRECT_RUN = "before_direct_run"  # DirectPath._run: a DynamoDB-only pair run and committed, no claim
+    BEFORE_DIRECT_RUN = "before_direct_run"  # DirectPath: a DynamoDB-only pair run and committed, no claim
     DIRECT_RAN = "direct_ran"  # result: the DeliveryOutcome, or None when the pair had a row (the lease path runs it)
     DIRECT_RUN_RAISED = "direct_run_raised"
-    BEFORE_DIRECT_APPLY = "before_direct_apply"  # OrderedGate._apply_directly: the next in order, run with no claim
+    BEFORE_DIRECT_APPLY = "before_direct_apply"  # OrderedGate: the next in order, run with no claim
     DIRECT_APPLIED = "direct_applied"  # result: (DeliveryOutcome, Watermark | None), or None (looked at again)
     DIRECT_APPLY_RAISED = "direct_apply_raised"
     BEFORE_DIRECT_FAILURE = "before_direct_failure"  # DirectPath.failed: a direct run failed, claimed now
@@ -89,7 +89,7 @@ class Moment(StrEnum):
     BEFORE_RECORD = "before_record"  # DurableConsumer.process_record: one SQS record (no pair: ids are "")
     RECORD_DONE = "record_done"
     RECORD_RAISED = "record_raised"
-    BEFORE_EMIT_COMMIT = "before_emit_commit"  # EventStore._transact: one attempt of an emit's transaction
+    BEFORE_EMIT_COMMIT = "before_emit_commit"  # EventStore: one attempt of an emit's transaction
     EMIT_COMMITTED = "emit_committed"  # result: None once committed, else why the emit tries again
     EMIT_COMMIT_RAISED = "emit_commit_raised"
     CHECK_READS_HEAD = "check_reads_head"  # verify_tenant read the rows and reads the chain head next: a point

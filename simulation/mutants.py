@@ -405,10 +405,10 @@ MUTANTS: tuple[Mutant, ...] = (
         id="inline-writes-not-resealed",
         module=STORE,
         original=(
-            "envelopes = attempted[head.last_seq + len(drafts)] = seal_all(drafts, head)\n"
+            "envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)\n"
             "                writes = self._sealed_writes(own, envelopes, caller_writes, inline)"
         ),
-        replacement="envelopes = attempted[head.last_seq + len(drafts)] = seal_all(drafts, head)",
+        replacement="envelopes = attempted[head.last_seq + len(drafts)] = self._seal_all(drafts, head)",
         description="after a lost head race the event is re-sealed, but the INLINE writes of the first seal are sent",
         what_should_catch_it="a rival emit: the audit row names a seal that never committed, the counter loses "
         "an item (invariant 1)",

@@ -50,7 +50,7 @@ class DirectPath:
 
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
         if self.takes(pair):
-            outcome = self._run(pair, remaining_ms)
+            outcome = self._run_unclaimed(pair, remaining_ms)
             if outcome is not None:
                 return outcome
             if self.attempts.lacks_time(pair.subscription, remaining_ms, pair.log):
@@ -58,7 +58,7 @@ class DirectPath:
         return self.lease.deliver(pair, remaining_ms)
 
     @observed(AROUND["run_directly"])
-    def _run(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:
+    def _run_unclaimed(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome | None:
         """Run and commit; None when the pair has history (the lease path decides). A failure is claimed after
         the fact, so attempts are counted and dead letters earned as on the lease path."""
         envelope, subscription, digest = pair.envelope, pair.subscription, pair.digest

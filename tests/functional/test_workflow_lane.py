@@ -454,3 +454,36 @@ def test_a_deferred_pair_whose_subscription_moved_to_workflow_leaves_its_order_w
         assert sum(durable.starts.values()) == 1
     finally:
         durable.close()
+
+
+def test_failed_executions_of_one_cause_are_one_failure_group_whose_replay_starts_one_new_execution_each(
+    lane: WorkflowLane,
+) -> None:
+    from outbox.ops.groups import failure_groups, replay_group
+
+    # Given two events whose executions fail alike (the carrier refuses both bookings)
+    first, second = lane.emit(), lane.emit()
+    FAILING.update({first.id, second.id})
+    lane.deliver()
+    assert {lane.settle_when_ended(first), lane.settle_when_ended(second)} == {Settled.DEAD}
+    context = operator_context(lane.harness)
+    # Then they are one failure group of the workflow's subscription, naming no execution of its own
+    [group] = failure_groups(context)
+    assert (group.subscription, group.count, group.tenants) == (SUBSCRIPTION, 2, ["acme"])
+    assert first.id not in group.where, "what varies between the two (the event, its execution) is blanked"
+    assert group.repair == f"outbox replay --group {group.id} --dry-run"
+    # When the fix is deployed and the group is replayed as its dry run showed
+    FAILING.clear()
+    shown = replay_group(context, group.id, dry_run=True)
+    repaired = replay_group(context, group.id, only=shown.planned)
+    assert sorted(pair.event_id for pair in repaired.sent) == sorted([first.id, second.id])
+    lane.deliver()
+    lane.deliver()  # a duplicate of the replay's message finds each pair handed
+    # Then each pair has one new execution, which completes it, and the group is gone
+    for envelope in (first, second):
+        assert lane.executions_of(envelope) == {
+            execution_name(envelope.id, SUBSCRIPTION, 1): 1,
+            execution_name(envelope.id, SUBSCRIPTION, 2): 1,
+        }
+        assert lane.settle_when_ended(envelope) is Settled.COMPLETED
+    assert failure_groups(context) == []

@@ -65,7 +65,11 @@ class Recorder:
     ``Observations``."""
 
     def __init__(
-        self, world: World, observations: Observations, durable: SqsEventSourceMapping, pipes: Iterable[PipeEmulator]
+        self,
+        world: World,
+        observations: Observations,
+        durable: SqsEventSourceMapping,
+        pipes: Iterable[PipeEmulator] = (),
     ) -> None:
         self.trace = world.trace
         self.world = world

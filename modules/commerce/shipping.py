@@ -7,9 +7,8 @@ Why a workflow and not a DURABLE handler with a follow-up event: the wait. A han
 chain of follow-up events would need a scheduler and a table to carry the state between the steps, which the
 durable execution keeps for it (docs/workflows.md).
 
-Lambda imports this module at its cold start; the durable execution SDK then runs the handler in threads of its own
-(so does the local runtime), where the process's environment may be another function's: the environment is read
-here, at import, and the clients are made from it once.
+Lambda imports this module at its cold start: the environment is read here, once, and the clients are made from it
+once, for every invocation of the container.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from outbox.local.reload import reload_code
 from outbox.local.runtime import LocalRuntime
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
 from outbox.local.template import load_stack
+from outbox.testing.pipeline import LocalPipeline
 from outbox_cdk import OutboxPipeline
 from tests.infrastructure.test_workflow_function import CATALOG_SOURCE
 
@@ -135,6 +136,27 @@ def test_a_durable_handler_runs_in_its_functions_environment_whatever_runs_besid
         [workflow] = [f for f in runtime.functions.values() if f.handler_path.endswith("shipping.ship")]
         expected = workflow.env["INBOX_TABLE_NAME"]
     assert set((tmp_path / "steps.txt.env").read_text().split()) == {expected}
+
+
+def test_a_test_answers_the_callback_a_workflow_waits_on_through_the_pipeline_fixture(runtime: LocalRuntime) -> None:
+    """``LocalPipeline.complete_callback``: what the carrier's callback would send, sent by the test; ``drain()`` then
+    runs the rest of the execution and settles its pair."""
+    with runtime:
+        pipeline = LocalPipeline(runtime)
+        held = pipeline.emit("shop.order_paid", {"order_id": "held-1"}, tenant="acme")
+        pipeline.drain()
+        assert pipeline.claim(held, "shop.ship_order").status == "HANDED", "it waits for the label's callback"
+        assert runtime.workflows is not None
+        [execution] = runtime.workflows.service.executions()
+        assert pipeline.execution(held, "shop.ship_order") == execution.arn
+        pipeline.complete_callback(held, "shop.ship_order", "label-from-the-carrier", name="label")
+        # Answered: it runs on, although its history may show the answer a moment later (drain() would stop at once).
+        assert not runtime.workflows.service.waits_for_callback(execution.arn)
+        pipeline.drain()
+        assert pipeline.claim(held, "shop.ship_order").status == "COMPLETED"
+        not_yet = pipeline.emit("shop.order_paid", {"order_id": "o-2"}, tenant="acme")
+        with pytest.raises(LookupError, match="was handed to no execution"):
+            pipeline.execution(not_yet, "shop.ship_order")
 
 
 def test_a_running_workflow_and_an_ended_one_outlive_a_restart_from_the_saved_state(

@@ -101,6 +101,7 @@ class LocalDurableFunctions:
     _lost_answers: FaultCount = field(default_factory=lambda: FaultCount(0))
     _crashes: FaultCount = field(default_factory=lambda: FaultCount(0))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _answered: set[str] = field(default_factory=set)  # callbacks sent: their executions run on, whatever history says
 
     # -- the functions -----------------------------------------------------------------------------------------
 
@@ -193,14 +194,15 @@ class LocalDurableFunctions:
         return str(self.status(arn)["Status"])
 
     def waits_for_callback(self, arn: str) -> bool:
-        """Whether the execution waits on a callback nobody sent yet (its history says so): it runs until one is."""
+        """Whether the execution waits on a callback not answered yet (its history may show an answer a moment late)."""
         from aws_durable_execution_sdk_python_testing.runner import _get_callback_id_from_events
 
         runner = self._functions[self._executions[arn].function].runner
         try:
-            return _get_callback_id_from_events(runner._executor.get_execution_history(arn).events) is not None
+            waiting = _get_callback_id_from_events(runner._executor.get_execution_history(arn).events)
         except Exception:  # the history of one that just started may not read yet: not waiting on anything
             return False
+        return waiting is not None and waiting not in self._answered
 
     def wait_for_running(self, timeout: float = 30.0, poll: float = 0.02) -> bool:
         """Wait until every execution that runs and waits on no callback has ended (the testing SDK skips its
@@ -223,9 +225,8 @@ class LocalDurableFunctions:
         self._functions[execution.function].runner._executor.stop_execution(arn)
 
     def time_out(self, arn: str) -> None:
-        """The execution's timeout passes now: it ends TIMED_OUT, as Lambda ends one at its ``execution_timeout``,
-        whatever it waits on. The testing SDK's timer counts real seconds; a caller on a virtual clock (the
-        simulator) says when its timeout passed. An execution that ended already stays as it ended."""
+        """Its timeout passes now: the execution ends TIMED_OUT whatever it waits on, as at its ``execution_timeout``
+        (the testing SDK's timer counts real seconds: a caller on a virtual clock says when); one that ended stays."""
         from aws_durable_execution_sdk_python.lambda_service import ErrorObject
 
         function = self._functions[self._executions[arn].function]
@@ -240,6 +241,7 @@ class LocalDurableFunctions:
         return str(runner.wait_for_callback(arn, name=name, timeout=timeout))
 
     def send_callback_success(self, callback_id: str, result: bytes = b"") -> None:
+        self._answered.add(callback_id)
         for function in self._functions.values():
             try:
                 function.runner.send_callback_success(callback_id, result)
@@ -251,8 +253,7 @@ class LocalDurableFunctions:
     # -- a restart ------------------------------------------------------------------------------------------------
 
     def snapshot(self) -> DurableState:
-        """Every execution, ended or running, as a saved runtime keeps it (each read between two of its
-        checkpoints)."""
+        """Every execution, ended or running, as a saved runtime keeps it (each read between two checkpoints)."""
         from outbox.local.durable_state import record
 
         with self._lock:
@@ -281,8 +282,7 @@ class LocalDurableFunctions:
 
     @contextmanager
     def lose_answers(self, count: FaultCount) -> Iterator[FaultCount]:
-        """A start applies, and its answer is lost (a 500 after the execution was made): botocore re-sends it,
-        and once its retries are spent the caller sees the error."""
+        """A start applies, and its answer is lost (a 500): botocore re-sends it, then the caller sees the error."""
         self._lost_answers, previous = count, self._lost_answers
         try:
             yield count

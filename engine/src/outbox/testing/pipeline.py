@@ -8,11 +8,13 @@ handler that fails), and read what the inbox recorded. Everything else stays rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from outbox import keys
 from outbox.catalog import Catalog
 from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
@@ -157,6 +159,32 @@ class LocalPipeline:
     def dead_letters(self, tenant: str) -> list[DeadLetter]:
         """The tenant's open dead letters."""
         return self.inbox.dead_letters(tenant)
+
+    # -- the WORKFLOW lane's durable executions ---------------------------------------------------------
+
+    def execution(self, event: Envelope | str, subscription: str) -> str:
+        """The ARN of the durable execution a WORKFLOW pair was handed to (its latest attempt's)."""
+        event_id = event.id if isinstance(event, Envelope) else event
+        item = (
+            self.runtime.client("dynamodb")
+            .get_item(TableName=self.inbox.table_name, Key=keys.claim_key(event_id, subscription), ConsistentRead=True)
+            .get("Item", {})
+        )
+        if "execution_arn" not in item:
+            raise LookupError(f"{subscription} of {event_id} was handed to no execution (drain() the pipeline first)")
+        return str(item["execution_arn"]["S"])
+
+    def complete_callback(
+        self, event: Envelope | str, subscription: str, result: Any = None, *, name: str | None = None
+    ) -> None:
+        """Answer the callback the pair's execution waits on (waited for, up to 30 s) with ``result`` (as JSON), as
+        the service it waits for would (``name``: the callback's, where the workflow names its callbacks);
+        ``drain()`` then runs the rest of the workflow and settles the pair."""
+        if self.runtime.workflows is None:
+            raise LookupError("this stack has no WORKFLOW subscription: no execution waits on a callback")
+        service = self.runtime.workflows.service
+        callback_id = service.wait_for_callback(self.execution(event, subscription), name=name)
+        service.send_callback_success(callback_id, json.dumps(result).encode())
 
     @property
     def operations(self) -> Operations:

@@ -169,6 +169,10 @@ class Recorder:
             self.trace.add("claim", f"{key} refused: {result.outcome.value}")
             if result.outcome is ClaimOutcome.IN_PROGRESS and self.observations.invocations:
                 self.observations.invocations[-1].refused_running.add(happening.event_id)
+            if result.outcome in _ENDED:
+                # The row says the last lease ended: its holder's write committed, although its answer may have
+                # been lost (a dead mark whose caller saw a 500), and no later claim takes over that holder.
+                self.observations.live_leases.pop(happening.key, None)
             return
         claim, now = result.claim, self.durable.clock()
         previous = self.observations.live_leases.get(claim.idempotency_key)
@@ -572,6 +576,9 @@ class Recorder:
         elif result.failed:
             self.trace.add("batch", f"failed, to come back: {', '.join(map(self.trace.message, result.failed))}")
 
+
+# A claim refused with one of these saw the pair's row past its lease: dead, done, or handed to a workflow.
+_ENDED = frozenset({ClaimOutcome.DEAD, ClaimOutcome.ALREADY_COMPLETED, ClaimOutcome.HANDED})
 
 # How often one invocation may run the same deferred pair in place before the simulator calls it a loop.
 WOKEN_RUNS_IN_A_LOOP = 25

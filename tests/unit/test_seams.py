@@ -16,12 +16,10 @@ NOT_SCANNED = {"simulation/mutants.py"}
 # (file, what is patched, the attribute): each still to be replaced by an observer or a fault point. None is left.
 STILL_PATCHED: set[tuple[str, str, str]] = set()
 
-# Patches of what is not the engine: ``crash_after_external_effect`` wraps the remote service it is given, an
-# in-process test double (``outbox.testing.services.FakeService``) standing for a remote API; the AWS faults
-# (``outbox.local.aws_faults``) change what moto's DynamoDB answers, the AWS side of every call.
+# Patches of what is not the engine: the AWS faults (``outbox.local.aws_faults``) change what moto's DynamoDB
+# answers, the AWS side of every call.
 NOT_THE_ENGINE = {
     ("engine/src/outbox/local/aws_faults.py", "DynamoHandler", "batch_get_item"),
-    ("engine/src/outbox/local/faults.py", "service", "call"),
 }
 
 

@@ -10,8 +10,8 @@ redelivery) are ``outbox.local.aws_faults``, exported from here too.
 
 Handlers stay unmodified: the worker's faults are fault points of the engine's published seam
 (``outbox.observing``: an observer that raises at the claim, the completion or as a handler starts), never
-patches of its methods; AWS's patch emit's transaction or moto's DynamoDB front door (throttling), and
-``crash_after_external_effect`` the in-process remote service it is given (a test double, not the engine). Pipe
+patches of its methods; AWS's are fault points of emit's transaction or patches of moto's DynamoDB front door
+(throttling), and ``crash_after_external_effect`` is the hook of the in-process remote service it is given. Pipe
 faults (duplicate delivery, reordered records) are ``PipeEmulator.faults``; redelivery is ``redeliver()``.
 
 The crash points of the claim protocol, in order::
@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
-from unittest import mock
+from typing import Protocol
 
 from outbox.local import deadline
 from outbox.local.aws_faults import (
@@ -72,12 +71,11 @@ __all__ = [
 
 
 class RemoteService(Protocol):
-    """What ``crash_after_external_effect`` patches: an in-process stand-in for a remote API
-    (``outbox.testing.services.FakeService``)."""
+    """What ``crash_after_external_effect`` crashes in: an in-process stand-in for a remote API with a hook once a
+    call is answered (``outbox.testing.services.FakeService``)."""
 
     name: str
-
-    def call(self, operation: str, idempotency_key: str, body: Any) -> dict[str, Any]: ...
+    after_call: Callable[[str], None] | None
 
 
 logger = logging.getLogger(__name__)
@@ -131,16 +129,19 @@ def crash_after_external_effect(
     """The remote side applied the effect, and the worker dies before the answer reaches the handler.
 
     Works on an in-process ``FakeService`` (the crash must happen in the worker's thread)."""
-    count, original = count or FaultCount(times), service.call
+    count, previous = count or FaultCount(times), service.after_call
 
-    def call(operation: str, idempotency_key: str, body: Any) -> dict[str, Any]:
-        result = original(operation, idempotency_key, body)
+    def crash(idempotency_key: str) -> None:
+        if previous is not None:
+            previous(idempotency_key)
         if count.take(idempotency_key):
             raise WorkerCrash(f"crashed after {service.name} applied {idempotency_key}")
-        return result
 
-    with mock.patch.object(service, "call", call):
+    service.after_call = crash
+    try:
         yield count
+    finally:
+        service.after_call = previous
 
 
 @contextmanager

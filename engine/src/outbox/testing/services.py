@@ -3,8 +3,8 @@
 ``FakeService`` is an in-memory remote API with idempotency keys, as real payment and shipping APIs
 implement them; ``FakeServiceServer`` serves a few of them over HTTP on loopback, so handlers running in
 the local runtime call them exactly as they would call the real API. Both are test tools: they count
-calls per idempotency key, fail on request (``fail_next``) and run a hook before the effect, which is
-where a crash is injected (``outbox.local.faults``).
+calls per idempotency key, fail on request (``fail_next``) and run hooks before the effect and after the
+answer, where a crash is injected (``outbox.local.faults``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ class FakeService:
     calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     fail_next: int = 0  # fault injection: that many calls raise ServiceUnavailableError first
     before_effect: Callable[[str], None] | None = None
+    # Run once a call is answered (its effect applied, or the first call's result found), before the answer leaves:
+    # raising there loses the answer, as a worker that dies or a connection that drops would.
+    after_call: Callable[[str], None] | None = None
     # The trace headers (traceparent, tracestate) of each call, by idempotency key, in the order received.
     trace_headers: dict[str, list[dict[str, str]]] = field(default_factory=lambda: defaultdict(list))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -66,7 +69,10 @@ class FakeService:
                     "reference": f"{self.name}-{len(self.effects) + 1}",
                     **body,
                 }
-            return dict(self.effects[idempotency_key])
+            answer = dict(self.effects[idempotency_key])
+        if self.after_call is not None:
+            self.after_call(idempotency_key)
+        return answer
 
 
 class FakeServiceServer:

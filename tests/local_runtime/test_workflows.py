@@ -155,7 +155,7 @@ def test_a_test_answers_the_callback_a_workflow_waits_on_through_the_pipeline_fi
         pipeline.drain()
         assert pipeline.claim(held, "shop.ship_order").status == "COMPLETED"
         not_yet = pipeline.emit("shop.order_paid", {"order_id": "o-2"}, tenant="acme")
-        with pytest.raises(LookupError, match="was handed to no execution"):
+        with pytest.raises(LookupError, match="is handed to no execution"):
             pipeline.execution(not_yet, "shop.ship_order")
 
 

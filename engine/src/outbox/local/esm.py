@@ -14,8 +14,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 from outbox.local import deadline
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
+from outbox.local.watching import registered
 
 logger = logging.getLogger(__name__)
 
@@ -115,14 +116,9 @@ class SqsEventSourceMapping:
     crashes: list[BaseException] = field(default_factory=list)
     watchers: list[PollWatcher] = field(default_factory=list)
 
-    @contextmanager
-    def watched(self, watcher: PollWatcher) -> Iterator[PollWatcher]:
+    def watched(self, watcher: PollWatcher) -> AbstractContextManager[PollWatcher]:
         """Tell ``watcher`` of this mapping's invocations and polls for the duration of the block."""
-        self.watchers.append(watcher)
-        try:
-            yield watcher
-        finally:
-            self.watchers.remove(watcher)
+        return registered(self.watchers, watcher)
 
     def poll(self) -> BatchResult | None:
         """Receive one batch and invoke the function with it; None when nothing is visible."""

@@ -27,8 +27,8 @@ Example
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,6 +53,7 @@ from outbox.local.pipe_model import (
 )
 from outbox.local.pipe_source import Batch, Shard, ShardPosition, StreamSource
 from outbox.local.pipe_target import SqsTarget
+from outbox.local.watching import registered
 
 __all__ = [
     "PipeConfig",
@@ -100,14 +101,9 @@ class PipeEmulator:
         self.target_arn = self._target.target_arn
         self._source = StreamSource(config.stream_arn, streams, clock, self.counters, config.starting_position)
 
-    @contextmanager
-    def watched(self, watcher: PipeWatcher) -> Iterator[PipeWatcher]:
+    def watched(self, watcher: PipeWatcher) -> AbstractContextManager[PipeWatcher]:
         """Tell ``watcher`` of this pipe's sends and dead letters for the duration of the block."""
-        self.watchers.append(watcher)
-        try:
-            yield watcher
-        finally:
-            self.watchers.remove(watcher)
+        return registered(self.watchers, watcher)
 
     def _tell(self, hook: str, records: Sequence[PipeRecord], condition: str = "", reason: str = "") -> None:
         if not self.watchers:

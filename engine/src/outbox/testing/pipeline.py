@@ -14,7 +14,6 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from outbox import keys
 from outbox.catalog import Catalog
 from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
@@ -25,6 +24,7 @@ from outbox.ops import Operations, Topology
 from outbox.outputs import application_environment
 from outbox.settings import ConsumerSettings
 from outbox.store import EventStore
+from outbox.workflows.handoffs import Handoffs
 
 __all__ = ["InvocationFailedError", "LocalPipeline", "PipelineSetupError", "WorkerCrash"]
 
@@ -163,16 +163,12 @@ class LocalPipeline:
     # -- the WORKFLOW lane's durable executions ---------------------------------------------------------
 
     def execution(self, event: Envelope | str, subscription: str) -> str:
-        """The ARN of the durable execution a WORKFLOW pair was handed to (its latest attempt's)."""
+        """The ARN of the durable execution a WORKFLOW pair is handed to, while it is (its claim HANDED)."""
         event_id = event.id if isinstance(event, Envelope) else event
-        item = (
-            self.runtime.client("dynamodb")
-            .get_item(TableName=self.inbox.table_name, Key=keys.claim_key(event_id, subscription), ConsistentRead=True)
-            .get("Item", {})
-        )
-        if "execution_arn" not in item:
-            raise LookupError(f"{subscription} of {event_id} was handed to no execution (drain() the pipeline first)")
-        return str(item["execution_arn"]["S"])
+        handoff = Handoffs(self.inbox).handoff(event_id, subscription)
+        if handoff is None:
+            raise LookupError(f"{subscription} of {event_id} is handed to no execution (drain() first, or it ended)")
+        return handoff.execution_arn
 
     def complete_callback(
         self, event: Envelope | str, subscription: str, result: Any = None, *, name: str | None = None

@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from outbox.inbox import Inbox
-from outbox.local.durable_functions import TERMINAL, LocalDurableFunctions, LocalExecution
+from outbox.local.durable_functions import TERMINAL, LocalDurableFunctions
+from outbox.local.durable_records import LocalExecution
 from outbox.local.fault_count import FaultCount
 from outbox.local.template import StackSpec, TemplateError
 from outbox.local.workflows import durable_functions

@@ -159,6 +159,43 @@ def test_a_test_answers_the_callback_a_workflow_waits_on_through_the_pipeline_fi
             pipeline.execution(not_yet, "shop.ship_order")
 
 
+def test_a_callback_a_test_fails_is_a_dead_letter_naming_the_execution_and_its_replay_runs_one_new_one(
+    runtime: LocalRuntime,
+) -> None:
+    """``LocalPipeline.fail_callback``: the carrier refuses the label; the workflow's wait raises, its execution
+    fails, and ``drain()`` makes the pair dead with a letter that names the execution and the error's type. A
+    replay starts one new execution (the old one kept), whose label the test then sends."""
+    with runtime:
+        assert runtime.workflows is not None
+        service = runtime.workflows.service
+        pipeline = LocalPipeline(runtime)
+        held = pipeline.emit("shop.order_paid", {"order_id": "held-7"}, tenant="acme")
+        pipeline.drain()
+        first = pipeline.execution(held, "shop.ship_order")
+        pipeline.fail_callback(held, "shop.ship_order", "LabelRefused", "no label for a parcel so heavy", name="label")
+        pipeline.drain()
+        assert service.status(first)["Status"] == "FAILED"
+        assert pipeline.claim(held, "shop.ship_order").status == "DEAD"
+        [letter] = pipeline.dead_letters("acme")
+        assert (letter.event_id, letter.subscription) == (held.id, "shop.ship_order")
+        assert service._executions[first].name in letter.error, "the letter names the execution that failed"
+        assert "ended FAILED: " in letter.error
+        assert letter.error.endswith("CallbackExternalError")
+        assert "parcel" not in letter.error, "the carrier's words are redacted, as the stack's error_detail says"
+
+        ops = pipeline.operations
+        ops.replay(ops.plan_replay(tenant="acme"))
+        pipeline.drain()
+        second = pipeline.execution(held, "shop.ship_order")
+        assert second != first, "a new execution"
+        assert service.status(first)["Status"] == "FAILED", "the old one kept"
+        pipeline.complete_callback(held, "shop.ship_order", "label-after-all", name="label")
+        pipeline.drain()
+        assert pipeline.claim(held, "shop.ship_order").status == "COMPLETED"
+        assert pipeline.dead_letters("acme") == []
+        assert len(service.executions()) == 2, "one execution per attempt"
+
+
 def test_a_running_workflow_and_an_ended_one_outlive_a_restart_from_the_saved_state(
     runtime: LocalRuntime, tmp_path: Path
 ) -> None:

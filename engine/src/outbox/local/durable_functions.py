@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from botocore.awsrequest import AWSResponse
 
 from outbox.local.clients import local_client
+from outbox.local.durable_records import DurableState, LocalExecution, SavedExecution
 from outbox.local.fault_count import FaultCount, WorkerCrash
 
 ENDPOINT = "https://lambda.local.invalid"
@@ -47,34 +48,6 @@ class _Body:
 
     def stream(self, **_: Any) -> Iterator[bytes]:
         yield self._body
-
-
-@dataclass
-class LocalExecution:
-    """One execution: its name, input and function, the testing SDK's ARN of it, and how it was started."""
-
-    arn: str
-    name: str
-    function: str  # the unqualified function ARN
-    qualifier: str
-    payload: bytes
-    started_at: datetime
-
-
-@dataclass
-class SavedExecution:
-    """An execution as a saved runtime keeps it: how it was started, and its state in the testing SDK's store."""
-
-    execution: LocalExecution
-    record: dict[str, Any]  # outbox.local.durable_state.record
-
-
-@dataclass
-class DurableState:
-    """Every execution of a service, and its ``starts``."""
-
-    executions: list[SavedExecution]
-    starts: dict[tuple[str, str], int]
 
 
 @dataclass
@@ -241,11 +214,20 @@ class LocalDurableFunctions:
         return str(runner.wait_for_callback(arn, name=name, timeout=timeout))
 
     def send_callback_success(self, callback_id: str, result: bytes = b"") -> None:
+        self._send_callback(callback_id, lambda runner: runner.send_callback_success(callback_id, result))
+
+    def send_callback_failure(self, callback_id: str, error_type: str, message: str) -> None:
+        """What ``SendDurableExecutionCallbackFailure`` sends: the execution's wait raises it as a ``CallbackError``."""
+        from aws_durable_execution_sdk_python.lambda_service import ErrorObject
+
+        error = ErrorObject(message=message, type=error_type, data=None, stack_trace=None)
+        self._send_callback(callback_id, lambda runner: runner.send_callback_failure(callback_id, error))
+
+    def _send_callback(self, callback_id: str, send: Callable[[Any], None]) -> None:
         self._answered.add(callback_id)
         for function in self._functions.values():
             try:
-                function.runner.send_callback_success(callback_id, result)
-                return
+                return send(function.runner)
             except Exception:  # another function's callback: try the next runner
                 continue
         raise KeyError(callback_id)

@@ -32,7 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from outbox.local.durable_functions import DurableState
+from outbox.local.durable_records import DurableState
 from outbox.local.pipe_source import ShardPosition
 from outbox.local.template import StackSpec
 from outbox.local.workflows import durable_functions

@@ -176,11 +176,25 @@ class LocalPipeline:
         """Answer the callback the pair's execution waits on (waited for, up to 30 s) with ``result`` (as JSON), as
         the service it waits for would (``name``: the callback's, where the workflow names its callbacks);
         ``drain()`` then runs the rest of the workflow and settles the pair."""
-        if self.runtime.workflows is None:
-            raise LookupError("this stack has no WORKFLOW subscription: no execution waits on a callback")
-        service = self.runtime.workflows.service
+        service = self._waiting_service()
         callback_id = service.wait_for_callback(self.execution(event, subscription), name=name)
         service.send_callback_success(callback_id, json.dumps(result).encode())
+
+    def fail_callback(
+        self, event: Envelope | str, subscription: str, error_type: str, message: str, *, name: str | None = None
+    ) -> None:
+        """Fail the callback the pair's execution waits on, as the service it waits for would
+        (``SendDurableExecutionCallbackFailure``): the workflow's wait raises a ``CallbackError`` with ``message``;
+        uncaught, the execution fails and ``drain()`` makes the pair dead, its letter naming the execution."""
+        service = self._waiting_service()
+        service.send_callback_failure(
+            service.wait_for_callback(self.execution(event, subscription), name=name), error_type, message
+        )
+
+    def _waiting_service(self) -> Any:
+        if self.runtime.workflows is None:
+            raise LookupError("this stack has no WORKFLOW subscription: no execution waits on a callback")
+        return self.runtime.workflows.service
 
     @property
     def operations(self) -> Operations:

@@ -9,7 +9,7 @@ runs each execution; what Lambda would bill is read from it, per execution:
   publishes durable operations (``benchmarks/prices.json``, ``lambda_durable_operation``: an estimate that counts
   the execution's own operation too);
 - data written: the bytes of its checkpoints and its input, priced per GB written, and kept for the retention
-  (``workflow_retention_days``, 30 by default) at the price per GB-month;
+  (``WorkflowOptions(retention_days=...)``, 30 by default) at the price per GB-month;
 - the durable function's invocations (one, and one more after the wait) and their time at its memory size.
 
 And the lane's own requests, metered as section 2 meters them: the settle pass's (``λ:...Settler``) DynamoDB

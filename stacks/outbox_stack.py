@@ -12,8 +12,8 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from modules.services import SERVICES_VARIABLE
+from outbox_cdk import Alarms, ConsumerOptions, OperatorAccess, OutboxPipeline, PipeLogs, RecordChanges
 from outbox_cdk.lambda_defaults import UNRESERVED_POOL, EngineFunction
-from outbox_cdk.pipeline import OutboxPipeline
 from stacks.data_table import DataTable
 from stacks.settings import ExampleSettings
 
@@ -49,24 +49,25 @@ class OutboxStack(Stack):
             code=lambda_.Code.from_asset(str(PROJECT_ROOT), exclude=CODE_EXCLUDE),
             catalog=CATALOG,
             data_tables=[self.data.table],
-            record_changes_from=self.data.table,
-            record_change_entities=settings.record_change_entities,
+            # The BEST_EFFORT lane: the data table's row changes, of the entities its subscriptions watch.
+            record_changes=RecordChanges(
+                self.data.table,
+                entities=settings.record_change_entities,
+                consumer=ConsumerOptions(max_concurrency=settings.record_change_max_concurrency),
+            ),
             # What modules.build_catalog reads in every function.
             environment={
                 "DATA_TABLE_NAME": self.data.table.table_name,
                 SERVICES_VARIABLE: settings.commerce_services,
             },
-            alarm_email=settings.alarm_email,
-            no_alarm_subscriber=settings.no_alarm_subscriber,
+            alarms=Alarms(email_address=settings.alarm_email, no_subscriber_reason=settings.no_alarm_subscriber),
             # Named, never the whole account: the operator role is the one role the event-row Deny exempts.
             operators=[iam.ArnPrincipal(arn) for arn in settings.operator_arns],
             # And with MFA (or a principal tag: -c operatorTrust=tag:team=oncall), every assumption of both roles.
-            operator_trust=settings.operator_trust,
+            operator_access=OperatorAccess(trust=settings.operator_trust),
             inbox_retention_days=settings.inbox_retention_days,
-            consumer_max_concurrency=settings.consumer_max_concurrency,
-            record_change_max_concurrency=settings.record_change_max_concurrency,
-            pipe_log_level=settings.pipe_log_level,
-            pipe_log_execution_data=settings.pipe_log_execution_data,
+            durable_consumer=ConsumerOptions(max_concurrency=settings.consumer_max_concurrency),
+            pipe_logs=PipeLogs(level=settings.pipe_log_level, execution_data=settings.pipe_log_execution_data),
             ordered_subscriptions=True,  # the order journal (modules.commerce) applies each tenant's orders in order
             # The secure choice: a lifted policy, a stopped pipe or a silenced alarm is reported on the alarm topic
             # (it needs a CloudTrail trail in the account: docs/operating.md, Control-plane change).

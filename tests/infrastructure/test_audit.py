@@ -12,7 +12,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from outbox.local.template import load_stack
-from outbox_cdk import audit
+from outbox_cdk import OperatorAccess, audit
 from tests.conftest import Synthesized
 from tests.infrastructure.conftest import resources_of_type
 from tests.infrastructure.template_queries import (
@@ -125,9 +125,9 @@ def test_the_operator_endpoint_reserves_two_executions_by_default(stack_template
 
 
 def test_the_reservation_can_be_switched_off_and_is_checked() -> None:
-    template = Template.from_stack(pipeline_stack(operator_endpoint_concurrency=None)).to_json()
+    template = Template.from_stack(pipeline_stack(operator_access=OperatorAccess(endpoint_concurrency=None))).to_json()
     _, function = only_resource(template, "AWS::Lambda::Function", "OutboxOperatorEndpoint")
     assert "ReservedConcurrentExecutions" not in function["Properties"]
     for wrong in (0, 51, True, "2"):
-        with pytest.raises(ValueError, match=r"operator_endpoint_concurrency must be 1\.\.50"):
-            pipeline_stack(operator_endpoint_concurrency=wrong)
+        with pytest.raises(ValueError, match=r"OperatorAccess\(endpoint_concurrency=\.\.\.\) must be 1\.\.50"):
+            pipeline_stack(operator_access=OperatorAccess(endpoint_concurrency=wrong))

@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
-from outbox_cdk import AcceptedCatalogProblem, CatalogContractError, OutboxPipeline
+from outbox_cdk import AcceptedCatalogProblem, Alarms, CatalogContractError, OutboxPipeline
 
 CATALOG_SOURCE = """
 import os
@@ -70,7 +70,7 @@ def pipeline(code: lambda_.Code, catalog: str, **options: object) -> Stack:
         code=code,
         catalog=catalog,
         environment={"ORDERS_TABLE": orders.role_name},
-        no_alarm_subscriber="a test stack",
+        alarms=Alarms.nobody("a test stack"),
         operators=[iam.AccountRootPrincipal()],
         **options,  # type: ignore[arg-type]
     )

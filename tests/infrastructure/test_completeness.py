@@ -14,7 +14,7 @@ from aws_cdk.assertions import Template
 
 from outbox.auditor import Metric
 from outbox.ops.completeness import catalog_from_data
-from outbox_cdk import audit, timing
+from outbox_cdk import ConsumerOptions, audit, timing
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from tests.infrastructure.template_queries import actions_on, only_resource, role_statements
 from tests.infrastructure.test_liveness import ANCHOR_DIMENSIONS, anchoring_function
@@ -117,7 +117,9 @@ def test_completeness_repairs_outside_its_range_is_refused(value: Any) -> None:
 
 
 def test_self_repair_is_bounded_and_granted_the_send_and_the_vouching_row_only() -> None:
-    template = Template.from_stack(pipeline_stack(completeness_repairs=3, consumer_timeout=Duration.seconds(120)))
+    template = Template.from_stack(
+        pipeline_stack(completeness_repairs=3, durable_consumer=ConsumerOptions(timeout=Duration.seconds(120)))
+    )
     stack_template = template.to_json()
     variables = environment(stack_template)
     assert variables["COMPLETENESS_REPAIRS"] == "3"

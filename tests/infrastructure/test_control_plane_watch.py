@@ -25,7 +25,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match, Template
 from moto.events.models import EventPattern
 
-from outbox_cdk import OutboxPipeline
+from outbox_cdk import Alarms, OutboxPipeline
 from outbox_cdk.control_plane import (
     CLOUDTRAIL_DETAIL_TYPE,
     NOTICE_FIELDS,
@@ -350,7 +350,7 @@ def test_without_the_prop_nothing_watches_the_control_plane() -> None:
 def test_a_topic_of_yours_is_watched_and_the_synth_says_its_policy_must_admit_eventbridge() -> None:
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
     arn = f"arn:aws:sns:{REGION}:{ACCOUNT}:paging"
-    watched_pipeline(stack, alarm_topic=sns.Topic.from_topic_arn(stack, "Paging", arn))
+    watched_pipeline(stack, alarms=Alarms.topic(sns.Topic.from_topic_arn(stack, "Paging", arn)))
     Annotations.from_stack(stack).has_warning(
         "/Mine/Outbox/ControlPlane", Match.string_like_regexp("must let events.amazonaws.com publish")
     )
@@ -627,7 +627,7 @@ def test_the_rules_rules_name_fits_eventbridge_with_the_longest_stack_name() -> 
     """The rules rule is named at synth (its watcher must name it): a stack name of 128 characters is cut to fit
     EventBridge's 64, and the watcher names the rule by that name."""
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
-    watched_pipeline(stack, alarm_email="ops@example.com")
+    watched_pipeline(stack, alarms=Alarms.email("ops@example.com"))
     rules = every_watch_rule(Template.from_stack(stack).to_json())
     # Every rule is named (the alarm key names each), each within 64 characters.
     assert all(len(rule["Name"]) == 64 for rule in rules.values())
@@ -788,7 +788,7 @@ def test_the_lambda_rules_report_the_calls_on_those_functions_and_roles_and_noth
 def pipeline_with_emitters(count: int) -> Stack:
     """The watched pipeline in a stack of the longest name, with ``count`` more functions granted emit."""
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine", stack_name="S" * 128)
-    pipeline = watched_pipeline(stack, alarm_email="ops@example.com")
+    pipeline = watched_pipeline(stack, alarms=Alarms.email("ops@example.com"))
     for number in range(count):
         producer = lambda_.Function(
             stack,

@@ -23,7 +23,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 
 from modules.services import SERVICES_VARIABLE
-from outbox_cdk import OutboxPipeline, checkov, encryption
+from outbox_cdk import Alarms, OutboxPipeline, RecordChanges, checkov, encryption
 from outbox_cdk.queue_defaults import DATA_KEY_REUSE
 from stacks import outbox_stack
 from stacks.data_table import DataTable
@@ -82,10 +82,10 @@ def keyed_app(outdir: str, make_key: Callable[[Stack], kms.IKey] = new_key) -> t
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
         catalog=outbox_stack.CATALOG,
         data_tables=[data.table],
-        record_changes_from=data.table,
+        record_changes=RecordChanges(data.table),
         environment={"DATA_TABLE_NAME": data.table.table_name, SERVICES_VARIABLE: "fake"},
         encryption_key=key,
-        alarm_email="ops@example.com",
+        alarms=Alarms.email("ops@example.com"),
         operators=[iam.AccountRootPrincipal()],
         watch_control_plane=True,  # its DLQ is one more queue on the key, written by EventBridge
     )

@@ -16,7 +16,7 @@ from aws_cdk.assertions import Template
 from modules.services import SERVICES_VARIABLE
 from outbox.ops import Topology
 from outbox.outputs import RECORD_CHANGE_OUTPUTS, StackOutput
-from outbox_cdk import OutboxPipeline
+from outbox_cdk import Alarms, ConsumerOptions, OutboxPipeline, PipeLogs, RecordChanges
 from stacks import outbox_stack
 from tests.infrastructure.conftest import resources_of_type
 
@@ -38,25 +38,36 @@ def test_the_application_environment_output_carries_the_functions_variables(stac
 
 
 # Who reads a throwaway pipeline's alarms: a test says why nobody, unless it names a subscriber itself.
-SUBSCRIBER_OPTIONS = ("alarm_topic", "alarm_email", "no_alarm_subscriber")
-NOBODY: dict[str, Any] = {"no_alarm_subscriber": "a throwaway test stack", "operators": [iam.AccountRootPrincipal()]}
+NOBODY: dict[str, Any] = {"alarms": Alarms.nobody("a throwaway test stack"), "operators": [iam.AccountRootPrincipal()]}
 # What the example's catalog reads at synth (and in every function): without it, the synth fails its contract.
 APP_ENVIRONMENT = {"DATA_TABLE_NAME": "data", SERVICES_VARIABLE: "fake"}
 
 
 def pipeline_stack(**options: Any) -> Stack:
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
-    subscriber = {"operators": NOBODY["operators"]} if any(name in options for name in SUBSCRIBER_OPTIONS) else NOBODY
-    subscriber = {name: value for name, value in subscriber.items() if name not in options}
-    OutboxPipeline(
+    example_pipeline(stack, **options)
+    return stack
+
+
+def example_pipeline(stack: Stack, **options: Any) -> OutboxPipeline:
+    """The example's code and catalog as a pipeline of ``stack``; nobody reads its alarms unless ``options`` say."""
+    return OutboxPipeline(
         stack,
         "Outbox",
         code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
         catalog=outbox_stack.CATALOG,
-        **subscriber,
-        **{"environment": APP_ENVIRONMENT, **options},
+        **{"environment": APP_ENVIRONMENT, **NOBODY, **options},
     )
-    return stack
+
+
+def orders_table(stack: Stack) -> dynamodb.Table:
+    """A table ``Orders`` of ``stack`` with the stream the record-change lane reads."""
+    return dynamodb.Table(
+        stack,
+        "Orders",
+        partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
+    )
 
 
 def test_without_a_record_change_table_there_is_no_record_change_lane() -> None:
@@ -75,13 +86,11 @@ def test_two_pipelines_in_one_stack_are_refused_with_the_reason() -> None:
     ("options", "message"),
     [
         ({"environment": {"SUBSCRIPTIONS": "x"}}, "may not set"),
-        ({"alarm_email": "ops"}, "e-mail address"),
-        ({"pipe_log_level": "LOUD"}, "pipe_log_level"),
+        ({"alarms": Alarms.email("ops")}, "e-mail address"),
+        ({"pipe_logs": PipeLogs(level="LOUD")}, r"PipeLogs\(level=\.\.\.\) must be one of"),  # type: ignore[arg-type]
         ({"inbox_retention_days": 3}, "inbox retention"),
-        ({"consumer_max_concurrency": 1}, "max concurrency"),
-        ({"consumer_timeout": Duration.seconds(5)}, "timeout must be whole seconds from 10 to 900"),
-        ({"record_change_timeout": Duration.minutes(20)}, "timeout must be whole seconds from 10 to 900"),
-        ({"record_change_entities": ["CONTACTADDRESS"]}, "give record_changes_from too"),
+        ({"durable_consumer": ConsumerOptions(max_concurrency=1)}, "max concurrency"),
+        ({"durable_consumer": ConsumerOptions(timeout=Duration.seconds(5))}, "whole seconds from 10 to 900"),
     ],
 )
 def test_props_that_would_deploy_a_broken_pipeline_fail_the_synth(options: dict[str, Any], message: str) -> None:
@@ -94,7 +103,12 @@ def test_a_record_change_table_without_a_stream_is_refused() -> None:
     table = dynamodb.Table.from_table_name(stack, "Imported", "orders")
     with pytest.raises(ValueError, match="has no stream"):
         OutboxPipeline(
-            stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", record_changes_from=table, **NOBODY
+            stack,
+            "Outbox",
+            code=lambda_.Code.from_inline("x"),
+            catalog="a.b:c",
+            record_changes=RecordChanges(table),
+            **NOBODY,
         )
 
 
@@ -108,8 +122,7 @@ def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_alarm
     template = Template.from_stack(
         pipeline_stack(
             data_tables=[],
-            consumer_timeout=Duration.minutes(2),
-            record_change_timeout=Duration.seconds(45),
+            durable_consumer=ConsumerOptions(timeout=Duration.minutes(2)),
         )
     ).to_json()
     resources = template["Resources"]
@@ -127,28 +140,20 @@ def test_a_consumer_timeout_sets_the_function_the_queue_visibility_and_the_alarm
     assert _counted_periods(retries) == [(12 + 1) * 60]
 
 
-def record_change_pipeline(**options: Any) -> OutboxPipeline:
-    """A throwaway pipeline with both lanes: its record changes come from a table ``Orders`` of the stack."""
+def record_change_pipeline(
+    entities: list[str] | None = None, consumer: ConsumerOptions | None = None, **options: Any
+) -> OutboxPipeline:
+    """A throwaway pipeline with both lanes: its record changes come from a table ``Orders`` of the stack (of
+    ``entities``, to a consumer with ``consumer``'s options)."""
     stack = Stack(App(context={"aws:cdk:bundling-stacks": []}), "Mine")
-    orders = dynamodb.Table(
-        stack,
-        "Orders",
-        partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-        stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES,
-    )
-    return OutboxPipeline(
-        stack,
-        "Outbox",
-        code=lambda_.Code.from_asset(str(outbox_stack.PROJECT_ROOT), exclude=outbox_stack.CODE_EXCLUDE),
-        catalog=outbox_stack.CATALOG,
-        record_changes_from=orders,
-        **NOBODY,
-        **{"environment": APP_ENVIRONMENT, **options},
-    )
+    lane = RecordChanges(orders_table(stack), entities=entities, consumer=consumer or ConsumerOptions())
+    return example_pipeline(stack, record_changes=lane, **options)
 
 
 def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alarm() -> None:
-    template = Template.from_stack(record_change_pipeline(record_change_timeout=Duration.seconds(45)).stack).to_json()
+    template = Template.from_stack(
+        record_change_pipeline(consumer=ConsumerOptions(timeout=Duration.seconds(45))).stack
+    ).to_json()
 
     [queue] = [
         r["Properties"]
@@ -162,6 +167,8 @@ def test_a_record_change_timeout_sets_its_queue_visibility_and_its_failures_alar
     ]
     assert queue["VisibilityTimeout"] == 6 * 45 == 270
     assert _counted_periods(failures) == [(5 + 1) * 60]
+    with pytest.raises(ValueError, match="timeout must be whole seconds from 10 to 900"):
+        record_change_pipeline(consumer=ConsumerOptions(timeout=Duration.minutes(20)))
 
 
 def _counted_periods(alarm: dict[str, Any]) -> list[int]:
@@ -190,26 +197,28 @@ def test_failures_are_redacted_unless_the_stack_asks_for_full_text(stack_templat
 
 def test_a_pipeline_whose_alarms_would_notify_nobody_is_refused_with_what_to_pass() -> None:
     stack = Stack(App(), "Mine")
-    with pytest.raises(ValueError, match=r"say who reads the alarms: alarm_email=.*no_alarm_subscriber='why'"):
+    with pytest.raises(ValueError, match=r"say who reads the alarms: alarms=Alarms\.email.*Alarms\.nobody\('why'\)"):
         OutboxPipeline(stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c")
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("alarms", "message"),
     [
-        ({"alarm_email": "ops@example.com", "no_alarm_subscriber": "paged elsewhere"}, "not alarm_email and"),
-        ({"no_alarm_subscriber": "  "}, "must say why nobody subscribes"),
+        (Alarms(email_address="ops@example.com", no_subscriber_reason="paged elsewhere"), "not an email and nobody"),
+        (Alarms.nobody("  "), "must say why nobody subscribes"),
+        (Alarms(), "names nobody"),
+        ("ops@example.com", "alarms must be Alarms.email"),
     ],
 )
-def test_one_answer_to_who_reads_the_alarms(options: dict[str, Any], message: str) -> None:
+def test_one_answer_to_who_reads_the_alarms(alarms: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        pipeline_stack(**options)
+        pipeline_stack(alarms=alarms)
 
 
 def test_declining_a_subscriber_is_recorded_on_the_topic_in_the_template() -> None:
     from outbox_cdk.alarm_topic import NO_SUBSCRIBER_METADATA
 
-    template = Template.from_stack(pipeline_stack(no_alarm_subscriber="paged by our on-call tool")).to_json()
+    template = Template.from_stack(pipeline_stack(alarms=Alarms.nobody("paged by our on-call tool"))).to_json()
     [topic] = [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Topic"]
     assert topic["Metadata"][NO_SUBSCRIBER_METADATA] == "paged by our on-call tool"
     assert [r for r in template["Resources"].values() if r["Type"] == "AWS::SNS::Subscription"] == []
@@ -234,7 +243,7 @@ def test_a_pipeline_without_operators_is_refused_with_what_to_pass() -> None:
     stack = Stack(App(), "Mine")
     with pytest.raises(ValueError, match=r"say who may assume the operator role.*iam\.ArnPrincipal"):
         OutboxPipeline(
-            stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", no_alarm_subscriber="a test"
+            stack, "Outbox", code=lambda_.Code.from_inline("x"), catalog="a.b:c", alarms=Alarms.nobody("a test")
         )
     with pytest.raises(ValueError, match="must be IAM principals"):
         pipeline_stack(operators=["arn:aws:iam::123456789012:role/oncall"])

@@ -103,7 +103,7 @@ def test_without_entities_the_pipe_carries_every_row_change() -> None:
 )
 def test_entities_that_are_not_entity_names_are_refused(entities: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        record_change_pipeline(record_change_entities=entities)
+        record_change_pipeline(entities=entities)
 
 
 def test_the_pipe_sends_each_record_as_it_is_with_no_input_template(pipe: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from outbox.outputs import StackOutput
-from outbox_cdk import OperatorTrust
+from outbox_cdk import OperatorAccess, OperatorTrust
 from outbox_cdk.events_table import EVENT_ROW_MUTATIONS
 from tests.infrastructure.template_queries import actions_on, listed, only_resource, role_statements
 from tests.infrastructure.test_pipeline import pipeline_stack
@@ -47,7 +47,8 @@ def test_operator_trust_conditions_bind_every_operator_of_both_roles(
 ) -> None:
     oncall, deputy = "arn:aws:iam::123456789012:role/oncall", "arn:aws:iam::123456789012:role/deputy"
     stack = pipeline_stack(
-        operators=[iam.ArnPrincipal(oncall), iam.ArnPrincipal(deputy)], operator_trust=OperatorTrust(**trust_options)
+        operators=[iam.ArnPrincipal(oncall), iam.ArnPrincipal(deputy)],
+        operator_access=OperatorAccess(trust=OperatorTrust(**trust_options)),
     )
     template = Template.from_stack(stack).to_json()
     for prefix in ("OutboxRunbookRole", "OutboxEventsOperatorRole"):

@@ -21,7 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from cfnlint.api import lint
 
-from outbox_cdk import CatalogContractError, OutboxPipeline
+from outbox_cdk import Alarms, CatalogContractError, OutboxPipeline, WorkflowOptions
 from outbox_cdk.workflow_function import EXECUTION_ACTIONS, FIND_ACTIONS, START_ACTIONS
 from tests.infrastructure.template_queries import actions_on, listed, only_resource, role_statements
 
@@ -87,7 +87,7 @@ def shop(app: App, tmp_path: Path, *, handler: str = DURABLE_HANDLER, key: bool 
         "Outbox",
         code=code,
         catalog=f"{package}.catalog:build",
-        no_alarm_subscriber="a test stack",
+        alarms=Alarms.nobody("a test stack"),
         operators=[iam.AccountRootPrincipal()],
         encryption_key=kms.Key(stack, "Key", enable_key_rotation=True) if key else None,
         **options,
@@ -102,7 +102,8 @@ def synthesize(tmp_path: Path, **options: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return synthesize(
-        tmp_path_factory.mktemp("workflow"), workflow_execution_timeout=Duration.days(7), workflow_retention_days=14
+        tmp_path_factory.mktemp("workflow"),
+        workflows=WorkflowOptions(execution_timeout=Duration.days(7), retention_days=14),
     )
 
 
@@ -267,7 +268,7 @@ def test_a_durable_configuration_lambda_refuses_is_refused_saying_its_bounds(
 
 def test_the_pipeline_refuses_a_durable_configuration_lambda_refuses(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"retention_days must be 1\.\.90"):
-        synthesize(tmp_path, key=False, workflow_retention_days=91)
+        synthesize(tmp_path, key=False, workflows=WorkflowOptions(retention_days=91))
 
 
 def test_a_pipeline_with_a_workflow_passes_cdk_nag(tmp_path: Path) -> None:

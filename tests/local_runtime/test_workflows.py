@@ -27,7 +27,7 @@ from outbox.local.runtime import LocalRuntime
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
 from outbox.local.template import load_stack
 from outbox.testing.pipeline import LocalPipeline
-from outbox_cdk import OutboxPipeline
+from outbox_cdk import Alarms, OutboxPipeline
 from tests.infrastructure.test_workflow_function import CATALOG_SOURCE
 
 HANDLER = """
@@ -84,7 +84,7 @@ def synthesized(tmp_path: Path, package: str, outdir: Path) -> Path:
         "Outbox",
         code=lambda_.Code.from_asset(str(tmp_path / "src")),
         catalog=f"{package}.catalog:build",
-        no_alarm_subscriber="a test stack",
+        alarms=Alarms.nobody("a test stack"),
         operators=[iam.AccountRootPrincipal()],
     )
     app.synth()

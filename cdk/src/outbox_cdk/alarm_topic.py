@@ -14,7 +14,7 @@ from constructs import Construct
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 
 
-# The topic's template metadata key that says why nobody subscribes to it (OutboxPipeline(no_alarm_subscriber=...)).
+# The topic's template metadata key that says why nobody subscribes to it (Alarms.nobody(reason)).
 NO_SUBSCRIBER_METADATA: Final = "outbox:noAlarmSubscriber"
 
 

@@ -187,7 +187,7 @@ class StatusReader(Construct):
             alarm_topic=alarm_topic,
         )
         unreserved = (
-            "Reserved concurrency switched off (OutboxPipeline(operator_endpoint_concurrency=None)): called only "
+            "Reserved concurrency switched off (OperatorAccess(endpoint_concurrency=None)): called only "
             f"{self.CALLERS}. {UNRESERVED_POOL}"
         )
         engine_function.acknowledge_synchronous_invocation(
@@ -247,8 +247,8 @@ def _check_reserved_concurrency(value: int | None) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESERVED_CONCURRENCY:
         raise ValueError(
-            f"operator_endpoint_concurrency must be 1..{MAX_RESERVED_CONCURRENCY} (or None for none reserved), "
-            f"got {value!r}"
+            f"OperatorAccess(endpoint_concurrency=...) must be 1..{MAX_RESERVED_CONCURRENCY} (or None for none "
+            f"reserved), got {value!r}"
         )
 
 

@@ -5,15 +5,15 @@
         code=lambda_.Code.from_asset("src"),          # your modules (the engine comes in its layer)
         catalog="shop.catalog:build",                 # returns your outbox.Catalog
         data_tables=[orders],                         # tables your handlers write, as ITable
-        record_changes_from=orders,                   # optional: BEST_EFFORT subscriptions on its rows
         environment={"ORDERS_TABLE": orders.table_name},
-        alarm_email="ops@example.com",                # or alarm_topic=..., or no_alarm_subscriber="why"
+        alarms=Alarms.email("ops@example.com"),       # or Alarms.topic(topic), or Alarms.nobody("why")
         operators=[iam.ArnPrincipal(oncall_role_arn)],  # who may assume the operator role
+        record_changes=RecordChanges(orders),         # optional: BEST_EFFORT subscriptions on its rows
     )
     pipeline.grant_emit(my_api_function)              # your producers commit events with emit()
 
 DURABLE lane: events table stream -> relay pipe -> FIFO queue -> durable consumer (the inbox's claims).
-BEST_EFFORT lane, when ``record_changes_from`` is given: that table's stream -> record-change pipe ->
+BEST_EFFORT lane, when ``record_changes`` is given: its table's stream -> record-change pipe ->
 standard queue -> record-change consumer. Every queue has a dead-letter queue that only its failures reach,
 with an alarm at zero and one on each later arrival; pipes, queues and consumers have alarms and one
 dashboard, whose status widget says what needs an operator; an IAM-signed operator endpoint reports the chains
@@ -22,16 +22,16 @@ and the dead work. Two roles for people: the operator role repairs event rows, t
 which the ``outbox`` CLI reads: one pipeline per stack.
 
 One file: the construct a user reads first, its parameters documented where they are declared, and the
-wiring of the parts, each a construct of its own module; what it refuses at synth is
-``outbox_cdk.pipeline_checks``.
+wiring of the parts, each a construct of its own module; its grouped options are ``outbox_cdk.options``, and
+what it refuses at synth is ``outbox_cdk.pipeline_checks``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from aws_cdk import Annotations, CfnOutput, Duration, Stack
+from aws_cdk import Annotations, CfnOutput, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -44,7 +44,7 @@ from outbox.catalog import Catalog
 from outbox.ops.completeness import catalog_data
 from outbox.outputs import StackOutput
 from outbox.redaction import ErrorDetail
-from outbox_cdk import inbox_table, operator_endpoint, queue_consumer, timing, workflow_function
+from outbox_cdk import inbox_table, timing, workflow_function
 from outbox_cdk.alarm_topic import AlarmTopic
 from outbox_cdk.audit import ANCHOR_SCHEDULE, ANCHOR_SERVICE, ANCHORING_SCHEDULE_ID, Auditor, AuditTable
 from outbox_cdk.catalog_check import ACCEPTED_METADATA, AcceptedCatalogProblem, load_checked_catalog
@@ -55,11 +55,21 @@ from outbox_cdk.durable_queue import DurableQueue
 from outbox_cdk.encryption import admit_cloudwatch_logs, admit_eventbridge_dead_letters
 from outbox_cdk.engine_layer import EngineLayer
 from outbox_cdk.events_table import EventsTable
-from outbox_cdk.grants import OperatorTrust, grant_items, one_principal_arn
+from outbox_cdk.grants import grant_items, one_principal_arn
 from outbox_cdk.inbox_table import InboxTable
 from outbox_cdk.lambda_defaults import ApplicationCode
 from outbox_cdk.monitoring import PipelineMonitoring, RecordChangeLane
 from outbox_cdk.operator_endpoint import OperatedPipeline, OperatorEndpoint, StatusReader
+from outbox_cdk.options import (
+    Alarms,
+    ConsumerOptions,
+    Grouped,
+    OperatorAccess,
+    PipeLogs,
+    RecordChanges,
+    WorkflowOptions,
+    read_flat_options,
+)
 from outbox_cdk.pipeline_checks import (
     check_alarm_subscriber,
     check_entities,
@@ -75,7 +85,6 @@ from outbox_cdk.relay_pipe import RelayPipe
 from outbox_cdk.rule_names import rule_arn, rule_name
 from outbox_cdk.runbook_role import RunbookRole
 from outbox_cdk.status_widget import StatusWidget
-from outbox_cdk.stream_pipe import PipeLogLevel
 from outbox_cdk.workflow_function import WorkflowFunctions
 from outbox_cdk.workflow_settler import SETTLE_SCHEDULE_ID
 
@@ -101,48 +110,43 @@ class OutboxPipeline(Construct):
     data_tables
         The tables your handlers write (``ITable``; imported tables work): the consumers may read and
         write them, and a durable handler's writes commit in one transaction with its completion.
-    record_changes_from
-        A table of yours whose stream feeds the BEST_EFFORT lane (it needs a stream with new and old
-        images). None: no record-change lane.
-    record_change_entities
-        The entities (partition-key prefixes, ``EntitySpec`` names) whose row changes your BEST_EFFORT
-        subscriptions watch: the record-change pipe drops every other row's change at the source, so the
-        queue and its consumer are paid for only what someone reads. None: every row change (the consumer
-        logs and drops what matches no subscription). Only with ``record_changes_from``.
     environment
         Variables for every function of the pipeline (your table names, your service URLs). Published as
         the ``ApplicationEnvironment`` output, so ``outbox --catalog ...`` builds your catalog the same way.
-    alarm_topic
-        An SNS topic of yours for every alarm; it must let CloudWatch publish (and, if encrypted, use its
-        key). None: the pipeline creates an encrypted topic that admits this stack's alarms.
-    alarm_email
-        An address subscribed to the created topic. Only without ``alarm_topic``.
+    alarms
+        Who reads the alarms, exactly one answer (``outbox_cdk.Alarms``): ``Alarms.email(address)`` (subscribed to
+        the encrypted topic the pipeline creates), ``Alarms.topic(topic)`` (an SNS topic of yours for every alarm;
+        it must let CloudWatch publish and, if encrypted, use its key) or ``Alarms.nobody(reason)`` (nobody
+        subscribes here, the reason recorded on the topic). Required: alarms that notify nobody are a choice
+        someone made, never a default.
     operators
         Who may assume the operator role (the one role that may repair event rows, and call the operator
         endpoint) and the runbook role (the CLI's runbook: status, replay, redrive, reconcile): your on-call
         role, say, ``[iam.ArnPrincipal("arn:aws:iam::123456789012:role/oncall")]``.
         Required: ``[iam.AccountRootPrincipal()]`` lets every principal of the account that its own IAM policy
         allows ``sts:AssumeRole``, and is a choice to make on purpose.
-    operator_trust
-        What every assumption of those two roles must show besides coming from ``operators``
-        (``outbox_cdk.OperatorTrust``): ``require_mfa=True`` (IAM users signed in with MFA), or
-        ``principal_tag=("team", "oncall")`` (the caller's user, role or session carries that tag). None: the
-        ``operators`` alone decide.
-    no_alarm_subscriber
-        Why nobody subscribes to the created topic here (you subscribe it outside this app, say), recorded
-        on the topic in the template. One of ``alarm_topic``, ``alarm_email`` and this is required: alarms
-        that notify nobody are a choice someone made, never a default.
+    operator_access
+        How ``operators`` reach the pipeline (``outbox_cdk.OperatorAccess``): ``trust``, what every assumption of
+        the two roles must show besides coming from ``operators`` (``OperatorTrust(require_mfa=True)``, or
+        ``OperatorTrust(principal_tag=("team", "oncall"))``; None: the ``operators`` alone decide), and
+        ``endpoint_concurrency``, the reserved concurrency of the operator endpoint and of the dashboard's status
+        widget, each (2; None for no reservation, where the account's unreserved pool has no room).
+    durable_consumer
+        The durable consumer's ``max_concurrency`` (2..1000) and ``timeout`` (10 s..15 min, 60 s by default)
+        (``outbox_cdk.ConsumerOptions``). Its queue's visibility timeout is six times the timeout (AWS's rule) and
+        its queue-age alarm two visibility timeouts; a durable handler's inbox lease lives at most that long, so
+        give slow remote calls room here.
+    record_changes
+        The BEST_EFFORT lane (``outbox_cdk.RecordChanges``): ``source``, a table of yours whose stream (new and
+        old images) feeds it; ``entities``, the entities whose row changes your BEST_EFFORT subscriptions watch
+        (the record-change pipe drops every other row's change at the source; None: every row change); and
+        ``consumer``, its consumer's options (30 s timeout by default). None: no record-change lane.
+    pipe_logs
+        The pipes' log ``level`` (OFF, ERROR, INFO, TRACE) and whether their logs carry the records' payload
+        (``execution_data``) (``outbox_cdk.PipeLogs``).
     inbox_retention_days
         How long a completion is remembered: at least as long as a message may travel (pipe record age,
         queue and DLQ retention), 30..365 days.
-    consumer_max_concurrency, record_change_max_concurrency
-        Each consumer's event source mapping MaximumConcurrency, 2..1000.
-    pipe_log_level, pipe_log_execution_data
-        The pipes' log level (OFF, ERROR, INFO, TRACE) and whether their logs carry the records' payload.
-    consumer_timeout, record_change_timeout
-        Each consumer's function timeout, 10 s..15 min (60 s and 30 s by default). Its queue's visibility
-        timeout is six times that (AWS's rule) and its queue-age alarm two visibility timeouts; a durable
-        handler's inbox lease lives at most that long, so give slow remote calls room here.
     encryption_key
         An optional customer-managed KMS key for tables, queues and logs: the events and inbox tables
         (``TableEncryption.CUSTOMER_MANAGED``), every queue and dead-letter queue of the pipeline (SSE-KMS)
@@ -165,12 +169,6 @@ class OutboxPipeline(Construct):
         error's field locations and error types, a ``TerminalError``'s own message; never the text of any
         other exception, which may repeat the personal data the handler was given. ``FULL``: every message,
         for stacks that hold no real people's data.
-    operator_endpoint_concurrency
-        The reserved concurrency of the operator endpoint and of the dashboard's status widget, each (2): a
-        caller looping on ``GET /status``, or a dashboard refreshing for many viewers, is throttled instead of
-        taking the account's concurrency. It comes out of the account's unreserved pool, which Lambda keeps at
-        100 or more: in an account with no room above that, the deployment fails; pass None there (no
-        reservation) or raise the account's concurrency quota.
     ordered_subscriptions
         True when the catalog declares a ``Subscription(..., ordered=True)``: the durable consumer may then
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
@@ -188,7 +186,7 @@ class OutboxPipeline(Construct):
         ``grant_emit`` admits, even after this) or anchor, and any function given one of their roles (as many
         rules as EventBridge's limit needs; ``self.control_plane.watch_function`` adds one). It needs a
         CloudTrail trail that logs this region's management events (the README says how to check), and reports
-        deploys that change these settings too. With an ``alarm_topic`` of yours, its policy (and its key's) must admit
+        deploys that change these settings too. With ``Alarms.topic`` of yours, its policy (and its key's) must admit
         ``events.amazonaws.com`` (the synth warns), and its key is not watched. False (the default): nothing
         watches the control plane (docs/security.md, "Not caught").
     accept_catalog_problems
@@ -202,10 +200,15 @@ class OutboxPipeline(Construct):
         0 (the default): it only reports (``outbox status`` names the repair). N, up to 100: it also re-sends at
         most N missing pairs a pass itself, as ``outbox reconcile`` does (never a pair whose rule says an
         operator decides), each logged with why; the anchoring role may then send to the durable queue.
-    workflow_execution_timeout, workflow_retention_days
+    workflows
         For each WORKFLOW subscription of the catalog, a durable function of its own (``outbox_cdk.WorkflowFunction``)
-        whose executions may run this long (30 days by default, at most 366) and whose history Lambda keeps this
-        many days once closed (30 by default, 1..90); with ``encryption_key``, the executions' payloads use it.
+        whose executions may run ``execution_timeout`` (30 days by default, at most 366) and whose history Lambda
+        keeps ``retention_days`` once closed (30 by default, 1..90) (``outbox_cdk.WorkflowOptions``); with
+        ``encryption_key``, the executions' payloads use it.
+    flat_options
+        The flat options of earlier releases (``alarm_email=``, ``record_changes_from=``, ``consumer_timeout=``,
+        ...: ``outbox_cdk.options.FLAT_OPTIONS``), each read into its group with a deprecation warning that says
+        what to write instead, until they go.
     """
 
     def __init__(
@@ -216,40 +219,48 @@ class OutboxPipeline(Construct):
         code: lambda_.Code,
         catalog: str,
         data_tables: Sequence[dynamodb.ITable] = (),
-        record_changes_from: dynamodb.ITable | None = None,
-        record_change_entities: Sequence[str] | None = None,
         environment: Mapping[str, str] | None = None,
-        alarm_topic: sns.ITopic | None = None,
-        alarm_email: str | None = None,
-        no_alarm_subscriber: str | None = None,
+        alarms: Alarms | None = None,
         operators: Sequence[iam.IPrincipal] | None = None,
-        operator_trust: OperatorTrust | None = None,
-        inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
-        consumer_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
-        record_change_max_concurrency: int = queue_consumer.DEFAULT_MAX_CONCURRENCY,
-        pipe_log_level: PipeLogLevel = "ERROR",
-        pipe_log_execution_data: bool = False,
-        consumer_timeout: Duration | None = None,
-        record_change_timeout: Duration | None = None,
+        operator_access: OperatorAccess | None = None,
+        durable_consumer: ConsumerOptions | None = None,
+        record_changes: RecordChanges | None = None,
+        pipe_logs: PipeLogs | None = None,
+        workflows: WorkflowOptions | None = None,
         encryption_key: kms.IKey | None = None,
         error_detail: ErrorDetail = ErrorDetail.REDACTED,
-        operator_endpoint_concurrency: int | None = operator_endpoint.DEFAULT_RESERVED_CONCURRENCY,
+        inbox_retention_days: int = inbox_table.DEFAULT_RETENTION_DAYS,
         ordered_subscriptions: bool = False,
         watch_control_plane: bool = False,
         accept_catalog_problems: Sequence[AcceptedCatalogProblem] = (),
-        workflow_execution_timeout: Duration = workflow_function.DEFAULT_EXECUTION_TIMEOUT,
-        workflow_retention_days: int = workflow_function.DEFAULT_RETENTION_DAYS,
         completeness_repairs: int = 0,
+        **flat_options: Any,
     ) -> None:
         super().__init__(scope, construct_id)
+        given = Grouped(
+            alarms=alarms,
+            operator_access=operator_access or OperatorAccess(),
+            durable_consumer=durable_consumer or ConsumerOptions(),
+            record_changes=record_changes,
+            pipe_logs=pipe_logs or PipeLogs(),
+            workflows=workflows or WorkflowOptions(),
+        )
+        options, deprecated = read_flat_options(given, flat_options)
+        for notice in deprecated:  # cdk synth prints it, where a DeprecationWarning is mostly filtered out
+            Annotations.of(self).add_warning_v2("outbox:deprecated-option", notice)
         environment = dict(environment or {})
-        check_options(environment, pipe_log_level, record_changes_from)
-        check_entities(record_change_entities, record_changes_from)
-        check_alarm_subscriber(alarm_topic, alarm_email, no_alarm_subscriber)
+        source = options.record_changes.source if options.record_changes else None
+        check_options(environment, options.pipe_logs.level, source)
+        check_entities(options.record_changes.entities if options.record_changes else None, source)
+        check_alarm_subscriber(options.alarms)
         self.stack = Stack.of(self)
-        consumer_seconds = timeout_seconds("durable consumer", consumer_timeout, timing.CONSUMER_TIMEOUT_SECONDS)
+        consumer_seconds = timeout_seconds(
+            "durable consumer", options.durable_consumer.timeout, timing.CONSUMER_TIMEOUT_SECONDS
+        )
         self.record_change_timeout_seconds = timeout_seconds(
-            "record-change consumer", record_change_timeout, timing.RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS
+            "record-change consumer",
+            options.record_changes.consumer.timeout if options.record_changes else None,
+            timing.RECORD_CHANGE_CONSUMER_TIMEOUT_SECONDS,
         )
         self.encryption_key = encryption_key
         if encryption_key is not None:
@@ -257,19 +268,28 @@ class OutboxPipeline(Construct):
 
         operators = operators_of(operators)
         self.events = EventsTable(
-            self, "Events", operators=operators, operator_trust=operator_trust, encryption_key=encryption_key
+            self,
+            "Events",
+            operators=operators,
+            operator_trust=options.operator_access.trust,
+            encryption_key=encryption_key,
         )
         self.engine = EngineLayer(self, "Engine")
         self.application = ApplicationCode(code=code, catalog=catalog, layer=self.engine.layer, environment=environment)
         deployed_catalog, accepted = load_checked_catalog(code, catalog, environment, accept_catalog_problems)
         if accepted:  # in the template, where the testing fixture and a reviewer find them
             self.stack.add_metadata(ACCEPTED_METADATA, [{"problem": a.problem, "reason": a.reason} for a in accepted])
+        alarm_answer = options.alarms
+        assert alarm_answer is not None  # check_alarm_subscriber refused None
         self.alarm_topic: sns.ITopic = (
-            alarm_topic or AlarmTopic(self, "Alarms", email=alarm_email, no_subscriber_reason=no_alarm_subscriber).topic
+            alarm_answer.existing_topic
+            or AlarmTopic(
+                self, "Alarms", email=alarm_answer.email_address, no_subscriber_reason=alarm_answer.no_subscriber_reason
+            ).topic
         )
         data_tables = list(data_tables)
-        if record_changes_from is not None and record_changes_from not in data_tables:
-            data_tables.append(record_changes_from)
+        if source is not None and source not in data_tables:
+            data_tables.append(source)
 
         # Who may send to the lanes' queues besides the pipe that feeds each (every other principal is denied):
         # the roles the CLI's replay, reconcile and redrive run as. One role a line; admit_queue_sender adds more.
@@ -293,8 +313,8 @@ class OutboxPipeline(Construct):
             events=self.events,
             target=self.durable.queue,
             alarm_topic=self.alarm_topic,
-            log_level=pipe_log_level,
-            log_execution_data=pipe_log_execution_data,
+            log_level=options.pipe_logs.level,
+            log_execution_data=options.pipe_logs.execution_data,
             encryption_key=encryption_key,
         )
         self.durable.fed_by(self.relay)
@@ -310,7 +330,7 @@ class OutboxPipeline(Construct):
             audit=self.audit,
             layer=self.engine.layer,
             alarm_topic=self.alarm_topic,
-            pipe_log_level=pipe_log_level,
+            pipe_log_level=options.pipe_logs.level,
             encryption_key=encryption_key,
             senders=self._queue_senders,
         )
@@ -323,7 +343,7 @@ class OutboxPipeline(Construct):
             data_tables=data_tables,
             application=self.application,
             alarm_topic=self.alarm_topic,
-            max_concurrency=consumer_max_concurrency,
+            max_concurrency=options.durable_consumer.max_concurrency,
             timeout_seconds=consumer_seconds,
             encryption_key=encryption_key,
             error_detail=error_detail_of(error_detail),
@@ -339,22 +359,15 @@ class OutboxPipeline(Construct):
             inbox=self.inbox,
             alarm_topic=self.alarm_topic,
             error_detail=error_detail_of(error_detail),
-            execution_timeout=workflow_execution_timeout,
-            retention_days=workflow_retention_days,
+            execution_timeout=options.workflows.execution_timeout,
+            retention_days=options.workflows.retention_days,
             encryption_key=encryption_key,
         )
         self.completeness_bound_seconds = self._check_completeness(
             deployed_catalog, consumer_seconds, completeness_repairs
         )
-        if record_changes_from is not None:
-            self._add_record_change_lane(
-                record_changes_from,
-                data_tables,
-                max_concurrency=record_change_max_concurrency,
-                entities=record_change_entities,
-                log_level=pipe_log_level,
-                log_execution_data=pipe_log_execution_data,
-            )
+        if options.record_changes is not None:
+            self._add_record_change_lane(options.record_changes, data_tables, options.pipe_logs)
 
         operated = OperatedPipeline(
             events=self.events,
@@ -377,7 +390,7 @@ class OutboxPipeline(Construct):
                 operated=operated,
                 application=self.application,
                 alarm_topic=self.alarm_topic,
-                reserved_concurrency=operator_endpoint_concurrency,
+                reserved_concurrency=options.operator_access.endpoint_concurrency,
                 encryption_key=encryption_key,
             )
 
@@ -389,7 +402,7 @@ class OutboxPipeline(Construct):
         self.status_widget.grant_view(self.events.operator_role)
         # The runbook's repairs: what the outbox CLI calls, assumed by the same operators.
         self.runbook = RunbookRole(
-            self, "Runbook", operators=operators, operated=operated, operator_trust=operator_trust
+            self, "Runbook", operators=operators, operated=operated, operator_trust=options.operator_access.trust
         )
         self.admit_queue_sender(self.runbook.role)  # its replay, reconcile and redrive send to the lanes' queues
         # Who lifted a guard or silenced an alarm: CloudTrail's record of it, on the alarm topic.
@@ -435,7 +448,7 @@ class OutboxPipeline(Construct):
 
     @property
     def alarms(self) -> list[cloudwatch.IAlarm]:
-        """Every alarm of the pipeline (all notify ``alarm_topic``), for composite alarms of your own."""
+        """Every alarm of the pipeline (all notify the alarm topic), for composite alarms of your own."""
         return list(self.monitoring.alarms)
 
     def admit_queue_sender(self, role: iam.IRole) -> None:
@@ -457,14 +470,7 @@ class OutboxPipeline(Construct):
     # -- parts --------------------------------------------------------------------------------------
 
     def _add_record_change_lane(
-        self,
-        source: dynamodb.ITable,
-        data_tables: Sequence[dynamodb.ITable],
-        *,
-        max_concurrency: int,
-        entities: Sequence[str] | None,
-        log_level: PipeLogLevel,
-        log_execution_data: bool,
+        self, lane: RecordChanges, data_tables: Sequence[dynamodb.ITable], pipe_logs: PipeLogs
     ) -> None:
         self.record_changes = RecordChangeQueue(
             self,
@@ -477,13 +483,13 @@ class OutboxPipeline(Construct):
         self.record_change_pipe = RecordChangePipe(
             self,
             "RecordChangePipe",
-            table=source,
+            table=lane.source,
             target=self.record_changes.queue,
             alarm_topic=self.alarm_topic,
-            log_level=log_level,
-            log_execution_data=log_execution_data,
+            log_level=pipe_logs.level,
+            log_execution_data=pipe_logs.execution_data,
             encryption_key=self.encryption_key,
-            entities=entities,
+            entities=lane.entities,
         )
         self.record_changes.fed_by(self.record_change_pipe)
         self.record_change_consumer = RecordChangeConsumer(
@@ -493,7 +499,7 @@ class OutboxPipeline(Construct):
             data_tables=data_tables,
             application=self.application,
             alarm_topic=self.alarm_topic,
-            max_concurrency=max_concurrency,
+            max_concurrency=lane.consumer.max_concurrency,
             timeout_seconds=self.record_change_timeout_seconds,
             encryption_key=self.encryption_key,
         )

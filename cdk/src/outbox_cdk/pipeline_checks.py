@@ -10,12 +10,12 @@ from typing import Final
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_sns as sns
 
 from outbox.local.pipe_filter import MAX_PATTERN_LENGTH
 from outbox.record_changes import ENTITY_NAME, entity_filter
 from outbox.redaction import ErrorDetail
 from outbox_cdk import timing
+from outbox_cdk.options import Alarms
 from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS
 
 # Variables the pipeline sets on its functions itself; the application's ``environment`` may not use them.
@@ -44,10 +44,10 @@ def check_options(
     if reserved:
         raise ValueError(f"environment may not set {reserved}: the pipeline sets them on its functions")
     if pipe_log_level not in PIPE_LOG_LEVELS:
-        raise ValueError(f"pipe_log_level must be one of {PIPE_LOG_LEVELS}, got {pipe_log_level!r}")
+        raise ValueError(f"PipeLogs(level=...) must be one of {PIPE_LOG_LEVELS}, got {pipe_log_level!r}")
     if record_changes_from is not None and record_changes_from.table_stream_arn is None:
         raise ValueError(
-            f"record_changes_from={record_changes_from.node.path} has no stream: create it with "
+            f"RecordChanges(source={record_changes_from.node.path}) has no stream: create it with "
             "stream=StreamViewType.NEW_AND_OLD_IMAGES (or import it with its table_stream_arn)"
         )
 
@@ -56,21 +56,21 @@ def check_entities(entities: Sequence[str] | None, record_changes_from: dynamodb
     if entities is None:
         return
     if record_changes_from is None:
-        raise ValueError("record_change_entities filters the record-change lane: give record_changes_from too")
+        raise ValueError("entities filter the record-change lane: give RecordChanges(source=...) too")
     if isinstance(entities, str) or not entities:
         raise ValueError(
-            "record_change_entities must list entity names, like ['CONTACTADDRESS']; None carries every row change"
+            "RecordChanges(entities=...) must list entity names, like ['CONTACTADDRESS']; None carries every row change"
         )
     wrong = [name for name in entities if not isinstance(name, str) or not ENTITY_NAME.fullmatch(name)]
     if wrong:
         raise ValueError(
-            f"record_change_entities: {wrong!r} are not entity names (a row's partition-key prefix before '#': "
+            f"RecordChanges(entities=...): {wrong!r} are not entity names (a row's partition-key prefix before '#': "
             f"{ENTITY_NAME.pattern})"
         )
     length = len(json.dumps(entity_filter(entities)))
     if length > MAX_PATTERN_LENGTH:  # refused by Pipes at deploy, not at synth (docs/aws-behaviour.md R3.1)
         raise ValueError(
-            f"record_change_entities: {len(entities)} entities make a pipe filter of {length} characters, and "
+            f"RecordChanges(entities=...): {len(entities)} entities make a pipe filter of {length} characters, and "
             f"Pipes takes at most {MAX_PATTERN_LENGTH}: name fewer, or pass None to carry every row change"
         )
 
@@ -83,25 +83,30 @@ def error_detail_of(value: object) -> ErrorDetail:
         raise ValueError(f"error_detail must be {choices}, got {value!r}") from None
 
 
-def check_alarm_subscriber(
-    alarm_topic: sns.ITopic | None, alarm_email: str | None, no_alarm_subscriber: str | None
-) -> None:
+def check_alarm_subscriber(alarms: Alarms | None) -> None:
     """Exactly one answer to "who reads the alarms?"; none at all is refused, not defaulted to nobody."""
-    given = [name for name, value in (("alarm_topic", alarm_topic), ("alarm_email", alarm_email)) if value is not None]
-    if no_alarm_subscriber is not None:
-        if not isinstance(no_alarm_subscriber, str) or not no_alarm_subscriber.strip():
-            raise ValueError("no_alarm_subscriber must say why nobody subscribes (a sentence), got an empty value")
-        given.append("no_alarm_subscriber")
-    if not given:
+    if alarms is None:
         raise ValueError(
-            "say who reads the alarms: alarm_email='ops@example.com' (subscribed to the topic the pipeline "
-            "creates), alarm_topic=<an SNS topic of yours>, or no_alarm_subscriber='why' (you subscribe the "
-            "topic elsewhere): alarms that notify nobody are never a default"
+            "say who reads the alarms: alarms=Alarms.email('ops@example.com') (subscribed to the topic the pipeline "
+            "creates), Alarms.topic(<an SNS topic of yours>), or Alarms.nobody('why') (you subscribe the topic "
+            "elsewhere): alarms that notify nobody are never a default"
         )
+    if not isinstance(alarms, Alarms):
+        raise ValueError(f"alarms must be Alarms.email(...), Alarms.topic(...) or Alarms.nobody(...), got {alarms!r}")
+    answers = {"a topic": alarms.existing_topic, "an email": alarms.email_address}
+    given = [name for name, value in answers.items() if value is not None]
+    if alarms.no_subscriber_reason is not None:
+        reason = alarms.no_subscriber_reason
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("Alarms.nobody(reason) must say why nobody subscribes (a sentence), got an empty value")
+        given.append("nobody's reason")
+    if not given:
+        raise ValueError("Alarms() names nobody: use Alarms.email(...), Alarms.topic(...) or Alarms.nobody(...)")
     if len(given) > 1:
-        raise ValueError(f"give one of alarm_topic, alarm_email and no_alarm_subscriber, not {' and '.join(given)}")
-    if alarm_email is not None and (not isinstance(alarm_email, str) or "@" not in alarm_email):
-        raise ValueError(f"alarm_email must be an e-mail address, got {alarm_email!r}")
+        raise ValueError(f"alarms: give one of a topic, an email and nobody's reason, not {' and '.join(given)}")
+    email = alarms.email_address
+    if email is not None and (not isinstance(email, str) or "@" not in email):
+        raise ValueError(f"Alarms.email(...) needs an e-mail address, got {email!r}")
 
 
 def operators_of(operators: Sequence[iam.IPrincipal] | None) -> list[iam.IPrincipal]:

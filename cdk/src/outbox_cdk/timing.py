@@ -240,5 +240,6 @@ def check_completeness_bound(bound_seconds: int, inbox_retention_days: int, pass
         raise ValueError(
             f"the completeness bound ({bound_seconds}s, from the durable queue's visibility timeout and receive "
             f"count and the relay pipe's record age) and two passes exceed what reconcile can vouch for with an "
-            f"inbox retention of {inbox_retention_days} days: raise inbox_retention_days, or lower consumer_timeout"
+            f"inbox retention of {inbox_retention_days} days: raise inbox_retention_days, or lower "
+            "durable_consumer=ConsumerOptions(timeout=...)"
         )

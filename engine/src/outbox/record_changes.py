@@ -37,7 +37,7 @@ def entity_filter(entities: Sequence[str]) -> dict[str, Any]:
     """The stream filter pattern that passes the row changes of ``entities`` only: those whose partition key
     is ``ENTITY#...`` or the bare ``ENTITY`` (``entity_of`` reads both so), matched on the record's keys,
     which every INSERT, MODIFY and REMOVE carries. The record-change pipe's filter when its entities are given
-    (``OutboxPipeline(record_change_entities=...)``)."""
+    (``RecordChanges(entities=...)`` of ``OutboxPipeline``)."""
     values: list[Any] = []
     for entity in entities:
         values += [entity, {"prefix": f"{entity}#"}]

@@ -142,9 +142,9 @@ def load_manifest_stacks(assembly_dir: Path | str) -> list[str]:
 
 
 def with_record_change_entities(stack: StackSpec, entities: Sequence[str]) -> StackSpec:
-    """``stack`` as it would have been synthesized with ``OutboxPipeline(record_change_entities=entities)``:
-    its record-change pipe filtered on those entities' rows. For an application of your own (a test's
-    catalog, the simulator's) run on a stack synthesized for another, without a second synth."""
+    """``stack`` as it would have been synthesized with ``RecordChanges(..., entities=entities)`` for its
+    record-change lane: its record-change pipe filtered on those entities' rows. For an application of your own
+    (a test's catalog, the simulator's) run on a stack synthesized for another, without a second synth."""
     pipe_id = stack.output_reference(StackOutput.RECORD_CHANGE_PIPE).logical_id
     pattern = json.dumps(entity_filter(entities))
     pipes = {**stack.pipes, pipe_id: replace(stack.pipes[pipe_id], filter_patterns=[pattern])}

@@ -160,3 +160,12 @@ def test_an_unresolved_dynamic_path_raises() -> None:
 def test_a_dynamic_path_to_an_object_raises() -> None:
     with pytest.raises(InvalidDynamicValueError, match="not a string"):
         resolve_dynamic_parameter("$.dynamodb.NewImage.tenant", EVENT)
+
+
+def test_the_input_templates_error_keeps_its_old_name_for_a_while() -> None:
+    """Renamed so that it is not mistaken for the stack template loader's ``TemplateError``."""
+    from outbox.local import pipe_template
+
+    with pytest.warns(DeprecationWarning, match="is InputTemplateError now"):
+        assert pipe_template.TemplateError is pipe_template.InputTemplateError
+    assert issubclass(UnresolvedPathError, pipe_template.InputTemplateError)

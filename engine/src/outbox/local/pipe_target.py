@@ -15,8 +15,8 @@ from botocore.exceptions import ClientError
 from outbox.local.clock import VirtualClock
 from outbox.local.pipe_model import PipeConfig, PipeCounters, PipeFaults, PipeRecord, TargetInvocationError
 from outbox.local.pipe_template import (
+    InputTemplateError,
     PipeVariables,
-    TemplateError,
     iso8601,
     render_input_template,
     resolve_dynamic_parameter,
@@ -64,7 +64,7 @@ class SqsTarget:
         for record in records:
             try:
                 messages.append(self._message(record))
-            except TemplateError as exc:
+            except InputTemplateError as exc:
                 failures[record.event_id] = f"target transformation failed: {exc}"
         return messages, failures
 

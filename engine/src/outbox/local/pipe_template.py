@@ -23,15 +23,16 @@ from __future__ import annotations
 import functools
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 __all__ = [
+    "InputTemplateError",
     "InvalidDynamicValueError",
     "PipeVariables",
-    "TemplateError",
     "UnresolvedPathError",
     "UnsupportedPathError",
     "iso8601",
@@ -46,11 +47,23 @@ _PLACEHOLDER: Final = re.compile(r"<(\$[^<>\s]*|aws\.pipes\.[A-Za-z0-9.\-]+)>")
 _PATH_STEP: Final = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]")
 
 
-class TemplateError(ValueError):
+class InputTemplateError(ValueError):
     """The input template or a dynamic parameter cannot be rendered for this event."""
 
 
-class UnresolvedPathError(TemplateError, LookupError):
+def __getattr__(name: str) -> Any:
+    """``TemplateError``, this error's name until 0.7 (the stack template loader's error has it too)."""
+    if name == "TemplateError":
+        warnings.warn(
+            "outbox.local.pipe_template.TemplateError is InputTemplateError now (the old name goes in 0.9.0)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return InputTemplateError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class UnresolvedPathError(InputTemplateError, LookupError):
     """A JSON path that names nothing in the event (AWS would deliver nothing, silently: R1.5, R2.3)."""
 
 
@@ -58,7 +71,7 @@ class UnsupportedPathError(UnresolvedPathError):
     """A JSON path outside the documented subset (R1.2); Pipes does not validate it at creation either."""
 
 
-class InvalidDynamicValueError(TemplateError):
+class InvalidDynamicValueError(InputTemplateError):
     """A dynamic target parameter whose path resolves to an object, an array or null, not a string."""
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.report import load_prices, unit_price
-from outbox.auditor import PUBLISHED_EVERY_PASS
+from outbox.audit.auditor import PUBLISHED_EVERY_PASS
 
 IDLE_POLLERS_PER_MAPPING: Final = 5
 LONG_POLL_SECONDS: Final = 20
@@ -48,7 +48,7 @@ def resources(template: Mapping[str, Any], resource_type: str) -> list[dict[str,
 def heartbeat_metrics(template: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     """The custom metrics published with no traffic at all: those an alarm treats silence on as breaching
     (``outbox_cdk.liveness``: the anchoring pass publishes them every hour, or the alarm fires), and the other
-    counts every anchoring pass publishes, 0 included (``outbox.auditor.PUBLISHED_EVERY_PASS``: the completeness
+    counts every anchoring pass publishes, 0 included (``outbox.audit.auditor.PUBLISHED_EVERY_PASS``: the completeness
     pass's ``MissingPairs``). Each is (namespace, name, dimensions); the engine's other metrics count traffic
     and are not published idle."""
     found = set()

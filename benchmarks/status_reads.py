@@ -24,7 +24,7 @@ from ulid import ULID
 from benchmarks import aws
 from benchmarks.metering import AwsMeter
 from outbox import keys
-from outbox.audit import AuditLog
+from outbox.audit.table import AuditLog
 from outbox.canonical import GENESIS_HASH, chain_hash
 from outbox.catalog import Catalog
 from outbox.chain import read_head

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox import Envelope, EnvelopeParseError, keys
-from outbox.audit import AuditLog, Finding
+from outbox.audit.findings import Finding
+from outbox.audit.table import AuditLog
 from outbox.chain import read_event_rows
 from outbox.inbox import DeadLetter
 from outbox.local.clients import REGION

@@ -8,7 +8,7 @@ import json
 from collections import Counter
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
-from outbox.audit import FindingKind
+from outbox.audit.findings import FindingKind
 from outbox.messages import MAX_MESSAGE_BYTES
 from outbox.verification import ChainReport
 from simulation.catalog import (

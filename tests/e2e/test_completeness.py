@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox.local import faults
 from outbox.local.pipe import PipeFaults, reverse_items
 from outbox.subscriptions import Lane

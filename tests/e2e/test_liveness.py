@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox_cdk import audit
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from tests.e2e.backends import LocalBackend, claim_statuses

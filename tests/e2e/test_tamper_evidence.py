@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from outbox import keys
-from outbox.audit import AuditLog, FindingKind
-from outbox.auditor import PASS_MARGIN_SECONDS, Auditor
+from outbox.audit.auditor import PASS_MARGIN_SECONDS, Auditor
+from outbox.audit.findings import FindingKind
+from outbox.audit.table import AuditLog
 from outbox.chain import read_event_rows
 from outbox.envelope import Envelope
 from outbox.verification import ChainBreak, verify_chain

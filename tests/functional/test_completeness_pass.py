@@ -174,7 +174,7 @@ class _Metrics:
 
 
 def test_a_workflow_pair_handed_off_is_present_and_one_never_handed_is_missing(make_harness: HarnessFactory) -> None:
-    from outbox.auditor import Metric
+    from outbox.audit.auditor import Metric
     from outbox.catalog import Catalog, Module
     from outbox.inbox.rows import HANDED
 

@@ -1,4 +1,4 @@
-"""The pipes' liveness as an anchoring pass reads it (``outbox.liveness``), on moto's Pipes API: every state but
+"""The pipes' liveness as an anchoring pass reads it (``outbox.audit.liveness``), on moto's Pipes API: every state but
 RUNNING counts, a pipe whose state cannot be read counts too, and the count is published every time, 0
 included (its alarm treats a missing datapoint as breaching)."""
 
@@ -11,9 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
+from outbox.audit.liveness import RUNNING, PipeWatch, not_running, pipe_states
 from outbox.exceptions import OutboxValidationError
-from outbox.liveness import RUNNING, PipeWatch, not_running, pipe_states
 from outbox.local import aws_fixes
 from outbox.local.clock import VirtualClock
 from outbox.settings import AuditorSettings

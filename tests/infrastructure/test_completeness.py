@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import Duration
 from aws_cdk.assertions import Template
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox.ops.completeness import catalog_from_data
 from outbox_cdk import ConsumerOptions, audit, timing
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE

@@ -1,5 +1,5 @@
 """The alarms on what stops silently: a pipe not running, and the hourly anchoring pass not running. Each reads
-a metric the anchoring pass publishes (the names are the engine's, ``outbox.auditor.Metric``), from the
+a metric the anchoring pass publishes (the names are the engine's, ``outbox.audit.auditor.Metric``), from the
 anchoring function's service, and treats missing data as breaching: silence is what they are for."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_cdk.assertions import Template
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox_cdk import audit, liveness
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE
 from tests.infrastructure.conftest import resources_of_type

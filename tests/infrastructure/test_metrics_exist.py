@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from outbox.auditor import Metric as AuditorMetric
+from outbox.audit.auditor import Metric as AuditorMetric
 from outbox.consumer import Metric as DurableMetric
 from outbox.record_consumer import Metric as RecordChangeMetric
 from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS

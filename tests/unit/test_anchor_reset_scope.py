@@ -23,7 +23,8 @@ import pytest
 from moto import mock_aws
 
 from outbox import keys
-from outbox.audit import RESET_PREFIX, AuditLog, FindingKind, finding_from_stream_record, iso_seconds
+from outbox.audit.findings import FindingKind, finding_from_stream_record, iso_seconds
+from outbox.audit.table import RESET_PREFIX, AuditLog
 from outbox.ops import audit as ops_audit
 from outbox.ops import status as ops_status
 from outbox.verification import ChainReport

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from outbox.audit import AuditLog
+from outbox.audit.table import AuditLog
 from outbox.verification import ChainReport
 
 REPORT = ChainReport(tenant="acme", intact=True, events_checked=3, head_seq=3, head_hash="a" * 64)

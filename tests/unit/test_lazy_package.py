@@ -89,3 +89,25 @@ def test_an_unknown_name_is_an_attribute_error_and_every_public_name_resolves() 
         outbox.Nope  # noqa: B018
     assert all(getattr(outbox, name) is not None for name in outbox.__all__)
     assert set(outbox.__all__) <= set(dir(outbox))
+
+
+@pytest.mark.parametrize("old", ["outbox.auditor", "outbox.findings", "outbox.liveness"])
+def test_a_module_that_moved_still_imports_by_its_old_name_with_a_warning(old: str) -> None:
+    """``outbox.audit`` holds the auditor, the findings and the liveness check now; the old names import the same
+    module, saying where it went."""
+    code = (
+        "import warnings, importlib\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        f"    module = importlib.import_module({old!r})\n"
+        "print(module.__name__, [str(w.message) for w in caught if w.category is DeprecationWarning])"
+    )
+    new = old.replace("outbox.", "outbox.audit.")
+    assert fresh(code) == f"{new} ['{old} is {new} now (the old name goes in 0.9.0)']"
+
+
+def test_the_audit_package_keeps_the_names_of_the_module_it_was_and_loads_them_on_first_use() -> None:
+    loaded = fresh("import sys, outbox.audit; print(sorted(m for m in sys.modules if m.startswith('outbox.')))")
+    assert loaded == "['outbox.audit']"
+    assert fresh("from outbox.audit import AuditLog; print(AuditLog.__module__)") == "outbox.audit.table"
+    assert fresh("from outbox.audit import FindingKind; print(FindingKind.__module__)") == "outbox.audit.findings"

@@ -52,7 +52,7 @@ def liveness_alarm(
     description: str,
     alarm_topic: sns.ITopic,
 ) -> cloudwatch.Alarm:
-    """An alarm on a metric that code publishes on a schedule, every time (``outbox.liveness``): it fires when
+    """An alarm on a metric that code publishes on a schedule, every time (``outbox.audit.liveness``): it fires when
     each of the last ``periods`` datapoints compares to ``threshold`` as ``comparison`` says, and notifies
     ``alarm_topic`` of ALARM and OK.
 

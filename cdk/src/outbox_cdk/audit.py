@@ -28,7 +28,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox_cdk.alarmed_dlq import AlarmedDeadLetterQueue
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.events_table import EventsTable

@@ -14,7 +14,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox_cdk.alarms import alarm_above
 from outbox_cdk.grants import QUEUE_SEND_ACTIONS, grant_items, grant_messages
 from outbox_cdk.inbox_table import InboxTable

@@ -35,7 +35,7 @@ ITEM_READ_ACTIONS: Final = frozenset({"dynamodb:GetItem", "dynamodb:Query"})
 QUEUE_RECEIVE_ACTIONS: Final = frozenset({"sqs:ReceiveMessage", "sqs:StartMessageMoveTask"})
 QUEUE_SEND_ACTIONS: Final = frozenset({"sqs:SendMessage"})
 # A pipe's state (CurrentState): what the operator endpoint and `outbox status` report, and what each anchoring
-# pass publishes (outbox.liveness).
+# pass publishes (outbox.audit.liveness).
 PIPE_STATUS_ACTIONS: Final = ("pipes:DescribePipe",)
 
 

@@ -2,7 +2,8 @@
 
 A pipe that is stopped or failed publishes no metric, and a stopped anchoring schedule publishes nothing
 either: every other alarm of the stack stays quiet through both. So each hourly anchoring pass publishes how
-many of the stack's pipes are not ``RUNNING``, and that it ran (``outbox.liveness``, ``outbox.auditor.Metric``),
+many of the stack's pipes are not ``RUNNING``, and that it ran (``outbox.audit.liveness``,
+``outbox.audit.auditor.Metric``),
 and two alarms here read them with missing data as breaching (``alarms.liveness_alarm``); a third reads what
 Lambda itself counts:
 
@@ -31,7 +32,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox_cdk.alarms import liveness_alarm
 from outbox_cdk.grants import grant_pipe_status
 from outbox_cdk.lambda_defaults import engine_metric

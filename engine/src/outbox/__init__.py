@@ -12,6 +12,8 @@ in its own order (its batch utility before pydantic, say) instead of this packag
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -90,18 +92,61 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'outbox' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
-    value = loaded if module == f"outbox.{name}" else getattr(loaded, name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
+def lazy_attributes(package: str, names: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562): each of ``names`` imported from its module on first use, then kept
+    in the package's ``namespace`` (the next access is a plain attribute). A name that is its module's own last
+    part is the module itself (``outbox.writes``)."""
+
+    def attribute(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        loaded = importlib.import_module(module)
+        value = loaded if module == f"{package}.{name}" else getattr(loaded, name)
+        namespace[name] = value
+        return value
+
+    return attribute
+
+
+__getattr__ = lazy_attributes("outbox", _LAZY, globals())
 
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+# Modules that moved, by the names they had: each still imports, as the module it is now, with a warning.
+_MOVED: dict[str, str] = {
+    "outbox.auditor": "outbox.audit.auditor",
+    "outbox.findings": "outbox.audit.findings",
+    "outbox.liveness": "outbox.audit.liveness",
+}
+
+
+class _MovedModules:
+    """The import system's finder and loader of a moved module's old name (here, not in a module of its own:
+    importing the package loads no engine module)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _MOVED:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, self)  # type: ignore[arg-type]  # a Loader by its methods: no importlib.abc
+
+    def create_module(self, spec: Any) -> Any:
+        import warnings
+
+        moved = _MOVED[spec.name]
+        warnings.warn(f"{spec.name} is {moved} now (the old name goes in 0.9.0)", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(moved)
+
+    def exec_module(self, module: Any) -> None:
+        """The module ran when it was imported by its new name."""
+
+
+sys.meta_path.append(_MovedModules())
 
 
 __all__ = [

@@ -113,7 +113,7 @@ class AuditorSettings(BaseModel):
 
     events_table_name: str = Field(alias="EVENTS_TABLE_NAME", min_length=3)
     audit_table_name: str = Field(alias="AUDIT_TABLE_NAME", min_length=3)
-    # The stack's pipes, comma-separated, whose state each anchoring pass publishes (outbox.liveness). Set on
+    # The stack's pipes, comma-separated, whose state each anchoring pass publishes (outbox.audit.liveness). Set on
     # the anchoring function only: the tamper recorder watches nothing.
     watched_pipe_names: str | None = Field(default=None, alias="WATCHED_PIPE_NAMES")
     # The completeness pass (outbox.ops.completeness), on the anchoring function only: the deployed catalog as data

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from outbox.audit import Finding
+from outbox.audit.findings import Finding
 from outbox.cli.app import app
 from outbox.cli.context import CliContext
 from outbox.cli.output import (

@@ -21,9 +21,9 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from outbox import clock
-from outbox.audit import AuditLog
-from outbox.auditor import Auditor
-from outbox.liveness import PipeWatch
+from outbox.audit.auditor import Auditor
+from outbox.audit.liveness import PipeWatch
+from outbox.audit.table import AuditLog
 from outbox.ops.anchoring import PassSettings, anchoring_pass, completeness_pass
 from outbox.ops.completeness import CompletenessPass
 from outbox.ops.topology import Topology

@@ -1,5 +1,5 @@
 """One anchoring pass, as the scheduled anchoring function runs it and as ``outbox anchor`` runs it by hand: each
-tenant's chain verified from its anchor and the anchor advanced (``outbox.auditor``), then the completeness pass
+tenant's chain verified from its anchor and the anchor advanced (``outbox.audit.auditor``), then the completeness pass
 (``outbox.ops.completeness``) over the same tenants, with what the deployed function runs it with
 (``PassSettings``: the catalog made into data at synth, the bound). One code path for both: the command does what
 the schedule does, and says what it found."""
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outbox import clock as engine_clock
-from outbox.auditor import AnchorPass, Auditor
+from outbox.audit.auditor import AnchorPass, Auditor
 from outbox.ops.completeness import CompletenessLog, CompletenessPass, PassResult, catalog_from_data
 from outbox.ops.completeness_data import PassSettings
 from outbox.ops.context import OperatorContext

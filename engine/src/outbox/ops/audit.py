@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from outbox.audit import AuditLog, Finding
-from outbox.auditor import Auditor
+from outbox.audit.auditor import Auditor
+from outbox.audit.findings import Finding
+from outbox.audit.table import AuditLog
 from outbox.exceptions import OperationRefusedError
 from outbox.ops.anchoring import AnchoringPass, anchoring_pass, completeness_pass
 from outbox.ops.completeness_data import CompletenessLog

@@ -32,7 +32,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 from outbox.chain import read_event_rows
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError, OutboxValidationError

@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from outbox import clock as engine_clock
 from outbox import entropy, keys
-from outbox.audit import AuditLog
+from outbox.audit.table import AuditLog
 from outbox.catalog import Catalog
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import InboxReader

@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from outbox.liveness import pipe_states as read_pipe_states
+from outbox.audit.liveness import pipe_states as read_pipe_states
 from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked

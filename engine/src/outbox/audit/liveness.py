@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from outbox.auditor import Metric
+from outbox.audit.auditor import Metric
 
 logger = logging.getLogger(__name__)
 

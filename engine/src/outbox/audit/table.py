@@ -32,7 +32,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
+from outbox.audit.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
 from outbox.verification import Anchor, ChainReport
 
 __all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record", "iso_seconds"]

@@ -10,7 +10,7 @@ role that may write the audit table (``outbox.audit``). Two entry points, one fu
   the pass reads) is recorded as a finding and counted as ``ChainBreaks``. Both counts are alarmed at zero.
   The oldest anchors go first, and a pass about to run out of time stops and leaves the rest
   (``AnchorsDeferred``) to the next one, which starts with them. A pass that ends counts
-  ``AnchoringPasses``: the heartbeat whose absence is alarmed (with the pipes' states, ``outbox.liveness``).
+  ``AnchoringPasses``: the heartbeat whose absence is alarmed (with the pipes' states, ``outbox.audit.liveness``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from outbox.audit import AuditLog, Finding, FindingKind, finding_from_stream_record, iso_seconds
+from outbox.audit.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
+from outbox.audit.table import AuditLog
 from outbox.query import read_tenants
 from outbox.verification import Anchor, ChainReport, verify_chain
 
@@ -42,7 +43,7 @@ class Metric(StrEnum):
     CHAIN_BREAKS = "ChainBreaks"  # a scheduled verification found a tenant's chain broken
     ANCHORS_ADVANCED = "AnchorsAdvanced"
     ANCHORS_DEFERRED = "AnchorsDeferred"  # tenants a pass left to the next for lack of time
-    # Liveness (outbox.liveness): each pass publishes both, so their alarms treat silence as breaching.
+    # Liveness (outbox.audit.liveness): each pass publishes both, so their alarms treat silence as breaching.
     PIPES_NOT_RUNNING = "PipesNotRunning"  # the stack's pipes not in state RUNNING
     ANCHORING_PASSES = "AnchoringPasses"  # 1 for a pass that ran to its end
     # Completeness (outbox.ops.completeness): pairs with no outcome past the bound, and those the pass re-sent itself.

@@ -646,3 +646,15 @@ def test_a_late_copy_of_an_event_a_widened_order_holds_below_its_watermark_runs_
     # Then it ran once: the first copy ran it, the second found it done
     assert applied.seqs == {"acme": [2, 1]}
     assert (h.claim_status(LEDGER, opened), h.runs(LEDGER, opened)) == ("COMPLETED", 1)
+
+
+def test_a_reconcile_of_a_log_nobody_emitted_to_scans_nothing_and_succeeds(make_harness: HarnessFactory) -> None:
+    """A new stack, or one whose every emit was refused, after a route deploy: the window reconcile the runbook
+    (and ``outbox status``) names finds nothing to re-send and says so; it is not refused (soak seed 7330551:
+    the operator following status was told "there are no tenants"). A tenant named that has no log is."""
+    h = make_harness(lambda recorder: [recorder.subscription(AUDIT, "account.*")])
+    context = deploy(h, [ledger(h)])
+    result = reconcile(context, h.clock() - timedelta(hours=1))
+    assert (result.scanned, result.republished, result.already_handled) == (0, [], 0)
+    with pytest.raises(OperationRefusedError, match="nobody"):
+        reconcile(context, h.clock() - timedelta(hours=1), tenant="nobody")

@@ -76,9 +76,9 @@ def reconcile(
         )
     # A subscription alone, unordered and without --since: only its pairs a deploy took out of an order.
     window = _check_window(context, since) if order is None and (since is not None or selected is None) else None
+    # No tenant yet (a new stack, or every emit refused): nothing can be missing, and saying so is the answer. A
+    # tenant asked for by name must exist (a typo would otherwise read as "all is well").
     tenants = [context.require_tenant(tenant)] if tenant else context.tenants()
-    if not tenants:
-        raise OperationRefusedError("there are no tenants: nothing to reconcile")
     stale = stale_after or timedelta(hours=1)
     result = ReconcileResult()
     now = context.now()

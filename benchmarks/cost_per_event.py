@@ -35,6 +35,8 @@ from modules.commerce import Commerce
 from modules.services import Services
 from outbox import Lane
 from outbox.local.runtime import LocalRuntime
+from outbox.workflows.emits import STEP_PARTITION_PREFIX
+from outbox.workflows.handoffs import RUNNING_PARTITION_PREFIX
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
 
@@ -89,6 +91,10 @@ def write_classifier(runtime: LocalRuntime) -> WriteClassifier:
                 return "inbox claim row"
             if "#ORDER#" in partition:
                 return "order row (watermark, deferrals)"
+            if partition.startswith(RUNNING_PARTITION_PREFIX):  # the WORKFLOW lane's: put with a hand-off
+                return "workflow running row"
+            if partition.startswith(STEP_PARTITION_PREFIX):  # what makes a workflow step's emit once
+                return "workflow emit row"
             return "inbox, other"
         return "application data"
 

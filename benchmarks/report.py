@@ -160,6 +160,7 @@ class WriteUnitComparison:
     follow_ups: WriteUnits
     consumer_retries: WriteUnits
     record_lane: WriteUnits
+    workflow_lane: WriteUnits
     engine_total: float  # the run's measured total, which the lines above should add up to
     powertools_per_pair: float  # Powertools' two idempotency-record writes per (event, subscription)
     pairs_per_event: float
@@ -244,6 +245,8 @@ def _write_unit_comparison(run: CostRun, consumer: ConsumerFigures) -> WriteUnit
         follow_ups=WriteUnits(follow_rows + run.write_units("durable_consumer", "chain head"), follow_rows),
         consumer_retries=WriteUnits(run.write_units("durable_consumer", "failed call"), 0.0),
         record_lane=WriteUnits(record_lane, record_lane),
+        # A hand-made outbox has no exactly-once hand-off to a durable function to write: none on its side.
+        workflow_lane=WriteUnits(run.workflow_lane_write_units, 0.0),
         engine_total=run.per_event.write_units,
         powertools_per_pair=powertools_per_pair,
         pairs_per_event=pairs_per_event,

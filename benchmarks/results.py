@@ -306,6 +306,16 @@ class CostRun(Figures):
             if name.split(" | ")[0] in self.record_change_actors
         )
 
+    @property
+    def workflow_lane_write_units(self) -> float:
+        """The WORKFLOW lane's own writes: the settle pass's, the running index's row (put with the hand-off) and
+        the row that makes a step's emit once (``benchmarks.cost_per_event.write_classifier``)."""
+        return sum(
+            units
+            for name, units in self.write_units_by_item_per_event.items()
+            if "Settler" in name.split(" | ")[0] or name.split(" | ")[1].startswith("workflow ")
+        )
+
 
 class CostFigures(Figures):
     runs: tuple[CostRun, ...]

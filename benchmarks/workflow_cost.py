@@ -32,34 +32,17 @@ from typing import Any
 
 from benchmarks.assembly import ASSEMBLY_DIR
 from benchmarks.cost_per_event import VERIFY, instrumented_runtime, order_and_payment, short_name, write_classifier
-from benchmarks.metering import WriteClassifier, acting_as
+from benchmarks.metering import acting_as
 from benchmarks.report import load_prices, unit_price
 from modules import build_catalog
 from modules.commerce import Commerce
 from modules.services import Services
 from outbox.local.runtime import LocalRuntime
-from outbox.workflows.emits import STEP_PARTITION_PREFIX
-from outbox.workflows.handoffs import RUNNING_PARTITION_PREFIX
 from outbox_cdk.workflow_function import DEFAULT_RETENTION_DAYS
 
 SUBSCRIPTION = "shipping.print_label"
 MINUTES_A_MONTH = 30 * 24 * 60
-LANE_ITEMS = ("workflow running row", "workflow emit row")
-
-
-def lane_classifier(runtime: LocalRuntime) -> WriteClassifier:
-    """Section 2's item kinds, with the two only this lane writes."""
-    base, inbox = write_classifier(runtime), runtime.output("InboxTableName")
-
-    def classify(table: str, key: Mapping[str, Any]) -> str:
-        partition = str(next(iter(key.get("pk", {}).values()), ""))
-        if table == inbox and partition.startswith(RUNNING_PARTITION_PREFIX):
-            return LANE_ITEMS[0]
-        if table == inbox and partition.startswith(STEP_PARTITION_PREFIX):
-            return LANE_ITEMS[1]
-        return base(table, key)
-
-    return classify
+LANE_ITEMS = ("workflow running row", "workflow emit row")  # what section 2's classifier calls the lane's items
 
 
 def executions(runtime: LocalRuntime) -> list[dict[str, Any]]:
@@ -86,7 +69,7 @@ def executions(runtime: LocalRuntime) -> list[dict[str, Any]]:
 
 
 def run(assembly: Path, orders: int) -> dict[str, Any]:
-    with instrumented_runtime(assembly, lane_classifier) as (runtime, instruments):
+    with instrumented_runtime(assembly, write_classifier) as (runtime, instruments):
         data_table = runtime.output("DataTableName")
         store = runtime.event_store(catalog=build_catalog(data_table=data_table, services=Services.fakes()))
         commerce = Commerce(data_table, Services.fakes())

@@ -3,9 +3,11 @@ boto3, not the rest of this virtualenv (an optional import must be skipped here 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 from benchmarks import cold_start
 
@@ -36,3 +38,24 @@ def test_a_measured_function_cannot_import_what_is_not_shipped_and_imports_the_r
     )
     assert optional.returncode == 0, optional.stderr
     assert optional.stdout.split() == ["skipped", "ok"]
+
+
+def test_every_function_variable_of_the_template_is_given_as_a_string_its_code_can_read(synthesized: Any) -> None:
+    """A variable the template builds (``Fn::Join``: the WORKFLOW lane's JSON around its functions' ARNs) is
+    joined with a placeholder for each reference, so the durable consumer parses it at cold start as on AWS."""
+    from outbox.workflows.starter import QualifiedFunction
+    from stacks.app_factory import STACK_NAME
+
+    resources = synthesized.template(STACK_NAME)["Resources"].values()
+    variables = [
+        (name, raw)
+        for resource in resources
+        if resource["Type"] == "AWS::Lambda::Function"
+        for name, raw in resource["Properties"].get("Environment", {}).get("Variables", {}).items()
+    ]
+    rendered = {name: cold_start._placeholder(raw) for name, raw in variables}
+    assert not [name for name, value in rendered.items() if "Fn::" in value or "'Ref'" in value]
+    functions = json.loads(rendered["WORKFLOW_FUNCTIONS"])
+    assert functions, "the example app has a WORKFLOW subscription"
+    for spec in functions.values():
+        assert QualifiedFunction.of(spec).arn.endswith(":live"), "the consumer checks each is a qualified ARN"

@@ -369,7 +369,10 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         console.print(f"report written to {out / 'demo-report.json'}")
         if args.serve:
             topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
-            (out / "topology.json").write_text(json.dumps(topology, indent=2) + "\n")
+            # Whole or not at all: `outbox --local` (and a test) may read it the moment it appears.
+            written = out / "topology.json.tmp"
+            written.write_text(json.dumps(topology, indent=2) + "\n")
+            written.replace(out / "topology.json")
             console.print(
                 "the outbox CLI works against it: `. .venv/bin/activate`, then `outbox --local status` (the commands "
                 "it suggests then work as printed)",

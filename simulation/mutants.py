@@ -1087,14 +1087,14 @@ MUTANTS: tuple[Mutant, ...] = (
         id="direct-path-skips-upcast",
         module=DIRECT,
         original="            handler_result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)\n",
-        # The direct path's run, with the delivered envelope made as stored (not upcast): the shared
-        # ``run_handler`` stays as it is for the lease path.
+        # The direct path's run on a copy of the shared attempts whose delivered envelope is made as stored (not
+        # upcast): the lease path's stays as it is. Plain source, as a bug would be written: no patch.
         replacement=(
-            "            import unittest.mock\n"
+            "            import copy as _copy\n"
             "\n"
-            "            as_stored = lambda envelope: envelope.handler_copy()  # noqa: E731\n"
-            '            with unittest.mock.patch.object(self.attempts, "delivered", as_stored):\n'
-            "                handler_result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)\n"
+            "            as_stored = _copy.copy(self.attempts)\n"
+            "            as_stored.delivered = lambda envelope: envelope.handler_copy()\n"
+            "            handler_result = as_stored.run_handler(pair, pair.key, 1, remaining_ms)\n"
         ),
         description="the DynamoDB-only path hands its handler the payload as stored, not brought to the type's "
         "current version",

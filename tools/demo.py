@@ -34,13 +34,13 @@ from modules.commerce import Commerce
 from modules.profile import Profile
 from modules.services import FAKE, SERVICE_NAMES, SERVICES_VARIABLE, Services
 from outbox import EventStore, Lane, TerminalError
-from outbox.local import faults
+from outbox.local import faults, setup
 from outbox.local.clients import CREDENTIALS, REGION
 from outbox.local.clock import VirtualClock
 from outbox.local.pipe import PipeFaults
 from outbox.local.resources import ACCOUNT as LOCAL_ACCOUNT
 from outbox.local.runtime import LocalRuntime
-from outbox.local.serve import catch_up
+from outbox.local.serve import catch_up, write_topology
 from outbox.testing.services import FakeServiceServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -368,11 +368,9 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         (out / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {out / 'demo-report.json'}")
         if args.serve:
-            topology = {"endpoint_url": runtime.endpoint_url, "outputs": runtime.outputs()}
-            # Whole or not at all: `outbox --local` (and a test) may read it the moment it appears.
-            written = out / "topology.json.tmp"
-            written.write_text(json.dumps(topology, indent=2) + "\n")
-            written.replace(out / "topology.json")
+            # As `outbox local serve` writes it: whole (a reader may find it the moment it appears), with the
+            # served app's catalog and code, so `outbox --local` reads the demo as it reads a served app.
+            write_topology(out / "topology.json", runtime, setup.durable_consumer(runtime))
             console.print(
                 "the outbox CLI works against it: `. .venv/bin/activate`, then `outbox --local status` (the commands "
                 "it suggests then work as printed)",

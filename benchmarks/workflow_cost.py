@@ -10,7 +10,9 @@ runs each execution; what Lambda would bill is read from it, per execution:
   the execution's own operation too);
 - data written: the bytes of its checkpoints and its input, priced per GB written, and kept for the retention
   (``WorkflowOptions(retention_days=...)``, 30 by default) at the price per GB-month;
-- the durable function's invocations (one, and one more after the wait) and their time at its memory size.
+- the durable function's invocations (one, and one more after the wait) and their time at its memory size: the
+  handler's own time in each, as the local service measures it (a durable wait is not billed: the function is
+  not running then).
 
 And the lane's own requests, metered as section 2 meters them: the settle pass's (``λ:...Settler``) DynamoDB
 requests and units for each pair it settles (the claim read, the settling transaction), and the write units of the
@@ -46,26 +48,33 @@ LANE_ITEMS = ("workflow running row", "workflow emit row")  # what section 2's c
 
 
 def executions(runtime: LocalRuntime) -> list[dict[str, Any]]:
-    """What the testing SDK kept of each execution: its operations, bytes checkpointed, invocations."""
+    """What the testing SDK kept of each execution (its operations, bytes checkpointed, invocations), and the
+    handler's time in each invocation as Lambda bills it: rounded up to the millisecond, measured by the local
+    service (the testing SDK's own invocation timestamps come from a clock that skips durable waits)."""
     assert runtime.workflows is not None, "the example app has a WORKFLOW subscription"
     service = runtime.workflows.service
     found = []
     for execution in service.executions():
         runner = service._functions[execution.function].runner
         kept = runner._executor._store.load(execution_arn=execution.arn)
-        invocations = kept.invocation_completions
+        ran = service.invocation_times.seconds.get(execution.arn, [])
+        if len(ran) != len(kept.invocation_completions):
+            raise RuntimeError(f"{execution.arn}: {len(ran)} invocations timed, {len(kept.invocation_completions)} ran")
         found.append(
             {
                 "status": str(service.status(execution.arn)["Status"]),
                 "operations": len(kept.operations),
                 "bytes_written": sum(kept.operation_size_bytes.values()) + len(execution.payload or b""),
-                "invocations": len(invocations),
-                "billed_ms": sum(
-                    math.ceil((i.end_timestamp - i.start_timestamp).total_seconds() * 1000) for i in invocations
-                ),
+                "invocations": len(ran),
+                "billed_ms": sum(billed_ms(seconds) for seconds in ran),
             }
         )
     return found
+
+
+def billed_ms(seconds: float) -> int:
+    """Lambda bills an invocation's duration rounded up to the millisecond, and at least one."""
+    return max(1, math.ceil(seconds * 1000))
 
 
 def run(assembly: Path, orders: int) -> dict[str, Any]:

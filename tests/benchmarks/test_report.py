@@ -355,6 +355,27 @@ def test_the_comparison_s_lines_add_up_to_the_measured_write_units() -> None:
     assert sum(line.engine for line in w.lines) == pytest.approx(w.engine_total)
 
 
+def test_the_workflow_lane_s_line_is_the_settle_pass_s_writes_and_the_lane_s_own_items(figures_dir: Path) -> None:
+    # The settle pass writes claim rows too: they are the lane's, not the durable consumer's claims line
+    cost = json.loads((figures_dir / "cost.json").read_text())
+    lane = {
+        "\u03bb:OutboxSettlerLambdaFunction | inbox claim row": 0.5,
+        "\u03bb:OutboxDurableConsumerLambdaFunction | workflow running row": 0.25,
+        "\u03bb:OutboxDurableConsumerLambdaFunction | workflow emit row": 0.125,
+    }
+    for run in cost["runs"]:
+        run["write_units_by_item_per_event"].update(lane)
+        run["per_event"]["write_units"] += sum(lane.values())
+    (figures_dir / "cost.json").write_text(json.dumps(cost))
+    before = report.derive(results.load(FIGURES), report.load_prices()).write_units
+    after = report.derive(results.load(figures_dir), report.load_prices()).write_units
+
+    assert after.workflow_lane.engine == pytest.approx(before.workflow_lane.engine + 0.875)
+    assert after.workflow_lane.hand_made == 0.0
+    assert after.claims == before.claims
+    assert sum(line.engine for line in after.lines) == pytest.approx(after.engine_total)
+
+
 def test_an_item_kind_without_a_line_in_the_comparison_is_an_error_naming_the_kinds(figures_dir: Path) -> None:
     # A kind the comparison does not know (here: the ordered watermark's rows under an older name) would leave
     # its units out of every line while the total still counts them.

@@ -34,6 +34,7 @@ HANDLER = """
 import os
 
 from aws_durable_execution_sdk_python import durable_execution, durable_step
+from aws_durable_execution_sdk_python.config import Duration
 
 from outbox.workflows import WorkflowInput
 
@@ -60,6 +61,8 @@ def ship(event, context):
         label = context.create_callback(name="label").result()
     if payload.get("await_pickup"):
         context.create_callback(name="pickup").result()
+    if payload.get("nap"):  # a durable wait: the testing SDK's clock skips it
+        context.wait(Duration.from_hours(12), name="nap")
     return {"label": label}
 """
 PACKAGES = (f"localworkflowshop{n}" for n in itertools.count())
@@ -117,6 +120,26 @@ def test_a_workflow_runs_its_steps_once_per_event_and_its_end_settles_each_pair(
     steps = (tmp_path / "steps.txt").read_text().split()
     assert steps.count("o1") == 1, "the step of the execution that succeeded ran once"
     assert json.dumps(sorted(set(steps))) == '["o1", "o2"]'
+
+
+def test_each_invocation_of_a_durable_handler_is_timed_in_real_seconds_not_across_a_skipped_wait(
+    runtime: LocalRuntime,
+) -> None:
+    """What Lambda bills (the cost benchmark reads it): the handler's own time in each invocation. The testing
+    SDK's clock skips the twelve hours of the wait, so its own stamps of an execution span them."""
+    with runtime:
+        assert runtime.workflows is not None
+        service = runtime.workflows.service
+        store = runtime.event_store(unchecked=True)
+        store.emit("shop.order_paid", {"order_id": "o1", "nap": True}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        assert set(runtime.workflows.wait_for_ends().values()) == {"SUCCEEDED"}
+        (execution,) = service.executions()
+        history = service.client().get_durable_execution(DurableExecutionArn=execution.arn)
+        timed = service.invocation_times.seconds[execution.arn]
+    assert history["EndTimestamp"] - history["StartTimestamp"] >= timedelta(hours=12), "the wait was skipped"
+    assert len(timed) == 2, "one invocation up to the wait, one after it"
+    assert 0 < sum(timed) < 60
 
 
 def test_a_durable_handler_runs_in_its_functions_environment_whatever_runs_beside_it(

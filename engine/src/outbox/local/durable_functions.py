@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from botocore.awsrequest import AWSResponse
 
 from outbox.local.clients import local_client
-from outbox.local.durable_records import DurableState, LocalExecution, SavedExecution
+from outbox.local.durable_records import DurableState, InvocationTimes, LocalExecution, SavedExecution
 from outbox.local.fault_count import FaultCount, WorkerCrash
 
 ENDPOINT = "https://lambda.local.invalid"
@@ -62,12 +62,13 @@ class LocalDurableFunctions:
     """The durable functions of a local pipeline, by qualified ARN (``register``), and a client of them
     (``client``). ``starts`` counts every execution started (not found again), by (function, name); ``changes``,
     every write of an execution's state (a start, a checkpoint, an end); ``start_requests``, every start asked for
-    (an execution found again by its name too)."""
+    (an execution found again by its name too); ``invocation_times``, how long each invocation of a handler ran."""
 
     already_started_while_running: bool = False
     starts: dict[tuple[str, str], int] = field(default_factory=dict)
     changes: int = 0
     start_requests: int = 0
+    invocation_times: InvocationTimes = field(default_factory=InvocationTimes)
     _functions: dict[str, _Function] = field(default_factory=dict)
     _executions: dict[str, LocalExecution] = field(default_factory=dict)
     _names: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -88,7 +89,9 @@ class LocalDurableFunctions:
         if not qualifier:
             raise ValueError(f"{qualified_arn!r} is not qualified: a durable start needs a version or an alias")
         runner = DurableFunctionTestRunner(
-            handler=handler, execution_timeout=execution_timeout, store=CountedStore(self._changed)
+            handler=self.invocation_times.timed(handler),
+            execution_timeout=execution_timeout,
+            store=CountedStore(self._changed),
         )
         self._functions[function] = _Function(handler, runner, execution_timeout)
 
@@ -96,7 +99,9 @@ class LocalDurableFunctions:
         """``handler`` for the function at ``qualified_arn`` from its executions' next invocations on."""
         entry = self._functions[qualified_arn.rpartition(":")[0]]
         entry.handler = handler
-        entry.runner._invoker.handler = handler  # what the testing SDK's in-process invoker calls
+        entry.runner._invoker.handler = self.invocation_times.timed(
+            handler
+        )  # what the testing SDK's in-process invoker calls
 
     def _changed(self) -> None:
         self.changes += 1

@@ -7,8 +7,12 @@ loading the testing SDK.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import wraps
 from typing import Any
 
 
@@ -38,3 +42,29 @@ class DurableState:
 
     executions: list[SavedExecution]
     starts: dict[tuple[str, str], int]
+
+
+@dataclass
+class InvocationTimes:
+    """The real seconds each invocation of an execution's handler ran, by the execution's ARN: what Lambda bills.
+
+    The testing SDK stamps its own record of an invocation with the clock that skips durable waits, so its start
+    and end of one invocation can span another execution's skipped wait of hours: that is no measure of time."""
+
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def timed(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """``handler``, its every invocation timed (the testing SDK invokes on threads of its own)."""
+
+        @wraps(handler)
+        def timed(invocation: Any, context: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return handler(invocation, context)
+            finally:
+                took = time.perf_counter() - started
+                with self._lock:
+                    self.seconds.setdefault(invocation.durable_execution_arn, []).append(took)
+
+        return timed

@@ -82,7 +82,7 @@ mutants: setup ## The simulator's power: each engine bug of simulation/mutants.p
 	$(PY) -m simulation.mutation --seeds $(or $(SEEDS),80) $(ARGS)
 
 .PHONY: mutants-sample
-mutants-sample: setup ## An unbiased mutation score: cosmic-ray's mutants of the guarantee code, a seeded sample (SAMPLE=200), killed by their tests then seeds 1..40 (ARGS="--resume", "--list")
+mutants-sample: setup ## An unbiased mutation score: cosmic-ray's mutants of the guarantee code, a seeded sample (SAMPLE=200), killed by their tests then seeds 1..40 (ARGS="--resume", "--jobs 2", "--list")
 	$(PY) -m simulation.mutants_sample --sample $(or $(SAMPLE),200) $(ARGS)
 
 test: setup checkov-env browser ## Run the whole test suite (lint, types, unit, functional, infrastructure)

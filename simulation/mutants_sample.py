@@ -11,6 +11,7 @@ by the import hook of ``simulation.mutation``:
 
     python -m simulation.mutants_sample                          # 200 mutants drawn with seed 50
     python -m simulation.mutants_sample --sample 60 --resume      # go on where an interrupted run stopped
+    python -m simulation.mutants_sample --jobs 2                  # two mutants at once (one per core)
     python -m simulation.mutants_sample --list                    # the mutation points of each module; run nothing
 
 The population, the sample and the map of tests are ``simulation.mechanical``'s. A mutant whose code does not
@@ -32,12 +33,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from simulation.mechanical import (
     SAMPLE,
@@ -66,6 +69,8 @@ TESTS_TIMEOUT = 600  # seconds for a mutant's tests; the unmutated run of the lo
 SEED_TIMEOUT = 120  # seconds per simulator seed (an unmutated CI seed takes a few)
 PYTEST_ARGS = ("-q", "-x", "-p", "no:cacheprovider", "-n", "0", "--assert=plain", "-m", "not slow")
 EXIT_UNEXERCISED = 7  # the tests never imported the mutated module
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 # -- the test step (in the worker process) ----------------------------------------------------------------
@@ -143,24 +148,34 @@ class Result:
 
 @dataclass
 class Baselines:
-    """What fails with no mutant: each test set and seed is run unmutated once, the first time it would kill."""
+    """What fails with no mutant: each test set and seed is run unmutated once, the first time it would kill
+    (once however many mutants, measured at once, ask for it)."""
 
     assembly: Path
     seed_timeout: int = SEED_TIMEOUT
     tests: dict[str, PytestRun] = field(default_factory=dict)
     seeds: dict[int, bool] = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+    _runs: dict[Any, threading.Lock] = field(default_factory=dict)
 
     def tests_pass(self, files: tuple[str, ...]) -> PytestRun:
         key = " ".join(files)
-        if key not in self.tests:
-            self.tests[key] = run_tests(files, None)
-        return self.tests[key]
+        return self._once(self.tests, key, lambda: run_tests(files, None))
 
     def seed_clean(self, seed: int) -> bool:
-        if seed not in self.seeds:
+        def clean() -> bool:
             run = run_worker(None, [seed], self.assembly, self.seed_timeout, 0)
-            self.seeds[seed] = run.error is None and all(not s["violations"] and not s["error"] for s in run.seeds)
-        return self.seeds[seed]
+            return run.error is None and all(not s["violations"] and not s["error"] for s in run.seeds)
+
+        return self._once(self.seeds, seed, clean)
+
+    def _once(self, known: dict[K, V], key: K, run: Callable[[], V]) -> V:
+        with self._guard:
+            lock = self._runs.setdefault((id(known), key), threading.Lock())
+        with lock:  # a second asker waits for the first one's run instead of starting its own
+            if key not in known:
+                known[key] = run()
+            return known[key]
 
 
 def measure(point: Point, seeds: Sequence[int], baselines: Baselines) -> Result:
@@ -267,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="only count the mutation points; run nothing")
     parser.add_argument("--assembly", type=Path, help="a synthesized cloud assembly (default: synthesize)")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where the results are written")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants measured at once, each in processes of its own")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs takes a whole number of at least 1")
 
     everything = population()
     if args.list:
@@ -294,20 +312,27 @@ def main(argv: list[str] | None = None) -> int:
     from simulation.cli import assembly
 
     baselines = Baselines(args.assembly or assembly(), args.seed_timeout)
-    results = [done[p.id] for p in drawn if p.id in done]
-    for index, point in enumerate(drawn, 1):
-        if point.id in done:
-            continue
+    results = dict(done)  # by id; written in the order drawn
+    order = {point.id: index for index, point in enumerate(drawn)}
+    written = threading.Lock()
+
+    def measured(index: int, point: Point) -> None:
         result = measure(point, seeds, baselines)
-        results.append(result)
-        _write(args.json, header, results)
-        killer = f" {result.killed_by}" if result.killed_by is not None else ""
-        _say(f"{index:4d} {result.id:<70} {result.status}{killer} ({result.seconds:.0f} s)")
-    _say(score_line(results))
-    for result in results:
+        with written:
+            results[point.id] = result
+            _write(args.json, header, sorted(results.values(), key=lambda r: order[r.id]))
+            killer = f" {result.killed_by}" if result.killed_by is not None else ""
+            _say(f"{index:4d} {result.id:<70} {result.status}{killer} ({result.seconds:.0f} s)")
+
+    todo = [(index, point) for index, point in enumerate(drawn, 1) if point.id not in done]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each mutant runs in subprocesses: threads suffice
+        for finished in [pool.submit(measured, index, point) for index, point in todo]:
+            finished.result()
+    _say(score_line(list(results.values())))
+    for result in sorted(results.values(), key=lambda r: order[r.id]):
         if result.status in ("survived", "crashed", "timeout"):
             _say(f"{result.status}: {result.id}\n{result.diff}")
-    return 2 if any(r.status == "error" for r in results) else 0
+    return 2 if any(r.status == "error" for r in results.values()) else 0
 
 
 def _version(distribution: str) -> str:

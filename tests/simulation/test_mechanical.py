@@ -116,3 +116,44 @@ def test_the_tests_step_sees_the_mutant_under_pytest(tmp_path: Path, with_mutant
     if with_mutant:
         assert run.failed is not None
         assert "test_an_empty_head_starts_the_chain" in run.failed
+
+
+def test_a_baseline_asked_for_by_mutants_measured_at_once_runs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--jobs``: three mutants of one module reach its unmutated test run together; it runs once, all wait."""
+    import threading
+
+    from simulation import mutants_sample
+
+    runs: list[tuple[str, ...]] = []
+    release = threading.Event()
+
+    def slow_unmutated_run(files: tuple[str, ...], mutant: Any) -> mutants_sample.PytestRun:
+        runs.append(files)
+        release.wait(5)
+        return mutants_sample.PytestRun(0, None, "")
+
+    monkeypatch.setattr(mutants_sample, "run_tests", slow_unmutated_run)
+    baselines = mutants_sample.Baselines(Path("no-assembly"))
+    together = threading.Barrier(3)
+    answers: list[int | None] = []
+
+    def ask() -> None:
+        together.wait(5)
+        answers.append(baselines.tests_pass(("tests/unit/test_chain.py",)).code)
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    threading.Timer(0.3, release.set).start()  # the first run ends once all three have asked
+    for asker in askers:
+        asker.join(10)
+    assert runs == [("tests/unit/test_chain.py",)]
+    assert answers == [0, 0, 0]
+
+
+def test_jobs_below_one_is_refused_before_anything_runs() -> None:
+    from simulation import mutants_sample
+
+    with pytest.raises(SystemExit) as refused:
+        mutants_sample.main(["--jobs", "0"])
+    assert refused.value.code == 2

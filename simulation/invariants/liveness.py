@@ -87,8 +87,10 @@ def check_liveness(
 
 def _told_of(told: _Told, state: State, event_id: str, subscription: str, row: dict[str, Any] | None) -> bool:
     """Whether the operator has been told of this pair: its message is dead-lettered or was lost, it is named by
-    status, or it is deferred behind an event whose message a fault lost for good, with the wake-up that message
-    owed it (the completeness pass names it then: the wake-up's debt is acknowledged only with its message)."""
+    status, or it is deferred behind an event whose message, with the wake-up it owed this pair, a fault lost for
+    good (the completeness pass names it then) or that sits in the alarmed dead-letter queue (a wake-up SQS refused
+    fails that message, which had used its receives up: the redrive it alarms for runs it again, finds its event
+    applied and wakes this one; status says the wake-up may be in the DLQ). A wake-up's debt goes with its message."""
     if event_id in told.lost or event_id in told.dead_lettered or (event_id, subscription) in told.named:
         return True
     if (event_id, subscription) in told.left_out:
@@ -100,7 +102,7 @@ def _told_of(told: _Told, state: State, event_id: str, subscription: str, row: d
         return False
     waits_for = int(row["waits_for"]["N"])
     predecessor = next((e for e in state.logs.get(envelope.tenant, []) if e.seq == waits_for), None)
-    return predecessor is not None and predecessor.id in told.lost
+    return predecessor is not None and (predecessor.id in told.lost or predecessor.id in told.dead_lettered)
 
 
 def _lane_depths(state: State, topology: Topology) -> dict[str, int]:

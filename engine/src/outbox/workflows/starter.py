@@ -4,9 +4,12 @@ Lambda makes a durable start idempotent by its name (the Invoke API's ``DurableE
 that exists and the same input returns that execution; with other input, or while one of that name runs, Lambda
 may answer ``DurableExecutionAlreadyStartedException``. The starter never chooses a new name to get past either:
 the name is the pair's (``outbox.workflows.execution_name``), and the input the same bytes on every start of one
-attempt. A start whose answer is lost is sent again as it was; an answer without the execution's ARN, or an
-``AlreadyStarted``, is followed by a look-up of the execution by its name (``ListDurableExecutionsByFunction``).
-So a start, its re-sends and a worker's take-over after a crash find one execution.
+attempt. A start whose answer is lost is sent again as it was; an answer without the execution's ARN, an
+``AlreadyStarted``, and a start that failed in a way that may have applied (a 5xx or a throttle once botocore's
+re-sends are spent, a timeout) are followed by a look-up of the execution by its name
+(``ListDurableExecutionsByFunction``). So a start, its re-sends and a worker's take-over after a crash find one
+execution, and a pair whose start applied is never failed for an answer it did not get (its last attempt dead,
+and a replay starting a second execution under the next attempt's name).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox.exceptions import OutboxError, TerminalError
 
@@ -102,16 +105,30 @@ class WorkflowStarter:
             if code in TERMINAL_START_ERRORS:
                 raise WorkflowStartRefusedError(f"Lambda refused to start {name}: {code}") from exc
             if code != ALREADY_STARTED:
-                raise
+                return self._found_after(function, name, exc)
             # Started before under this name: that execution is the pair's (never a second one).
             logger.info("the execution %s was started before; looking it up by its name", name)
             response = {}
+        except BotoCoreError as exc:  # a timeout, a dropped connection: the start may have applied
+            return self._found_after(function, name, exc)
         arn = response.get("DurableExecutionArn")
         if isinstance(arn, str) and arn:
             return arn
         found = self.find(function, name)
         if found is None:
             raise WorkflowStartError(f"the execution {name} of {function.arn} was not found after its start")
+        return found
+
+    def _found_after(self, function: QualifiedFunction, name: str, failure: Exception) -> str:
+        """After a start that failed and may have applied: the execution of its name, if there is one; else the
+        start's own error (the next receive starts again, with the same name and input)."""
+        try:
+            found = self.find(function, name)
+        except (ClientError, BotoCoreError):
+            found = None  # the look-up failed too: the start's error is what the caller must see
+        if found is None:
+            raise failure
+        logger.info("the start of %s failed (%s) after it applied: its execution was found by its name", name, failure)
         return found
 
     def find(self, function: QualifiedFunction, name: str) -> str | None:

@@ -68,6 +68,7 @@ class FaultSeams(OrderedFaultSeams):
             Fault.NEWER_EMITTER: self.newer.newer_emitters,
             Fault.WORKFLOW_START_LOST: self.lost_start_answers,
             Fault.WORKFLOW_START_CRASH: self.crashes_after_start,
+            Fault.WORKFLOW_START_THROTTLED: self.throttled_starts,
         }
         self.relay.faults = PipeFaults(
             before_send=self._before_send, duplicate_delivery=self._duplicate_delivery, reorder=self._reorder

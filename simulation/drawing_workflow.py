@@ -18,6 +18,8 @@ WORKFLOW_FAULTS: dict[Fault, tuple[float, tuple[float, float], tuple[int, int]]]
     Fault.WORKFLOW_STOPPED: (0.3, (0.2, 0.6), (1, 1)),
     Fault.WORKFLOW_NOTICE_LOST: (0.4, (0.3, 0.8), (1, 3)),
     Fault.WORKFLOW_NOTICE_DUPLICATED: (0.4, (0.3, 0.8), (1, 3)),
+    # Drawn last, after the others: a schedule drawn before it came has its other faults as it had them.
+    Fault.WORKFLOW_START_THROTTLED: (0.4, (0.3, 0.8), (1, 2)),
 }
 
 

@@ -182,6 +182,9 @@ class DriverState(ABC):
     @abstractmethod
     def crashes_after_start(self) -> AbstractContextManager[FaultCount]: ...
 
+    @abstractmethod
+    def throttled_starts(self) -> AbstractContextManager[FaultCount]: ...
+
 
 def reseal(envelope: Envelope, payload: dict[str, Any]) -> Envelope:
     """``envelope`` with another payload and a hash that matches it (linked to the same previous hash)."""

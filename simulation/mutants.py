@@ -1215,11 +1215,13 @@ MUTANTS: tuple[Mutant, ...] = (
         module=WORKFLOW,
         original="            return self.attempts.failed(claim, envelope, subscription, exc, receive_count)\n",
         replacement="            return DeliveryOutcome.HANDED\n",
-        description="a start that failed (its answer lost after the execution was made) is taken as handed: the "
-        "message is acknowledged, and nothing records the execution",
-        what_should_catch_it="a start's lost answer: the pair stays PENDING with its execution ended and never "
-        "settled (19, 21)",
-        seeds=(23, 26),
+        description="a start that failed (Lambda throttled it, and the look-up by its name found no execution) is "
+        "taken as handed: the message is acknowledged, and nothing will start the pair's execution",
+        what_should_catch_it="a throttled start: the pair stays PENDING with no execution and nothing on its way "
+        "(19, 21)",
+        # 27, 41 and 52 of the throttled schedules of 1..58 (since the look-up after a failed start, a lost answer
+        # no longer reaches this line: 23 and 26, which caught it through lost answers, no longer do)
+        seeds=(27, 41, 52),
     ),
     Mutant(
         id="workflow-failed-end-completes",

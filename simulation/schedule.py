@@ -70,7 +70,8 @@ class Fault(StrEnum):
     # has fields this engine does not know, hashed as every field is.
     NEWER_EMITTER = "newer_emitter"
     # The WORKFLOW lane (a schedule with the shipping workflow, sim.ship): a start applies and its answer is lost (a
-    # 500: the consumer sees an error and starts it again), or the worker dies right after a start applied; the
+    # 500: the consumer sees an error, and finds the execution by its name), Lambda throttles a start before it
+    # applies (the attempt fails: the next receive starts it), or the worker dies right after a start applied; the
     # carrier refuses (the execution fails), never answers (its timeout passes), or the operator stops an execution
     # by hand (StopDurableExecution); the notice of an execution's end never comes, or comes twice.
     WORKFLOW_START_LOST = "workflow_start_lost"
@@ -80,6 +81,7 @@ class Fault(StrEnum):
     WORKFLOW_STOPPED = "workflow_stopped"
     WORKFLOW_NOTICE_LOST = "workflow_notice_lost"
     WORKFLOW_NOTICE_DUPLICATED = "workflow_notice_duplicated"
+    WORKFLOW_START_THROTTLED = "workflow_start_throttled"
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,9 @@ class WorkflowActors(DriverState):
     def crashes_after_start(self) -> AbstractContextManager[FaultCount]:
         return self._service_seam("crash_after_start", Fault.WORKFLOW_START_CRASH)
 
+    def throttled_starts(self) -> AbstractContextManager[FaultCount]:
+        return self._service_seam("throttle_starts", Fault.WORKFLOW_START_THROTTLED)
+
     @contextmanager
     def _service_seam(self, seam: str, kind: Fault) -> Iterator[FaultCount]:
         service = self.durable_service

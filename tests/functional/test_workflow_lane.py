@@ -181,6 +181,21 @@ def test_a_lost_start_answer_never_starts_a_second_execution(lane: WorkflowLane,
     assert lane.claim_row(envelope)["attempts"]["N"] == "1", "no attempt was failed for a lost answer"
 
 
+def test_a_throttled_start_fails_its_attempt_and_the_next_receive_starts_the_one_execution(lane: WorkflowLane) -> None:
+    """Lambda throttles the start before it applies, through botocore's re-sends: the look-up by name finds no
+    execution, so the attempt fails (released, not dead) and the message's next receive starts it."""
+    envelope = lane.emit()
+    with lane.durable.throttle_starts(FaultCount(10)) as count:
+        lane.esm.poll()
+        assert count.fired > 1, "the start and botocore's re-sends, every one refused"
+        assert lane.executions_of(envelope) == {}
+        count.remaining = 0
+        assert lane.status(envelope) == State.PENDING
+        lane.deliver()
+    assert_one_execution_completed(lane, envelope)
+    assert lane.claim_row(envelope)["attempts"]["N"] == "2", "the throttled attempt counted, as a failed start does"
+
+
 def test_a_crash_between_the_start_and_its_record_finds_the_same_execution(lane: WorkflowLane) -> None:
     envelope = lane.emit()
     with lane.durable.crash_after_start(FaultCount(1)) as count:

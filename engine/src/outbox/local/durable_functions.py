@@ -74,6 +74,7 @@ class LocalDurableFunctions:
     _names: dict[tuple[str, str], str] = field(default_factory=dict)
     _lost_answers: FaultCount = field(default_factory=lambda: FaultCount(0))
     _crashes: FaultCount = field(default_factory=lambda: FaultCount(0))
+    _throttles: FaultCount = field(default_factory=lambda: FaultCount(0))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _answered: set[str] = field(default_factory=set)  # callbacks sent: their executions run on, whatever history says
 
@@ -277,6 +278,16 @@ class LocalDurableFunctions:
             self._lost_answers = previous
 
     @contextmanager
+    def throttle_starts(self, count: FaultCount) -> Iterator[FaultCount]:
+        """Lambda refuses a start before it applies (429 ``TooManyRequestsException``): botocore re-sends it, then
+        the caller sees the throttle, and no execution of its name exists."""
+        self._throttles, previous = count, self._throttles
+        try:
+            yield count
+        finally:
+            self._throttles = previous
+
+    @contextmanager
     def crash_after_start(self, count: FaultCount) -> Iterator[FaultCount]:
         """A start applies, and the worker that sent it dies before it reads the answer (``WorkerCrash``)."""
         self._crashes, previous = count, self._crashes
@@ -327,6 +338,8 @@ class LocalDurableFunctions:
             return self._error(404, "ResourceNotFoundException", f"no durable function {function_name}")
         if headers.get("x-amz-invocation-type") != "Event":
             return self._error(400, "InvalidParameterValueException", "a durable start here is asynchronous")
+        if self._throttles.take(name):
+            return self._error(429, "TooManyRequestsException", "Rate exceeded")
         with self._lock:
             self.start_requests += 1
             existing = self._names.get((function, name))

@@ -776,7 +776,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
         what_should_catch_it="crowded batches: a tenant's charge behind another tenant's slow ordered backlog in "
         "each batch, cut off every time, then dead as exhausted (15)",
-        seeds=(15,),  # of 1..80 with the WORKFLOW lane in half the schedules (77 before)
+        # 77, 82 and 154 of the crowded schedules of 1..154 (15 caught it until the look-up after a failed start and the
+        # throttled starts changed that schedule's workflow: its batches no longer crowd the charge the same way)
+        seeds=(77, 82, 154),
     ),
     Mutant(
         id="mapping-judges-its-own-deadline",

@@ -112,6 +112,7 @@ class LocalFunction:
     invocations: int = 0
     log: FunctionLog = field(default_factory=FunctionLog, repr=False)
     _handler: LambdaHandler | None = field(default=None, repr=False)
+    _module: str | None = field(default=None, repr=False)  # the container's private name in sys.modules
 
     def invoke(self, event: dict[str, Any], context: LocalLambdaContext | None = None) -> Any:
         """Run the handler on ``event``. ``context``: the invocation's, when its caller (an event source
@@ -141,8 +142,12 @@ class LocalFunction:
             return response
 
     def new_container(self) -> None:
-        """Drop the warm module: the next invocation is a cold start (after a deploy, say)."""
+        """Drop the warm module: the next invocation is a cold start (after a deploy, say). The module leaves
+        sys.modules too, or every container a long-lived process ever made would keep all it reached."""
         self._handler = None
+        if self._module is not None:
+            sys.modules.pop(self._module, None)
+            self._module = None
 
     def resolve(self) -> LambdaHandler:
         """The handler, imported now if this container has not yet (the module keeps what it made at import)."""
@@ -165,6 +170,7 @@ class LocalFunction:
         assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[unique] = module
+        self._module = unique
         spec.loader.exec_module(module)
         return module
 

@@ -245,10 +245,10 @@ class LocalRuntime:
 
     def _build_functions(self) -> None:
         for spec in self.stack.functions.values():
-            function = self.build_function(spec)
-            if function is not None:
+            if (function := self.build_function(spec)) is not None:
                 self.resources.function_names[spec.logical_id] = spec.logical_id
                 self.functions[spec.logical_id] = function
+                self._exit.callback(function.new_container)  # a stopped runtime keeps no module alive
 
     def build_function(self, spec: FunctionSpec) -> LocalFunction | None:
         """A container of the function ``spec`` declares, in its environment here (None: CDK's own helpers)."""

@@ -14,7 +14,6 @@ status is 1 when any invariant broke.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import random
 import re
@@ -31,6 +30,7 @@ from outbox.local.template import StackSpec, load_stack
 from simulation.reach import reachable
 from simulation.schedule import Schedule
 from simulation.shrink import Cuts, shrink
+from simulation.workers import DEATHS_PER_SEED, in_workers
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ASSEMBLY_DIR = PROJECT_ROOT / ".local" / "simulation" / "cdk.out"
@@ -138,8 +138,11 @@ def run_many(
     if jobs <= 1:
         yield from (run_one(seed) for seed in seeds)
         return
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap_unordered(run_one, seeds, chunksize=1)
+    yield from in_workers(run_one, seeds, jobs, died=worker_died)
+
+
+def worker_died(seed: int) -> Outcome:
+    return Outcome(seed, (), f"its worker process died {DEATHS_PER_SEED} times running it (killed by the system?)")
 
 
 def warm_up() -> None:

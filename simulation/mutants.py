@@ -51,7 +51,7 @@ PAIRS = "outbox.pairs.machine"
 ROWS = "outbox.inbox.rows"
 COMPLETENESS = "outbox.ops.completeness"
 WORKFLOW, WORKFLOW_ENDS = "outbox.delivery.workflow", "outbox.workflows.ends"
-WORKFLOW_HANDOFFS = "outbox.workflows.handoffs"
+WORKFLOW_HANDOFFS, WORKFLOW_STARTER = "outbox.workflows.handoffs", "outbox.workflows.starter"
 _LEFT_OUT_RUN = "    (State.PENDING, Route.LEFT_OUT): Rule(\n        Act.MARK_DEAD, Act.REFUSE, Act.ACKNOWLEDGE, "
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -1224,6 +1224,20 @@ MUTANTS: tuple[Mutant, ...] = (
         # 27, 41 and 52 of the throttled schedules of 1..58 (since the look-up after a failed start, a lost answer
         # no longer reaches this line: 23 and 26, which caught it through lost answers, no longer do)
         seeds=(27, 41, 52),
+    ),
+    Mutant(
+        id="workflow-start-lookup-dropped",
+        module=WORKFLOW_STARTER,
+        original="            found = self.find(function, name)\n",
+        replacement="            found = None\n",
+        description="a start that failed in a way that may have applied (its answer lost) is not followed by the "
+        "look-up of its execution by name: the attempt fails though its execution runs, and a pair whose every "
+        "attempt's answer is lost is made dead as exhausted while its execution succeeds",
+        what_should_catch_it="a start's answer lost: the attempt given back for a start that applied (21); every "
+        "answer of a pair's attempts lost: dead as exhausted while its execution succeeded (2)",
+        # 7, 15 and 22 of the schedules of 1..45 with lost start answers, by invariant 21 (4 drew none to a start);
+        # 7500058 and 7502743, of soak-sized schedules, reach the dead pair itself (invariant 2)
+        seeds=(7, 15, 22),
     ),
     Mutant(
         id="workflow-failed-end-completes",

@@ -71,12 +71,14 @@ class Reach:
 
     transitions: Counter[Transition]
     forbidden: tuple[str, ...]
+    given_back: tuple[tuple[str, str], ...] = ()  # each lease given back (RELEASE): the pair's key, its last_error
 
 
 def reach_of(runtime: LocalRuntime, name: Callable[[str], str] = str) -> Reach:
     """What the run reached; ``name`` names a pair (``<event id>:<subscription>``) in a violation."""
     reached: Counter[Transition] = Counter()
     forbidden = []
+    given_back = []
     states: dict[str, State] = {}  # claim key -> its state as of the change read last
     for change in _changes(runtime):
         keys = change["Keys"]
@@ -92,10 +94,12 @@ def reach_of(runtime: LocalRuntime, name: Callable[[str], str] = str) -> Reach:
             if steps is None:
                 forbidden.append(f"{name(key)}: {before} -> {after}, which no transition of the machine makes")
             reached.update((before, step) for step in steps or ())
+            if steps and Step.RELEASE in steps:
+                given_back.append((key, _attribute(new, "last_error") or ""))
         elif "#CONFLICT#" in sk and change.get("OldImage") is None:
             event_id, subscription = sk.split("#CONFLICT#")[0].split("#", 1)
             reached[(states.get(f"{event_id}:{subscription}", State.ABSENT), Step.CONFLICT)] += 1
-    return Reach(reached, tuple(forbidden))
+    return Reach(reached, tuple(forbidden), tuple(given_back))
 
 
 def _changes(runtime: LocalRuntime) -> Iterator[dict[str, Any]]:

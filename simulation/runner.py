@@ -26,6 +26,7 @@ from simulation.drawing import generate
 from simulation.driver import Driver, client
 from simulation.invariants import Violation, check_all, check_status
 from simulation.invariants.liveness import check_liveness, liveness_bound
+from simulation.invariants.workflows import check_given_back
 from simulation.observations import Observations
 from simulation.reach import reach_of, with_inbox_stream
 from simulation.recorder import recording
@@ -90,6 +91,7 @@ def run_seed(seed: int, stack: StackSpec, schedule: Schedule | None = None) -> S
                 return SeedResult(seed, [], trace, Counter(k.value for k in chaos.fired.elements()), exc)
     fired = Counter(k.value for k in chaos.fired.elements())
     violations += [Violation(20, change) for change in reach.forbidden]
+    violations += check_given_back(world, reach.given_back)
     reached = Counter({f"{state} {step}": count for (state, step), count in reach.transitions.items()})
     return SeedResult(seed, violations, trace, fired, reached=reached)
 

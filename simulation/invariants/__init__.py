@@ -53,7 +53,8 @@
     (``simulation.reach``, from a stream on the inbox table; checked by the runner at the end).
 21. The WORKFLOW lane (a schedule with the shipping workflow): at most one durable execution per (pair, attempt),
     none left running and none no claim names; every item's ``sim.ship`` pair COMPLETED by an execution that
-    succeeded, or DEAD with its dead letter by one that failed, timed out or was stopped (``.workflows``).
+    succeeded, or DEAD with its dead letter by one that failed, timed out or was stopped (``.workflows``); no
+    attempt given back for a start that applied (from the inbox's stream, checked by the runner at the end).
 
 Invariant 4 also holds every release to the owner's token, and no claim may take over a lease still live.
 Once the inbox's retention has passed (a time jump), a completed pair may be forgotten: an "unverifiable"

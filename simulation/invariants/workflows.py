@@ -11,7 +11,11 @@ Read from what the local durable service ran (each execution's name, the pair an
   step run once), or DEAD with its dead letter (the operator told) by one that FAILED, TIMED_OUT or was STOPPED, or
   by starts that failed every attempt; never a claim that names an execution of another attempt than its own, and
   never an outcome its execution's end contradicts. Once the inbox's retention has passed, a completed pair may be
-  forgotten (no claim, or a dead letter "unverifiable" beside an execution that succeeded).
+  forgotten (no claim, or a dead letter "unverifiable" beside an execution that succeeded);
+- no attempt given back for a start that applied (``check_given_back``, from the inbox's stream: the runner
+  checks it at the end): the local durable service loses a start's answer only after the start applied, so the
+  look-up by its name that follows finds it, and the attempt goes on; giving it back spends an attempt on work
+  that is running, and a pair whose every answer is lost would be made dead as exhausted while it succeeds.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from simulation.state import State
 from simulation.world import World
 
 WORKFLOWS = 21
+# What the engine's record of the local durable service's lost answer (a 500 once the start applied) names, as a
+# claim's last_error (``outbox.redaction.describe_failure`` of the Invoke's ClientError, redacted or in full).
+LOST_START_ANSWER = ("ServiceException", "Invoke")
 ENDED_FAILING = frozenset({"FAILED", "TIMED_OUT", "STOPPED"})
 
 
@@ -115,3 +122,15 @@ def _every_execution_named(world: World, state: State, by_arn: dict[str, tuple[s
 
 def _v(message: str) -> Violation:
     return Violation(WORKFLOWS, message)
+
+
+def check_given_back(world: World, given_back: tuple[tuple[str, str], ...]) -> list[Violation]:
+    """Each ``sim.ship`` attempt given back (``simulation.reach``: the pair's key and the last_error the release
+    wrote) for a start whose answer was lost after it applied."""
+    if not world.schedule.workflow:
+        return []
+    return [
+        _v(f"{name_of(world, key)}: its attempt was given back after a start that applied ({error})")
+        for key, error in given_back
+        if key.endswith(f":{SHIP}") and all(word in error for word in LOST_START_ANSWER)
+    ]

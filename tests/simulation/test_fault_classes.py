@@ -48,6 +48,7 @@ FAULT_CLASSES: dict[str, str] = {
     Fault.RECONCILE_DURING_RUN: "direct-second-run-without-time",
     Fault.NEWER_EMITTER: "newer-fields-refused",
     Fault.WORKFLOW_START_THROTTLED: "workflow-start-failure-acknowledged",
+    Fault.WORKFLOW_START_LOST: "workflow-start-lookup-dropped",
     Fault.WORKFLOW_START_CRASH: "workflow-start-named-per-receive",
     Fault.WORKFLOW_FAILED: "workflow-failed-end-completes",
     Fault.WORKFLOW_TIMED_OUT: "workflow-timed-out-still-running",
@@ -94,11 +95,6 @@ EXERCISED_ONLY: dict[str, str] = {
     Fault.WORKFLOW_NOTICE_DUPLICATED: "a notice settles the pair's current hand-off, read at the notice, with a write "
     "conditioned on that very execution, and only while the claim is HANDED: no single mutant of those checks lets a "
     "second notice change anything; exercised so invariant 21 sees a second settle change nothing",
-    # Not caught yet: the wake-up send it refuses happens only when a woken event's run does not fit in place.
-    Fault.WORKFLOW_START_LOST: "a start whose answer is lost applied: the look-up by its name after the failed start "
-    "finds the execution; the mutant that drops the look-up shows only when every attempt's answer is lost, which "
-    "soak seed 7340631 (in the regression set) draws and the CI seeds do not: an invariant on attempts failed for a "
-    "start that applied is still to come",
 }
 BY_ID = {mutant.id: mutant for mutant in MUTANTS}
 

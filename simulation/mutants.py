@@ -680,7 +680,8 @@ MUTANTS: tuple[Mutant, ...] = (
         id="wake-up-skipped",
         module=GATE,
         original=(
-            "            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms)\n"
+            "            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms, "
+            "batch)\n"
         ),
         replacement="            woke = DeliveryOutcome.COMPLETED\n",
         description="a batch's completions advance the watermark and wake nothing (neither run the event deferred "
@@ -740,7 +741,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "pair.key, exc)\n            return None\n"
         ),
         replacement=(
-            "            self.carried.forget(envelope.tenant, subscription.name)\n"
+            "            carried.forget(envelope.tenant, subscription.name)\n"
             "            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, False)"
             ", None\n"
         ),
@@ -756,8 +757,8 @@ MUTANTS: tuple[Mutant, ...] = (
         id="wake-runs-before-the-batch",
         module=GATE,
         original=(
-            "        if pair.owed is not None:\n"
-            "            pair.owed.append((pair.subscription, watermark))\n"
+            "        if pair.batch is not None:\n"
+            "            pair.batch.owe(pair.subscription, watermark)\n"
             "            return outcome\n"
         ),
         replacement="",

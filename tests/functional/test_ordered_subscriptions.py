@@ -4,7 +4,6 @@ order the queue delivers them in; waiting spends no attempt; a dead predecessor 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -978,16 +977,18 @@ def test_when_the_batch_read_of_watermarks_fails_each_is_read_when_needed(
     assert reads == ["Query", "Query"], "one read per place, then carried"
 
 
-def test_a_batch_carries_its_watermarks_for_its_own_thread_only(make_harness: HarnessFactory) -> None:
-    """A handler called from two threads at once: each batch carries its own copies, and a record processed
-    outside any batch reads the watermark every time."""
+def test_each_batch_carries_its_own_watermarks_and_a_pair_outside_any_batch_reads_them(
+    make_harness: HarnessFactory,
+) -> None:
+    """A handler called from two threads at once runs two batches: the watermarks live in each batch, not on the
+    gate the threads share, and a pair delivered outside any batch reads the watermark every time."""
     h, _ = ordered_harness(make_harness)
     gate = h.consumer.ordered
-    seen_elsewhere: list[Any] = []
-    with gate.carried.carrying([("acme", LEDGER)], {}):
-        other = threading.Thread(target=lambda: seen_elsewhere.append(gate.carried.batch))
-        other.start()
-        other.join()
-        assert gate.carried.batch == {}, "nothing carried that the batch's read did not hold"
-    assert seen_elsewhere == [None]
-    assert gate.carried.batch is None
+    one, other = gate.carrying([("acme", LEDGER)], {}), gate.carrying([("acme", LEDGER)], {})
+    assert one.carried == {}, "nothing carried that the batch's read did not hold"
+    one.watermark("acme", LEDGER)  # read when needed, and carried from there
+    assert list(one.carried or {}) == [("acme", LEDGER)]
+    assert other.carried == {}, "the other batch's copy is its own"
+    outside = gate.carried(None)
+    outside.carry(one.watermark("acme", LEDGER))
+    assert outside.carried is None, "outside a batch nothing is carried"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +18,11 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from outbox import keys
 from outbox.delivery.attempts import Attempts
+from outbox.delivery.batch import Batch
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.left_out import LeftOut
-from outbox.delivery.log_check import LogCheck, ReadAhead, read_record
+from outbox.delivery.log_check import LogCheck, read_record
 from outbox.delivery.path import (
     DeliveryOutcome,
     DeliveryPath,
@@ -49,9 +49,9 @@ from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 from outbox.tracing import observed_pair
 
 if TYPE_CHECKING:
-    from outbox.delivery.ordered import OrderedGate, OwedWake
+    from outbox.delivery.ordered import OrderedGate
     from outbox.delivery.workflow import WorkflowPath
-    from outbox.ordering import OrderBook, WakeUps, Watermark
+    from outbox.ordering import OrderBook, WakeUps
     from outbox.workflows.starter import WorkflowStarter
 
 logger = logging.getLogger(__name__)
@@ -207,30 +207,27 @@ class DurableConsumer:
         ahead = self.log_check.read_ahead(
             event.get("Records") or [], lambda message: bool(self._subscriptions(message)), also=watermark_keys
         )
-
-        # The wake-ups the batch's ordered completions owe, run once its records are done (``wake_owed``).
-        owed: list[OwedWake] = []
-
-        def record_handler(record: SQSRecord) -> None:
-            self.process_record(record, remaining, ahead, owed)
-
         # A batch without ordered deliveries carries no watermarks (a record the read ahead could not parse, read
         # again alone, still reaches the gate: it reads its watermark).
-        with self.ordered.carried.carrying(places, ahead.rows) if places else nullcontext():
-            try:
-                response = process_partial_response(
-                    event=dict(event), record_handler=record_handler, processor=processor, context=context
-                )
-                failures = [dict(failure) for failure in response.get("batchItemFailures", [])]
-            except BatchProcessingError:
-                # Powertools raises when every record failed or was skipped (no raise_on_entire_batch_failure
-                # for FIFO yet). Reporting them all is the same for SQS without counting a function error.
-                failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"]]
-            # Only now, with every record of the batch done: the time in-place work spends is time no other
-            # record (another tenant's group, most likely) needs.
-            reported = {failure["itemIdentifier"] for failure in failures}
-            # Owed only by the gate's completions, whichever records they came from.
-            unwoken = self.ordered.wake_owed(owed, remaining) if owed else []
+        batch = Batch(ahead, self.ordered.carrying(places, ahead.rows) if places else None)
+
+        def record_handler(record: SQSRecord) -> None:
+            self.process_record(record, remaining, batch)
+
+        try:
+            response = process_partial_response(
+                event=dict(event), record_handler=record_handler, processor=processor, context=context
+            )
+            failures = [dict(failure) for failure in response.get("batchItemFailures", [])]
+        except BatchProcessingError:
+            # Powertools raises when every record failed or was skipped (no raise_on_entire_batch_failure
+            # for FIFO yet). Reporting them all is the same for SQS without counting a function error.
+            failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"]]
+        # Only now, with every record of the batch done: the time in-place work spends is time no other
+        # record (another tenant's group, most likely) needs.
+        reported = {failure["itemIdentifier"] for failure in failures}
+        # Owed only by the gate's completions, whichever records they came from.
+        unwoken = self.ordered.wake_owed(batch, remaining) if batch.owed else []
         failures += [{"itemIdentifier": i} for i in unwoken if i not in reported]
         return {"batchItemFailures": failures}
 
@@ -247,15 +244,12 @@ class DurableConsumer:
     # -- one message ----------------------------------------------------------------------------------
 
     @observed(AROUND["read_record"])
-    def process_record(
-        self,
-        record: SQSRecord,
-        remaining_ms: RemainingMs,
-        ahead: ReadAhead | None = None,
-        owed_wakes: list[OwedWake] | None = None,
-    ) -> None:
-        """One record of a batch (``ahead``: what the batch read of it; ``owed_wakes``: where its ordered
-        completions leave the wake-ups they owe the batch), or alone, its wake-ups run at once."""
+    def process_record(self, record: SQSRecord, remaining_ms: RemainingMs, batch: Batch | None = None) -> None:
+        """One record of a ``batch`` (what it read ahead and carries; its ordered completions owe it the wake-ups
+        they leave), or alone, its wake-ups run at once."""
+        ahead = batch.ahead if batch is not None else None
+        if batch is not None:
+            batch.begin_record(str(record.message_id))
         try:
             message = ahead.message(record) if ahead is not None else None
             if message is None:
@@ -267,7 +261,7 @@ class DurableConsumer:
         log = {"event_id": envelope.id, "correlation_id": envelope.correlation_id, "tenant": envelope.tenant}
         subscriptions = self._subscriptions(message)
         if message.targets is not None:
-            self.left_out.record(self.deployed, envelope, message.targets, subscriptions, message.receive_count)
+            self.left_out.record(self.deployed, envelope, message.targets, subscriptions, message.receive_count, batch)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
             self.attempts.count(Metric.UNMATCHED)
@@ -281,9 +275,6 @@ class DurableConsumer:
         # (a repair message is vouched for by the REPLAYING row its repair wrote, at any age).
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
         repair = message.targets is not None  # a replay or reconcile: its pairs have rows already
-        # Ordered completions of this message whose deferred followers are woken after the batch's records (with
-        # no batch around it, right after each completion).
-        owed: list[tuple[Subscription, Watermark]] | None = [] if owed_wakes is not None else None
         retry = [
             s.name
             for s in subscriptions
@@ -295,12 +286,12 @@ class DurableConsumer:
                 digest,
                 may_create=may_create,
                 repair=repair,
-                owed=owed,
+                batch=batch,
             )
             is DeliveryOutcome.RETRY
         ]
-        if owed_wakes is not None and owed:
-            owed_wakes += self.ordered.owed(str(record.message_id), owed)
+        if batch is not None:
+            batch.end_record()  # its ordered completions' wake-ups, run after the batch's records
         if retry:
             raise RetryableDeliveryError(f"event {envelope.id}: {', '.join(retry)} will run again")
 
@@ -322,7 +313,7 @@ class DurableConsumer:
         *,
         may_create: bool = True,
         repair: bool = False,
-        owed: list[tuple[Subscription, Watermark]] | None = None,
+        batch: Batch | None = None,
     ) -> DeliveryOutcome:
         """Run one (event, subscription) to its outcome, on the path that fits it (``path_for``), once the
         invocation has time for it: a run the deadline would cut off comes back with its group instead."""
@@ -330,7 +321,7 @@ class DurableConsumer:
         if self.attempts.lacks_time(subscription, remaining_ms, log):
             return DeliveryOutcome.RETRY
         pair = Pair(
-            envelope, subscription, receive_count, digest or envelope_digest(envelope), may_create, repair, owed
+            envelope, subscription, receive_count, digest or envelope_digest(envelope), may_create, repair, batch
         )
         with observed_pair(
             envelope, subscription.name, lane=Lane.DURABLE.value, receive_count=receive_count, log=self.log

@@ -18,6 +18,7 @@ from outbox.pairs import Act, DeployedCatalog, State, rule
 from outbox.subscriptions import Subscription
 
 if TYPE_CHECKING:
+    from outbox.delivery.batch import Batch
     from outbox.delivery.ordered import OrderedGate
 
 logger = logging.getLogger(__name__)
@@ -39,12 +40,14 @@ class LeftOut:
         targets: Iterable[str],
         running: tuple[Subscription, ...],
         receive_count: int,
+        batch: Batch | None = None,
     ) -> None:
         """A repair's message names pairs the deployed catalog no longer runs (a deploy removed, renamed or
         narrowed their subscription, or moved it off DURABLE since the repair was sent): each that waited for
         it (REPLAYING, DEFERRED, or PENDING with its lease lapsed) is made dead again with a dead letter that says
         why, so that no repair is reported under way while nothing will ever run it (``outbox.pairs.machine``: the
-        MARK_DEAD rules). One under a live lease is a run of the code before the deploy: the message comes back."""
+        MARK_DEAD rules). One under a live lease is a run of the code before the deploy: the message comes back.
+        ``batch``: the message's (the watermarks it carries), if any."""
         names = {subscription.name for subscription in running}
         for name in sorted(set(targets) - names):
             placement = deployed.place(name, envelope.type, envelope.occurred_at)
@@ -69,7 +72,7 @@ class LeftOut:
             if found is not None and found.ordered:
                 # It may have waited in the order, which goes on without it: the next deferred event is sent on
                 # (again, on a redelivery of this message: the marking above may have landed before a crash).
-                self.ordered().send_next(found, envelope.tenant)
+                self.ordered().send_next(found, envelope.tenant, batch)
 
     def _mark(self, envelope: Envelope, name: str, why: str, statuses: tuple[str, ...], receive_count: int) -> bool:
         """Dead again with its left_out dead letter, and out of the order it waited in (if any), at once; looking

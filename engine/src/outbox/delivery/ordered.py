@@ -8,19 +8,21 @@ unordered one: its writes, its completion marker and the watermark commit in one
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
 
-Within one batch the watermarks are read once and carried from write to write (``outbox.delivery.carried``).
+Within one batch the watermarks are read once and carried from write to write (``outbox.delivery.carried``): each
+pair brings its batch (``Pair.batch``), and whatever the gate hands on (a woken pair, a placing) is given it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
 from outbox.delivery.attempts import Attempts
+from outbox.delivery.batch import Batch, OwedWake
 from outbox.delivery.carried import CarriedWatermarks
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import ORDER_RACE_LOOKS, LeasePath
@@ -36,15 +38,6 @@ from outbox.subscriptions import HandlerResult, Subscription
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class OwedWake:
-    """An ordered completion of a batch's message whose deferred followers are woken after the batch's records."""
-
-    message_id: str
-    subscription: Subscription
-    watermark: Watermark
-
-
 class OrderedGate:
     """Skip, defer, or run in order (by the lease path), then wake what waited."""
 
@@ -55,7 +48,18 @@ class OrderedGate:
         self.direct = direct
         self.wake_ups = wake_ups
         self.order = lease.order
-        self.carried = CarriedWatermarks(self.order, self.inbox.table_name)  # through one batch
+
+    def carrying(
+        self, places: Iterable[tuple[str, str]], read: Mapping[tuple[str, str, str], dict[str, Any] | None]
+    ) -> CarriedWatermarks:
+        """The watermarks a batch carries from its first read (``CarriedWatermarks.read_ahead``)."""
+        return CarriedWatermarks.read_ahead(self.order, self.inbox.table_name, places, read)
+
+    def carried(self, batch: Batch | None) -> CarriedWatermarks:
+        """What ``batch`` carries; outside a batch (or in one with no ordered place), nothing: each read fresh."""
+        if batch is not None and batch.watermarks is not None:
+            return batch.watermarks
+        return CarriedWatermarks(self.order)
 
     def _behind_the_watermark(
         self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
@@ -81,14 +85,14 @@ class OrderedGate:
 
     def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
         """Run the pair only in its tenant's order (``apply_in_order``); the events deferred behind it that may
-        run now are owed to the batch (``pair.owed``: woken once its records are done), or woken here."""
+        run now are owed to the batch (``Batch.owe``: woken once its records are done), or woken here."""
         outcome, watermark = self.apply_in_order(pair, remaining_ms)
         if watermark is None:
             return outcome
-        if pair.owed is not None:
-            pair.owed.append((pair.subscription, watermark))
+        if pair.batch is not None:
+            pair.batch.owe(pair.subscription, watermark)
             return outcome
-        return self._wake(pair.subscription, watermark, outcome, remaining_ms)
+        return self._wake(pair.subscription, watermark, outcome, remaining_ms, pair.batch)
 
     def apply_in_order(
         self, pair: Pair, remaining_ms: RemainingMs, *, in_place: bool = False, directly: bool = True
@@ -106,7 +110,8 @@ class OrderedGate:
         A DynamoDB-only subscription's pair that is next in order and can have no history yet runs with no claim
         (``_apply_directly``), unless ``directly`` is False."""
         envelope, subscription = pair.envelope, pair.subscription
-        watermark = self.carried.watermark(envelope.tenant, subscription.name)
+        carried = self.carried(pair.batch)
+        watermark = carried.watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
             return self._behind_the_watermark(pair, watermark, remaining_ms)
         waits_for: int | None = None
@@ -118,7 +123,7 @@ class OrderedGate:
                     return applied
                 # The pair has a row, the watermark moved, or the commit's answer is unknown: nothing is known
                 # written. Look again, under a lease, if a second run still fits (else the message comes back).
-                self.carried.forget(envelope.tenant, subscription.name)
+                carried.forget(envelope.tenant, subscription.name)
                 if self.attempts.lacks_time(subscription, remaining_ms, pair.log):
                     return DeliveryOutcome.RETRY, None
                 return self.apply_in_order(pair, remaining_ms, directly=False)
@@ -126,26 +131,26 @@ class OrderedGate:
         if not isinstance(claimed, Claim):
             # Done, skipped or held elsewhere although the watermark the batch carries says otherwise: that
             # copy may be behind (an operator's skip), so the next pair of the place reads it again.
-            self.carried.forget(envelope.tenant, subscription.name)
+            carried.forget(envelope.tenant, subscription.name)
             return claimed, None
         claim = claimed
         if in_place and claim.attempts > 1:
             return self._not_here(claim), None
-        placed = self.place(claim, envelope, subscription, watermark, waits_for)
+        placed = self.place(claim, envelope, subscription, watermark, waits_for, pair.batch)
         if isinstance(placed, DeliveryOutcome):
             return placed, None
         advanced = self.lease.run_and_complete(
             claim,
             pair,
             remaining_ms,
-            lambda result: self._complete_in_order(claim, envelope, subscription, result, placed),
+            lambda result: self._complete_in_order(claim, envelope, subscription, result, placed, carried),
         )
         if isinstance(advanced, DeliveryOutcome):
             # The run or its completion failed: the watermark is most likely where it was, but a completion
             # whose answer was lost may have moved it. Read it again rather than guess.
-            self.carried.forget(envelope.tenant, subscription.name)
+            carried.forget(envelope.tenant, subscription.name)
             return advanced, None
-        self.carried.carry(advanced)
+        carried.carry(advanced)
         return DeliveryOutcome.COMPLETED, advanced
 
     @observed(AROUND["apply_directly"])
@@ -159,10 +164,11 @@ class OrderedGate:
         the watermark moved or the commit failed (the caller looks again, under a lease, from a fresh read of the
         watermark); a failed run is claimed after the fact and counted as on the lease path."""
         envelope, subscription = pair.envelope, pair.subscription
+        carried = self.carried(pair.batch)
         try:
             result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
-            self.carried.forget(envelope.tenant, subscription.name)
+            carried.forget(envelope.tenant, subscription.name)
             return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, terminal=None), None
         order = self.order.advance_items(watermark, envelope, was_deferred=False)
         try:
@@ -177,7 +183,7 @@ class OrderedGate:
         if existing is not None:
             return None
         advanced = self.order.advanced(watermark, envelope, was_deferred=False)
-        self.carried.carry(advanced)
+        carried.carry(advanced)
         self.attempts.count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED, advanced
 
@@ -189,10 +195,12 @@ class OrderedGate:
         subscription: Subscription,
         watermark: Watermark,
         waits_for: int | None = None,
+        batch: Batch | None = None,
     ) -> Watermark | DeliveryOutcome:
         """The watermark to advance when the pair is next in order; DEFERRED once it is put aside behind its
         predecessor (the deferral is conditioned on the watermark read: if it moved, look again). ``waits_for``:
-        the predecessor already found against ``watermark``, if any."""
+        the predecessor already found against ``watermark``, if any; ``batch``: the pair's."""
+        carried = self.carried(batch)
         for look in range(ORDER_RACE_LOOKS):
             if look > 0 or waits_for is None:
                 waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
@@ -203,12 +211,12 @@ class OrderedGate:
             try:
                 self.inbox.defer(claim, waits_for, items)
             except WatermarkMovedError:
-                watermark = self.carried.read(envelope.tenant, subscription.name)
+                watermark = carried.read(envelope.tenant, subscription.name)
                 continue
             except LeaseLostError:
                 self.attempts.count(Metric.LEASES_LOST)
                 return DeliveryOutcome.RETRY
-            self.carried.carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
+            carried.carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
             logger.info(
                 "deferred %s: seq %d waits for seq %d",
                 claim.idempotency_key,
@@ -218,12 +226,18 @@ class OrderedGate:
             )
             self.attempts.count(Metric.DEFERRALS)
             return DeliveryOutcome.DEFERRED
-        self.carried.forget(envelope.tenant, subscription.name)
+        carried.forget(envelope.tenant, subscription.name)
         self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
         return DeliveryOutcome.RETRY
 
     def _complete_in_order(
-        self, claim: Claim, envelope: Envelope, subscription: Subscription, result: HandlerResult, watermark: Watermark
+        self,
+        claim: Claim,
+        envelope: Envelope,
+        subscription: Subscription,
+        result: HandlerResult,
+        watermark: Watermark,
+        carried: CarriedWatermarks,
     ) -> Watermark:
         """Complete with the watermark moved to this event; the watermark after it. A deferral of a later event
         may have changed the row's version (not its seq) meanwhile: then complete against the fresh row."""
@@ -233,7 +247,7 @@ class OrderedGate:
             try:
                 self.lease.complete(claim, envelope, subscription, result, order)
             except WatermarkMovedError:
-                fresh = self.carried.read(envelope.tenant, subscription.name)
+                fresh = carried.read(envelope.tenant, subscription.name)
                 if fresh.applied_seq != watermark.applied_seq:
                     raise
                 watermark = fresh
@@ -243,25 +257,20 @@ class OrderedGate:
 
     # -- waking what waited ---------------------------------------------------------------------------
 
-    @staticmethod
-    def owed(message_id: str, completions: Iterable[tuple[Subscription, Watermark]]) -> list[OwedWake]:
-        """The wake-ups a batch's message owes for its ordered ``completions`` (subscription, watermark written)."""
-        return [OwedWake(message_id, subscription, mark) for subscription, mark in completions]
-
-    def wake_owed(self, owed: Sequence[OwedWake], remaining_ms: RemainingMs) -> list[str]:
-        """Wake what the batch's ordered completions owe, once per (tenant, subscription) from the latest
-        watermark the batch wrote; the ids of the messages whose wake-up could neither run nor be sent (they
-        come back, find their pairs applied, and wake again)."""
+    def wake_owed(self, batch: Batch, remaining_ms: RemainingMs) -> list[str]:
+        """Wake what the batch's ordered completions owe (``batch.owed``), once per (tenant, subscription) from
+        the latest watermark the batch wrote; the ids of the messages whose wake-up could neither run nor be sent
+        (they come back, find their pairs applied, and wake again)."""
         latest: dict[tuple[str, str], OwedWake] = {}
         messages: dict[tuple[str, str], list[str]] = {}
-        for one in owed:
+        for one in batch.owed:
             place = (one.watermark.tenant, one.subscription.name)
             messages.setdefault(place, []).append(one.message_id)
             if place not in latest or one.watermark.version > latest[place].watermark.version:
                 latest[place] = one
         unwoken: list[str] = []
         for place, one in latest.items():
-            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms)
+            woke = self._wake(one.subscription, one.watermark, DeliveryOutcome.COMPLETED, remaining_ms, batch)
             if woke is DeliveryOutcome.RETRY:
                 unwoken += messages[place]
         return unwoken
@@ -272,6 +281,7 @@ class OrderedGate:
         watermark: Watermark,
         outcome: DeliveryOutcome,
         remaining_ms: RemainingMs | None,
+        batch: Batch | None,
         *,
         whatever_it_waits_for: bool = False,
     ) -> DeliveryOutcome:
@@ -279,7 +289,8 @@ class OrderedGate:
         for another (``RunTimes.has_time_for``; never with no ``remaining_ms``); send the one it cannot run here
         back to the queue. All of it before the message that owes it is acknowledged: a crash on the way leaves
         the message to come back and do it again. ``outcome`` is this message's, or RETRY when the next event
-        could neither run nor be sent. ``whatever_it_waits_for``: wake the lowest whatever it waits for."""
+        could neither run nor be sent. ``batch``: the one whose records owe it (woken pairs run in it), if any.
+        ``whatever_it_waits_for``: wake the lowest whatever it waits for."""
         assert self.wake_ups is not None  # checked at construction for every ordered subscription
         passed = 0  # the last row passed as out of the order
         try:
@@ -300,7 +311,7 @@ class OrderedGate:
                     and remaining_ms is not None
                     and self.attempts.times.has_time_for(subscription, remaining_ms, in_place=True)
                 ):
-                    woken, advanced = self.run_woken(subscription, ready, remaining_ms, envelope)
+                    woken, advanced = self.run_woken(subscription, ready, remaining_ms, envelope, batch)
                     if advanced is not None:
                         watermark, whatever_it_waits_for = advanced, False
                         continue
@@ -314,26 +325,30 @@ class OrderedGate:
             return DeliveryOutcome.RETRY
         return outcome
 
-    def send_next(self, subscription: Subscription, tenant: str) -> None:
+    def send_next(self, subscription: Subscription, tenant: str, batch: Batch | None) -> None:
         """After a pair left the order with no completion (a deploy left it out), which wakes nothing by itself:
         send the lowest deferred event back to the queue whatever it waits for (it may have waited for the pair
         that left; its wake-up places it again under the deployed catalog: it runs, waits for its new
         predecessor, or is left out too). Raises when it could not: the message comes back and sends it."""
-        watermark = self.carried.read(tenant, subscription.name)
-        woke = self._wake(subscription, watermark, DeliveryOutcome.COMPLETED, None, whatever_it_waits_for=True)
+        watermark = self.carried(batch).read(tenant, subscription.name)
+        woke = self._wake(subscription, watermark, DeliveryOutcome.COMPLETED, None, batch, whatever_it_waits_for=True)
         if woke is DeliveryOutcome.RETRY:
             raise RetryableDeliveryError(f"could not wake the next deferred event of {subscription.name}")
 
     @observed(AROUND["run_woken"])
     def run_woken(
-        self, subscription: Subscription, ready: Deferred, remaining_ms: RemainingMs, envelope: Envelope
+        self,
+        subscription: Subscription,
+        ready: Deferred,
+        remaining_ms: RemainingMs,
+        envelope: Envelope,
+        batch: Batch | None = None,
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Apply, here, a deferred event whose predecessor was just applied (``envelope``: its row in the log, in
-        the order as deployed): as ``apply_in_order`` answers."""
+        the order as deployed), in the predecessor's ``batch``: as ``apply_in_order`` answers."""
         self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
-        pair = Pair(
-            envelope, subscription, 1, envelope_digest(envelope), self.inbox.can_vouch_for(envelope.occurred_at)
-        )
+        may_create = self.inbox.can_vouch_for(envelope.occurred_at)
+        pair = Pair(envelope, subscription, 1, envelope_digest(envelope), may_create, batch=batch)
         return self.apply_in_order(pair, remaining_ms, in_place=True)
 
     def _logged(self, ready: Deferred) -> Envelope | None:

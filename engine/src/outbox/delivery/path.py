@@ -28,7 +28,7 @@ from outbox.exceptions import (
 from outbox.subscriptions import HandlerResult, Subscription
 
 if TYPE_CHECKING:
-    from outbox.ordering import Watermark
+    from outbox.delivery.batch import Batch
 
 # What is left of the invocation, in milliseconds (the Lambda context's ``get_remaining_time_in_millis``).
 RemainingMs = Callable[[], int]
@@ -64,9 +64,9 @@ class Pair:
     """One (event, subscription) to deliver, with what its message told the batch loop.
 
     ``may_create``: the inbox still remembers completions from the event's time, so a missing claim row proves
-    the pair never completed. ``repair``: a replay or reconcile sent it (its pair has a row already). ``owed``:
-    where an ordered completion's wake-up goes, the batch's list (woken once the batch's records are done) or
-    None (woken at once)."""
+    the pair never completed. ``repair``: a replay or reconcile sent it (its pair has a row already). ``batch``:
+    the invocation's batch it is delivered in (what the batch carries; its ordered completion's wake-up is owed
+    to it, run once the batch's records are done), or None outside any batch (nothing carried, woken at once)."""
 
     envelope: Envelope
     subscription: Subscription
@@ -74,7 +74,7 @@ class Pair:
     digest: str
     may_create: bool = True
     repair: bool = False
-    owed: list[tuple[Subscription, Watermark]] | None = field(default=None, compare=False)
+    batch: Batch | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:

@@ -118,7 +118,8 @@ class FaultSeams(OrderedFaultSeams):
             """As a direct run starts, whether a reconcile lands in it; a fault point before its commit: the
             reconcile lands before the run commits."""
             if happening.moment in direct_runs:
-                reconciled_in(happening.detail.arguments["pair"], happening.detail.arguments["remaining_ms"])
+                run = happening.detail.arguments["run"]
+                reconciled_in(run.pair, run.remaining_ms)
             elif happening.moment is Moment.BEFORE_DIRECT_COMMIT and happening.key in reconciled:
                 reconciled.discard(happening.key)
                 self._reconciling = True

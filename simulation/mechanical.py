@@ -33,7 +33,19 @@ GUARANTEE_MODULES: tuple[str, ...] = (
     ),
     *(
         f"outbox.delivery.{name}"
-        for name in ("attempts", "direct", "lease", "left_out", "log_check", "ordered", "path", "timing", "workflow")
+        for name in (
+            "batch",
+            "carried",
+            "direct",  # lease: one line, Run.under_lease, no point of its own
+            "left_out",
+            "log_check",
+            "ordered",
+            "path",
+            "run",
+            "runs",
+            "timing",
+            "workflow",
+        )
     ),
     "outbox.ordering",
     "outbox.store",

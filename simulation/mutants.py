@@ -45,7 +45,7 @@ REPLAY, REDRIVE, RECONCILE = "outbox.ops.replay", "outbox.ops.redrive", "outbox.
 STATUS, GROUPS = "outbox.ops.status", "outbox.ops.groups"
 CANONICAL, ENVELOPE = "outbox.canonical", "outbox.envelope"
 RUNTIME = "outbox.local.runtime"
-ATTEMPTS, LEASE, DIRECT = "outbox.delivery.attempts", "outbox.delivery.lease", "outbox.delivery.direct"
+RUN, RUNS, DIRECT = "outbox.delivery.run", "outbox.delivery.runs", "outbox.delivery.direct"
 GATE, TIMING, LOG_CHECK = "outbox.delivery.ordered", "outbox.delivery.timing", "outbox.delivery.log_check"
 PAIRS = "outbox.pairs.machine"
 ROWS = "outbox.inbox.rows"
@@ -196,9 +196,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the consumer: completion and classification --------------------------------------------------------
     Mutant(
         id="follow-up-before-completion",
-        module=LEASE,
-        original="self.attempts.emit_follow_up(envelope, subscription, result, [*completion, *result.writes])",
-        replacement="self.attempts.emit_follow_up(envelope, subscription, result, [*result.writes])\n"
+        module=RUN,
+        original="self._emit_follow_up(result, [*completion, *result.writes])",
+        replacement="self._emit_follow_up(result, [*result.writes])\n"
         "            self.inbox.mark_completed(claim, (), order)",
         description="the follow-up event commits without the COMPLETED mark, which is written after it",
         what_should_catch_it="a lost lease or a throttle after the follow-up: two follow-ups for one effect (2)",
@@ -206,7 +206,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="every-error-terminal",
-        module=ATTEMPTS,
+        module=RUN,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, Exception) or (",
         description="a retryable handler error is dead at once",
@@ -215,7 +215,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="contract-violation-retryable",
-        module=ATTEMPTS,
+        module=RUN,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, TerminalError) or (",
         description="a handler that breaks its contract is retried instead of dead at once",
@@ -224,7 +224,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="terminal-error-retried",
-        module=ATTEMPTS,
+        module=RUN,
         original="terminal = isinstance(exc, TerminalError | ContractViolationError) or (",
         replacement="terminal = isinstance(exc, ContractViolationError) or (",
         description="a handler's TerminalError is retried like any other error instead of dead at once",
@@ -233,7 +233,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="dead-by-receive-count",
-        module=ATTEMPTS,
+        module=RUN,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = receive_count >= self.inbox.max_attempts",
         description="dead is decided by the message's receive count, which followers of a failing head collect too",
@@ -242,7 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="attempts-check-one-late",
-        module=ATTEMPTS,
+        module=RUN,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = claim.attempts > self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair gets one attempt more than allowed",
@@ -251,7 +251,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="attempts-check-one-early",
-        module=ATTEMPTS,
+        module=RUN,
         original="exhausted = claim.attempts >= self.inbox.max_attempts",
         replacement="exhausted = claim.attempts + 1 >= self.inbox.max_attempts",
         description="the attempts check is off by one: a failing pair is dead one attempt early",
@@ -260,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="crash-check-off-by-one",
-        module=LEASE,
+        module=RUN,
         original="if claim.attempts > self.inbox.max_attempts:",
         replacement="if claim.attempts >= self.inbox.max_attempts:",
         description="the last allowed attempt is taken for a crash and dead-lettered without running",
@@ -269,9 +269,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="in-progress-acknowledged",
-        module=ATTEMPTS,
-        original="self.count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
-        replacement="self.count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
+        module=RUN,
+        original="self.runs.count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
+        replacement="self.runs.count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
         seeds=(17, 31),
@@ -622,12 +622,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="watermark-outside-completion",
         module=GATE,
-        original=(
-            "            try:\n                self.lease.complete(claim, envelope, subscription, result, order)\n"
-        ),
+        original=("            try:\n                run.commit(claim, result, order)\n"),
         replacement=(
             "            try:\n"
-            "                self.lease.complete(claim, envelope, subscription, result)\n"
+            "                run.commit(claim, result)\n"
             "                self.inbox.client.transact_write_items(TransactItems=order)\n"
         ),
         description="the watermark is advanced in a write of its own after the completion's transaction",
@@ -725,8 +723,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="ordered-direct-leaves-the-watermark",
         module=GATE,
-        original="            existing = self.direct.commit(envelope, subscription, result, pair.digest, order)\n",
-        replacement="            existing = self.direct.commit(envelope, subscription, result, pair.digest)\n",
+        original="            existing = run.commit_directly(result, order)\n",
+        replacement="            existing = run.commit_directly(result)\n",
         description="a DynamoDB-only ordered pair's direct completion commits its writes and marker without moving "
         "the watermark, while the batch carries it as moved",
         what_should_catch_it="any ordered item applied on its first receive: the watermark stays behind what the "
@@ -742,8 +740,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         replacement=(
             "            carried.forget(envelope.tenant, subscription.name)\n"
-            "            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, False)"
-            ", None\n"
+            "            return run.fail_unclaimed(exc, False), None\n"
         ),
         description="a direct ordered completion that raised is handled as a failed run, claimed after the fact: "
         "when it had committed (its answer lost) the claim finds the pair done, and the event deferred behind it "
@@ -770,8 +767,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="unfinished-attempt-forgotten",
-        module=ATTEMPTS,
-        original="            return self._after_unfinished(result.claim, pair, remaining_ms)\n",
+        module=RUN,
+        original="            return self._after_unfinished(result.claim)\n",
         replacement="            return result.claim\n",
         description="the claim ignores an attempt that never ended: a container that timed out is replaced and "
         "forgets the handler's time, so the pair starts late again, is cut off again and spends its attempts",
@@ -798,7 +795,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="started-without-time",
         module=CONSUMER,
-        original="        if self.attempts.lacks_time(subscription, remaining_ms, log):\n",
+        original="        if self.runs.lacks_time(subscription, remaining_ms, log):\n",
         replacement="        if False:\n",
         description="a pair starts however little of the invocation is left: the deadline stops it, an attempt "
         "spent for what the records before it took",
@@ -809,7 +806,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="direct-second-run-without-time",
         module=DIRECT,
-        original="            if self.attempts.lacks_time(pair.subscription, remaining_ms, pair.log):\n",
+        original="            if run.lacks_time():\n",
         replacement="            if False:\n",
         description="a DynamoDB-only pair whose direct commit found a row runs again under a lease however little "
         "of the invocation its first run left: the deadline stops it, an attempt spent",
@@ -820,7 +817,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="ordered-direct-second-run-without-time",
         module=GATE,
-        original="                if self.attempts.lacks_time(subscription, remaining_ms, pair.log):\n",
+        original="                if run.lacks_time():\n",
         replacement="                if False:\n",
         description="the next event of an ordered DynamoDB-only subscription whose direct commit found a row runs "
         "again under a lease however little of the invocation its first run left: the deadline stops it",
@@ -832,11 +829,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="ordered-since-skips-the-switch",
         module=CONSUMER,
-        original="            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n",
+        original="            outcome = self.path_for(pair).deliver(Run(pair, remaining_ms, self.runs))\n",
         replacement=(
             "            if subscription.ordered and not subscription.orders(envelope.occurred_at):\n"
             "                return DeliveryOutcome.SKIPPED\n"
-            "            outcome = self.path_for(pair).deliver(pair, remaining_ms)\n"
+            "            outcome = self.path_for(pair).deliver(Run(pair, remaining_ms, self.runs))\n"
         ),
         description="an event that occurred before an ordered subscription's order starts (ordered_since) is "
         "acknowledged as skipped, whatever its pair's state: work in flight when the subscription was made "
@@ -924,9 +921,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="retry-acknowledged",
-        module=ATTEMPTS,
-        original="self.count(Metric.RETRIES)\n        return DeliveryOutcome.RETRY",
-        replacement="self.count(Metric.RETRIES)\n        return DeliveryOutcome.SKIPPED",
+        module=RUN,
+        original="self.runs.count(Metric.RETRIES)\n        return DeliveryOutcome.RETRY",
+        replacement="self.runs.count(Metric.RETRIES)\n        return DeliveryOutcome.SKIPPED",
         description="a retryable failure gives the lease back and acknowledges the message: the pair waits, "
         "released, for a delivery that will never come",
         what_should_catch_it="any retryable error: once the faults stop, a pair PENDING with nothing on its way "
@@ -1007,7 +1004,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         id="lease-lost-acknowledged",
-        module=LEASE,
+        module=RUN,
         original="            return DeliveryOutcome.RETRY\n"
         "        except Exception as exc:  # every completion failure is classified\n",
         replacement="            return DeliveryOutcome.SKIPPED\n"
@@ -1089,15 +1086,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="direct-path-skips-upcast",
         module=DIRECT,
-        original="            handler_result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)\n",
-        # The direct path's run on a copy of the shared attempts whose delivered envelope is made as stored (not
-        # upcast): the lease path's stays as it is. Plain source, as a bug would be written: no patch.
+        original="            handler_result = run.run_handler(run.pair.key, 1)\n",
+        # The direct path's run made from a copy of what the runs share, whose delivered envelope is made as stored
+        # (not upcast): a run under a lease stays as it is. Plain source, as a bug would be written: no patch.
         replacement=(
             "            import copy as _copy\n"
             "\n"
-            "            as_stored = _copy.copy(self.attempts)\n"
+            "            as_stored = _copy.copy(run.runs)\n"
             "            as_stored.delivered = lambda envelope: envelope.handler_copy()\n"
-            "            handler_result = as_stored.run_handler(pair, pair.key, 1, remaining_ms)\n"
+            "            handler_result = Run(run.pair, run.remaining_ms, as_stored).run_handler(run.pair.key, 1)\n"
         ),
         description="the DynamoDB-only path hands its handler the payload as stored, not brought to the type's "
         "current version",
@@ -1108,7 +1105,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- schema versions -------------------------------------------------------------------------------
     Mutant(
         id="upcast-skipped",
-        module=ATTEMPTS,
+        module=RUNS,
         original="        payload = catalog.delivered_payload(envelope.type, envelope.schema_version, copy.payload)\n",
         replacement="        payload = copy.payload\n",
         description="the consumer hands handlers the payload as stored: an old event reaches today's handler in "
@@ -1206,7 +1203,9 @@ MUTANTS: tuple[Mutant, ...] = (
         id="workflow-start-named-per-receive",
         module=WORKFLOW,
         original="        name = execution_name(envelope.id, subscription.name, attempt)\n",
-        replacement="        name = execution_name(envelope.id, subscription.name, attempt + receive_count - 1)\n",
+        replacement=(
+            "        name = execution_name(envelope.id, subscription.name, attempt + run.pair.receive_count - 1)\n"
+        ),
         description="the execution is named by the delivery (its receive count), not by the pair's attempt: a start "
         "sent again after a crash or a lost answer makes a second execution of the same attempt",
         what_should_catch_it="a worker's death right after a start, its message received again: two executions of "
@@ -1216,7 +1215,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="workflow-start-failure-acknowledged",
         module=WORKFLOW,
-        original="            return self.attempts.failed(claim, envelope, subscription, exc, receive_count)\n",
+        original="            return run.fail(claim, exc)\n",
         replacement="            return DeliveryOutcome.HANDED\n",
         description="a start that failed (Lambda throttled it, and the look-up by its name found no execution) is "
         "taken as handed: the message is acknowledged, and nothing will start the pair's execution",

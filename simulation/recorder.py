@@ -212,7 +212,7 @@ class Recorder:
         arguments = happening.detail.arguments
         claim: Claim = arguments["claim"]
         self.observations.completions.append(self._fenced(claim))
-        self._applied(claim.idempotency_key, arguments["envelope"])
+        self._applied(claim.idempotency_key, happening.detail.by.envelope)  # the run's
         self._finished(claim)
         follow_up = " with its follow-up event" if getattr(arguments["result"], "follow_up", None) else ""
         self.trace.add(
@@ -242,7 +242,7 @@ class Recorder:
             return
         self.observations.claims[key] += 1  # the marker counts the attempt that ran
         self.observations.completions.append(FencedWrite(key, DIRECT, True, self.durable.clock()))
-        self._applied(key, happening.detail.arguments["envelope"])
+        self._applied(key, happening.detail.by.envelope)  # the run's
         follow_up = (
             " with its follow-up event" if getattr(happening.detail.arguments["result"], "follow_up", None) else ""
         )

@@ -12,13 +12,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from outbox.consumer import DeliveryOutcome
-from outbox.delivery.attempts import Attempts
+from outbox.delivery.run import Run
 from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, TerminalError
 from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, envelope_digest
 from outbox.keys import claim_key
 from outbox.local.esm import SqsEventSourceMapping
-from outbox.subscriptions import Subscription
 
 
 def plain_claim(
@@ -59,21 +58,13 @@ def plain_claim(
     return ClaimResult(ClaimOutcome.CLAIMED, claim=claim)
 
 
-def dead_on_first_error(
-    attempts: Attempts,
-    claim: Claim,
-    envelope: Envelope,
-    subscription: Subscription,
-    exc: BaseException,
-    receive_count: int,
-    terminal: bool | None = None,
-) -> DeliveryOutcome:
+def dead_on_first_error(run: Run, claim: Claim, exc: BaseException, terminal: bool | None = None) -> DeliveryOutcome:
     """Bug 2: the first handler error marks the claim dead and writes the dead letter, and the message is
     deleted as after a success: it is never retried."""
     reason = DeadReason.TERMINAL if isinstance(exc, TerminalError) else DeadReason.EXHAUSTED
     try:
-        attempts.inbox.mark_dead(
-            claim, envelope, f"{type(exc).__name__}: {exc}", type(exc).__name__, reason, receive_count
+        run.inbox.mark_dead(
+            claim, run.envelope, f"{type(exc).__name__}: {exc}", type(exc).__name__, reason, run.pair.receive_count
         )
     except LeaseLostError:
         return DeliveryOutcome.SKIPPED
@@ -85,7 +76,7 @@ def introduce_plain_claim(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def introduce_dead_on_first_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Attempts, "failed", dead_on_first_error)
+    monkeypatch.setattr(Run, "fail", dead_on_first_error)
 
 
 # -- two more, to show that the fencing and the FIFO invariants have teeth -----------------------------------

@@ -111,15 +111,16 @@ def test_a_run_nested_inside_another_is_charged_to_its_own_tenant_only() -> None
 # -- each run of a handler is judged as it starts, on what the consumer learnt of earlier runs -------------
 
 
-class _Attempts:
-    """Stands for the engine's ``Attempts``: its ``run_handler`` tells the recorder of each run, as the engine's
-    does (``outbox.observing``), and runs ``run`` as the handler."""
+class _Run:
+    """Stands for the engine's ``Run`` of ``pair``: its ``run_handler`` tells the recorder of each run, as the
+    engine's does (``outbox.observing``), and runs ``run`` as the handler."""
 
-    def __init__(self, run: Callable[[], Any]) -> None:
+    def __init__(self, pair: Any, run: Callable[[], Any]) -> None:
+        self.pair = pair
         self.run = run
 
     @observed(AROUND["run"])
-    def run_handler(self, pair: Any) -> None:
+    def run_handler(self, key: str, attempt: int) -> None:
         self.run()
 
 
@@ -133,7 +134,7 @@ def _handler_runs(recorder: Recorder, clock: _Clock, *seconds: float) -> None:
     with recorder._cut_off_noted(PAIR.key, "acme"):
         for took in seconds:
             with observing(recorder.observe):
-                _Attempts(lambda took=took: clock.advance(took)).run_handler(PAIR)
+                _Run(PAIR, lambda took=took: clock.advance(took)).run_handler(PAIR.key, 1)
             if clock() >= START + BUDGET:
                 raise InvocationTimedOut
 
@@ -172,7 +173,7 @@ def test_a_second_worker_s_delivery_nested_in_a_run_leaves_the_first_its_own_jud
 
     def delivery() -> None:
         with recorder._cut_off_noted(PAIR.key, "acme"), observing(recorder.observe):
-            _Attempts(nested_delivery_then_cut_off).run_handler(PAIR)
+            _Run(PAIR, nested_delivery_then_cut_off).run_handler(PAIR.key, 1)
 
     with pytest.raises(InvocationTimedOut):
         delivery()

@@ -12,10 +12,9 @@ import pytest
 
 from outbox import observing
 from outbox.consumer import DurableConsumer
-from outbox.delivery.attempts import Attempts
 from outbox.delivery.direct import DirectPath
-from outbox.delivery.lease import LeasePath
 from outbox.delivery.ordered import OrderedGate
+from outbox.delivery.run import Run
 from outbox.inbox import Inbox
 from outbox.observing import AROUND, Happening, Moment, observed, point
 from outbox.observing import observing as observing_block
@@ -201,12 +200,12 @@ OBSERVED = {
     "defer": (Inbox, ["claim", "waits_for", "order"]),
     "forgive": (Inbox, ["claim"]),
     "die": (Inbox, ["claim", "envelope", "error", "error_type", "reason", "receive_count"]),
-    "commit": (LeasePath, ["claim", "envelope", "subscription", "result", "order"]),
-    "commit_directly": (DirectPath, ["envelope", "subscription", "result", "digest", "order"]),
-    "fail_directly": (DirectPath, ["envelope", "subscription", "exc", "remaining_ms", "digest", "terminal"]),
-    "run": (Attempts, ["pair", "key", "attempt", "remaining_ms"]),
-    "run_directly": (DirectPath, ["pair", "remaining_ms"]),
-    "apply_directly": (OrderedGate, ["pair", "watermark", "remaining_ms"]),
+    "commit": (Run, ["claim", "result", "order"]),
+    "commit_directly": (Run, ["result", "order"]),
+    "fail_directly": (Run, ["exc", "terminal"]),
+    "run": (Run, ["key", "attempt"]),
+    "run_directly": (DirectPath, ["run"]),
+    "apply_directly": (OrderedGate, ["run", "watermark"]),
     "place": (OrderedGate, ["claim", "envelope", "subscription", "watermark", "waits_for", "batch"]),
     "advance": (OrderBook, ["watermark", "envelope", "was_deferred", "skipped"]),
     "wake": (WakeUps, ["deferred", "applied_seq"]),

@@ -154,7 +154,7 @@ def test_every_line_logged_during_a_pair_carries_its_keys_and_none_after() -> No
 
     written = io.StringIO()
     logger = Logger(service="test-tracing", logger_handler=logging.StreamHandler(written))
-    engine = logging.getLogger("outbox.delivery.attempts")
+    engine = logging.getLogger("outbox.delivery.run")
     package = logging.getLogger("outbox")
     kept = list(package.handlers), package.level, package.propagate
     copy_config_to_registered_loggers(source_logger=logger, include={"outbox"})  # what the handlers modules do

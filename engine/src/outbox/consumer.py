@@ -17,7 +17,6 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from outbox import keys
-from outbox.delivery.attempts import Attempts
 from outbox.delivery.batch import Batch
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
@@ -25,13 +24,14 @@ from outbox.delivery.left_out import LeftOut
 from outbox.delivery.log_check import LogCheck, read_record
 from outbox.delivery.path import (
     DeliveryOutcome,
-    DeliveryPath,
     Metric,
     Pair,
     RemainingMs,
     RetryableDeliveryError,
     UnfinishedAttemptsError,
 )
+from outbox.delivery.run import DeliveryPath, Run
+from outbox.delivery.runs import Runs
 from outbox.delivery.timing import LeasePolicy, RunTimes
 from outbox.envelope import Envelope
 from outbox.exceptions import (
@@ -114,7 +114,7 @@ class DurableConsumer:
                 "deferred event goes back to the durable queue when its predecessor is applied"
             )
         self.times = RunTimes()
-        self.attempts = Attempts(
+        self.runs = Runs(
             inbox,
             store,
             lease_policy=lease_policy or LeasePolicy(),
@@ -123,9 +123,9 @@ class DurableConsumer:
             times=self.times,
         )
         self.log_check = LogCheck(store)
-        self.lease = LeasePath(self.attempts)
-        self.left_out = LeftOut(self.attempts, self.lease, lambda: self.ordered)
-        self.direct = DirectPath(self.attempts, self.lease)
+        self.lease = LeasePath()
+        self.left_out = LeftOut(self.runs, lambda: self.ordered)
+        self.direct = DirectPath()
         self._wake_ups = wake_ups
         if ordered:
             self.ordered  # noqa: B018 - built now, before any thread could race to build it twice
@@ -133,7 +133,7 @@ class DurableConsumer:
         if any(s.lane is Lane.WORKFLOW for s in registry.subscriptions):  # its modules only where a catalog has one
             from outbox.delivery.workflow import workflow_path
 
-            self.workflow = workflow_path(registry, self.attempts, workflows, workflow_functions, self.lease)
+            self.workflow = workflow_path(registry, self.runs, workflows, workflow_functions)
 
     @cached_property
     def ordered(self) -> OrderedGate:
@@ -142,7 +142,7 @@ class DurableConsumer:
         ordering's modules at its cold start (make bench, section 3)."""
         from outbox.delivery.ordered import OrderedGate
 
-        return OrderedGate(self.attempts, self.lease, self.direct, self._wake_ups)
+        return OrderedGate(self.runs, self._wake_ups)
 
     @property
     def deployed(self) -> DeployedCatalog:
@@ -152,26 +152,26 @@ class DurableConsumer:
             self._deployed = DeployedCatalog(self.registry)
         return self._deployed
 
-    # What the paths share, as a caller configured it (a test may change it between invocations).
+    # What the runs share, as a caller configured it (a test may change it between invocations).
     @property
     def error_detail(self) -> ErrorDetail:
-        return self.attempts.error_detail
+        return self.runs.error_detail
 
     @error_detail.setter
     def error_detail(self, detail: ErrorDetail) -> None:
-        self.attempts.error_detail = detail
+        self.runs.error_detail = detail
 
     @property
     def metrics(self) -> Any | None:
-        return self.attempts.metrics
+        return self.runs.metrics
 
     @metrics.setter
     def metrics(self, metrics: Any | None) -> None:
-        self.attempts.metrics = metrics
+        self.runs.metrics = metrics
 
     @property
     def lease_policy(self) -> LeasePolicy:
-        return self.attempts.lease_policy
+        return self.runs.lease_policy
 
     @property
     def wake_ups(self) -> WakeUps | None:
@@ -264,7 +264,7 @@ class DurableConsumer:
             self.left_out.record(self.deployed, envelope, message.targets, subscriptions, message.receive_count, batch)
         if not subscriptions:
             logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
-            self.attempts.count(Metric.UNMATCHED)
+            self.runs.count(Metric.UNMATCHED)
             return
         doubt = self.log_check.doubt(envelope, ahead)
         if doubt is not None:
@@ -318,7 +318,7 @@ class DurableConsumer:
         """Run one (event, subscription) to its outcome, on the path that fits it (``path_for``), once the
         invocation has time for it: a run the deadline would cut off comes back with its group instead."""
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
-        if self.attempts.lacks_time(subscription, remaining_ms, log):
+        if self.runs.lacks_time(subscription, remaining_ms, log):
             return DeliveryOutcome.RETRY
         pair = Pair(
             envelope, subscription, receive_count, digest or envelope_digest(envelope), may_create, repair, batch
@@ -326,7 +326,7 @@ class DurableConsumer:
         with observed_pair(
             envelope, subscription.name, lane=Lane.DURABLE.value, receive_count=receive_count, log=self.log
         ) as observed:
-            outcome = self.path_for(pair).deliver(pair, remaining_ms)
+            outcome = self.path_for(pair).deliver(Run(pair, remaining_ms, self.runs))
             observed.outcome(outcome.value)
         return outcome
 
@@ -342,7 +342,7 @@ class DurableConsumer:
             return self.workflow
         if self.deployed.route_of(pair.subscription, pair.envelope.type, pair.envelope.occurred_at) is Route.IN_ORDER:
             return self.ordered
-        if DirectPath.takes(pair):
+        if pair.runs_directly:
             return self.direct
         return self.lease
 
@@ -372,7 +372,7 @@ class DurableConsumer:
                 received_hash=envelope.hash,
                 logged_hash=logged,
             )
-            self.attempts.count(Metric.CONFLICTS)
+            self.runs.count(Metric.CONFLICTS)
 
     def _poison(self, record: SQSRecord, error: str) -> None:
         attributes = record.raw_event.get("attributes") or {}
@@ -385,4 +385,4 @@ class DurableConsumer:
         logger.error("poison pill %s: %s", record.message_id, storable_text(error))
         body = record.raw_event.get("body")
         self.inbox.record_poison(str(record.message_id), body if isinstance(body, str) else repr(body), error, kept)
-        self.attempts.count(Metric.POISON_PILLS)
+        self.runs.count(Metric.POISON_PILLS)

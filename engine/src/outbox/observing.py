@@ -15,7 +15,9 @@ in threads) and safe from any thread; nobody observing costs one check of an emp
 The log has two moments of its own, an emit's transaction and a check's read of the chain head (no pair: their
 ids are ""). The moments reuse the names of ``outbox.pairs.machine.Step`` where they are the same thing (a
 claim, a commit, a release, a deferral, a wake-up). A ``Happening``'s ``detail`` holds the call's own arguments
-by their parameter names: what each moment carries is the engine method's signature, listed with ``AROUND``.
+by their parameter names: what each moment carries is the engine method's signature, listed with ``AROUND``. A
+pair's ``Run`` is the ``by`` of its own moments (its pair, its remaining time, its lease policy), whose arguments
+are only what varies from call to call.
 """
 
 from __future__ import annotations
@@ -40,14 +42,14 @@ class Moment(StrEnum):
     BEFORE_CLAIM = "before_claim"  # Inbox.claim: the lease-claim write
     CLAIMED = "claimed"  # result: the ClaimResult (claimed or refused)
     CLAIM_RAISED = "claim_raised"
-    BEFORE_RUN = "before_run"  # Attempts.run_handler: one run of a handler, the time it takes noted
+    BEFORE_RUN = "before_run"  # Run.run_handler: one run of a handler, the time it takes noted
     RAN = "ran"  # result: the checked HandlerResult
     RUN_RAISED = "run_raised"  # error: what the handler (or its result's check) raised
     HANDLER_STARTS = "handler_starts"  # inside the run, as the handler's own code is called: a point, no end
-    BEFORE_COMPLETION = "before_completion"  # LeasePath.complete: the fenced COMPLETED mark with the writes
+    BEFORE_COMPLETION = "before_completion"  # Run.commit: the fenced COMPLETED mark with the writes
     COMPLETED = "completed"
     COMPLETION_RAISED = "completion_raised"
-    BEFORE_DIRECT_COMMIT = "before_direct_commit"  # DirectPath.commit: the DynamoDB-only path's marker and writes
+    BEFORE_DIRECT_COMMIT = "before_direct_commit"  # Run.commit_directly: the DynamoDB-only path's marker and writes
     DIRECT_COMMIT_DONE = "direct_commit_done"  # result: None once committed, else the row that stopped it
     DIRECT_COMMIT_RAISED = "direct_commit_raised"
     BEFORE_DIRECT_RUN = "before_direct_run"  # DirectPath: a DynamoDB-only pair run and committed, no claim
@@ -56,7 +58,7 @@ class Moment(StrEnum):
     BEFORE_DIRECT_APPLY = "before_direct_apply"  # OrderedGate: the next in order, run with no claim
     DIRECT_APPLIED = "direct_applied"  # result: (DeliveryOutcome, Watermark | None), or None (looked at again)
     DIRECT_APPLY_RAISED = "direct_apply_raised"
-    BEFORE_DIRECT_FAILURE = "before_direct_failure"  # DirectPath.failed: a direct run failed, claimed now
+    BEFORE_DIRECT_FAILURE = "before_direct_failure"  # Run.fail_unclaimed: a direct run failed, claimed now
     DIRECT_FAILED = "direct_failed"  # result: the DeliveryOutcome
     DIRECT_FAILURE_RAISED = "direct_failure_raised"
     BEFORE_RELEASE = "before_release"  # Inbox.release: the lease given back
@@ -137,7 +139,7 @@ AROUND: Mapping[str, Around] = {
 
 @dataclass(frozen=True)
 class Detail:
-    """The call a moment belongs to: the engine object whose call it is (``by``: an ``Inbox``, a ``LeasePath``,
+    """The call a moment belongs to: the engine object whose call it is (``by``: an ``Inbox``, a ``Run``,
     a ``DurableConsumer``...), its arguments by parameter name (defaults filled in), and, once it ended, what it
     returned or raised."""
 
@@ -217,7 +219,7 @@ def observed(around: Around) -> Callable[[Callable[P, R]], Callable[P, R]]:
             bound.apply_defaults()
             by, *_ = bound.arguments.values()
             arguments = dict(list(bound.arguments.items())[1:])
-            event_id, subscription = _pair_of(arguments)
+            event_id, subscription = _pair_of(arguments, by)
 
             def tell(
                 observer: Observer, moment: Moment, result: Any = None, error: BaseException | None = None
@@ -248,17 +250,22 @@ def observed(around: Around) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return decorate
 
 
-def _pair_of(arguments: Mapping[str, Any]) -> tuple[str, str]:
-    """The (event id, subscription) a call is about, read from the engine's own names for its arguments."""
+def _pair_of(arguments: Mapping[str, Any], by: Any = None) -> tuple[str, str]:
+    """The (event id, subscription) a call is about, read from the engine's own names for its arguments; else the
+    pair of the run whose call it is (``by``: a ``Run``'s moments are its pair's)."""
     for name in ("claim", "ready", "deferred"):
         waiting = arguments.get(name)
         if waiting is not None:
             subscription = arguments.get("subscription", waiting.subscription)
             return waiting.event_id, getattr(subscription, "name", subscription)
-    pair = arguments.get("pair")
+    run = arguments.get("run")
+    pair = arguments.get("pair") or getattr(run, "pair", None)
     if pair is not None:
         return pair.envelope.id, pair.subscription.name
     envelope, subscription = arguments.get("envelope"), arguments.get("subscription")
     if envelope is not None and subscription is not None:
         return envelope.id, getattr(subscription, "name", subscription)
+    pair = getattr(by, "pair", None)
+    if pair is not None:
+        return pair.envelope.id, pair.subscription.name
     return "", ""

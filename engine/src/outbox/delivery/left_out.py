@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from outbox.delivery.attempts import Attempts
-from outbox.delivery.lease import ORDER_RACE_LOOKS, LeasePath
 from outbox.delivery.path import Metric, RetryableDeliveryError
+from outbox.delivery.run import ORDER_RACE_LOOKS
+from outbox.delivery.runs import Runs
 from outbox.envelope import Envelope
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.pairs import Act, DeployedCatalog, State, rule
@@ -27,10 +27,9 @@ logger = logging.getLogger(__name__)
 class LeftOut:
     """Records the pairs a repair's message names that the deployed catalog no longer runs."""
 
-    def __init__(self, attempts: Attempts, lease: LeasePath, ordered: Callable[[], OrderedGate]) -> None:
-        self.attempts = attempts
-        self.inbox = attempts.inbox
-        self.lease = lease
+    def __init__(self, runs: Runs, ordered: Callable[[], OrderedGate]) -> None:
+        self.runs = runs
+        self.inbox = runs.inbox
         self.ordered = ordered  # built only when a left-out pair's subscription is ordered
 
     def record(
@@ -67,7 +66,7 @@ class LeftOut:
                     why,
                     extra={"event_id": envelope.id, "subscription": name, "tenant": envelope.tenant},
                 )
-                self.attempts.count(Metric.DEAD_LETTERS)
+                self.runs.count(Metric.DEAD_LETTERS)
             found = deployed.find(name)
             if found is not None and found.ordered:
                 # It may have waited in the order, which goes on without it: the next deferred event is sent on
@@ -78,7 +77,7 @@ class LeftOut:
         """Dead again with its left_out dead letter, and out of the order it waited in (if any), at once; looking
         again while that order moves (a crash on the way: the message comes back and does it again)."""
         for _ in range(ORDER_RACE_LOOKS):
-            order = self.lease.order.release_items(envelope.tenant, name, envelope.seq)
+            order = self.runs.order.release_items(envelope.tenant, name, envelope.seq)
             try:
                 return self.inbox.mark_left_out(envelope, name, why, statuses, receive_count, order)
             except WatermarkMovedError:

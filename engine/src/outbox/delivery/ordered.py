@@ -1,10 +1,10 @@
-"""The ordered gate: an ordered subscription's pairs run in their tenant's order, through the lease path.
+"""The ordered gate: an ordered subscription's pairs run in their tenant's order, under a lease.
 
 Per (tenant, subscription) a watermark holds the last applied seq (``outbox.ordering``). A pair at or below it
 is skipped; one whose predecessor is not applied is deferred (acknowledged, its claim DEFERRED); the next in
-order is claimed and run by the lease path, and its completion advances the watermark in the same transaction.
-A DynamoDB-only subscription's next pair, on its first receive, runs with no claim, as the direct path runs an
-unordered one: its writes, its completion marker and the watermark commit in one transaction.
+order is claimed and run under a lease (``outbox.delivery.run``), and its commit advances the watermark in the
+same transaction. A DynamoDB-only subscription's next pair, on its first receive, runs with no claim, as the
+direct path runs an unordered one: its writes, its completion marker and the watermark commit in one transaction.
 Then the events deferred behind it may run: woken once the batch's own records are done (``wake_owed``), here
 in place while the invocation has time to spare, else sent back to the queue (``WakeUps``).
 
@@ -21,12 +21,11 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
-from outbox.delivery.attempts import Attempts
 from outbox.delivery.batch import Batch, OwedWake
 from outbox.delivery.carried import CarriedWatermarks
-from outbox.delivery.direct import DirectPath
-from outbox.delivery.lease import ORDER_RACE_LOOKS, LeasePath
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, RetryableDeliveryError
+from outbox.delivery.run import ORDER_RACE_LOOKS, Run
+from outbox.delivery.runs import Runs
 from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
@@ -39,15 +38,13 @@ logger = logging.getLogger(__name__)
 
 
 class OrderedGate:
-    """Skip, defer, or run in order (by the lease path), then wake what waited."""
+    """Skip, defer, or run in order (under a lease, or with no claim), then wake what waited."""
 
-    def __init__(self, attempts: Attempts, lease: LeasePath, direct: DirectPath, wake_ups: WakeUps | None) -> None:
-        self.attempts = attempts
-        self.inbox = attempts.inbox
-        self.lease = lease
-        self.direct = direct
+    def __init__(self, runs: Runs, wake_ups: WakeUps | None) -> None:
+        self.runs = runs
+        self.inbox = runs.inbox
         self.wake_ups = wake_ups
-        self.order = lease.order
+        self.order = runs.order
 
     def carrying(
         self, places: Iterable[tuple[str, str]], read: Mapping[tuple[str, str, str], dict[str, Any] | None]
@@ -61,41 +58,40 @@ class OrderedGate:
             return batch.watermarks
         return CarriedWatermarks(self.order)
 
-    def _behind_the_watermark(
-        self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
-    ) -> tuple[DeliveryOutcome, Watermark | None]:
+    def _behind_the_watermark(self, run: Run, watermark: Watermark) -> tuple[DeliveryOutcome, Watermark | None]:
         """A pair at or below its watermark: applied or skipped by the order, or passed by it while the deployed
         order did not hold it (its pattern was narrower then, say), which nothing applied and no completion of the
         order ever will. Every pair the order applies or an operator skips keeps a row saying so for the inbox's
-        retention, so within it (``may_create``) the claim tells the two apart: the lease path finds a completed or
-        skipped pair done without running it, and runs, once, one that never ran. Past the
+        retention, so within it (``may_create``) the claim tells the two apart: a run under a lease finds a completed
+        or skipped pair done without running it, and runs, once, one that never ran. Past the
         retention nothing tells: the watermark's word stands (it is never forgotten), and the pair is skipped.
         With the outcome, the watermark, to wake what a wake-up lost with an earlier answer left waiting."""
-        envelope, subscription = pair.envelope, pair.subscription
+        pair, envelope, subscription = run.pair, run.envelope, run.subscription
         if pair.repair and self.inbox.restore_applied(envelope.id, subscription.name):
             # A repair of a pair the order has applied (a forced replay of a completed pair, say) runs nothing:
             # its claim goes back to COMPLETED instead of waiting, REPLAYING, for ever.
             return DeliveryOutcome.SKIPPED, watermark
         if pair.may_create:
-            outcome = self.lease.deliver(pair, remaining_ms)
+            outcome = run.under_lease()
             return outcome, watermark if outcome in (DeliveryOutcome.SKIPPED, DeliveryOutcome.COMPLETED) else None
         logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=pair.log)
-        self.attempts.count(Metric.SKIPS)
+        run.count(Metric.SKIPS)
         return DeliveryOutcome.SKIPPED, watermark
 
-    def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
+    def deliver(self, run: Run) -> DeliveryOutcome:
         """Run the pair only in its tenant's order (``apply_in_order``); the events deferred behind it that may
         run now are owed to the batch (``Batch.owe``: woken once its records are done), or woken here."""
-        outcome, watermark = self.apply_in_order(pair, remaining_ms)
+        pair = run.pair
+        outcome, watermark = self.apply_in_order(run)
         if watermark is None:
             return outcome
         if pair.batch is not None:
             pair.batch.owe(pair.subscription, watermark)
             return outcome
-        return self._wake(pair.subscription, watermark, outcome, remaining_ms, pair.batch)
+        return self._wake(pair.subscription, watermark, outcome, run.remaining_ms, pair.batch)
 
     def apply_in_order(
-        self, pair: Pair, remaining_ms: RemainingMs, *, in_place: bool = False, directly: bool = True
+        self, run: Run, *, in_place: bool = False, directly: bool = True
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Skip the pair once applied, defer it while its predecessor is not, else run it under a lease and
         advance the watermark with its completion. With the outcome, the watermark to wake deferred events
@@ -109,25 +105,25 @@ class OrderedGate:
 
         A DynamoDB-only subscription's pair that is next in order and can have no history yet runs with no claim
         (``_apply_directly``), unless ``directly`` is False."""
-        envelope, subscription = pair.envelope, pair.subscription
+        pair, envelope, subscription = run.pair, run.envelope, run.subscription
         carried = self.carried(pair.batch)
         watermark = carried.watermark(envelope.tenant, subscription.name)
         if envelope.seq <= watermark.applied_seq:
-            return self._behind_the_watermark(pair, watermark, remaining_ms)
+            return self._behind_the_watermark(run, watermark)
         waits_for: int | None = None
-        if directly and not in_place and DirectPath.takes(pair):
+        if directly and not in_place and pair.runs_directly:
             waits_for = self.order.predecessor(envelope, subscription, watermark.applied_seq)
             if waits_for is None:
-                applied = self._apply_directly(pair, watermark, remaining_ms)
+                applied = self._apply_directly(run, watermark)
                 if applied is not None:
                     return applied
                 # The pair has a row, the watermark moved, or the commit's answer is unknown: nothing is known
                 # written. Look again, under a lease, if a second run still fits (else the message comes back).
                 carried.forget(envelope.tenant, subscription.name)
-                if self.attempts.lacks_time(subscription, remaining_ms, pair.log):
+                if run.lacks_time():
                     return DeliveryOutcome.RETRY, None
-                return self.apply_in_order(pair, remaining_ms, directly=False)
-        claimed = self.attempts.claim(pair, remaining_ms)
+                return self.apply_in_order(run, directly=False)
+        claimed = run.claim()
         if not isinstance(claimed, Claim):
             # Done, skipped or held elsewhere although the watermark the batch carries says otherwise: that
             # copy may be behind (an operator's skip), so the next pair of the place reads it again.
@@ -139,12 +135,7 @@ class OrderedGate:
         placed = self.place(claim, envelope, subscription, watermark, waits_for, pair.batch)
         if isinstance(placed, DeliveryOutcome):
             return placed, None
-        advanced = self.lease.run_and_complete(
-            claim,
-            pair,
-            remaining_ms,
-            lambda result: self._complete_in_order(claim, envelope, subscription, result, placed, carried),
-        )
+        advanced = run.run_and_commit(claim, lambda result: self._commit_in_order(run, claim, result, placed, carried))
         if isinstance(advanced, DeliveryOutcome):
             # The run or its completion failed: the watermark is most likely where it was, but a completion
             # whose answer was lost may have moved it. Read it again rather than guess.
@@ -154,25 +145,23 @@ class OrderedGate:
         return DeliveryOutcome.COMPLETED, advanced
 
     @observed(AROUND["apply_directly"])
-    def _apply_directly(
-        self, pair: Pair, watermark: Watermark, remaining_ms: RemainingMs
-    ) -> tuple[DeliveryOutcome, Watermark | None] | None:
+    def _apply_directly(self, run: Run, watermark: Watermark) -> tuple[DeliveryOutcome, Watermark | None] | None:
         """Run a DynamoDB-only pair that is next in order with no claim, then commit its writes with a
         completion marker (the pair must have no row) and the watermark moved to it (the version read must
         still hold), one transaction: the lease path's claim and completion in one request. Its only effects are
         the writes it returned, so a run whose commit does not land left nothing. None when the pair has a row,
         the watermark moved or the commit failed (the caller looks again, under a lease, from a fresh read of the
-        watermark); a failed run is claimed after the fact and counted as on the lease path."""
-        envelope, subscription = pair.envelope, pair.subscription
+        watermark); a failed run is claimed after the fact and counted as under a lease."""
+        pair, envelope, subscription = run.pair, run.envelope, run.subscription
         carried = self.carried(pair.batch)
         try:
-            result = self.attempts.run_handler(pair, pair.key, 1, remaining_ms)
+            result = run.run_handler(pair.key, 1)
         except Exception as exc:  # a handler may raise anything: classify it, never lose it
             carried.forget(envelope.tenant, subscription.name)
-            return self.direct.failed(envelope, subscription, exc, remaining_ms, pair.digest, terminal=None), None
+            return run.fail_unclaimed(exc, terminal=None), None
         order = self.order.advance_items(watermark, envelope, was_deferred=False)
         try:
-            existing = self.direct.commit(envelope, subscription, result, pair.digest, order)
+            existing = run.commit_directly(result, order)
         except WatermarkMovedError:
             return None
         except Exception as exc:  # whatever it was, the lease path looks again
@@ -184,7 +173,7 @@ class OrderedGate:
             return None
         advanced = self.order.advanced(watermark, envelope, was_deferred=False)
         carried.carry(advanced)
-        self.attempts.count(Metric.COMPLETIONS)
+        run.count(Metric.COMPLETIONS)
         return DeliveryOutcome.COMPLETED, advanced
 
     @observed(AROUND["place"])
@@ -214,7 +203,7 @@ class OrderedGate:
                 watermark = carried.read(envelope.tenant, subscription.name)
                 continue
             except LeaseLostError:
-                self.attempts.count(Metric.LEASES_LOST)
+                self.runs.count(Metric.LEASES_LOST)
                 return DeliveryOutcome.RETRY
             carried.carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
             logger.info(
@@ -224,28 +213,23 @@ class OrderedGate:
                 waits_for,
                 extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
             )
-            self.attempts.count(Metric.DEFERRALS)
+            self.runs.count(Metric.DEFERRALS)
             return DeliveryOutcome.DEFERRED
         carried.forget(envelope.tenant, subscription.name)
         self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
         return DeliveryOutcome.RETRY
 
-    def _complete_in_order(
-        self,
-        claim: Claim,
-        envelope: Envelope,
-        subscription: Subscription,
-        result: HandlerResult,
-        watermark: Watermark,
-        carried: CarriedWatermarks,
+    def _commit_in_order(
+        self, run: Run, claim: Claim, result: HandlerResult, watermark: Watermark, carried: CarriedWatermarks
     ) -> Watermark:
-        """Complete with the watermark moved to this event; the watermark after it. A deferral of a later event
-        may have changed the row's version (not its seq) meanwhile: then complete against the fresh row."""
+        """Commit with the watermark moved to this event; the watermark after it. A deferral of a later event
+        may have changed the row's version (not its seq) meanwhile: then commit against the fresh row."""
+        envelope, subscription = run.envelope, run.subscription
         was_deferred = claim.waits_for is not None
         for _ in range(ORDER_RACE_LOOKS):
             order = self.order.advance_items(watermark, envelope, was_deferred=was_deferred)
             try:
-                self.lease.complete(claim, envelope, subscription, result, order)
+                run.commit(claim, result, order)
             except WatermarkMovedError:
                 fresh = carried.read(envelope.tenant, subscription.name)
                 if fresh.applied_seq != watermark.applied_seq:
@@ -303,13 +287,13 @@ class OrderedGate:
                     # out) from its wake-up, which wakes nothing after it. The order goes on past it here, and the
                     # next row may wait for it: woken whatever it waits for, its run places it again.
                     self.wake_ups.send(ready, watermark.applied_seq)
-                    self.attempts.count(Metric.WAKE_UPS)
+                    self.runs.count(Metric.WAKE_UPS)
                     passed, whatever_it_waits_for = ready.seq, True
                     continue
                 if (
                     envelope is not None
                     and remaining_ms is not None
-                    and self.attempts.times.has_time_for(subscription, remaining_ms, in_place=True)
+                    and self.runs.times.has_time_for(subscription, remaining_ms, in_place=True)
                 ):
                     woken, advanced = self.run_woken(subscription, ready, remaining_ms, envelope, batch)
                     if advanced is not None:
@@ -318,7 +302,7 @@ class OrderedGate:
                     if woken is not DeliveryOutcome.RETRY:
                         break  # dead (it blocks until an operator repairs it) or deferred again (woken in turn)
                 self.wake_ups.send(ready, watermark.applied_seq)  # it runs from its own message, retried by SQS
-                self.attempts.count(Metric.WAKE_UPS)
+                self.runs.count(Metric.WAKE_UPS)
                 break
         except (ClientError, BotoCoreError, OutboxError) as exc:
             logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
@@ -346,15 +330,15 @@ class OrderedGate:
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Apply, here, a deferred event whose predecessor was just applied (``envelope``: its row in the log, in
         the order as deployed), in the predecessor's ``batch``: as ``apply_in_order`` answers."""
-        self.attempts.count(Metric.RUN_AFTER_PREDECESSOR)
+        self.runs.count(Metric.RUN_AFTER_PREDECESSOR)
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
         pair = Pair(envelope, subscription, 1, envelope_digest(envelope), may_create, batch=batch)
-        return self.apply_in_order(pair, remaining_ms, in_place=True)
+        return self.apply_in_order(Run(pair, remaining_ms, self.runs), in_place=True)
 
     def _logged(self, ready: Deferred) -> Envelope | None:
         """The deferred event as the log holds it; None when it no longer does (a row rewritten, another event at
         its seq): its message path, which checks every event against the log, decides then."""
-        store = self.attempts.store
+        store = self.runs.store
         item = store.client.get_item(
             TableName=store.table_name, Key=keys.event_key(ready.tenant, ready.seq), ConsistentRead=True
         ).get("Item")
@@ -370,7 +354,7 @@ class OrderedGate:
         try:
             self.inbox.release(claim, "an earlier run in place did not finish: it runs from its own message", 1)
         except LeaseLostError:
-            self.attempts.count(Metric.LEASES_LOST)
+            self.runs.count(Metric.LEASES_LOST)
         return DeliveryOutcome.RETRY
 
 

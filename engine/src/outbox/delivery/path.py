@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
@@ -25,7 +25,7 @@ from outbox.exceptions import (
     OutboxError,
     WatermarkMovedError,
 )
-from outbox.subscriptions import HandlerResult, Subscription
+from outbox.subscriptions import Effects, HandlerResult, Subscription
 
 if TYPE_CHECKING:
     from outbox.delivery.batch import Batch
@@ -84,11 +84,17 @@ class Pair:
     def log(self) -> dict[str, Any]:
         return {"event_id": self.envelope.id, "subscription": self.subscription.name, "tenant": self.envelope.tenant}
 
-
-class DeliveryPath(Protocol):
-    """A way to run a pair: the lease path, the direct path, the ordered gate."""
-
-    def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome: ...
+    @property
+    def runs_directly(self) -> bool:
+        """Whether it may run with no claim (``outbox.delivery.direct``): a DynamoDB-only subscription's, where no
+        history can exist yet (a first receive, not a repair, which left a row, and young enough that a missing
+        row proves the pair never completed)."""
+        return (
+            self.subscription.effects is Effects.DYNAMODB
+            and self.receive_count == 1
+            and self.may_create
+            and not self.repair
+        )
 
 
 class RetryableDeliveryError(OutboxError):

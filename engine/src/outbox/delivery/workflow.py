@@ -1,11 +1,11 @@
 """The workflow path: claim a WORKFLOW pair, start its one durable execution, record the hand-off.
 
-The claim is the lease path's (``Attempts.claim``): a duplicate delivery of a handed pair finds it HANDED and is
-acknowledged; one under a live lease comes back later; a lapsed lease is taken over. The start is named by the
-pair and its attempt, with the same input every time (``outbox.workflows``), so a start whose answer was lost, a
-crash between the start and its record, and a take-over all find the one execution; the claim then records its
-ARN and becomes HANDED in one transaction with the running index's row. A start that fails is an attempt that
-failed, classified as any handler's failure (released for a retry, or dead with its letter).
+The claim is the one every path takes (``Run.claim_to_run``): a duplicate delivery of a handed pair finds it
+HANDED and is acknowledged; one under a live lease comes back later; a lapsed lease is taken over. The start is
+named by the pair and its attempt, with the same input every time (``outbox.workflows``), so a start whose
+answer was lost, a crash between the start and its record, and a take-over all find the one execution; the claim
+then records its ARN and becomes HANDED in one transaction with the running index's row. A start that fails is an
+attempt that failed, classified as any handler's failure (released for a retry, or dead with its letter).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from outbox.delivery.attempts import Attempts
-from outbox.delivery.lease import LeasePath
-from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs
+from outbox.delivery.path import DeliveryOutcome, Metric
+from outbox.delivery.run import Run
+from outbox.delivery.runs import Runs
 from outbox.exceptions import LeaseLostError, OutboxValidationError
 from outbox.subscriptions import Lane, SubscriptionRegistry
 from outbox.workflows import WorkflowInput, execution_name
@@ -30,18 +30,11 @@ class WorkflowPath:
     """Hands each WORKFLOW pair to a durable execution of its subscription's function (``functions``: subscription
     name -> qualified ARN), once."""
 
-    def __init__(
-        self,
-        attempts: Attempts,
-        starter: WorkflowStarter,
-        functions: Mapping[str, str | Mapping[str, Any]],
-        lease: LeasePath | None = None,
-    ) -> None:
-        self.attempts = attempts
-        self.lease = lease or LeasePath(attempts)
+    def __init__(self, runs: Runs, starter: WorkflowStarter, functions: Mapping[str, str | Mapping[str, Any]]) -> None:
+        self.runs = runs
         self.starter = starter
         self.functions = {name: QualifiedFunction.of(described) for name, described in functions.items()}
-        self.handoffs = Handoffs(attempts.inbox)
+        self.handoffs = Handoffs(runs.inbox)
 
     def function_of(self, subscription: str) -> QualifiedFunction:
         found = self.functions.get(subscription)
@@ -52,40 +45,39 @@ class WorkflowPath:
             )
         return found
 
-    def deliver(self, pair: Pair, remaining_ms: RemainingMs) -> DeliveryOutcome:
-        # The lease path's claim: a pair deferred in an order the deployed catalog no longer routes it through
-        # (moved here from an ordered DURABLE subscription) leaves the order with its count before it is handed.
-        claim = self.lease.claim_to_run(pair, remaining_ms)
+    def deliver(self, run: Run) -> DeliveryOutcome:
+        # A pair deferred in an order the deployed catalog no longer routes it through (moved here from an ordered
+        # DURABLE subscription) leaves the order with its count before it is handed.
+        claim = run.claim_to_run()
         if isinstance(claim, DeliveryOutcome):
             return claim
-        unfinished = self.lease.unfinished(claim, pair)
+        unfinished = run.unfinished(claim)
         if unfinished is not None:
             return unfinished
-        envelope, subscription, receive_count = pair.envelope, pair.subscription, pair.receive_count
+        envelope, subscription = run.envelope, run.subscription
         attempt = claim.workflow_attempt
         name = execution_name(envelope.id, subscription.name, attempt)
         try:
             function = self.function_of(subscription.name)
-            payload = WorkflowInput(self.attempts.delivered(envelope), subscription.name, attempt).payload()
+            payload = WorkflowInput(self.runs.delivered(envelope), subscription.name, attempt).payload()
             arn = self.starter.start(function, name, payload)
         except Exception as exc:  # every way a start fails is classified, never lost
-            return self.attempts.failed(claim, envelope, subscription, exc, receive_count)
+            return run.fail(claim, exc)
         try:
             self.handoffs.hand_off(claim, arn, name, attempt, execution_timeout=function.execution_timeout)
         except LeaseLostError:
             # The new owner starts the same name, finds this execution, and records it.
-            self.attempts.count(Metric.LEASES_LOST)
+            run.count(Metric.LEASES_LOST)
             return DeliveryOutcome.RETRY
-        logger.info("handed %s to the workflow execution %s", claim.idempotency_key, name, extra=pair.log)
+        logger.info("handed %s to the workflow execution %s", claim.idempotency_key, name, extra=run.pair.log)
         return DeliveryOutcome.HANDED
 
 
 def workflow_path(
     registry: SubscriptionRegistry,
-    attempts: Attempts,
+    runs: Runs,
     starter: WorkflowStarter | None,
     functions: Mapping[str, str | Mapping[str, Any]] | None,
-    lease: LeasePath | None = None,
 ) -> WorkflowPath:
     """The consumer's workflow path; refused without a starter, since a WORKFLOW pair would have nothing to be
     handed to."""
@@ -101,4 +93,4 @@ def workflow_path(
             f"no durable function is named for the WORKFLOW subscriptions {', '.join(missing)}: deploy the pipeline "
             "with this catalog (OutboxPipeline makes one per WORKFLOW subscription and names it in WORKFLOW_FUNCTIONS)"
         )
-    return WorkflowPath(attempts, starter, functions or {}, lease)
+    return WorkflowPath(runs, starter, functions or {})

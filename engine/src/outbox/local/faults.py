@@ -228,7 +228,7 @@ def expire_lease_while_running(
 
     def before(happening: Happening, delivery: Delivery) -> None:
         if count.take(delivery.idempotency_key):
-            lease_policy = happening.detail.by.lease_policy  # the run's ``Attempts``: the consumer's lease policy
+            lease_policy = happening.detail.by.lease_policy  # the pair's ``Run``: the consumer's lease policy
             jump = lease_policy.lease_for(delivery.remaining_time_ms()) + timedelta(seconds=1)
             clock.advance(jump)
             deadline.extend(jump)

@@ -5,10 +5,14 @@ The simulated stack is the example app's: its one durable function is that app's
 makes it run ``simulation.shipping`` instead, named for ``sim.ship`` in the durable consumer's ``WORKFLOW_FUNCTIONS``,
 as a synth of the simulated app would have (the pattern of ``with_record_change_entities``).
 
-An execution runs in the testing SDK's threads; a seed still replays exactly because nothing of an execution ends
-while the simulator is not waiting for it: the workflow waits on the carrier (a callback), and the carrier answers
-only at the simulator's points between two steps of the pipeline (``carry``), each in the order of the executions'
-names, each waited for until its execution ends. At its first point, each execution's fate is drawn: answered
+An execution runs in the testing SDK's threads; a seed still replays exactly because nothing of an execution runs
+while the simulator is not waiting for it. The executions an invocation started run up to their wait on the carrier
+as that invocation ends (the local durable service's ``settle_starts``; without it, their first steps ran beside the
+next invocation, drew the chaos's faults in whatever order the threads met, and a seed's trace could differ from
+one run to the next under load). The
+workflow waits on the carrier (a callback), and the carrier answers only at the simulator's points between two
+steps of the pipeline (``carry``), each in the order of the executions' names, each waited for until its execution
+ends. At its first point, each execution's fate is drawn: answered
 (SUCCEEDED), refused (FAILED: ``workflow_failed``), never answered until its timeout passes (TIMED_OUT:
 ``workflow_timed_out``), or stopped by the operator with StopDurableExecution (STOPPED: ``workflow_stopped``); and
 after how many points. Once it ended, its end's notice settles its pair (``WorkflowEnds.settle``, as an event rule
@@ -107,6 +111,8 @@ class WorkflowActors(DriverState):
         self._ended: set[str] = set()
         self._carrier_random = random.Random(f"{self.world.seed}:carrier")
         self._notices: WorkflowEnds | None = None
+        if (service := self.durable_service) is not None:
+            service.settle_starts = True  # an execution's first steps never interleave with the consumer's calls
 
     @property
     def durable_service(self) -> LocalDurableFunctions | None:

@@ -10,6 +10,7 @@ the queue's (a duplicate delivery): nothing of the engine is patched. After ever
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -155,6 +156,42 @@ def assert_one_execution_completed(lane: WorkflowLane, envelope: Envelope) -> No
     assert lane.status(envelope) == State.COMPLETED
     assert STEPS[(envelope.id, 1)] == ["book"], "the workflow's step ran once"
     assert list(Handoffs(lane.inbox).running()) == [], "nothing is left listed as running"
+
+
+@durable_step
+def book_slowly(step: StepContext, order_id: str) -> str:
+    time.sleep(0.3)  # real time: the caller's next calls would run meanwhile
+    STEPS.setdefault((order_id, 1), []).append("book")
+    return f"label-{order_id}"
+
+
+@durable_execution
+def ship_slowly(event: dict[str, Any], context: DurableContext) -> dict[str, Any]:
+    return {"label": context.step(book_slowly(WorkflowInput.of(event).envelope.id), name="book")}
+
+
+@pytest.mark.parametrize("settle_starts", [True, False])
+def test_settled_starts_run_up_to_their_first_wait_when_their_invocation_ends(
+    lane: WorkflowLane, settle_starts: bool
+) -> None:
+    """``settle_starts``, the simulator's one interleaving: the executions an invocation started run up to their first
+    wait when it ends (``settle_started``, which the local runtime calls after each invocation), so their calls never
+    meet the next invocation's in an order the threads choose (a seed replays exactly). Without it, as on AWS, an
+    execution runs beside whatever comes next."""
+    lane.durable.settle_starts = settle_starts
+    lane.durable.replace_handler(FUNCTION, ship_slowly)
+    envelope = lane.emit()
+    lane.esm.poll()  # one receive: the pair is handed, its start answered
+    lane.durable.settle_started()
+
+    [execution] = lane.durable.executions()
+    status = lane.durable.status(execution.arn)["Status"]
+    if settle_starts:
+        assert status == "SUCCEEDED", "the execution ran to its end before the invocation's end was over"
+        assert STEPS[(envelope.id, 1)] == ["book"]
+    else:
+        assert status == "RUNNING", "the execution's slow step runs beside what comes next"
+    assert lane.durable.wait(execution.arn) == "SUCCEEDED"
 
 
 def test_a_pair_is_handed_to_one_execution_and_its_success_completes_it(lane: WorkflowLane) -> None:

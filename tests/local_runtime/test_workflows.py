@@ -384,3 +384,24 @@ def test_the_settle_pass_runs_again_only_once_a_start_was_asked_for_or_an_execut
         runtime.run_until_idle()
         assert settler.invocations > passes
         assert claim(runtime, waiting.id)["status"] == "COMPLETED"
+
+
+def test_with_settle_starts_each_invocation_ends_with_what_it_started_waiting_on_its_first_wait(
+    runtime: LocalRuntime,
+) -> None:
+    """Every function's invocations end by running the executions they started up to their first wait (the
+    simulator's one interleaving); the consumer's invocation that hands the pair leaves its execution waiting on the
+    pickup callback, with nothing left running beside what comes next."""
+    with runtime:
+        assert runtime.workflows is not None
+        service = runtime.workflows.service
+        assert all(service.settle_started in function.after_invoke for function in runtime.functions.values())
+        service.settle_starts = True
+        store = runtime.event_store(unchecked=True)
+        waiting = store.emit("shop.order_paid", {"order_id": "o3", "await_pickup": True}, tenant="acme", actor="test")
+        consumer = next(f for f in runtime.functions.values() if "Durable" in f.name and "Consumer" in f.name)
+        before = consumer.invocations
+        while consumer.invocations == before:
+            runtime.step()
+        arn = claim(runtime, waiting.id)["execution_arn"]
+        assert service.waits_for_callback(arn), "the execution ran up to its callback as its invocation ended"

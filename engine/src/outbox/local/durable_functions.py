@@ -24,7 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,21 +33,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from botocore.awsrequest import AWSResponse
 
 from outbox.local.clients import local_client
-from outbox.local.durable_records import DurableState, InvocationTimes, LocalExecution, SavedExecution
+from outbox.local.durable_records import AnswerBody, DurableState, InvocationTimes, LocalExecution, SavedExecution
 from outbox.local.fault_count import FaultCount, WorkerCrash
 
 ENDPOINT = "https://lambda.local.invalid"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "STOPPED"})
-
-
-class _Body:
-    """What botocore reads an answer's body from."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        yield self._body
 
 
 @dataclass
@@ -65,6 +55,9 @@ class LocalDurableFunctions:
     (an execution found again by its name too); ``invocation_times``, how long each invocation of a handler ran."""
 
     already_started_while_running: bool = False
+    # Executions started are run up to their first wait at ``settle_started`` (the local runtime calls it after each
+    # invocation), never beside the next one (the simulator's seeds replay exactly; on AWS they run side by side).
+    settle_starts: bool = False
     starts: dict[tuple[str, str], int] = field(default_factory=dict)
     changes: int = 0
     start_requests: int = 0
@@ -77,6 +70,7 @@ class LocalDurableFunctions:
     _throttles: FaultCount = field(default_factory=lambda: FaultCount(0))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _answered: set[str] = field(default_factory=set)  # callbacks sent: their executions run on, whatever history says
+    _unsettled: list[str] = field(default_factory=list)  # started since the last settle_started, with settle_starts
 
     # -- the functions -----------------------------------------------------------------------------------------
 
@@ -183,12 +177,12 @@ class LocalDurableFunctions:
             return False
         return waiting is not None and waiting not in self._answered
 
-    def wait_for_running(self, timeout: float = 30.0, poll: float = 0.02) -> bool:
-        """Wait until every execution that runs and waits on no callback has ended (the testing SDK skips its
-        waits' time): True when one ended meanwhile. An execution still running at ``timeout`` is left running."""
+    def wait_for_running(self, timeout: float = 30.0, poll: float = 0.02, only: str | None = None) -> bool:
+        """Wait until every execution (``only``: this one) that runs and waits on no callback has ended (the testing
+        SDK skips its waits' time): True when one ended meanwhile. One still running at ``timeout`` is left running."""
         deadline = time.monotonic() + timeout
         ended = False
-        for execution in self.executions():
+        for execution in [self._executions[only]] if only else self.executions():
             runner = self._functions[execution.function].runner
             running = False
             while self.status(execution.arn)["Status"] == "RUNNING" and not self.waits_for_callback(execution.arn):
@@ -198,6 +192,11 @@ class LocalDurableFunctions:
                 runner._executor.wait_until_complete(execution.arn, poll)
             ended = ended or (running and self.status(execution.arn)["Status"] != "RUNNING")
         return ended
+
+    def settle_started(self) -> None:
+        """With ``settle_starts``: run each execution started since the last call up to its first wait (or its end)."""
+        while self._unsettled:
+            self.wait_for_running(only=self._unsettled.pop(0))
 
     def stop(self, arn: str) -> None:
         execution = self._executions[arn]
@@ -268,33 +267,27 @@ class LocalDurableFunctions:
 
     # -- faults ---------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def lose_answers(self, count: FaultCount) -> Iterator[FaultCount]:
+    def lose_answers(self, count: FaultCount) -> AbstractContextManager[FaultCount]:
         """A start applies, and its answer is lost (a 500): botocore re-sends it, then the caller sees the error."""
-        self._lost_answers, previous = count, self._lost_answers
-        try:
-            yield count
-        finally:
-            self._lost_answers = previous
+        return self._fault("_lost_answers", count)
 
-    @contextmanager
-    def throttle_starts(self, count: FaultCount) -> Iterator[FaultCount]:
+    def throttle_starts(self, count: FaultCount) -> AbstractContextManager[FaultCount]:
         """Lambda refuses a start before it applies (429 ``TooManyRequestsException``): botocore re-sends it, then
         the caller sees the throttle, and no execution of its name exists."""
-        self._throttles, previous = count, self._throttles
-        try:
-            yield count
-        finally:
-            self._throttles = previous
+        return self._fault("_throttles", count)
+
+    def crash_after_start(self, count: FaultCount) -> AbstractContextManager[FaultCount]:
+        """A start applies, and the worker that sent it dies before it reads the answer (``WorkerCrash``)."""
+        return self._fault("_crashes", count)
 
     @contextmanager
-    def crash_after_start(self, count: FaultCount) -> Iterator[FaultCount]:
-        """A start applies, and the worker that sent it dies before it reads the answer (``WorkerCrash``)."""
-        self._crashes, previous = count, self._crashes
+    def _fault(self, attribute: str, count: FaultCount) -> Iterator[FaultCount]:
+        previous = getattr(self, attribute)
+        setattr(self, attribute, count)
         try:
             yield count
         finally:
-            self._crashes = previous
+            setattr(self, attribute, previous)
 
     # -- the API ------------------------------------------------------------------------------------------------
 
@@ -353,11 +346,13 @@ class LocalDurableFunctions:
                 arn = existing
             else:
                 arn = self._start(function, qualifier, name, payload)
+        if self.settle_starts and arn not in self._unsettled:
+            self._unsettled.append(arn)
         if self._crashes.take(name):
             raise WorkerCrash(f"the worker died right after starting {name}")
         if self._lost_answers.take(name):
             return self._error(500, "ServiceException", "the answer was lost")
-        return AWSResponse(ENDPOINT, 202, {"X-Amz-Durable-Execution-Arn": arn}, _Body(b""))
+        return AWSResponse(ENDPOINT, 202, {"X-Amz-Durable-Execution-Arn": arn}, AnswerBody(b""))
 
     def _start(self, function: str, qualifier: str, name: str, payload: bytes) -> str:
         entry = self._functions[function]
@@ -387,7 +382,9 @@ class LocalDurableFunctions:
 
     @staticmethod
     def _json(status: int, body: dict[str, Any]) -> AWSResponse:
-        return AWSResponse(ENDPOINT, status, {"Content-Type": "application/json"}, _Body(json.dumps(body).encode()))
+        return AWSResponse(
+            ENDPOINT, status, {"Content-Type": "application/json"}, AnswerBody(json.dumps(body).encode())
+        )
 
     @classmethod
     def _error(cls, status: int, code: str, message: str) -> AWSResponse:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import wraps
@@ -68,3 +68,13 @@ class InvocationTimes:
                     self.seconds.setdefault(invocation.durable_execution_arn, []).append(took)
 
         return timed
+
+
+class AnswerBody:
+    """What botocore reads an answer's body from (the local durable service's answers)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body

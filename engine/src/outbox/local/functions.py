@@ -112,6 +112,8 @@ class LocalFunction:
     invocations: int = 0
     log: FunctionLog = field(default_factory=FunctionLog, repr=False)
     _handler: LambdaHandler | None = field(default=None, repr=False)
+    # Called after each invocation, its environment left (the local durable service runs what it started).
+    after_invoke: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _module: str | None = field(default=None, repr=False)  # the container's private name in sys.modules
 
     def invoke(self, event: dict[str, Any], context: LocalLambdaContext | None = None) -> Any:
@@ -120,6 +122,13 @@ class LocalFunction:
         self.invocations += 1
         # One deadline per invocation: a fault that moves it (``deadline.extend``) moves the one its caller
         # judges the invocation by, so the two never disagree on whether it timed out.
+        try:
+            return self._invoke(event, context)
+        finally:
+            for hook in self.after_invoke:
+                hook()
+
+    def _invoke(self, event: dict[str, Any], context: LocalLambdaContext | None) -> Any:
         own = context is None
         context = context or LocalLambdaContext(self.name, self.timeout, self.clock)
         # stdout goes to the function's log, as Lambda sends it to CloudWatch Logs; the module is first

@@ -95,7 +95,16 @@ class LocalWorkflows:
             handler = _imported(functions[spec.function])
             service.register(spec.qualified_arn, handler, execution_timeout=spec.execution_timeout)
         exit_stack.enter_context(service.serving_default_session())
-        return cls(service, _settler(functions))
+        workflows = cls(service, _settler(functions))
+        workflows.settle_after(functions)
+        return workflows
+
+    def settle_after(self, functions: dict[str, LocalFunction]) -> None:
+        """Each function's invocations end with the executions they started run up to their first wait, when the
+        service's ``settle_starts`` is set (a no-op otherwise)."""
+        for function in functions.values():
+            if self.service.settle_started not in function.after_invoke:
+                function.after_invoke.append(self.service.settle_started)
 
     def reload(self, stack: StackSpec, functions: dict[str, LocalFunction]) -> None:
         """``stack``'s code (a code reload of a served runtime; the same durable functions, which the state's
@@ -104,6 +113,7 @@ class LocalWorkflows:
         for spec in durable_functions(stack):
             self.service.replace_handler(spec.qualified_arn, _imported(functions[spec.function]))
         self.settler = _settler(functions)
+        self.settle_after(functions)
 
     def settle(self) -> bool:
         """One settle pass, as its schedule would run it: True when it settled a pair. None runs before the first

@@ -66,6 +66,7 @@ GUARANTEE_MODULES = {
     "outbox.delivery.workflow",
     "outbox.workflows.ends",
     "outbox.workflows.handoffs",
+    "outbox.workflows.starter",
 }
 
 

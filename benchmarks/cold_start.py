@@ -505,12 +505,12 @@ def import_profile(target: Target, top: int = 8) -> list[dict[str, Any]]:
 # row the handler's import does not load, measured right after it, as it would cost at first use. Label,
 # modules.
 ENGINE_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("the envelope model (`outbox.envelope`)", ("outbox.envelope",)),
+    ("the envelope model (`outbox.log.envelope`)", ("outbox.log.envelope",)),
     ("the trace context model (`outbox.tracing`), the first pydantic model built", ("outbox.tracing",)),
     ("the functions' settings models (`outbox.settings`)", ("outbox.settings",)),
     ("python-ulid (`ulid`): new event ids, for emit()", ("ulid",)),
     ("rfc8785: canonical JSON the standard library's encoder does not write alike", ("rfc8785",)),
-    ("the record-change lane's model (`outbox.record_changes`)", ("outbox.record_changes",)),
+    ("the record-change lane's model (`outbox.best_effort.changes`)", ("outbox.best_effort.changes",)),
     ("every engine module the handler imports (`outbox.*`)", ("outbox",)),
 )
 DEFERRED_MARK = "-- deferred --"

@@ -23,9 +23,9 @@ from benchmarks.metering import AwsMeter
 from benchmarks.report import load_prices, unit_price
 from benchmarks.status_reads import AUDIT, EVENTS, INBOX, TENANT, append
 from outbox.catalog import Catalog, Module
-from outbox.chain import read_event_rows
-from outbox.envelope import Envelope
 from outbox.inbox import COMPLETED, unclaimed_row
+from outbox.log.chain import read_event_rows
+from outbox.log.envelope import Envelope
 from outbox.ops.completeness import CompletenessLog, CompletenessPass
 from outbox.ops.context import OperatorContext
 from outbox.ops.topology import Topology

@@ -49,11 +49,11 @@ from benchmarks.reference.order_app import sample_payload
 from benchmarks.stats import Summary, ratios, summary
 from outbox import Envelope, EventStore, tracing, writes
 from outbox.clients import ENGINE_CLIENT_CONFIG
-from outbox.consumer import DurableConsumer, parse_body
+from outbox.delivery.consumer import DurableConsumer, parse_body
 from outbox.inbox import Inbox, envelope_digest
 from outbox.local.clock import VirtualClock
 from outbox.local.lambda_context import LocalLambdaContext
-from outbox.ordering import WakeUps
+from outbox.pairs.order import WakeUps
 from outbox.subscriptions import Delivery, Effects, HandlerResult, Lane, Subscription, SubscriptionRegistry
 
 EVENT_TYPE = "bench.order_paid"

@@ -23,10 +23,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import EventStore, keys
-from outbox.canonical import GENESIS_HASH, chain_hash
-from outbox.chain import ChainHead
-from outbox.emit_transaction import Outcome, SealWrites, event_write, tenant_index_write, unknown_outcome
-from outbox.envelope import Envelope
+from outbox.log.canonical import GENESIS_HASH, chain_hash
+from outbox.log.chain import ChainHead
+from outbox.log.envelope import Envelope
+from outbox.log.transaction import Outcome, SealWrites, event_write, tenant_index_write, unknown_outcome
 
 
 class HeadlessStore(EventStore):

@@ -30,7 +30,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from outbox.transaction import item_size
+from outbox.log.limits import item_size
 
 KB = 1024
 SQS_CHUNK = 64 * KB

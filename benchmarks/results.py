@@ -445,7 +445,14 @@ COMPARED_HANDLERS = (
 
 
 # The engine imports the report names in words: each must have been measured.
-NAMED_ENGINE_IMPORTS = ("outbox", "outbox.envelope", "outbox.settings", "ulid", "rfc8785", "outbox.record_changes")
+NAMED_ENGINE_IMPORTS = (
+    "outbox",
+    "outbox.log.envelope",
+    "outbox.settings",
+    "ulid",
+    "rfc8785",
+    "outbox.best_effort.changes",
+)
 
 
 class ColdStartFigures(Figures):

@@ -25,10 +25,10 @@ from benchmarks import aws
 from benchmarks.metering import AwsMeter
 from outbox import keys
 from outbox.audit.table import AuditLog
-from outbox.canonical import GENESIS_HASH, chain_hash
 from outbox.catalog import Catalog
-from outbox.chain import read_head
-from outbox.envelope import Envelope
+from outbox.log.canonical import GENESIS_HASH, chain_hash
+from outbox.log.chain import read_head
+from outbox.log.envelope import Envelope
 from outbox.ops.context import OperatorContext
 from outbox.ops.status import tenant_status, verify
 from outbox.ops.topology import Topology

@@ -60,11 +60,11 @@ from outbox import (
     Upcaster,
     writes,
 )
+from outbox.best_effort.changes import RecordChange
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
+from outbox.log.writes import typed
 from outbox.messages import MAX_MESSAGE_BYTES, MAX_RELAY_BODY_BYTES
-from outbox.record_changes import RecordChange
 from outbox.workflows import workflow
-from outbox.writes import typed
 from simulation.schedule import Fault
 from simulation.world import InjectedError, World, world_of
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from outbox import Envelope, keys
 from outbox.catalog import Catalog
-from outbox.envelope import format_timestamp
 from outbox.local.clients import local_client
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.fault_count import FaultCount
 from outbox.local.runtime import LocalRuntime
+from outbox.log.envelope import format_timestamp
 from outbox.ops import Operations
 from simulation.catalog import legacy_catalog_for
 from simulation.emitters import Emitter

@@ -9,8 +9,8 @@ from typing import Any
 
 from outbox import Envelope, EventStore
 from outbox.catalog import Catalog
-from outbox.chain import ChainHead
-from outbox.sealing import seal_all
+from outbox.log.chain import ChainHead
+from outbox.log.sealing import seal_all
 from outbox.tracing import TraceContext
 from simulation.world import World
 

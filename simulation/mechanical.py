@@ -47,16 +47,16 @@ GUARANTEE_MODULES: tuple[str, ...] = (
             "workflow",
         )
     ),
-    "outbox.ordering",
-    "outbox.store",
-    "outbox.emit_transaction",
-    "outbox.chain",
-    "outbox.sealing",
+    "outbox.pairs.order",
+    "outbox.log.store",
+    "outbox.log.transaction",
+    "outbox.log.chain",
+    "outbox.log.sealing",
     "outbox.ops.replay",
     "outbox.ops.reconcile",
     "outbox.ops.redrive",
     "outbox.ops.groups",
-    "outbox.verification",
+    "outbox.log.verification",
 )
 
 # Which tests run against a mutant of a module: the longest prefix of the module's name that is a key.
@@ -83,11 +83,11 @@ _REPAIRS = ("tests/functional/test_pairs_across_deploys.py", "tests/functional/t
 TESTS: dict[str, tuple[str, ...]] = {
     "outbox.inbox": (*_INBOX, "tests/functional/test_inbox_readers.py", "tests/functional/test_poison_corpus.py"),
     "outbox.delivery": _DELIVERY,
-    "outbox.ordering": ("tests/functional/test_ordered_direct.py", "tests/functional/test_ordered_subscriptions.py"),
-    "outbox.store": _EMIT,
-    "outbox.emit_transaction": _EMIT,
-    "outbox.chain": (*_EMIT, "tests/functional/test_verify_chain.py"),
-    "outbox.sealing": (*_EMIT, "tests/functional/test_verify_chain.py"),
+    "outbox.pairs.order": ("tests/functional/test_ordered_direct.py", "tests/functional/test_ordered_subscriptions.py"),
+    "outbox.log.store": _EMIT,
+    "outbox.log.transaction": _EMIT,
+    "outbox.log.chain": (*_EMIT, "tests/functional/test_verify_chain.py"),
+    "outbox.log.sealing": (*_EMIT, "tests/functional/test_verify_chain.py"),
     "outbox.ops.replay": _REPAIRS,
     "outbox.ops.reconcile": (*_REPAIRS, "tests/functional/test_completeness_pass.py"),
     "outbox.ops.redrive": ("tests/e2e/test_runbook.py", "tests/unit/test_cli_hints.py"),
@@ -96,7 +96,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_failure_keys_of_hashes.py",
         "tests/functional/test_failure_groups_of_conflicts.py",
     ),
-    "outbox.verification": (
+    "outbox.log.verification": (
         "tests/functional/test_verify_chain.py",
         "tests/unit/test_audit_anchors.py",
         "tests/unit/test_anchor_reset_scope.py",

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from outbox import Envelope
-from outbox.canonical import GENESIS_HASH, chain_hash
-from outbox.chain import ChainHead
 from outbox.local.faults import FaultCount
-from outbox.sealing import seal_all
+from outbox.log.canonical import GENESIS_HASH, chain_hash
+from outbox.log.chain import ChainHead
+from outbox.log.sealing import seal_all
 from outbox.tracing import TraceContext
 from simulation.chaos import Chaos
 from simulation.schedule import Fault
@@ -41,7 +41,7 @@ class NewerEnvelope(Envelope):
 
 def newer_envelope(draft: dict[str, Any], head: ChainHead, validate: bool = False) -> Envelope:
     """``draft`` sealed after ``head`` as the newer engine seals it: with its fields, all of them hashed
-    (``outbox.sealing.seal``'s signature; a draft is valid here, as emit() validated it first)."""
+    (``outbox.log.sealing.seal``'s signature; a draft is valid here, as emit() validated it first)."""
     fields = {
         **draft,
         "placement": {"region": "eu-west-1", "cell": draft["tenant"]},

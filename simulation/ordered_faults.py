@@ -15,7 +15,7 @@ from outbox.delivery.ordered import OrderedGate
 from outbox.inbox import PENDING, Claim
 from outbox.local.faults import FaultCount
 from outbox.observing import Happening, Moment, observing
-from outbox.ordering import Watermark
+from outbox.pairs.order import Watermark
 from outbox.subscriptions import Subscription
 from simulation.catalog import LEDGER
 from simulation.driver_state import DriverState

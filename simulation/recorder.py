@@ -34,15 +34,15 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.delivery.path import DeliveryOutcome
-from outbox.envelope import Envelope
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox import Claim, ClaimOutcome, ClaimResult
 from outbox.local import deadline
 from outbox.local.deadline import InvocationTimedOut
 from outbox.local.esm import BatchResult, PollWatcher, SqsEventSourceMapping
 from outbox.local.pipe import PipeEmulator, PipeHappening, PipeWatcher
+from outbox.log.envelope import Envelope
 from outbox.messages import TARGETS_ATTRIBUTE
 from outbox.observing import Happening, Moment, observing
 from simulation.catalog import LEDGER

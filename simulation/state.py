@@ -13,14 +13,14 @@ from typing import Any
 from outbox import Envelope, EnvelopeParseError, keys
 from outbox.audit.findings import Finding
 from outbox.audit.table import AuditLog
-from outbox.chain import read_event_rows
 from outbox.inbox import DeadLetter
 from outbox.local.clients import REGION
 from outbox.local.resources import ACCOUNT
 from outbox.local.runtime import LocalRuntime
+from outbox.log.chain import read_event_rows
+from outbox.log.verification import ChainReport, verify_chain
 from outbox.ops import Status
 from outbox.ops.groups import failure_key
-from outbox.verification import ChainReport, verify_chain
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from outbox import Envelope
-from outbox.canonical import canonical_json
+from outbox.log.canonical import canonical_json
 from simulation.driver_state import DriverState
 
 CLAIM_PREFIX = "CLAIM#"

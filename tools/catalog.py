@@ -2,7 +2,7 @@
 
 catalog.json is also the record of every payload schema version ever declared: it is not rewritten while
 today's models change a recorded version in a way the events stored with it cannot survive
-(``outbox.schemas.compatibility_problems``), as a schema registry refuses an incompatible registration.
+(``outbox.log.schemas.compatibility_problems``), as a schema registry refuses an incompatible registration.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from modules import build_catalog
 from modules.services import Services
-from outbox.schemas import compatibility_problems
+from outbox.log.schemas import compatibility_problems
 
 CATALOG_FILE = Path(__file__).resolve().parents[1] / "catalog.json"
 

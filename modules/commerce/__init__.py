@@ -360,7 +360,7 @@ class Commerce:
                 Subscription(
                     "sales.project_order", "order.created", Lane.DURABLE, self.project_sales, effects=Effects.DYNAMODB
                 ),
-                # Each tenant's orders in seq order, each once (outbox.ordering).
+                # Each tenant's orders in seq order, each once (outbox.pairs.order).
                 Subscription(
                     "sales.journal_order",
                     "order.created",

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from outbox import Envelope, EventStore, Lane, Subscription, writes
+from outbox.best_effort.changes import RecordChange
 from outbox.catalog import EntitySpec, EventTypeSpec, Module
-from outbox.record_changes import RecordChange
 
 
 class AddressChanged(BaseModel):

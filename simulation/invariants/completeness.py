@@ -21,8 +21,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from outbox.envelope import Envelope, format_timestamp
 from outbox.inbox import VOUCH_MARGIN, ClaimRecord
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.ops import Topology
 from outbox.ops.completeness import (
     CompletenessLog,

@@ -9,8 +9,8 @@ from collections import Counter
 
 from outbox import ChainHeadContentionError, Envelope, OutboxError
 from outbox.audit.findings import FindingKind
+from outbox.log.verification import ChainReport
 from outbox.messages import MAX_MESSAGE_BYTES
-from outbox.verification import ChainReport
 from simulation.catalog import (
     ANNOUNCE,
     ITEM_CREATED,

@@ -17,7 +17,7 @@ from benchmarks.metering import (
     sqs_chunks,
     write_units,
 )
-from outbox.transaction import item_size
+from outbox.log.limits import item_size
 
 
 @pytest.fixture

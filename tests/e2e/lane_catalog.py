@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from outbox import Delivery, EventStore, Lane, Subscription, writes
+from outbox.best_effort.changes import RecordChange
 from outbox.catalog import Catalog, EntitySpec, EventTypeSpec, Module
-from outbox.record_changes import RecordChange
 
 # The rows whose changes lanes.best_effort reads: what the record-change pipe carries in these tests.
 WATCHED_ENTITIES = ("LANEORDER",)

@@ -34,7 +34,7 @@ from outbox.local import faults
 from outbox.local.clients import REGION
 from outbox.local.pipe import PipeFaults, TargetInvocationError
 from outbox.ops import FailureGroup
-from outbox.ordering import OrderBook
+from outbox.pairs.order import OrderBook
 from outbox_cdk import operator_endpoint, status_widget
 from outbox_cdk.queue_consumer import DATA_TABLE_ACTIONS
 from stacks.app_factory import STACK_NAME

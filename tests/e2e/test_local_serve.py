@@ -24,8 +24,8 @@ import pytest
 from modules.commerce import Commerce
 from modules.services import Services
 from outbox.local.clients import local_client
+from outbox.log.store import EventStore
 from outbox.messages import relay_body
-from outbox.store import EventStore
 from tests.e2e.test_pipeline import unique
 from tests.example_app import TRIAL_OPERATOR
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from outbox import Envelope, TerminalError
-from outbox.chain import read_events
 from outbox.local import faults
+from outbox.log.chain import read_events
 from tests.e2e.backends import LocalBackend, claim_statuses, data_row
 from tests.e2e.test_pipeline import unique
 from tests.e2e.test_runbook import broken_consumer, outbox

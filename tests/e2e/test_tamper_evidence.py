@@ -15,9 +15,9 @@ from outbox import keys
 from outbox.audit.auditor import PASS_MARGIN_SECONDS, Auditor
 from outbox.audit.findings import FindingKind
 from outbox.audit.table import AuditLog
-from outbox.chain import read_event_rows
-from outbox.envelope import Envelope
-from outbox.verification import ChainBreak, verify_chain
+from outbox.log.chain import read_event_rows
+from outbox.log.envelope import Envelope
+from outbox.log.verification import ChainBreak, verify_chain
 from tests.e2e.backends import LocalBackend
 from tests.e2e.test_pipeline import order_and_pay, unique
 from tests.e2e.test_runbook import as_json, operations, outbox
@@ -256,7 +256,7 @@ def test_a_tenant_whose_anchor_cannot_be_read_is_left_to_the_next_pass_untouched
 def emit_before_the_head_is_read(local: LocalBackend, tenant: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make every check's read of the head come right after an emit of ``tenant`` committed: the check has read
     the log by then, and the head it reads is one ahead. Returns the ids emitted, one per head read."""
-    import outbox.chain as chain
+    import outbox.log.chain as chain
 
     original, emitted = chain.read_head, []
 

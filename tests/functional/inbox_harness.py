@@ -19,14 +19,14 @@ import boto3
 
 from outbox import Envelope, EventStore, writes
 from outbox.catalog import Catalog, Module
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.inbox import Inbox
 from outbox.local.clock import VirtualClock
 from outbox.local.esm import SqsEventSourceMapping
 from outbox.local.faults import WorkerCrash
 from outbox.ops.context import OperatorContext
 from outbox.ops.topology import Topology
-from outbox.ordering import WakeUps
+from outbox.pairs.order import WakeUps
 from outbox.subscriptions import Delivery, HandlerResult, Lane, Subscription, SubscriptionRegistry
 from outbox_cdk.timing import durable_max_receive_count
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE, create_pk_sk_table

@@ -17,8 +17,8 @@ from datetime import timedelta
 import pytest
 
 from outbox import keys
-from outbox.envelope import format_timestamp
 from outbox.inbox import DEAD, DEFERRED, REPLAYING, ClaimRecord, unclaimed_row
+from outbox.log.envelope import format_timestamp
 from outbox.ops.anchoring import PassSettings, completeness_pass
 from outbox.ops.completeness import (
     CompletenessLog,

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from outbox import Effects, Envelope, Lane, TerminalError, keys
-from outbox.canonical import canonical_json
 from outbox.inbox import COMPLETED, DEAD, PENDING, REPLAYING, envelope_digest
+from outbox.log.canonical import canonical_json
 from outbox.ops.replay import plan_replay, replay
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.inbox_harness import INBOX_TABLE, Harness, HarnessFactory, Recorder, operator_context

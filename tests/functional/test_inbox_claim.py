@@ -200,7 +200,7 @@ def test_the_same_event_id_with_other_content_is_a_conflict_whatever_the_state(
 
 
 def test_the_lease_covers_the_whole_invocation_with_a_floor_at_the_deadline() -> None:
-    from outbox.consumer import LeasePolicy
+    from outbox.delivery.consumer import LeasePolicy
 
     policy = LeasePolicy(floor=timedelta(seconds=5), margin=timedelta(seconds=5))
     assert policy.lease_for(60_000) == timedelta(seconds=65)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from outbox import DeadReason, Envelope, EventStore, Inbox
-from outbox.envelope import format_timestamp
 from outbox.inbox import ClaimRecord, DeadLetter, envelope_digest, reconcile_row
 from outbox.keys import dead_letter_key
 from outbox.local.clock import VirtualClock
+from outbox.log.envelope import format_timestamp
 from tests.functional.conftest import EVENTS_TABLE, create_pk_sk_table
 
 LEASE = timedelta(seconds=65)

@@ -83,7 +83,7 @@ def test_a_failing_local_handler_is_logged_and_never_reaches_the_caller(
         ),
     )
 
-    with caplog.at_level(logging.ERROR, logger="outbox.lanes"):
+    with caplog.at_level(logging.ERROR, logger="outbox.log.lanes"):
         envelope = store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
 
     assert ran == [envelope.id], "the event committed, and the next LOCAL handler still ran"
@@ -167,7 +167,7 @@ def test_a_local_handler_raising_a_base_exception_is_logged_and_later_handlers_s
         ),
     )
 
-    with caplog.at_level(logging.ERROR, logger="outbox.lanes"):
+    with caplog.at_level(logging.ERROR, logger="outbox.log.lanes"):
         envelope = store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
 
     assert ran == [envelope.id]
@@ -192,7 +192,7 @@ def test_a_local_handler_that_returns_something_is_reported_not_silently_dropped
         catalog=catalog(Subscription("a.local", "order.*", Lane.LOCAL, lambda _d: returned)),
     )
 
-    with caplog.at_level(logging.ERROR, logger="outbox.lanes"):
+    with caplog.at_level(logging.ERROR, logger="outbox.log.lanes"):
         envelope = store.emit("order.created", {"n": 1}, tenant="acme", actor="t")
 
     assert [e.id for e in store.events("acme")] == [envelope.id], "the event is committed, and only it"

@@ -17,7 +17,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from outbox import Effects, HandlerResult, Lane, writes
 from outbox.local import faults
-from outbox.ordering import OrderBook
+from outbox.pairs.order import OrderBook
 from outbox.subscriptions import Delivery, Subscription
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE
 from tests.functional.inbox_harness import INBOX_TABLE, Harness, HarnessFactory, Recorder

@@ -1,4 +1,4 @@
-"""Ordered subscriptions (outbox.ordering): a tenant's events applied strictly in seq order, each once, whatever
+"""Ordered subscriptions (outbox.pairs.order): a tenant's events applied strictly in seq order, each once, whatever
 order the queue delivers them in; waiting spends no attempt; a dead predecessor blocks only its own
 (tenant, subscription) until an operator replays or skips it."""
 
@@ -19,7 +19,7 @@ from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import UNREADABLE, blocked
 from outbox.ops.ordering import skip
 from outbox.ops.reconcile import reconcile
-from outbox.ordering import OrderBook
+from outbox.pairs.order import OrderBook
 from outbox.subscriptions import Delivery, Lane, Subscription
 from tests.functional.conftest import EVENTS_TABLE
 from tests.functional.inbox_harness import (
@@ -488,7 +488,7 @@ def test_a_lost_message_from_before_the_switch_is_reconciled_by_the_ordered_reco
 
 def ordered_harness_on(h: Harness, since: datetime) -> tuple[Harness, Applied]:
     """The same tables and queue with a consumer whose ledger starts at ``since``."""
-    from outbox.consumer import DurableConsumer
+    from outbox.delivery.consumer import DurableConsumer
     from outbox.subscriptions import SubscriptionRegistry
 
     applied = Applied()

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from moto import mock_aws
 
 from outbox import Envelope, TerminalError
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, REPLAYING, SKIPPED, DeadLetter, DeadReason
 from outbox.local import aws_fixes
@@ -43,8 +43,8 @@ from outbox.ops.order_status import blocked
 from outbox.ops.ordering import skip
 from outbox.ops.reconcile import reconcile
 from outbox.ops.replay import plan_replay, replay
-from outbox.ordering import OrderBook
 from outbox.pairs import Route
+from outbox.pairs.order import OrderBook
 from outbox.subscriptions import Delivery, Lane, Subscription, SubscriptionRegistry
 from simulation.upgrade_actor import CLAIM_PREFIX, digest_of_0_6_0
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE

@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 
 from outbox import Envelope, TerminalError
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import DEAD, DEFERRED
 from outbox.ops.context import OperatorContext
@@ -25,7 +25,7 @@ from outbox.ops.ordering import skip
 from outbox.ops.reconcile import reconcile
 from outbox.ops.replay import plan_replay, replay
 from outbox.ops.status import Status
-from outbox.ordering import OrderBook
+from outbox.pairs.order import OrderBook
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 from outbox_cdk.durable_consumer import INBOX_ACTIONS, ORDERED_INBOX_ACTIONS
 from tests.functional.conftest import EVENTS_TABLE

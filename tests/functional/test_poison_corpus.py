@@ -18,7 +18,7 @@ from moto.core.models import MockAWS
 
 from outbox.inbox import POISON_BODY_LIMIT
 from outbox.local.clock import VirtualClock
-from outbox.transaction import item_size
+from outbox.log.limits import item_size
 from tests.functional.inbox_harness import Harness, HarnessFactory, build_harness, one_subscription
 from tests.functional.poison_corpus import PoisonBody, corpus
 
@@ -109,7 +109,7 @@ def test_a_malformed_body_is_a_recorded_poison_pill_and_the_event_behind_it_runs
     event = h.emit(tenant=TENANT)
 
     # When the consumer drains the queue
-    with caplog.at_level(logging.ERROR, logger="outbox.consumer"):
+    with caplog.at_level(logging.ERROR, logger="outbox.delivery.consumer"):
         results = h.esm.drain()
 
     # Then its log line can be written out (a lone surrogate would make the line itself fail to encode)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from outbox import HandlerResult, Lane, Subscription, SubscriptionRegistry, writes
-from outbox.record_consumer import Metric, RecordChangeConsumer
+from outbox.best_effort.consumer import Metric, RecordChangeConsumer
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/data/stream/2026-12-01T00:00:00.000"
 
@@ -54,7 +54,7 @@ def test_a_best_effort_handler_that_returns_something_is_reported_as_an_error(ca
         ]
     )
 
-    with caplog.at_level(logging.ERROR, logger="outbox.record_consumer"):
+    with caplog.at_level(logging.ERROR, logger="outbox.best_effort.consumer"):
         response = RecordChangeConsumer(registry).handle(batch("ORDER"), Context())
 
     assert response == {"batchItemFailures": []}
@@ -65,7 +65,7 @@ def test_an_unmatched_row_change_is_a_warning_the_first_time_its_type_is_seen(ca
     registry = SubscriptionRegistry.of([Subscription("p.orders", "record.ORDER.*", Lane.BEST_EFFORT, lambda _c: None)])
     consumer = RecordChangeConsumer(registry)
 
-    with caplog.at_level(logging.DEBUG, logger="outbox.record_consumer"):
+    with caplog.at_level(logging.DEBUG, logger="outbox.best_effort.consumer"):
         consumer.handle(batch("ORDRE", "ORDRE", "ORDER"), Context())
 
     unmatched = [r for r in caplog.records if "matched no BEST_EFFORT subscription" in r.getMessage()]

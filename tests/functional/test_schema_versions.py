@@ -9,7 +9,7 @@ import pytest
 
 from outbox import EventStore
 from outbox.catalog import Catalog, EventTypeSpec, Module
-from outbox.schemas import Upcaster
+from outbox.log.schemas import Upcaster
 from outbox.subscriptions import Effects, Lane, Subscription
 from tests.functional.inbox_harness import Harness, HarnessFactory, Recorder
 from tests.unit.test_schema_evolution import V1, V2, v1_to_v2

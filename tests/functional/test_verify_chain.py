@@ -8,7 +8,7 @@ import pytest
 
 from outbox import ChainBreak, EventStore
 from outbox.keys import event_partition, head_key, seq_sort_key
-from outbox.verification import Anchor, verify_chain
+from outbox.log.verification import Anchor, verify_chain
 from simulation.newer_engine import newer_seal_all
 from tests.functional.conftest import EVENTS_TABLE
 

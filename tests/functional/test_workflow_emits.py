@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outbox import EventStore, writes
-from outbox.envelope import ULID_PATTERN, Envelope
 from outbox.exceptions import CallerWriteConditionFailedError, InvalidEventError, OutboxValidationError
+from outbox.log.envelope import ULID_PATTERN, Envelope
 from outbox.workflows import WorkflowInput
 from outbox.workflows.emits import WorkflowEmits, step_event_id, step_key
 from tests.functional.conftest import EVENTS_TABLE, ORDERS_TABLE
@@ -111,7 +111,7 @@ def test_step_event_ids_are_ulids_one_per_execution_and_step(
 
 
 def test_an_emit_refuses_an_event_id_that_is_no_ulid_and_two_alike(store: EventStore) -> None:
-    from outbox.store import NewEvent
+    from outbox.log.store import NewEvent
 
     with pytest.raises(InvalidEventError, match="not a ULID"):
         store.emit("x.y", {}, tenant="acme", actor="test", event_id="not-an-id")

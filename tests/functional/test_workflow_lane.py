@@ -20,7 +20,7 @@ import pytest
 from aws_durable_execution_sdk_python import DurableContext, StepContext, durable_execution, durable_step
 
 from outbox import Envelope, EventStore
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.inbox import Inbox
 from outbox.local.clock import VirtualClock
 from outbox.local.durable_functions import LocalDurableFunctions

@@ -104,7 +104,7 @@ def test_the_role_may_write_the_inbox_as_the_engines_inbox_does(
     inbox_id, _ = only_resource(stack_template, "AWS::DynamoDB::Table", "InboxTable")
     allowed = actions_on(statements, "Allow", {"Fn::GetAtt": [inbox_id, "Arn"]})
     # What the engine's Inbox calls (a transaction is authorised per item as Put/Update), and, since the example
-    # has an ordered subscription, what the order book reads and deletes (outbox.ordering).
+    # has an ordered subscription, what the order book reads and deletes (outbox.pairs.order).
     assert set(INBOX_ACTIONS) == {"dynamodb:PutItem", "dynamodb:UpdateItem"}
     assert allowed == {*INBOX_ACTIONS, *ORDERED_INBOX_ACTIONS}
     assert actions_on(statements, "Deny", {"Fn::GetAtt": [inbox_id, "Arn"]}) == set()
@@ -181,7 +181,7 @@ def test_dead_work_in_the_inbox_alarms_at_the_first_one(
 
 
 def test_the_alarmed_and_graphed_metric_names_are_the_ones_the_consumer_publishes() -> None:
-    from outbox.consumer import Metric
+    from outbox.delivery.consumer import Metric
 
     published = {metric.value for metric in Metric}
     assert set(durable_consumer.DEAD_WORK_METRICS) | set(durable_consumer.CLAIM_METRICS) == published

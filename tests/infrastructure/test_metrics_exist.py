@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from outbox.audit.auditor import Metric as AuditorMetric
-from outbox.consumer import Metric as DurableMetric
-from outbox.record_consumer import Metric as RecordChangeMetric
+from outbox.best_effort.consumer import Metric as RecordChangeMetric
+from outbox.delivery.consumer import Metric as DurableMetric
 from outbox.workflows.ends import OLDEST_METRIC, SETTLED_METRICS
 from outbox_cdk import audit, durable_consumer, record_change_consumer, workflow_settler
 from outbox_cdk.lambda_defaults import METRICS_NAMESPACE

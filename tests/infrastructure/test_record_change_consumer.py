@@ -94,7 +94,7 @@ def test_the_construct_applies_its_concurrency() -> None:
 
 
 def test_the_graphed_and_alarmed_metric_names_are_the_ones_the_consumer_publishes() -> None:
-    from outbox.record_consumer import Metric
+    from outbox.best_effort.consumer import Metric
 
     assert set(record_change_consumer.ROW_CHANGE_METRICS) == {metric.value for metric in Metric}
     assert record_change_consumer.FAILURES_METRIC == Metric.FAILURES

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
+from outbox.best_effort.changes import entity_filter
 from outbox.local.pipe_filter import compile_filter_criteria
 from outbox.local.pipe_template import UnresolvedPathError, render_input_template
-from outbox.record_changes import entity_filter
 from stacks.settings import WATCHED_ENTITIES
 from tests.infrastructure.template_queries import only_resource
 from tests.infrastructure.test_pipeline import record_change_pipeline

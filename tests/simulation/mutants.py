@@ -11,13 +11,13 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from outbox.consumer import DeliveryOutcome
+from outbox.delivery.consumer import DeliveryOutcome
 from outbox.delivery.run import Run
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, TerminalError
 from outbox.inbox import PENDING, Claim, ClaimOutcome, ClaimResult, DeadReason, Inbox, envelope_digest
 from outbox.keys import claim_key
 from outbox.local.esm import SqsEventSourceMapping
+from outbox.log.envelope import Envelope, format_timestamp
 
 
 def plain_claim(

@@ -28,7 +28,7 @@ from simulation.mutants_sample import run_tests
 from simulation.mutation import PROJECT_ROOT, module_path, mutated_source
 
 # ``if not item:`` of ChainHead.from_item loses its ``not``: an empty head row is read as a written one.
-KNOWN = Point("outbox.chain", 25, "ReplaceUnaryOperator_Delete_Not", 0)
+KNOWN = Point("outbox.log.chain", 25, "ReplaceUnaryOperator_Delete_Not", 0)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def everything() -> list[Point]:
 
 
 def test_the_enumeration_is_the_same_every_time_and_names_each_mutant_once(everything: list[Point]) -> None:
-    some = ("outbox.chain", "outbox.ops.redrive")
+    some = ("outbox.log.chain", "outbox.ops.redrive")
 
     assert population(some) == population(some) == [p for p in everything if p.module in some]
     assert len({point.id for point in everything}) == len(everything)
@@ -77,27 +77,27 @@ def test_every_guarantee_module_has_tests_that_exist() -> None:
 
 
 def test_the_known_mutant_is_what_cosmic_ray_makes_of_that_line() -> None:
-    assert KNOWN in points("outbox.chain")
+    assert KNOWN in points("outbox.log.chain")
     known = mutant(KNOWN)
 
     assert diff(known) == "-        if not item:\n+        if  item:\n"
-    assert mutated_source(known) != module_path("outbox.chain").read_text()
+    assert mutated_source(known) != module_path("outbox.log.chain").read_text()
 
 
 def test_the_known_mutant_applies_in_its_process_and_leaves_the_source_as_it_was() -> None:
-    before = module_path("outbox.chain").read_text()
+    before = module_path("outbox.log.chain").read_text()
     probe = (
         "from simulation.mutation import install\n"
         "from simulation.mechanical import mutant, Point\n"
-        "install(mutant(Point('outbox.chain', 25, 'ReplaceUnaryOperator_Delete_Not', 0)))\n"
-        "from outbox.chain import ChainHead\n"
+        "install(mutant(Point('outbox.log.chain', 25, 'ReplaceUnaryOperator_Delete_Not', 0)))\n"
+        "from outbox.log.chain import ChainHead\n"
         "try:\n    ChainHead.from_item('t', None)\nexcept TypeError:\n    print('mutated')\n"
     )
     mutated = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT)
-    from outbox.chain import ChainHead
+    from outbox.log.chain import ChainHead
 
     assert mutated.stdout.strip() == "mutated", mutated.stderr
-    assert module_path("outbox.chain").read_text() == before
+    assert module_path("outbox.log.chain").read_text() == before
     assert ChainHead.from_item("t", None).last_seq == 0  # this process never saw it
 
 
@@ -105,7 +105,7 @@ def test_the_known_mutant_applies_in_its_process_and_leaves_the_source_as_it_was
 def test_the_tests_step_sees_the_mutant_under_pytest(tmp_path: Path, with_mutant: bool, code: int) -> None:
     test_file = tmp_path / "test_probe.py"
     test_file.write_text(
-        "from outbox.chain import ChainHead\n\n\n"
+        "from outbox.log.chain import ChainHead\n\n\n"
         "def test_an_empty_head_starts_the_chain():\n"
         "    assert ChainHead.from_item('t', None).last_seq == 0\n"
     )

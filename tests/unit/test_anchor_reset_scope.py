@@ -25,9 +25,9 @@ from moto import mock_aws
 from outbox import keys
 from outbox.audit.findings import FindingKind, finding_from_stream_record, iso_seconds
 from outbox.audit.table import RESET_PREFIX, AuditLog
+from outbox.log.verification import ChainReport
 from outbox.ops import audit as ops_audit
 from outbox.ops import status as ops_status
-from outbox.verification import ChainReport
 
 AUDIT, TENANT = "audit", "acme"
 REPORT = ChainReport(tenant=TENANT, intact=True, events_checked=3, head_seq=3, head_hash="a" * 64)

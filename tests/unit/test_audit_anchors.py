@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from outbox.audit.table import AuditLog
-from outbox.verification import ChainReport
+from outbox.log.verification import ChainReport
 
 REPORT = ChainReport(tenant="acme", intact=True, events_checked=3, head_seq=3, head_hash="a" * 64)
 

@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from outbox import EventStore, keys
 from outbox.delivery.log_check import BATCH_GET_KEYS, LogCheck
-from outbox.envelope import Envelope
+from outbox.log.envelope import Envelope
 from outbox.messages import relay_body
 from tests.functional.conftest import create_pk_sk_table
 

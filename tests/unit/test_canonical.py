@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from outbox.canonical import (
+from outbox.log.canonical import (
     GENESIS_HASH,
     canonical_json,
     chain_hash,

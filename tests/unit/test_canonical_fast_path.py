@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from outbox.canonical import MAX_SAFE_INTEGER, _plain, canonical_json
+from outbox.log.canonical import MAX_SAFE_INTEGER, _plain, canonical_json
 
 # Code points where an encoder could go wrong: controls, quote and backslash, DEL, the line separators
 # JavaScript once escaped, private use (sorted apart from astral characters in UTF-16), astral characters.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from outbox import Envelope, EventStore, InvalidEventError, InvalidWriteError, writes
-from outbox.canonical import GENESIS_HASH
+from outbox.log.canonical import GENESIS_HASH
 
 FIXED_TIME = datetime(2026, 11, 29, 8, 30, 0, 123000, tzinfo=UTC)
 

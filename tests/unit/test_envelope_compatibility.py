@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from outbox.canonical import GENESIS_HASH, chain_hash
-from outbox.chain import ChainHead
-from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
 from outbox.inbox import envelope_digest
 from outbox.inbox.rows import envelope_digests, same_content
+from outbox.log.canonical import GENESIS_HASH, chain_hash
+from outbox.log.chain import ChainHead
+from outbox.log.envelope import Envelope
+from outbox.log.sealing import seal
 from outbox.messages import parse_body, relay_body
-from outbox.sealing import seal
 from outbox.tracing import TraceContext
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

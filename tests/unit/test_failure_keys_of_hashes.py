@@ -37,7 +37,7 @@ def letter(
 
 
 def refusal(tenant: str, seq: int) -> DeadLetter:
-    """A refusal as the consumer writes it (outbox.consumer's _refuse, outbox.delivery.log_check's doubt)."""
+    """A refusal as the consumer writes it (outbox.delivery.consumer's _refuse, outbox.delivery.log_check's doubt)."""
     error = (
         f"event {EVENT_IDS[seq % 3]} was not run: the events table holds another event at seq {seq} of tenant "
         f"{tenant} (hash {HASHES[seq % 3]}): the message is not the log's"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,8 +27,8 @@ def test_importing_the_package_imports_no_engine_module() -> None:
 
 
 def test_a_name_is_imported_with_its_module_on_first_use() -> None:
-    assert fresh("from outbox import EventStore; print(EventStore.__module__)") == "outbox.store"
-    assert fresh("import outbox; print(outbox.writes.__name__)") == "outbox.writes"
+    assert fresh("from outbox import EventStore; print(EventStore.__module__)") == "outbox.log.store"
+    assert fresh("import outbox; print(outbox.writes.__name__)") == "outbox.log.writes"
 
 
 def test_the_durable_consumer_s_handler_keeps_powertools_parser_models_out() -> None:
@@ -43,10 +44,10 @@ def test_the_durable_consumer_s_handler_leaves_what_it_may_never_need_to_first_u
     deferred = (
         "ulid",
         "rfc8785",
-        "outbox.record_changes",
-        "outbox.ordering",
+        "outbox.best_effort.changes",
+        "outbox.pairs.order",
         "outbox.delivery.ordered",
-        "outbox.verification",
+        "outbox.log.verification",
         "outbox.inbox.records",
     )
     code = f"import sys, outbox.handlers.durable_consumer; print([m for m in {deferred!r} if m in sys.modules])"
@@ -56,10 +57,10 @@ def test_the_durable_consumer_s_handler_leaves_what_it_may_never_need_to_first_u
 def test_a_consumer_builds_its_ordered_gate_only_for_a_catalog_that_orders() -> None:
     code = """
 import sys
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.inbox import Inbox
-from outbox.ordering import WakeUps
-from outbox.store import EventStore
+from outbox.pairs.order import WakeUps
+from outbox.log.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 
 def consumer(ordered):
@@ -91,19 +92,44 @@ def test_an_unknown_name_is_an_attribute_error_and_every_public_name_resolves() 
     assert set(outbox.__all__) <= set(dir(outbox))
 
 
-@pytest.mark.parametrize("old", ["outbox.auditor", "outbox.findings", "outbox.liveness"])
+@pytest.mark.parametrize("old", sorted(outbox._MOVED))
 def test_a_module_that_moved_still_imports_by_its_old_name_with_a_warning(old: str) -> None:
-    """``outbox.audit`` holds the auditor, the findings and the liveness check now; the old names import the same
-    module, saying where it went."""
+    """The old names (``outbox.auditor`` before ``outbox.audit``, ``outbox.store`` before ``outbox.log``, ...) import
+    the same module, saying where it went; the module keeps its own name and spec, so reloading it reloads it."""
+    new = outbox._MOVED[old]
     code = (
-        "import warnings, importlib\n"
+        "import warnings, importlib, sys\n"
         "warnings.simplefilter('always')\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         f"    module = importlib.import_module({old!r})\n"
-        "print(module.__name__, [str(w.message) for w in caught if w.category is DeprecationWarning])"
+        f"assert module is sys.modules[{new!r}] is sys.modules[{old!r}]\n"
+        "assert importlib.reload(module) is module\n"
+        "said = [str(w.message) for w in caught if w.category is DeprecationWarning]\n"
+        "print(module.__name__, module.__spec__.name, said)"
     )
-    new = old.replace("outbox.", "outbox.audit.")
-    assert fresh(code) == f"{new} ['{old} is {new} now (the old name goes in 0.9.0)']"
+    assert fresh(code) == f"{new} {new} ['{old} is {new} now (the old name goes in 0.9.0)']"
+
+
+def test_the_old_names_from_import_what_they_did_and_share_the_module_s_state() -> None:
+    """A user's ``from outbox.store import EventStore`` still works, and a test that patches a module by its old name
+    patches the module the engine runs."""
+    code = (
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "from outbox.store import EventStore\n"
+        "from outbox.consumer import DurableConsumer\n"
+        "import outbox.ordering, outbox.pairs.order\n"
+        "outbox.ordering.MARK = 1\n"
+        "print(EventStore.__module__, DurableConsumer.__module__, outbox.pairs.order.MARK)"
+    )
+    assert fresh(code) == "outbox.log.store outbox.delivery.consumer 1"
+
+
+def test_no_old_name_is_a_file_of_the_package() -> None:
+    """The package root shows the architecture: a moved module leaves no file behind under its old name."""
+    root = Path(outbox.__file__).parent
+    for old, new in outbox._MOVED.items():
+        assert not (root / f"{old.removeprefix('outbox.').replace('.', '/')}.py").exists(), old
+        assert (root / f"{new.removeprefix('outbox.').replace('.', '/')}.py").exists(), new
 
 
 def test_the_audit_package_keeps_the_names_of_the_module_it_was_and_loads_them_on_first_use() -> None:

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from outbox import observing
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.delivery.direct import DirectPath
 from outbox.delivery.ordered import OrderedGate
 from outbox.delivery.run import Run
 from outbox.inbox import Inbox
+from outbox.log.store import EventStore
 from outbox.observing import AROUND, Happening, Moment, observed, point
 from outbox.observing import observing as observing_block
-from outbox.ordering import OrderBook
-from outbox.store import EventStore
-from outbox.wake_ups import WakeUps
+from outbox.pairs.order import OrderBook
+from outbox.pairs.wake_ups import WakeUps
 
 
 class Book:

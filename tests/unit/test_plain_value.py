@@ -10,8 +10,8 @@ from typing import Any
 
 from boto3.dynamodb.types import Binary, TypeDeserializer
 
-from outbox.canonical import from_dynamodb_numbers
-from outbox.envelope import plain_value
+from outbox.log.canonical import from_dynamodb_numbers
+from outbox.log.envelope import plain_value
 
 NUMBERS = [
     "0",

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from outbox.best_effort.changes import parse_record_change
 from outbox.exceptions import EnvelopeParseError
-from outbox.record_changes import parse_record_change
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/data/stream/2026-12-01T00:00:00.000"
 

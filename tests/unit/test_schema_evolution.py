@@ -15,7 +15,7 @@ from modules.services import Services
 from outbox import EventStore, InvalidEventError
 from outbox.catalog import Catalog, EventTypeSpec, Module
 from outbox.exceptions import ContractViolationError, TerminalError
-from outbox.schemas import SchemaVersionUnknownError, Upcaster, compatibility_problems, schema_changes
+from outbox.log.schemas import SchemaVersionUnknownError, Upcaster, compatibility_problems, schema_changes
 from tests.unit.test_emit_validation import NoAwsClient
 
 CATALOG_FILE = Path(__file__).resolve().parents[2] / "catalog.json"

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from outbox import tracing
-from outbox.canonical import GENESIS_HASH, chain_hash
-from outbox.envelope import Envelope
+from outbox.log.canonical import GENESIS_HASH, chain_hash
+from outbox.log.envelope import Envelope
 from outbox.tracing import TraceContext, current_trace_context, observed_pair
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -66,7 +66,7 @@ ANCHORING_SCHEDULE_ID: Final = "AnchoringSchedule"
 # verified from genesis, first) may defer one or two passes and be caught up; three mean the passes fall behind.
 DEFERRAL_PERIODS: Final = 3
 
-# Attribute names of an event row (outbox.envelope.Envelope.to_item), as in relay_pipe.
+# Attribute names of an event row (outbox.log.envelope.Envelope.to_item), as in relay_pipe.
 KIND_ATTRIBUTE: Final = "kind"
 EVENT_KIND: Final = "EVENT"
 # An event row's old image exists only when the row is changed (MODIFY) or deleted (REMOVE, R7.6): emit() inserts

@@ -56,7 +56,7 @@ __all__ = [
 HANDLER: Final = "outbox.handlers.durable_consumer.handler"
 SERVICE_NAME: Final = "durable-consumer"
 
-# Powertools metrics the consumer publishes (outbox.consumer.Metric). Dead work ended in an inbox row
+# Powertools metrics the consumer publishes (outbox.delivery.consumer.Metric). Dead work ended in an inbox row
 # an operator must look at; none of it reaches an SQS DLQ, so the DLQ alarms cannot see it.
 CLAIM_METRICS: Final = (
     "Claims",
@@ -71,7 +71,7 @@ CLAIM_METRICS: Final = (
     "NoTimeLeft",  # a pair not started for lack of time in the invocation: it comes back, no attempt spent
 )
 DEAD_WORK_METRICS: Final = ("DeadLetters", "Conflicts", "PoisonPills")
-# One per failed attempt that will run again (outbox.consumer.Metric.RETRIES): what a failing handler
+# One per failed attempt that will run again (outbox.delivery.consumer.Metric.RETRIES): what a failing handler
 # produces while SQS's age metric no longer sees its message (docs/aws-behaviour.md R9.1).
 RETRIES_METRIC: Final = "Retries"
 
@@ -81,7 +81,7 @@ RETRIES_METRIC: Final = "Retries"
 # never reads a row by itself (a conditional write answers with the old row) and never deletes one: the TTL
 # does. The operators' reads and repairs there are the runbook role's (outbox_cdk.runbook_role).
 INBOX_ACTIONS: Final = ("dynamodb:PutItem", "dynamodb:UpdateItem")
-# What ordered subscriptions add (outbox.ordering): the batch's watermarks, read in the BatchGetItem that reads
+# What ordered subscriptions add (outbox.pairs.order): the batch's watermarks, read in the BatchGetItem that reads
 # its events, the queries of a watermark and of the deferred events, and the deferred row deleted in the completion's
 # transaction; on the log, the query that finds a predecessor; and sending a deferred event back to the
 # durable queue when it may run.

@@ -25,8 +25,8 @@ from outbox.settings import CATALOG_REFERENCE
 from outbox_cdk import checkov
 from outbox_cdk.engine_layer import ARCHITECTURE, RUNTIME
 
-# Every function's Powertools metrics land here (the consumers' counts: outbox.consumer.Metric and
-# outbox.record_consumer.Metric, with the service as dimension); the dashboard and the consumers' alarms
+# Every function's Powertools metrics land here (the consumers' counts: outbox.delivery.consumer.Metric and
+# outbox.best_effort.consumer.Metric, with the service as dimension); the dashboard and the consumers' alarms
 # read this namespace.
 METRICS_NAMESPACE: Final = "OutboxEngine"
 # 256 MB rather than 128: Lambda allocates CPU with memory, and pydantic and boto3 imports dominate a

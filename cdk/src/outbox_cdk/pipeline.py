@@ -172,7 +172,7 @@ class OutboxPipeline(Construct):
     ordered_subscriptions
         True when the catalog declares a ``Subscription(..., ordered=True)``: the durable consumer may then
         read and delete its watermark and deferred rows, query the log for an event's predecessor, and send a
-        deferred event back to the durable queue (``outbox.ordering``). The consumer refuses to start with an
+        deferred event back to the durable queue (``outbox.pairs.order``). The consumer refuses to start with an
         ordered subscription on a pipeline without it, and says to set it.
     watch_control_plane
         True: one EventBridge rule per service reports, on the alarm topic, each CloudTrail management call that

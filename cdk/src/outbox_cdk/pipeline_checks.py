@@ -11,8 +11,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
+from outbox.best_effort.changes import ENTITY_NAME, entity_filter
 from outbox.local.pipe_filter import MAX_PATTERN_LENGTH
-from outbox.record_changes import ENTITY_NAME, entity_filter
 from outbox.redaction import ErrorDetail
 from outbox_cdk import timing
 from outbox_cdk.options import Alarms

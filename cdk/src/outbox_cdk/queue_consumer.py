@@ -37,7 +37,7 @@ ALARM_PERIOD: Final = Duration.minutes(1)
 CONSUME_ACTIONS: Final = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 # What the consumers may do with each of the application's tables (OutboxPipeline(data_tables=...)): what a
 # handler may ask of them, item by item. Read an item or a partition (GetItem, Query); write items (PutItem,
-# UpdateItem, DeleteItem) and check one (ConditionCheckItem): the four kinds of write outbox.writes builds, which
+# UpdateItem, DeleteItem) and check one (ConditionCheckItem): the four kinds of write outbox.log.writes builds, which
 # a durable handler's result commits in its completion's transaction (authorised per item as these actions).
 # Not Scan, BatchGetItem, BatchWriteItem, DescribeTable or the stream, which CDK's grant_read_write_data adds:
 # grant those to ``pipeline.consumer.function`` yourself if a handler of yours needs them.

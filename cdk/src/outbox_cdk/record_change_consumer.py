@@ -23,7 +23,7 @@ from outbox_cdk.timing import (
 HANDLER: Final = "outbox.handlers.record_change_consumer.handler"
 SERVICE_NAME: Final = "record-change-consumer"
 
-# Powertools metrics the consumer publishes, one per record (outbox.record_consumer.Metric).
+# Powertools metrics the consumer publishes, one per record (outbox.best_effort.consumer.Metric).
 ROW_CHANGE_METRICS: Final = ("RowChangesHandled", "UnmatchedRowChanges", "RowChangeFailures")
 # A record whose processing raised: it fails as a batch item failure and comes back after the visibility timeout.
 FAILURES_METRIC: Final = "RowChangeFailures"

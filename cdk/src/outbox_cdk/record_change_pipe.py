@@ -10,7 +10,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from outbox.record_changes import entity_filter
+from outbox.best_effort.changes import entity_filter
 from outbox_cdk.stream_pipe import PipeLogLevel, StreamPipe
 
 

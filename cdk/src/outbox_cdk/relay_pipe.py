@@ -21,7 +21,7 @@ from outbox_cdk.stream_pipe import PIPE_LOG_LEVELS, PipeLogLevel, StreamPipe
 
 __all__ = ["PIPE_LOG_LEVELS", "PipeLogLevel", "RelayPipe"]
 
-# Attribute names of an event row, as written by the engine's emit() (outbox.envelope.Envelope.to_item).
+# Attribute names of an event row, as written by the engine's emit() (outbox.log.envelope.Envelope.to_item).
 KIND_ATTRIBUTE: Final = "kind"
 EVENT_KIND: Final = "EVENT"  # outbox.keys.KIND_EVENT; chain heads carry "HEAD" and must not be relayed
 TENANT_ATTRIBUTE: Final = "tenant"

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from outbox.exceptions import InvalidEventError
+from outbox.log.schemas import Upcaster, check_versions, upcast_payload
 from outbox.redaction import validation_summary
-from outbox.schemas import Upcaster, check_versions, upcast_payload
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry, handler_place
 
 DISPATCHERS = {
@@ -88,7 +88,7 @@ class EntitySpec:
     def row_change_types(self) -> tuple[str, ...]:
         # The record-change lane's module is imported here, not with the catalog: the durable consumer loads a
         # catalog at its cold start, and reads no row change (``make bench``, section 3).
-        from outbox.record_changes import OPERATIONS, row_change_type
+        from outbox.best_effort.changes import OPERATIONS, row_change_type
 
         return tuple(row_change_type(self.name, operation) for operation in OPERATIONS)
 
@@ -216,7 +216,7 @@ class Catalog:
 
     def problems(self) -> list[str]:
         """Everything that would make a subscription unreachable or an event undeliverable."""
-        from outbox.record_changes import ROW_CHANGE_PREFIX
+        from outbox.best_effort.changes import ROW_CHANGE_PREFIX
 
         found: list[str] = []
         producers, dropped = self._read_producers()

@@ -5,7 +5,7 @@ the durable consumer's claims and completions that check is some 15 % of the cli
 it checks requests the engine builds itself, from code the tests exercise against botocore with the check on.
 DynamoDB validates every request again on arrival, so a malformed one still fails, as a ValidationException
 (terminal for a completion, like botocore's ParamValidationError) instead of before it leaves. The handlers'
-own writes are checked by ``outbox.transaction.describe_write`` before they join a transaction either way.
+own writes are checked by ``outbox.log.limits.describe_write`` before they join a transaction either way.
 """
 
 from __future__ import annotations

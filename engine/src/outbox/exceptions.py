@@ -147,4 +147,4 @@ class CompletionTooLargeError(OutboxValidationError):
 
 class WatermarkMovedError(OutboxError):
     """An ordered subscription's watermark changed between a worker's read and its write (another event was
-    applied, deferred or skipped meanwhile): read it again (``outbox.ordering``)."""
+    applied, deferred or skipped meanwhile): read it again (``outbox.pairs.order``)."""

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
+from outbox.log.envelope import Envelope
 
 TARGETS_ATTRIBUTE = "outbox-subscriptions"
 # The durable queue's MaximumMessageSize, set explicitly in the stack (outbox_cdk.queue_defaults; an

@@ -11,8 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import ContractViolationError, OutboxValidationError
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.tracing import TraceContext, outgoing_headers
 
 # Names are stored in inbox keys and dead-letter rows: keep them stable, short and key-safe.
@@ -85,7 +85,7 @@ class Delivery:
 
 
 # DURABLE, INLINE and LOCAL handlers take a Delivery and may return a HandlerResult; BEST_EFFORT handlers
-# take an outbox.record_changes.RecordChange. One type for both keeps one registry and one catalog.
+# take an outbox.best_effort.changes.RecordChange. One type for both keeps one registry and one catalog.
 Handler = Callable[[Any], "HandlerResult | None"]
 
 
@@ -98,7 +98,7 @@ class Subscription:
     terminal_on_validation_error: bool = True
     description: str = ""
     effects: Effects = Effects.EXTERNAL
-    # Apply each tenant's events in seq order, each once (outbox.ordering); DURABLE only, always under a lease.
+    # Apply each tenant's events in seq order, each once (outbox.pairs.order); DURABLE only, always under a lease.
     ordered: bool = False
     # Where the order starts: events that occurred before this moment are not part of it (and not run). None:
     # at each tenant's first event; events emitted before the subscription existed come by a reconcile.

@@ -59,7 +59,7 @@ class TraceContext(BaseModel):
     recorded (``from_carrier``). A row written some other way may hold a context that is bounded but not well
     formed: it still parses, still verifies and still runs; it only links nothing (``valid``)."""
 
-    # A newer engine's field is kept, as the envelope keeps its own (``outbox.envelope.Envelope``).
+    # A newer engine's field is kept, as the envelope keeps its own (``outbox.log.envelope.Envelope``).
     model_config = ConfigDict(frozen=True, extra="allow")
 
     traceparent: str = Field(min_length=1, max_length=TRACEPARENT_MAX_LENGTH)

@@ -28,8 +28,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from outbox.audit.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
 from outbox.audit.table import AuditLog
+from outbox.log.verification import Anchor, ChainReport, verify_chain
 from outbox.query import read_tenants
-from outbox.verification import Anchor, ChainReport, verify_chain
 
 logger = logging.getLogger(__name__)
 

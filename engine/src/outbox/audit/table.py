@@ -33,7 +33,7 @@ from botocore.exceptions import ClientError
 
 from outbox import keys
 from outbox.audit.findings import Finding, FindingKind, finding_from_stream_record, iso_seconds
-from outbox.verification import Anchor, ChainReport
+from outbox.log.verification import Anchor, ChainReport
 
 __all__ = ["AuditLog", "Finding", "FindingKind", "finding_from_stream_record", "iso_seconds"]
 

@@ -11,7 +11,7 @@ import typer
 from outbox.cli.app import app
 from outbox.cli.output import JsonFlag, YesFlag, command_context, confirm, example, refuse, show
 from outbox.exceptions import OutboxError
-from outbox.store import EventStore
+from outbox.log.store import EventStore
 
 
 @app.command(

@@ -26,13 +26,13 @@ from outbox.cli.output import (
     refuse,
     show,
 )
+from outbox.log.verification import ChainReport
 from outbox.ops import OperationRefusedError, Status
 from outbox.ops.anchoring import AnchoringPass
 from outbox.ops.order_status import UNREADABLE
 from outbox.ops.status_html import Box, document, render
 from outbox.ops.wording import plural
 from outbox.ops.workflows import duration
-from outbox.verification import ChainReport
 
 HEALTHY = "healthy: nothing needs an operator (no DLQ message, dead letter, finding or poison pill; pipes running)"
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from outbox.delivery.carried import CarriedWatermarks
     from outbox.delivery.log_check import ReadAhead
-    from outbox.ordering import Watermark
+    from outbox.pairs.order import Watermark
     from outbox.subscriptions import Subscription
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from outbox import keys
-from outbox.ordering import OrderBook, Watermark
+from outbox.pairs.order import OrderBook, Watermark
 
 
 class CarriedWatermarks:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from outbox.delivery.path import Metric, RetryableDeliveryError
 from outbox.delivery.run import ORDER_RACE_LOOKS
 from outbox.delivery.runs import Runs
-from outbox.envelope import Envelope
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
+from outbox.log.envelope import Envelope
 from outbox.pairs import Act, DeployedCatalog, State, rule
 from outbox.subscriptions import Subscription
 

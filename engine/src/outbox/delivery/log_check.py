@@ -17,9 +17,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import keys
-from outbox.envelope import Envelope
+from outbox.log.envelope import Envelope
+from outbox.log.store import EventStore
 from outbox.messages import Message, read_message
-from outbox.store import EventStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The ordered gate: an ordered subscription's pairs run in their tenant's order, under a lease.
 
-Per (tenant, subscription) a watermark holds the last applied seq (``outbox.ordering``). A pair at or below it
+Per (tenant, subscription) a watermark holds the last applied seq (``outbox.pairs.order``). A pair at or below it
 is skipped; one whose predecessor is not applied is deferred (acknowledged, its claim DEFERRED); the next in
 order is claimed and run under a lease (``outbox.delivery.run``), and its commit advances the watermark in the
 same transaction. A DynamoDB-only subscription's next pair, on its first receive, runs with no claim, as the
@@ -26,12 +26,12 @@ from outbox.delivery.carried import CarriedWatermarks
 from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, RetryableDeliveryError
 from outbox.delivery.run import ORDER_RACE_LOOKS, Run
 from outbox.delivery.runs import Runs
-from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
 from outbox.inbox import Claim, envelope_digest
+from outbox.log.envelope import Envelope
 from outbox.observing import AROUND, observed
-from outbox.ordering import Deferred, WakeUps, Watermark
 from outbox.pairs import DeployedCatalog, Route
+from outbox.pairs.order import Deferred, WakeUps, Watermark
 from outbox.subscriptions import HandlerResult, Subscription
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What a delivery path is given and what it answers: one ``Pair`` in, one ``DeliveryOutcome`` out.
 
-The batch loop (``outbox.consumer``) maps the outcome to what SQS hears: RETRY fails the record (it comes back
+The batch loop (``outbox.delivery.consumer``) maps the outcome to what SQS hears: RETRY fails the record (it comes back
 with its group), anything else acknowledges it. A path records what happened to the pair in the inbox before
 it answers, so an answer lost with the invocation costs a redelivery, never an effect.
 """
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from outbox import keys
-from outbox.envelope import Envelope
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainHeadContentionError,
@@ -25,6 +24,7 @@ from outbox.exceptions import (
     OutboxError,
     WatermarkMovedError,
 )
+from outbox.log.envelope import Envelope
 from outbox.subscriptions import Effects, HandlerResult, Subscription
 
 if TYPE_CHECKING:

@@ -35,7 +35,6 @@ from outbox.delivery.path import (
     is_terminal_completion,
 )
 from outbox.delivery.timing import RUN_MARGIN_MS, LeasePolicy
-from outbox.envelope import Envelope
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ContractViolationError,
@@ -44,6 +43,7 @@ from outbox.exceptions import (
     WatermarkMovedError,
 )
 from outbox.inbox import Claim, ClaimOutcome, DeadReason
+from outbox.log.envelope import Envelope
 from outbox.observing import AROUND, Moment, observed, point
 from outbox.redaction import describe_failure
 from outbox.subscriptions import Delivery, HandlerResult, Subscription

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.delivery.path import Metric, RemainingMs
 from outbox.delivery.timing import LeasePolicy, RunTimes
-from outbox.envelope import Envelope
 from outbox.inbox import Inbox
+from outbox.log.envelope import Envelope
+from outbox.log.store import EventStore
 from outbox.redaction import ErrorDetail
-from outbox.store import EventStore
 from outbox.subscriptions import Subscription
 
 if TYPE_CHECKING:
-    from outbox.ordering import OrderBook
+    from outbox.pairs.order import OrderBook
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ class Runs:
 
     @cached_property
     def order(self) -> OrderBook:
-        """The ordered subscriptions' rows (``outbox.ordering``): imported only once a pair needs them, so that a
+        """The ordered subscriptions' rows (``outbox.pairs.order``): imported only once a pair needs them, so that a
         consumer whose catalog orders nothing does not load them at its cold start."""
-        from outbox.ordering import OrderBook
+        from outbox.pairs.order import OrderBook
 
         return OrderBook(self.inbox.table_name, self.store.table_name, client=self.inbox.client, clock=self.inbox.clock)
 

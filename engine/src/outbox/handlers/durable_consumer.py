@@ -19,15 +19,15 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from outbox.clients import engine_dynamodb_client
-from outbox.consumer import DurableConsumer
+from outbox.delivery.consumer import DurableConsumer
 from outbox.exceptions import OutboxValidationError
 from outbox.inbox import Inbox
+from outbox.log.store import EventStore
 from outbox.settings import ConsumerSettings, load_catalog
-from outbox.store import EventStore
 from outbox.subscriptions import SubscriptionRegistry
 
 if TYPE_CHECKING:
-    from outbox.ordering import WakeUps
+    from outbox.pairs.order import WakeUps
 
 logger = Logger()
 metrics = Metrics()
@@ -81,7 +81,7 @@ def wake_ups(settings: ConsumerSettings, registry: SubscriptionRegistry, dynamod
             f"the catalog has ordered subscriptions ({', '.join(ordered)}) but the function has no "
             "DURABLE_QUEUE_URL: deploy the pipeline with OutboxPipeline(..., ordered_subscriptions=True)"
         )
-    from outbox.ordering import WakeUps  # ordering's modules only where a subscription is ordered
+    from outbox.pairs.order import WakeUps  # ordering's modules only where a subscription is ordered
 
     return WakeUps(
         settings.durable_queue_url, sqs=boto3.client("sqs"), dynamodb=dynamodb, events_table=settings.events_table_name

@@ -14,7 +14,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from outbox.record_consumer import RecordChangeConsumer
+from outbox.best_effort.consumer import RecordChangeConsumer
 from outbox.settings import RecordChangeSettings, load_catalog
 
 logger = Logger()

@@ -15,7 +15,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import CompletionTooLargeError, WatermarkMovedError
 from outbox.inbox.rows import (
     COMPLETED,
@@ -38,7 +37,8 @@ from outbox.inbox.rows import (
     unclaimed_row,
 )
 from outbox.inbox.table import InboxTable, _is_own_claim, _refusing_row, refused_at
-from outbox.transaction import MAX_TRANSACT_ITEMS
+from outbox.log.envelope import Envelope, format_timestamp
+from outbox.log.limits import MAX_TRANSACT_ITEMS
 
 
 def resolved_letter_item(table_name: str, tenant: str, letter: str, how: str) -> dict[str, Any]:

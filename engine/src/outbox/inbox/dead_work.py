@@ -11,7 +11,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox.rows import (
     DEAD,
@@ -26,6 +25,7 @@ from outbox.inbox.rows import (
     unclaimed_row,
 )
 from outbox.inbox.table import InboxTable, _cancelled_by_condition, _refusing_row, refused_at
+from outbox.log.envelope import Envelope, format_timestamp
 
 
 class DeadWork(InboxTable):

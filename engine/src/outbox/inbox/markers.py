@@ -8,11 +8,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import CompletionTooLargeError, WatermarkMovedError
 from outbox.inbox.rows import COMPLETED, unclaimed_row
 from outbox.inbox.table import InboxTable, _refusing_row, refused_at
-from outbox.transaction import MAX_TRANSACT_ITEMS
+from outbox.log.envelope import Envelope, format_timestamp
+from outbox.log.limits import MAX_TRANSACT_ITEMS
 
 
 class CompletionMarkers(InboxTable):

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outbox import keys
-from outbox.envelope import format_timestamp
+from outbox.log.envelope import format_timestamp
 from outbox.query import read_partition
 
 if TYPE_CHECKING:

@@ -15,14 +15,14 @@ from enum import StrEnum
 from typing import Any
 
 from outbox import keys
-from outbox.canonical import canonical_json
-from outbox.envelope import Envelope, format_timestamp
+from outbox.log.canonical import canonical_json
+from outbox.log.envelope import Envelope, format_timestamp
 
 PENDING, COMPLETED, DEAD = "PENDING", "COMPLETED", "DEAD"
 # Set by an operator's replay in place of DEAD: claimable like an absent row (the row itself proves the
 # pair has not completed since), and it names the dead letter that the completion resolves.
 REPLAYING = "REPLAYING"
-# An ordered subscription's pair whose predecessor is not applied yet (outbox.ordering): claimable like
+# An ordered subscription's pair whose predecessor is not applied yet (outbox.pairs.order): claimable like
 # REPLAYING, at any age, by the wake-up message its predecessor's completion sends; the attempt it was
 # deferred on is given back. SKIPPED: an operator skipped it (``outbox skip``); final, like COMPLETED.
 DEFERRED, SKIPPED = "DEFERRED", "SKIPPED"

@@ -15,10 +15,10 @@ from botocore.exceptions import ClientError
 
 from outbox import clock as engine_clock
 from outbox import entropy, keys
-from outbox.envelope import format_timestamp
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
 from outbox.inbox.reader import InboxReader
 from outbox.inbox.rows import PENDING, Claim, _string
+from outbox.log.envelope import format_timestamp
 
 
 class InboxTable(InboxReader):

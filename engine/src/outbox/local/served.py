@@ -24,9 +24,9 @@ from typing import Any
 
 from outbox.catalog import Catalog
 from outbox.local.clients import local_client
+from outbox.log.store import EventStore
 from outbox.outputs import LOCAL_TOPOLOGY, StackOutput, application_environment
 from outbox.settings import load_catalog
-from outbox.store import EventStore
 
 __all__ = ["ABOUT_PATH", "ServedAppError", "ServedClock", "read_topology", "served_catalog", "served_event_store"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from outbox.best_effort.changes import entity_filter
 from outbox.outputs import StackOutput
-from outbox.record_changes import entity_filter
 
 
 class TemplateError(ValueError):

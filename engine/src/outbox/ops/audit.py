@@ -8,11 +8,11 @@ from outbox.audit.auditor import Auditor
 from outbox.audit.findings import Finding
 from outbox.audit.table import AuditLog
 from outbox.exceptions import OperationRefusedError
+from outbox.log.verification import Anchor
 from outbox.ops.anchoring import AnchoringPass, anchoring_pass, completeness_pass
 from outbox.ops.completeness_data import CompletenessLog
 from outbox.ops.context import OperatorContext
 from outbox.ops.status import verify
-from outbox.verification import Anchor
 
 
 def findings(context: OperatorContext, tenants: Sequence[str] | None = None) -> list[Finding]:

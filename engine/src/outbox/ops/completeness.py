@@ -33,10 +33,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox.audit.auditor import Metric
-from outbox.chain import read_event_rows
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError, OutboxValidationError
 from outbox.inbox import VOUCH_MARGIN, ClaimRecord
+from outbox.log.chain import read_event_rows
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.ops.completeness_data import (
     EVENTS_PER_PASS,
     MAX_OPEN_PAIRS,

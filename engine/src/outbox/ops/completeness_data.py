@@ -11,8 +11,8 @@ from enum import StrEnum
 from typing import Any, Final
 
 from outbox.catalog import Catalog, Module
-from outbox.envelope import format_timestamp
 from outbox.exceptions import OutboxValidationError
+from outbox.log.envelope import format_timestamp
 from outbox.subscriptions import Lane, Subscription
 from outbox.workflows import WorkflowHandler, workflow
 

@@ -19,9 +19,9 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from outbox.envelope import format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import DeadLetter, DeadReason
+from outbox.log.envelope import format_timestamp
 from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import (
     OperatorContext,

@@ -9,8 +9,8 @@ from outbox.exceptions import OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED
 from outbox.ops.context import OperatorContext
 from outbox.ops.ordering import order_book
-from outbox.ordering import Deferred, Watermark
 from outbox.pairs import Placement, Route
+from outbox.pairs.order import Deferred, Watermark
 
 UNREADABLE = "unreadable"  # the event row the order waits for is gone, or says no event id
 # What the order waits for is no longer part of it (outbox.pairs: narrowed away, removed, before ordered_since).

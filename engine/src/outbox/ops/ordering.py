@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox import keys
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import EnvelopeParseError, OperationRefusedError
 from outbox.inbox import COMPLETED, PENDING, SKIPPED, ClaimRecord, envelope_digest
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.ops.context import OperatorContext, resolved_letter_update, transact_or_refuse
-from outbox.ordering import Deferred, OrderBook, WakeUps, Watermark
 from outbox.pairs import Act, Placement, Route
+from outbox.pairs.order import Deferred, OrderBook, WakeUps, Watermark
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ completion the inbox forgot. Every pair it re-sends has a claim row that vouches
 before it is sent (REPLAYING, where there was none), so however late the message arrives, the consumer
 knows the pair has not completed since.
 
-An ordered subscription (``outbox.ordering``) remembers what it applied at any age: its watermark, which
+An ordered subscription (``outbox.pairs.order``) remembers what it applied at any age: its watermark, which
 every completion moves in its own transaction. Reconciled alone (``subscription=``), it is sent, per tenant,
 every event of its order above the watermark that has no claim, however old: the backfill of a new ordered
 subscription over an existing log, or of one whose events the stream no longer holds. A subscription made
@@ -27,10 +27,10 @@ from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
-from outbox.chain import read_event_rows
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import OperationRefusedError
 from outbox.inbox import DEFERRED, PENDING, REPLAYING, VOUCH_MARGIN, ClaimRecord, reconcile_row
+from outbox.log.chain import read_event_rows
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book, ready_in_deployed_order, wake
 from outbox.pairs import Act, Route

@@ -18,11 +18,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.chain import read_event_rows
-from outbox.envelope import ULID_PATTERN, format_timestamp
 from outbox.exceptions import NothingToDoError, OperationRefusedError
 from outbox.inbox import COMPLETED, DEAD, DEFERRED, PENDING, REPLAYING, SKIPPED, ClaimRecord, DeadLetter, DeadReason
 from outbox.inbox.rows import HANDED
+from outbox.log.chain import read_event_rows
+from outbox.log.envelope import ULID_PATTERN, format_timestamp
 from outbox.ops.context import OperatorContext, ProgressCallback, no_progress, repair_dedup_id
 from outbox.ops.ordering import order_book
 from outbox.pairs import Act, Route

@@ -11,12 +11,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox.audit.liveness import pipe_states as read_pipe_states
+from outbox.log.verification import ChainReport, verify_chain
 from outbox.ops.completeness import MissingPair, completeness_state
 from outbox.ops.context import OperatorContext
 from outbox.ops.order_status import Blocked, blocked
 from outbox.ops.wording import plural
 from outbox.ops.workflows import RunningWorkflow, running_workflows
-from outbox.verification import ChainReport, verify_chain
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""A pair's life: the (event, subscription) pair's states and transitions as data (``machine``), and the one
-answer to what the deployed catalog does with a pair now (``deployed``)."""
+"""A pair's life: the (event, subscription) pair's states and transitions as data (``machine``), the one answer
+to what the deployed catalog does with a pair now (``deployed``), and the order of an ordered subscription's pairs
+(``order``: watermarks, deferred pairs, and the ``wake_ups`` that send a deferred pair back to the queue). The
+rows that hold a pair are ``outbox.inbox``'s."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from outbox.envelope import format_timestamp
+from outbox.log.envelope import format_timestamp
 from outbox.pairs.machine import Route, Rule, State, rule, state_of
 from outbox.subscriptions import Lane, Subscription
 

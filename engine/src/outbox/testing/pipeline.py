@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from outbox.catalog import Catalog
-from outbox.envelope import Envelope
 from outbox.inbox import ClaimRecord, DeadLetter, Inbox
 from outbox.local import deadline, faults, setup
 from outbox.local.runtime import LocalRuntime
 from outbox.local.template import load_manifest_stacks
+from outbox.log.envelope import Envelope
+from outbox.log.store import EventStore
 from outbox.ops import Operations, Topology
 from outbox.outputs import application_environment
 from outbox.settings import ConsumerSettings
-from outbox.store import EventStore
 from outbox.workflows.handoffs import Handoffs
 
 __all__ = ["InvocationFailedError", "LocalPipeline", "PipelineSetupError", "WorkerCrash"]

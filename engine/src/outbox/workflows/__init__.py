@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from outbox import keys
-from outbox.canonical import canonical_json
-from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError, OutboxValidationError
+from outbox.log.canonical import canonical_json
+from outbox.log.envelope import Envelope
 
 # Lambda's DurableExecutionName: 1..64 characters of [a-zA-Z0-9-_] (the Invoke API's model).
 EXECUTION_NAME_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from outbox import writes
 from outbox.exceptions import CallerWriteConditionFailedError, OutboxValidationError
-from outbox.store import EventStore
+from outbox.log.store import EventStore
 from outbox.workflows import WorkflowInput
 
 # Crockford's base 32, as a ULID spells it.

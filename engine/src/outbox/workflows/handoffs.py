@@ -19,11 +19,11 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.envelope import format_timestamp
 from outbox.inbox import COMPLETED, DEAD, Claim, DeadReason
 from outbox.inbox.claims import resolved_letter_item
 from outbox.inbox.rows import HANDED, _number, _string
 from outbox.inbox.table import InboxTable, _cancelled_by_condition
+from outbox.log.envelope import format_timestamp
 from outbox.query import read_partition
 
 RUNNING_PARTITION_PREFIX: Final = "WORKFLOWS#RUNNING#"

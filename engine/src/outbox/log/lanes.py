@@ -8,8 +8,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from outbox import keys
-from outbox.envelope import Envelope
 from outbox.exceptions import ContractViolationError
+from outbox.log.envelope import Envelope
 from outbox.redaction import describe_failure
 from outbox.subscriptions import Delivery, HandlerResult, Subscription
 

@@ -73,7 +73,7 @@ def _check_typed(where: str, attributes: Any) -> None:
         if not (isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in TYPE_TAGS):
             raise InvalidWriteError(
                 f"{where}[{name!r}] = {value!r} is not typed DynamoDB JSON such as {{'S': 'x'}}; build "
-                "writes with outbox.writes or boto3's TypeSerializer"
+                "writes with outbox.log.writes or boto3's TypeSerializer"
             )
 
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 from boto3.dynamodb.types import TypeDeserializer
 from pydantic import BaseModel, ConfigDict
 
-from outbox.canonical import from_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
+from outbox.log.canonical import from_dynamodb_numbers
 
 ROW_CHANGE_PREFIX = "record"
 OPERATIONS = ("INSERT", "MODIFY", "REMOVE")

@@ -1,6 +1,6 @@
 """verify_chain(): a tenant's log recomputed from genesis or from an anchor, and what it reports.
 
-Apart from ``outbox.chain`` (the head and reading the log), which every emit needs: the auditor, status and
+Apart from ``outbox.log.chain`` (the head and reading the log), which every emit needs: the auditor, status and
 the operator tools verify, and a function that only emits or consumes does not build these classes at its
 cold start (make bench, section 3).
 """
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from outbox import chain
-from outbox.canonical import GENESIS_HASH
-from outbox.chain import ChainHead, read_event_row, read_event_rows
-from outbox.envelope import Envelope
 from outbox.exceptions import EnvelopeParseError
+from outbox.log import chain
+from outbox.log.canonical import GENESIS_HASH
+from outbox.log.chain import ChainHead, read_event_row, read_event_rows
+from outbox.log.envelope import Envelope
 from outbox.observing import Moment, point
 
 

@@ -41,11 +41,11 @@ from typing import Any
 
 from outbox import clock as engine_clock
 from outbox import keys
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import WatermarkMovedError
+from outbox.log.envelope import Envelope, format_timestamp
 from outbox.observing import AROUND, observed
+from outbox.pairs.wake_ups import WakeUps  # the messages that put a deferred event back on the queue
 from outbox.subscriptions import Subscription
-from outbox.wake_ups import WakeUps  # the messages that put a deferred event back on the queue
 
 __all__ = ["Deferred", "OrderBook", "Skip", "WakeUps", "Watermark", "WatermarkMovedError"]
 

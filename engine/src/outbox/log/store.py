@@ -16,26 +16,26 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from outbox import clock as engine_clock
-from outbox import emit_transaction, entropy, keys
-from outbox.chain import ChainHead, read_events, read_head
-from outbox.emit_transaction import TRANSIENT_ERRORS, SealWrites
-from outbox.envelope import Envelope
+from outbox import entropy, keys
 from outbox.exceptions import (
     ChainHeadContentionError,
     EmitOutcomeUnknownError,
     EventStoreUnavailableError,
     InvalidEventError,
 )
-from outbox.lanes import run_inline, run_local
+from outbox.log.chain import ChainHead, read_events, read_head
+from outbox.log.envelope import Envelope
+from outbox.log.lanes import run_inline, run_local
+from outbox.log.limits import WriteTarget, check_transaction, describe_write
+from outbox.log.sealing import checked_events, given_event_id, seal_all, validated_draft
+from outbox.log.transaction import TRANSIENT_ERRORS, Outcome, SealWrites, refusal, transaction_items, unknown_outcome
 from outbox.observing import AROUND, observed
-from outbox.sealing import checked_events, given_event_id, seal_all, validated_draft
 from outbox.subscriptions import Lane, Subscription
 from outbox.tracing import TraceContext, current_trace_context
-from outbox.transaction import WriteTarget, check_transaction, describe_write
 
 if TYPE_CHECKING:
     from outbox.catalog import Catalog
-    from outbox.verification import ChainReport
+    from outbox.log.verification import ChainReport
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class EventStore:
         Where each emit finds the calling code's trace context, recorded with its events
         (``outbox.tracing.current_trace_context``: OpenTelemetry's current span, else Lambda's X-Ray header).
     sealing:
-        How drafts are sealed after the head (``outbox.sealing.seal_all``): a test gives another engine version's.
+        How drafts are sealed after the head (``outbox.log.sealing.seal_all``): a test gives another engine version's.
 
     Example
     -------
@@ -171,7 +171,7 @@ class EventStore:
         tenant's log or head.
 
         ``schema_version`` may be left out: the event is stored with its type's current version, the only
-        one emit() accepts (older versions reach handlers through their upcasters, ``outbox.schemas``), and
+        one emit() accepts (older versions reach handlers through their upcasters, ``outbox.log.schemas``), and
         ``event_id`` may be given, a ULID's text, instead of a new one (``NewEvent.event_id``).
         """
         event = NewEvent(event_type, payload, correlation_id, causation_id, schema_version, event_id)
@@ -261,7 +261,7 @@ class EventStore:
         return read_head(self.client, self.table_name, tenant)
 
     def verify_chain(self, tenant: str) -> ChainReport:
-        from outbox.verification import verify_chain  # the verifier's classes only where something verifies
+        from outbox.log.verification import verify_chain  # the verifier's classes only where something verifies
 
         return verify_chain(self.client, self.table_name, tenant)
 
@@ -344,19 +344,17 @@ class EventStore:
                 token_serial, first_sent = token_serial + 1, self._clock()  # throttled for as long: a fresh token
 
     @observed(AROUND["commit_emit"])
-    def _transact(
-        self, envelopes: Sequence[Envelope], head: ChainHead, writes: SealWrites, token: str
-    ) -> emit_transaction.Outcome:
-        """Send one attempt; None on commit, else why to retry (``outbox.emit_transaction``). An observed call
+    def _transact(self, envelopes: Sequence[Envelope], head: ChainHead, writes: SealWrites, token: str) -> Outcome:
+        """Send one attempt; None on commit, else why to retry (``outbox.log.transaction``). An observed call
         (``outbox.observing``): the local runtime's rival-emit fault commits another writer's event before it."""
-        items = emit_transaction.transaction_items(self.table_name, envelopes, head, writes)
+        items = transaction_items(self.table_name, envelopes, head, writes)
         try:
             self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
             return None
         except ClientError as exc:
-            return emit_transaction.refusal(exc, envelopes, writes, self.table_keys, token)
+            return refusal(exc, envelopes, writes, self.table_keys, token)
         except BotoCoreError as exc:
-            return emit_transaction.unknown_outcome(envelopes[-1], exc)
+            return unknown_outcome(envelopes[-1], exc)
 
     # -- head cache and backoff ---------------------------------------------------------------------
 

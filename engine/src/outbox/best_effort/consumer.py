@@ -17,7 +17,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from outbox.record_changes import RecordChange, parse_record_change
+from outbox.best_effort.changes import RecordChange, parse_record_change
 from outbox.subscriptions import Lane, SubscriptionRegistry
 from outbox.tracing import PairSpan, observed
 

@@ -14,13 +14,13 @@ from datetime import datetime
 from typing import Any
 
 from outbox import keys
-from outbox.canonical import GENESIS_HASH, MAX_SAFE_INTEGER, canonical_json, chain_hash, json_problem
-from outbox.chain import ChainHead
-from outbox.envelope import ULID_PATTERN, Envelope
 from outbox.exceptions import InvalidEventError
+from outbox.log.canonical import GENESIS_HASH, MAX_SAFE_INTEGER, canonical_json, chain_hash, json_problem
+from outbox.log.chain import ChainHead
+from outbox.log.envelope import ULID_PATTERN, Envelope
+from outbox.log.limits import WriteTarget, item_size
 from outbox.messages import MAX_RELAY_BODY_BYTES, relay_body_size
 from outbox.tracing import TraceContext
-from outbox.transaction import WriteTarget, item_size
 
 # The largest sequence number the hash can carry (an I-JSON integer).
 _WIDEST_SEQ = MAX_SAFE_INTEGER

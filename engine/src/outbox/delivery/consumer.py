@@ -33,25 +33,25 @@ from outbox.delivery.path import (
 from outbox.delivery.run import DeliveryPath, Run
 from outbox.delivery.runs import Runs
 from outbox.delivery.timing import LeasePolicy, RunTimes
-from outbox.envelope import Envelope
 from outbox.exceptions import (
     ContractViolationError,
     EnvelopeParseError,
     OutboxValidationError,
 )
 from outbox.inbox import Inbox, envelope_digest, storable_text
+from outbox.log.envelope import Envelope
+from outbox.log.store import EventStore
 from outbox.messages import Message, parse_body
 from outbox.observing import AROUND, observed
 from outbox.pairs import DeployedCatalog, Route
 from outbox.redaction import ErrorDetail
-from outbox.store import EventStore
 from outbox.subscriptions import Lane, Subscription, SubscriptionRegistry
 from outbox.tracing import observed_pair
 
 if TYPE_CHECKING:
     from outbox.delivery.ordered import OrderedGate
     from outbox.delivery.workflow import WorkflowPath
-    from outbox.ordering import OrderBook, WakeUps
+    from outbox.pairs.order import OrderBook, WakeUps
     from outbox.workflows.starter import WorkflowStarter
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class DurableConsumer:
     error_detail:
         What a failure says in logs and dead letters (``outbox.redaction``): its type and place by default.
     wake_ups:
-        How a deferred event goes back to the durable queue (``outbox.ordering.WakeUps``); required when a
+        How a deferred event goes back to the durable queue (``outbox.pairs.order.WakeUps``); required when a
         subscription is ordered.
     log:
         Optional Powertools ``Logger``: every line logged while a pair runs carries its tenant, event id,
@@ -110,7 +110,7 @@ class DurableConsumer:
         ordered = sorted(s.name for s in registry.subscriptions if s.ordered)
         if ordered and wake_ups is None:
             raise OutboxValidationError(
-                f"ordered subscriptions ({', '.join(ordered)}) need wake_ups=outbox.ordering.WakeUps(...): a "
+                f"ordered subscriptions ({', '.join(ordered)}) need wake_ups=outbox.pairs.order.WakeUps(...): a "
                 "deferred event goes back to the durable queue when its predecessor is applied"
             )
         self.times = RunTimes()
@@ -179,7 +179,7 @@ class DurableConsumer:
 
     @property
     def order(self) -> OrderBook:
-        """The ordered subscriptions' watermarks and deferrals (``outbox.ordering.OrderBook``)."""
+        """The ordered subscriptions' watermarks and deferrals (``outbox.pairs.order.OrderBook``)."""
         return self.ordered.order
 
     # -- the Lambda entry -----------------------------------------------------------------------------

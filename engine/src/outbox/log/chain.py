@@ -1,4 +1,4 @@
-"""The per-tenant hash chain: its head row and reading the log in order (``outbox.verification`` checks it)."""
+"""The per-tenant hash chain: its head row and reading the log in order (``outbox.log.verification`` checks it)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox import keys
-from outbox.canonical import GENESIS_HASH
-from outbox.envelope import Envelope
+from outbox.log.canonical import GENESIS_HASH
+from outbox.log.envelope import Envelope
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from outbox import keys
-from outbox.chain import ChainHead
-from outbox.envelope import Envelope, format_timestamp
 from outbox.exceptions import (
     CallerWriteConditionFailedError,
     ChainIntegrityError,
@@ -30,6 +28,8 @@ from outbox.exceptions import (
     InlineWriteConditionFailedError,
     InvalidWriteError,
 )
+from outbox.log.chain import ChainHead
+from outbox.log.envelope import Envelope, format_timestamp
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from boto3.dynamodb.types import DYNAMODB_CONTEXT, TypeDeserializer, TypeSeriali
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from outbox import keys
-from outbox.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.exceptions import EnvelopeParseError
+from outbox.log.canonical import chain_hash, from_dynamodb_numbers, json_problem, to_dynamodb_numbers
 from outbox.redaction import validation_summary
 from outbox.tracing import TraceContext
 
@@ -35,7 +35,7 @@ class Envelope(BaseModel):
     Every attribute of an event row but its keys, its kind and its hash is part of the hash, so an event that a
     newer engine wrote, with fields this one does not know, keeps them (``extra="allow"``): they are hashed,
     dumped and written back like the others, and never read. emit() seals with ``extra="forbid"``
-    (``outbox.sealing``): what this engine writes has the fields it declares, no more.
+    (``outbox.log.sealing``): what this engine writes has the fields it declares, no more.
 
     The other way round, a field added to this model must leave an event without it as it was: out of its hash
     and its row (``_absent``, as ``trace_context`` is) and out of the inbox's digest (``digested_body``, which

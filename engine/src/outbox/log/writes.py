@@ -7,7 +7,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from outbox.canonical import to_dynamodb_numbers
+from outbox.log.canonical import to_dynamodb_numbers
 
 _serializer = TypeSerializer()
 

@@ -1,5 +1,5 @@
 """Wake-ups: the message that puts a deferred event of an ordered subscription back on the durable queue once it
-may run (``outbox.ordering``). Also importable as ``outbox.ordering.WakeUps``."""
+may run (``outbox.pairs.order``). Also importable as ``outbox.pairs.order.WakeUps``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["Waiting", "WakeUps"]
 
 
 class Waiting(Protocol):
-    """A deferred event as a wake-up needs it (``outbox.ordering.Deferred``)."""
+    """A deferred event as a wake-up needs it (``outbox.pairs.order.Deferred``)."""
 
     @property
     def tenant(self) -> str: ...

@@ -270,8 +270,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="in-progress-acknowledged",
         module=RUN,
-        original="self.runs.count(Metric.SKIPS)\n            return DeliveryOutcome.RETRY",
-        replacement="self.runs.count(Metric.SKIPS)\n            return DeliveryOutcome.SKIPPED",
+        original="subscription=subscription.name)\n            return DeliveryOutcome.RETRY",
+        replacement="subscription=subscription.name)\n            return DeliveryOutcome.SKIPPED",
         description="a message whose pair is in progress elsewhere is acknowledged instead of retried",
         what_should_catch_it="a redelivery while the owner runs, then the owner crashes: the effect is lost (2)",
         seeds=(17, 31),
@@ -735,8 +735,7 @@ MUTANTS: tuple[Mutant, ...] = (
         id="ordered-direct-lost-answer-claimed",
         module=GATE,
         original=(
-            '            logger.warning("the direct completion of %s failed, placed again under a lease: %s", '
-            "pair.key, exc)\n            return None\n"
+            "            run.tell(Told.DIRECT_COMPLETION_FAILED, key=pair.key, error=exc)\n            return None\n"
         ),
         replacement=(
             "            carried.forget(envelope.tenant, subscription.name)\n"
@@ -911,8 +910,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="wake-up-refusal-swallowed",
         module=GATE,
-        original="watermark.subscription, exc)\n            return DeliveryOutcome.RETRY\n",
-        replacement="watermark.subscription, exc)\n            return outcome\n",
+        original="subscription=watermark.subscription, error=exc)\n            return DeliveryOutcome.RETRY\n",
+        replacement="subscription=watermark.subscription, error=exc)\n            return outcome\n",
         description="a wake-up SQS refused is logged and the message that owed it acknowledged: the deferred "
         "event waits for a wake-up that never comes",
         what_should_catch_it="SQS refusing a consumer's wake-up send (send_refused) behind a slow ordered ledger, "
@@ -922,8 +921,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         id="retry-acknowledged",
         module=RUN,
-        original="self.runs.count(Metric.RETRIES)\n        return DeliveryOutcome.RETRY",
-        replacement="self.runs.count(Metric.RETRIES)\n        return DeliveryOutcome.SKIPPED",
+        original="error=error)\n        return DeliveryOutcome.RETRY",
+        replacement="error=error)\n        return DeliveryOutcome.SKIPPED",
         description="a retryable failure gives the lease back and acknowledges the message: the pair waits, "
         "released, for a delivery that will never come",
         what_should_catch_it="any retryable error: once the faults stop, a pair PENDING with nothing on its way "

@@ -7,7 +7,6 @@ retry. The paths decide what happens to a pair; the loop only maps their outcome
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from outbox.delivery.direct import DirectPath
 from outbox.delivery.lease import LeasePath
 from outbox.delivery.left_out import LeftOut
 from outbox.delivery.log_check import LogCheck, read_record
+from outbox.delivery.observers import RunObserver, Told
 from outbox.delivery.path import (
     DeliveryOutcome,
     Metric,
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from outbox.pairs.order import OrderBook, WakeUps
     from outbox.workflows.starter import WorkflowStarter
 
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "ContractViolationError",
@@ -86,6 +85,10 @@ class DurableConsumer:
     log:
         Optional Powertools ``Logger``: every line logged while a pair runs carries its tenant, event id,
         correlation id, subscription and receive count (and its attempt while the handler runs).
+    observers:
+        Told of each outcome of a pair's run (``outbox.delivery.observers``: claimed, completed, retrying, dead,
+        deferred, ...) after the consumer's log and metrics are: to count per subscription, say, or to send dead
+        letters to your own tools. One that raises fails the pair's run, as a failed write would.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class DurableConsumer:
         log: Any | None = None,
         workflows: WorkflowStarter | None = None,
         workflow_functions: Mapping[str, Any] | None = None,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self.registry = registry
         self._deployed = DeployedCatalog(registry)
@@ -121,6 +125,7 @@ class DurableConsumer:
             metrics=metrics,
             error_detail=error_detail,
             times=self.times,
+            observers=observers,
         )
         self.log_check = LogCheck(store)
         self.lease = LeasePath()
@@ -263,8 +268,7 @@ class DurableConsumer:
         if message.targets is not None:
             self.left_out.record(self.deployed, envelope, message.targets, subscriptions, message.receive_count, batch)
         if not subscriptions:
-            logger.warning("event %s of type %s matched no durable subscription", envelope.id, envelope.type, extra=log)
-            self.runs.count(Metric.UNMATCHED)
+            self.runs.tell(Told.UNMATCHED, log, event_id=envelope.id, type=envelope.type)
             return
         doubt = self.log_check.doubt(envelope, ahead)
         if doubt is not None:
@@ -355,8 +359,8 @@ class DurableConsumer:
         and the message is acknowledged (a forger cannot block the tenant's group with it)."""
         why, logged = doubt
         error = f"event {envelope.id} was not run: {why}"
-        logger.error(
-            "refused event %s: %s", envelope.id, why, extra={"event_id": envelope.id, "tenant": envelope.tenant}
+        self.runs.tell(
+            Told.REFUSED, {"event_id": envelope.id, "tenant": envelope.tenant}, event_id=envelope.id, why=why
         )
         for subscription in subscriptions:
             with observed_pair(
@@ -372,7 +376,8 @@ class DurableConsumer:
                 received_hash=envelope.hash,
                 logged_hash=logged,
             )
-            self.runs.count(Metric.CONFLICTS)
+            log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
+            self.runs.tell(Told.REFUSED_PAIR, log)
 
     def _poison(self, record: SQSRecord, error: str) -> None:
         attributes = record.raw_event.get("attributes") or {}
@@ -382,7 +387,6 @@ class DurableConsumer:
         }
         # Escaped like the stored row: a lone surrogate from the body would make the log line itself fail
         # to encode (and be lost) on the way to stdout.
-        logger.error("poison pill %s: %s", record.message_id, storable_text(error))
         body = record.raw_event.get("body")
         self.inbox.record_poison(str(record.message_id), body if isinstance(body, str) else repr(body), error, kept)
-        self.runs.count(Metric.POISON_PILLS)
+        self.runs.tell(Told.POISON_PILL, {}, message_id=record.message_id, error=storable_text(error))

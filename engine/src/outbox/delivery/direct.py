@@ -13,15 +13,12 @@ the watermark's move in the same transaction.
 
 from __future__ import annotations
 
-import logging
-
-from outbox.delivery.path import DeliveryOutcome, Metric, is_terminal_completion
+from outbox.delivery.observers import Told
+from outbox.delivery.path import DeliveryOutcome, is_terminal_completion
 from outbox.delivery.run import Run
 from outbox.inbox import COMPLETED, DEAD
 from outbox.inbox.rows import same_content
 from outbox.observing import AROUND, observed
-
-logger = logging.getLogger(__name__)
 
 
 class DirectPath:
@@ -50,12 +47,11 @@ class DirectPath:
         except Exception as exc:  # every completion failure is classified, as under a lease
             return run.fail_unclaimed(exc, terminal=is_terminal_completion(exc))
         if existing is None:
-            run.count(Metric.COMPLETIONS)
+            run.tell(Told.COMPLETED)
             return DeliveryOutcome.COMPLETED
         if not same_content(existing, envelope, digest):  # an older engine's row holds an older digest
             return run.conflict(existing, 1)
         if existing.get("status", {}).get("S") in (COMPLETED, DEAD):
-            logger.info("skipped %s: a duplicate delivery", subscription.name, extra={"event_id": envelope.id})
-            run.count(Metric.SKIPS)
+            run.tell(Told.DUPLICATE, subscription=subscription.name)
             return DeliveryOutcome.SKIPPED
         return None

@@ -5,11 +5,12 @@ says why, leaves the order it waited in, and the order goes on without it."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from outbox.delivery.path import Metric, RetryableDeliveryError
+from outbox import keys
+from outbox.delivery.observers import Told
+from outbox.delivery.path import RetryableDeliveryError
 from outbox.delivery.run import ORDER_RACE_LOOKS
 from outbox.delivery.runs import Runs
 from outbox.exceptions import LeaseLostError, WatermarkMovedError
@@ -20,8 +21,6 @@ from outbox.subscriptions import Subscription
 if TYPE_CHECKING:
     from outbox.delivery.batch import Batch
     from outbox.delivery.ordered import OrderedGate
-
-logger = logging.getLogger(__name__)
 
 
 class LeftOut:
@@ -59,14 +58,8 @@ class LeftOut:
             except LeaseLostError as exc:  # a run under way (the code before the deploy) ends it, or lapses
                 raise RetryableDeliveryError(f"{envelope.id}:{name} is running elsewhere: asked again later") from exc
             if marked:
-                logger.error(
-                    "repair of %s:%s not run: %s",
-                    envelope.id,
-                    name,
-                    why,
-                    extra={"event_id": envelope.id, "subscription": name, "tenant": envelope.tenant},
-                )
-                self.runs.count(Metric.DEAD_LETTERS)
+                log = {"event_id": envelope.id, "subscription": name, "tenant": envelope.tenant}
+                self.runs.tell(Told.LEFT_OUT, log, key=keys.idempotency_key(envelope.id, name), why=why)
             found = deployed.find(name)
             if found is not None and found.ordered:
                 # It may have waited in the order, which goes on without it: the next deferred event is sent on

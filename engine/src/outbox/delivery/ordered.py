@@ -14,7 +14,6 @@ pair brings its batch (``Pair.batch``), and whatever the gate hands on (a woken 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,7 +22,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from outbox import keys
 from outbox.delivery.batch import Batch, OwedWake
 from outbox.delivery.carried import CarriedWatermarks
-from outbox.delivery.path import DeliveryOutcome, Metric, Pair, RemainingMs, RetryableDeliveryError
+from outbox.delivery.observers import Told
+from outbox.delivery.path import DeliveryOutcome, Pair, RemainingMs, RetryableDeliveryError
 from outbox.delivery.run import ORDER_RACE_LOOKS, Run
 from outbox.delivery.runs import Runs
 from outbox.exceptions import EnvelopeParseError, LeaseLostError, OutboxError, WatermarkMovedError
@@ -33,8 +33,6 @@ from outbox.observing import AROUND, observed
 from outbox.pairs import DeployedCatalog, Route
 from outbox.pairs.order import Deferred, WakeUps, Watermark
 from outbox.subscriptions import HandlerResult, Subscription
-
-logger = logging.getLogger(__name__)
 
 
 class OrderedGate:
@@ -74,8 +72,7 @@ class OrderedGate:
         if pair.may_create:
             outcome = run.under_lease()
             return outcome, watermark if outcome in (DeliveryOutcome.SKIPPED, DeliveryOutcome.COMPLETED) else None
-        logger.info("skipped %s: seq %d is at or below its watermark", subscription.name, envelope.seq, extra=pair.log)
-        run.count(Metric.SKIPS)
+        run.tell(Told.BELOW_WATERMARK, subscription=subscription.name, seq=envelope.seq)
         return DeliveryOutcome.SKIPPED, watermark
 
     def deliver(self, run: Run) -> DeliveryOutcome:
@@ -167,13 +164,13 @@ class OrderedGate:
         except Exception as exc:  # whatever it was, the lease path looks again
             # The commit may have landed with its answer lost: only a fresh read of the watermark can tell, and
             # then the events deferred behind this one must be woken (a claim would only find the pair done).
-            logger.warning("the direct completion of %s failed, placed again under a lease: %s", pair.key, exc)
+            run.tell(Told.DIRECT_COMPLETION_FAILED, key=pair.key, error=exc)
             return None
         if existing is not None:
             return None
         advanced = self.order.advanced(watermark, envelope, was_deferred=False)
         carried.carry(advanced)
-        run.count(Metric.COMPLETIONS)
+        run.tell(Told.COMPLETED)
         return DeliveryOutcome.COMPLETED, advanced
 
     @observed(AROUND["place"])
@@ -197,23 +194,17 @@ class OrderedGate:
                 return watermark
             was_deferred = claim.waits_for is not None
             items = self.order.defer_items(watermark, envelope, waits_for, was_deferred=was_deferred)
+            log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
             try:
                 self.inbox.defer(claim, waits_for, items)
             except WatermarkMovedError:
                 watermark = carried.read(envelope.tenant, subscription.name)
                 continue
             except LeaseLostError:
-                self.runs.count(Metric.LEASES_LOST)
+                self.runs.tell(Told.LEASE_LOST, log)
                 return DeliveryOutcome.RETRY
             carried.carry(self.order.after_deferral(watermark, was_deferred=was_deferred))
-            logger.info(
-                "deferred %s: seq %d waits for seq %d",
-                claim.idempotency_key,
-                envelope.seq,
-                waits_for,
-                extra={"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant},
-            )
-            self.runs.count(Metric.DEFERRALS)
+            self.runs.tell(Told.DEFERRED, log, key=claim.idempotency_key, seq=envelope.seq, waits_for=waits_for)
             return DeliveryOutcome.DEFERRED
         carried.forget(envelope.tenant, subscription.name)
         self.inbox.release(claim, "the ordered subscription's watermark kept moving; placed again on the next receive")
@@ -287,7 +278,7 @@ class OrderedGate:
                     # out) from its wake-up, which wakes nothing after it. The order goes on past it here, and the
                     # next row may wait for it: woken whatever it waits for, its run places it again.
                     self.wake_ups.send(ready, watermark.applied_seq)
-                    self.runs.count(Metric.WAKE_UPS)
+                    self.runs.tell(Told.WAKE_UP_SENT, _log_of(ready))
                     passed, whatever_it_waits_for = ready.seq, True
                     continue
                 if (
@@ -302,10 +293,11 @@ class OrderedGate:
                     if woken is not DeliveryOutcome.RETRY:
                         break  # dead (it blocks until an operator repairs it) or deferred again (woken in turn)
                 self.wake_ups.send(ready, watermark.applied_seq)  # it runs from its own message, retried by SQS
-                self.runs.count(Metric.WAKE_UPS)
+                self.runs.tell(Told.WAKE_UP_SENT, _log_of(ready))
                 break
         except (ClientError, BotoCoreError, OutboxError) as exc:
-            logger.warning("could not wake the next deferred event of %s: %s", watermark.subscription, exc)
+            log = {"subscription": watermark.subscription, "tenant": watermark.tenant}
+            self.runs.tell(Told.WAKE_FAILED, log, subscription=watermark.subscription, error=exc)
             return DeliveryOutcome.RETRY
         return outcome
 
@@ -330,7 +322,7 @@ class OrderedGate:
     ) -> tuple[DeliveryOutcome, Watermark | None]:
         """Apply, here, a deferred event whose predecessor was just applied (``envelope``: its row in the log, in
         the order as deployed), in the predecessor's ``batch``: as ``apply_in_order`` answers."""
-        self.runs.count(Metric.RUN_AFTER_PREDECESSOR)
+        self.runs.tell(Told.RUN_AFTER_PREDECESSOR, _log_of(ready))
         may_create = self.inbox.can_vouch_for(envelope.occurred_at)
         pair = Pair(envelope, subscription, 1, envelope_digest(envelope), may_create, batch=batch)
         return self.apply_in_order(Run(pair, remaining_ms, self.runs), in_place=True)
@@ -354,7 +346,7 @@ class OrderedGate:
         try:
             self.inbox.release(claim, "an earlier run in place did not finish: it runs from its own message", 1)
         except LeaseLostError:
-            self.runs.count(Metric.LEASES_LOST)
+            self.runs.tell(Told.LEASE_LOST, _log_of(claim))
         return DeliveryOutcome.RETRY
 
 
@@ -363,3 +355,8 @@ def _in_the_order(subscription: Subscription, envelope: Envelope) -> bool:
     (moved ordered_since past it, made the subscription unordered, narrowed it), and the watermark then says
     nothing of it."""
     return DeployedCatalog.route_of(subscription, envelope.type, envelope.occurred_at) is Route.IN_ORDER
+
+
+def _log_of(waiting: Deferred | Claim) -> dict[str, str]:
+    """The log keys of a pair known by its row (a deferred one, a claim)."""
+    return {"event_id": waiting.event_id, "subscription": waiting.subscription, "tenant": waiting.tenant}

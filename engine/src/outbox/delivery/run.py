@@ -1,4 +1,4 @@
-"""One pair's run: the transitions a delivery takes, each recorded in the inbox, counted and told to observers.
+"""One pair's run: the transitions a delivery takes, each recorded in the inbox and told to observers.
 
 A path (``lease``, ``direct``, ``ordered``, ``workflow``) is a strategy over a ``Run``: it chooses which transitions
 to take and in what order, and never calls another path. The run takes them the same way whoever asks, so a claim,
@@ -19,15 +19,14 @@ invocation's time).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
+from outbox.delivery.observers import Told
 from outbox.delivery.path import (
     DeliveryOutcome,
-    Metric,
     Pair,
     RemainingMs,
     UnfinishedAttemptsError,
@@ -51,8 +50,6 @@ from outbox.tracing import attempt_of_pair, current_pair
 
 if TYPE_CHECKING:
     from outbox.delivery.runs import Runs
-
-logger = logging.getLogger(__name__)
 
 # How often a write conditioned on an order's watermark looks again when another writer moved it meanwhile.
 ORDER_RACE_LOOKS = 3
@@ -89,8 +86,9 @@ class Run:
     def lease_policy(self) -> LeasePolicy:
         return self.runs.lease_policy
 
-    def count(self, metric: Metric) -> None:
-        self.runs.count(metric)
+    def tell(self, told: Told, **facts: Any) -> None:
+        """Tell the consumer's observers of an outcome of this pair's run (``Runs.tell``), with the pair's log keys."""
+        self.runs.tell(told, self.pair.log, **facts)
 
     def lacks_time(self) -> bool:
         """Whether a run would not fit in what is left of the invocation (``Runs.lacks_time``)."""
@@ -115,14 +113,12 @@ class Run:
             # acknowledged: if that worker has crashed, this message may be the only copy left, and
             # deleting it would lose the effect. It comes back after the visibility timeout, by when
             # the claim is completed (skip) or its lease has expired (take-over).
-            logger.info("skipped %s for now: in progress elsewhere", subscription.name, extra=pair.log)
-            self.runs.count(Metric.SKIPS)
+            self.runs.tell(Told.HELD_ELSEWHERE, pair.log, subscription=subscription.name)
             return DeliveryOutcome.RETRY
         if result.claim is None:
-            logger.info("skipped %s: %s", subscription.name, result.outcome.value, extra=pair.log)
-            self.runs.count(Metric.SKIPS)
+            self.runs.tell(Told.DONE_ALREADY, pair.log, subscription=subscription.name, outcome=result.outcome.value)
             return DeliveryOutcome.SKIPPED
-        self.runs.count(Metric.CLAIMS)
+        self.runs.tell(Told.CLAIMED, pair.log)
         if result.claim.unfinished_with_ms is not None:
             return self._after_unfinished(result.claim)
         return result.claim
@@ -147,34 +143,28 @@ class Run:
             why = f"its last attempt did not end with {had} ms left; it runs with more"
             self.inbox.release(claim, why, 1, still_unfinished=had)
         except LeaseLostError:
-            self.runs.count(Metric.LEASES_LOST)
+            self.runs.tell(Told.LEASE_LOST, self.pair.log)
             return DeliveryOutcome.RETRY
-        logger.info(
-            "not running %s with %d ms left: its last attempt had %d ms and did not end",
-            self.subscription.name,
-            self.remaining_ms(),
-            had,
-            extra=self.pair.log,
+        left = self.remaining_ms()
+        self.runs.tell(
+            Told.UNFINISHED_WAITS, self.pair.log, subscription=self.subscription.name, remaining_ms=left, had=had
         )
-        self.runs.count(Metric.NO_TIME_LEFT)
         return DeliveryOutcome.RETRY
 
     def conflict(self, existing: Mapping[str, Any], receive_count: int) -> DeliveryOutcome:
         """The pair's row holds another content than this delivery's: a conflict dead letter, never a run."""
         envelope, subscription = self.envelope, self.subscription
         log = {"event_id": envelope.id, "subscription": subscription.name, "tenant": envelope.tenant}
-        logger.error("event %s conflicts with the content already claimed", envelope.id, extra=log)
         current_pair().outcome("conflict")
         self.inbox.record_conflict(envelope, subscription.name, existing, receive_count)
-        self.runs.count(Metric.CONFLICTS)
+        self.runs.tell(Told.CONFLICT, log, event_id=envelope.id)
         return DeliveryOutcome.DEAD
 
     def _unverifiable(self) -> DeliveryOutcome:
         pair = self.pair
         if not self.inbox.mark_unverifiable(pair.envelope, pair.subscription.name, pair.digest, pair.receive_count):
             return DeliveryOutcome.RETRY  # a row appeared meanwhile: decide again on the next receive
-        logger.error("not running %s: older than the inbox remembers", pair.subscription.name, extra=pair.log)
-        self.runs.count(Metric.DEAD_LETTERS)
+        self.runs.tell(Told.UNVERIFIABLE, pair.log, subscription=pair.subscription.name)
         return DeliveryOutcome.DEAD
 
     def claim_to_run(self) -> Claim | DeliveryOutcome:
@@ -197,7 +187,7 @@ class Run:
             except WatermarkMovedError:
                 continue
             except LeaseLostError:
-                self.runs.count(Metric.LEASES_LOST)
+                self.runs.tell(Told.LEASE_LOST, self.pair.log)
                 return DeliveryOutcome.RETRY
         self.inbox.release(claim, "its order kept moving while it left it; it runs on the next receive", 1)
         return DeliveryOutcome.RETRY
@@ -241,12 +231,11 @@ class Run:
             # The new owner may have died since: the message comes back, and the inbox decides then (done,
             # or a take-over). Acknowledging it here would rely on SQS keeping a message deleted with a
             # receipt handle from an older receive, which FIFO queues do not promise.
-            logger.warning("lost the lease on %s before completing; the new owner finishes it", claim.idempotency_key)
-            self.runs.count(Metric.LEASES_LOST)
+            self.runs.tell(Told.LEASE_LOST_BEFORE_COMPLETING, self.pair.log, key=claim.idempotency_key)
             return DeliveryOutcome.RETRY
         except Exception as exc:  # every completion failure is classified
             return self.fail(claim, exc, terminal=is_terminal_completion(exc))
-        self.runs.count(Metric.COMPLETIONS)
+        self.runs.tell(Told.COMPLETED, self.pair.log)
         return done
 
     def under_lease(self) -> DeliveryOutcome:
@@ -326,19 +315,16 @@ class Run:
         try:
             if terminal or exhausted:
                 reason = DeadReason.TERMINAL if terminal else DeadReason.EXHAUSTED
-                logger.error("dead-lettering %s (%s): %s", claim.idempotency_key, reason.value, error, extra=log)
                 self.inbox.mark_dead(claim, self.envelope, error, type(exc).__name__, reason, receive_count)
-                self.runs.count(Metric.DEAD_LETTERS)
+                self.runs.tell(Told.DEAD, log, key=claim.idempotency_key, reason=reason.value, error=error)
                 # The dead letter is the record of it now: the message is acknowledged, and only a replay
                 # (which targets this pair alone) runs it again.
                 return DeliveryOutcome.DEAD
-            logger.warning("retrying %s after: %s", claim.idempotency_key, error, extra=log)
             self.inbox.release(claim, error)
         except LeaseLostError:
-            logger.warning("lost the lease on %s while recording a failure", claim.idempotency_key, extra=log)
-            self.runs.count(Metric.LEASES_LOST)
+            self.runs.tell(Told.LEASE_LOST_RECORDING_FAILURE, log, key=claim.idempotency_key)
             return DeliveryOutcome.RETRY  # as above: the next receive sees what the new owner did
-        self.runs.count(Metric.RETRIES)
+        self.runs.tell(Told.RETRYING, log, key=claim.idempotency_key, error=error)
         return DeliveryOutcome.RETRY
 
     @observed(AROUND["fail_directly"])

@@ -1,17 +1,18 @@
 """What every run of one consumer shares (each pair's ``outbox.delivery.run.Run`` is given it).
 
-The inbox, the store, the lease policy, the invocation's time (``RunTimes``), how a failure is told (the error
-detail) and counted (Powertools metrics): one ``Runs`` per consumer.
+The inbox, the store, the lease policy, the invocation's time (``RunTimes``), how a failure is described (the error
+detail) and who is told of each outcome (``outbox.delivery.observers``: the metrics, the log, the caller's own):
+one ``Runs`` per consumer.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from outbox.delivery.path import Metric, RemainingMs
+from outbox.delivery.observers import LogLines, MetricCounts, RunObserver, Telling, Told
+from outbox.delivery.path import RemainingMs
 from outbox.delivery.timing import LeasePolicy, RunTimes
 from outbox.inbox import Inbox
 from outbox.log.envelope import Envelope
@@ -21,8 +22,6 @@ from outbox.subscriptions import Subscription
 
 if TYPE_CHECKING:
     from outbox.pairs.order import OrderBook
-
-logger = logging.getLogger(__name__)
 
 
 class Runs:
@@ -37,13 +36,30 @@ class Runs:
         metrics: Any | None,
         error_detail: ErrorDetail,
         times: RunTimes,
+        observers: Sequence[RunObserver] = (),
     ) -> None:
         self.inbox = inbox
         self.store = store
         self.lease_policy = lease_policy
-        self.metrics = metrics
         self.error_detail = error_detail
         self.times = times
+        self._metric_counts = MetricCounts(metrics)
+        self.observers: tuple[RunObserver, ...] = (LogLines(), self._metric_counts, *observers)
+
+    @property
+    def metrics(self) -> Any | None:
+        """The Powertools ``Metrics`` the outcomes are counted on (a test may swap it between invocations)."""
+        return self._metric_counts.metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Any | None) -> None:
+        self._metric_counts.metrics = metrics
+
+    def tell(self, told: Told, log: Mapping[str, Any] | None = None, **facts: Any) -> None:
+        """Tell every observer of an outcome (``outbox.delivery.observers``), once it is recorded."""
+        telling = Telling(told, facts, log or {})
+        for observer in self.observers:
+            observer(telling)
 
     @cached_property
     def order(self) -> OrderBook:
@@ -60,13 +76,7 @@ class Runs:
         direct run whose commit found history, or a watermark that moved)."""
         if self.times.has_time_for(subscription, remaining_ms):
             return False
-        logger.info(
-            "not starting %s with %d ms left: it comes back with the rest of its group",
-            subscription.name,
-            remaining_ms(),
-            extra=dict(log),
-        )
-        self.count(Metric.NO_TIME_LEFT)
+        self.tell(Told.NO_TIME_LEFT, log, subscription=subscription.name, remaining_ms=remaining_ms())
         return True
 
     def delivered(self, envelope: Envelope) -> Envelope:
@@ -80,7 +90,3 @@ class Runs:
             return copy
         payload = catalog.delivered_payload(envelope.type, envelope.schema_version, copy.payload)
         return copy if payload is copy.payload else copy.model_copy(update={"payload": payload})
-
-    def count(self, metric: Metric) -> None:
-        if self.metrics is not None:
-            self.metrics.add_metric(name=metric.value, unit="Count", value=1)

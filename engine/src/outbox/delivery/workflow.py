@@ -10,11 +10,11 @@ attempt that failed, classified as any handler's failure (released for a retry, 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-from outbox.delivery.path import DeliveryOutcome, Metric
+from outbox.delivery.observers import Told
+from outbox.delivery.path import DeliveryOutcome
 from outbox.delivery.run import Run
 from outbox.delivery.runs import Runs
 from outbox.exceptions import LeaseLostError, OutboxValidationError
@@ -22,8 +22,6 @@ from outbox.subscriptions import Lane, SubscriptionRegistry
 from outbox.workflows import WorkflowInput, execution_name
 from outbox.workflows.handoffs import Handoffs
 from outbox.workflows.starter import QualifiedFunction, WorkflowStarter
-
-logger = logging.getLogger(__name__)
 
 
 class WorkflowPath:
@@ -67,9 +65,9 @@ class WorkflowPath:
             self.handoffs.hand_off(claim, arn, name, attempt, execution_timeout=function.execution_timeout)
         except LeaseLostError:
             # The new owner starts the same name, finds this execution, and records it.
-            run.count(Metric.LEASES_LOST)
+            run.tell(Told.LEASE_LOST)
             return DeliveryOutcome.RETRY
-        logger.info("handed %s to the workflow execution %s", claim.idempotency_key, name, extra=run.pair.log)
+        run.tell(Told.HANDED, key=claim.idempotency_key, execution=name)
         return DeliveryOutcome.HANDED
 
 

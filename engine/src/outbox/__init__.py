@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from outbox import writes
     from outbox.exceptions import (
         CallerWriteConditionFailedError,
         ChainHeadContentionError,
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
         TerminalError,
     )
     from outbox.inbox import Claim, ClaimOutcome, DeadReason, Inbox
+    from outbox.log import writes
     from outbox.log.canonical import GENESIS_HASH, canonical_json, chain_hash
     from outbox.log.chain import ChainHead
     from outbox.log.envelope import Envelope

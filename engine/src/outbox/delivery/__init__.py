@@ -13,5 +13,6 @@ consumer shares. A path is a strategy over the run, and never calls another path
 ``path`` says what a run is given (a ``Pair``) and ends with (a ``DeliveryOutcome``); ``batch`` is what one
 invocation's batch carries (``carried``: its watermarks); ``timing`` what an invocation's time allows. The batch
 loop that chooses a path per pair is ``outbox.delivery.consumer``; the check of each message against the events table
-before any path runs is ``log_check``; ``left_out``, what a repair's message does with pairs a deploy left out.
+before any path runs is ``log_check``; ``left_out``, what a repair's message does with pairs a deploy left out;
+``observers``, what each outcome of a run counts and logs (and a caller's own observers).
 """

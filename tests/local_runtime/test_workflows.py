@@ -18,10 +18,12 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from botocore.exceptions import ClientError
 
 from outbox.local import saving
 from outbox.local.clock import VirtualClock
 from outbox.local.durable_state import left_of
+from outbox.local.fault_count import FaultCount
 from outbox.local.reload import reload_code
 from outbox.local.runtime import LocalRuntime
 from outbox.local.state import SavedState, Stamp, StateRefusedError, read_state, write_state
@@ -384,6 +386,41 @@ def test_the_settle_pass_runs_again_only_once_a_start_was_asked_for_or_an_execut
         runtime.run_until_idle()
         assert settler.invocations > passes
         assert claim(runtime, waiting.id)["status"] == "COMPLETED"
+
+
+@pytest.mark.parametrize("asked", ["a throttled start", "a look-up by name"])
+def test_the_settle_pass_runs_again_after_a_throttled_start_or_a_look_up(runtime: LocalRuntime, asked: str) -> None:
+    """Either may be followed by a hand-off in the same invocation: a start Lambda throttled, then a look-up by name
+    that finds the execution an earlier start made (its answer lost), which may have ended before its pair was handed
+    (soak seed 1600538: the pass never ran again, no start having counted, and the pair stayed HANDED)."""
+    with runtime:
+        assert runtime.workflows is not None
+        assert runtime.workflows.settler is not None
+        store = runtime.event_store(unchecked=True)
+        store.emit("shop.order_paid", {"order_id": "o6"}, tenant="acme", actor="test")
+        runtime.run_until_idle()
+        service, settler = runtime.workflows.service, runtime.workflows.settler
+        runtime.workflows.wait_for_ends()
+        runtime.step()  # a pass after the last change
+        passes = settler.invocations
+        runtime.step()
+        assert settler.invocations == passes
+        [execution] = service.executions()
+        lam = service.client(retries=0)
+        if asked == "a throttled start":
+            with service.throttle_starts(FaultCount(10)), pytest.raises(ClientError, match="TooManyRequests"):
+                lam.invoke(
+                    FunctionName=f"{execution.function}:{execution.qualifier}",
+                    InvocationType="Event",
+                    DurableExecutionName=execution.name,
+                    Payload=execution.payload,
+                )
+        else:
+            lam.list_durable_executions_by_function(
+                FunctionName=execution.function, Qualifier=execution.qualifier, DurableExecutionName=execution.name
+            )
+        runtime.step()
+        assert settler.invocations == passes + 1
 
 
 def test_with_settle_starts_each_invocation_ends_with_what_it_started_waiting_on_its_first_wait(

@@ -52,15 +52,16 @@ class LocalDurableFunctions:
     """The durable functions of a local pipeline, by qualified ARN (``register``), and a client of them
     (``client``). ``starts`` counts every execution started (not found again), by (function, name); ``changes``,
     every write of an execution's state (a start, a checkpoint, an end); ``start_requests``, every start asked for
-    (an execution found again by its name too); ``invocation_times``, how long each invocation of a handler ran."""
+    (found again by its name, or throttled, too); ``lookups``, every list of executions (a look-up by name, say);
+    ``invocation_times``, how long each invocation of a handler ran."""
 
     already_started_while_running: bool = False
-    # Executions started are run up to their first wait at ``settle_started`` (the local runtime calls it after each
-    # invocation), never beside the next one (the simulator's seeds replay exactly; on AWS they run side by side).
+    # Started executions run to their first wait at ``settle_started`` (after each invocation), never beside the next.
     settle_starts: bool = False
     starts: dict[tuple[str, str], int] = field(default_factory=dict)
     changes: int = 0
     start_requests: int = 0
+    lookups: int = 0
     invocation_times: InvocationTimes = field(default_factory=InvocationTimes)
     _functions: dict[str, _Function] = field(default_factory=dict)
     _executions: dict[str, LocalExecution] = field(default_factory=dict)
@@ -331,10 +332,11 @@ class LocalDurableFunctions:
             return self._error(404, "ResourceNotFoundException", f"no durable function {function_name}")
         if headers.get("x-amz-invocation-type") != "Event":
             return self._error(400, "InvalidParameterValueException", "a durable start here is asynchronous")
+        with self._lock:
+            self.start_requests += 1  # whatever the answer: a hand-off may follow it, after a look-up by name
         if self._throttles.take(name):
             return self._error(429, "TooManyRequestsException", "Rate exceeded")
         with self._lock:
-            self.start_requests += 1
             existing = self._names.get((function, name))
             if existing is not None:
                 execution = self._executions[existing]
@@ -370,6 +372,7 @@ class LocalDurableFunctions:
     def _list(self, function_name: str, query: dict[str, str]) -> AWSResponse:
         function = function_name.rpartition(":")[0] if function_name.count(":") == 7 else function_name
         wanted = query.get("DurableExecutionName")
+        self.lookups += 1  # a hand-off may follow it (a start whose answer was lost or throttled, found by name)
         found = [
             {
                 key: self.status(e.arn)[key]

@@ -78,7 +78,7 @@ class LocalWorkflows:
         self.settler = settler
         # What the durable service had done when the last pass ran (``settle``): None until one ran, and after one
         # failed.
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
 
     @classmethod
     def start(
@@ -118,13 +118,15 @@ class LocalWorkflows:
     def settle(self) -> bool:
         """One settle pass, as its schedule would run it: True when it settled a pair. None runs before the first
         execution starts (nothing can be handed yet: a stack that never starts one sees no call of the pass), and
-        none while nothing was started, asked to start or changed by an execution since the last pass: that pass
-        found every ended execution's pair settled, or not handed yet (a hand-off follows a start's request in the
-        same invocation), and this one would find the same. A pass that fails is what a failed scheduled run is on
+        none while nothing was started, asked to start, looked up or changed by an execution since the last pass: that
+        pass found every ended execution's pair settled, or not handed yet (a hand-off follows a start's request, or a
+        look-up by name after a start that failed, in the same invocation: an execution that ended before its pair
+        was handed, a throttled start then finding it by name, is settled by the next pass), and this one would find
+        the same. A pass that fails is what a failed scheduled run is on
         AWS: logged, and the next one tries again."""
         if self.settler is None or not self.service.executions():
             return False
-        seen = (self.service.changes, self.service.start_requests)
+        seen = (self.service.changes, self.service.start_requests, self.service.lookups)
         if seen == self._seen:
             return False
         self._seen = seen

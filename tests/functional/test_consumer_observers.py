@@ -118,3 +118,22 @@ def test_every_outcome_counts_or_logs_and_every_line_formats_its_own_facts() -> 
         facts |= {name: f"<{name}>" for name in re.findall(r"%\((\w+)\)s", text)}
         assert level in (logging.INFO, logging.WARNING, logging.ERROR), told
         assert "%(" not in text % facts, told
+
+
+def test_an_observer_that_raises_changes_no_delivery(aws: None, clock: VirtualClock) -> None:
+    """Raising at every outcome (right after a claim, too) neither holds a claim nor spends an attempt: each pair ends
+    as it would unobserved, and the consumer's own counts still happen."""
+
+    def broken(_telling: Telling) -> None:
+        raise RuntimeError("the caller's dashboard is down")
+
+    metrics = Metrics()
+    h = build_harness(three_subscriptions, clock, metrics=metrics, observers=[broken])
+    envelope = h.emit()
+    drain(h)
+
+    statuses = {name: h.claim_status(name, envelope) for name in ("ok", "broken", "flaky")}
+    assert statuses == {"ok": "COMPLETED", "broken": "DEAD", "flaky": "COMPLETED"}
+    assert h.runs("ok", envelope) == 1
+    assert h.runs("flaky", envelope) == 2
+    assert metrics.counts[Metric.DEAD_LETTERS] == 1

@@ -88,7 +88,7 @@ class DurableConsumer:
     observers:
         Told of each outcome of a pair's run (``outbox.delivery.observers``: claimed, completed, retrying, dead,
         deferred, ...) after the consumer's log and metrics are: to count per subscription, say, or to send dead
-        letters to your own tools. One that raises fails the pair's run, as a failed write would.
+        letters to your own tools. One that raises is logged and passed over: the delivery goes on.
     """
 
     def __init__(

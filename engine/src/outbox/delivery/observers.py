@@ -4,8 +4,8 @@ A path or a pair's ``Run`` says what happened, once, as a ``Told`` with its fact
 observer makes of it lives here, not beside the inbox writes: the Powertools metric it counts (``METRIC_OF``) and
 the line it logs (``LINE_OF``). A caller adds its own observers with ``DurableConsumer(observers=...)``: to count per
 subscription, say, or to send dead letters to its own tools. An observer is told after the transition it describes
-is recorded (a dead letter after its row is written), in the thread that ran it; one that raises fails that pair's
-run as the recording would have, so an observer that only watches must not raise.
+is recorded (a dead letter after its row is written), in the thread that ran it; one that raises is logged and
+passed over, so a broken observer never holds a claim or spends a pair's attempts.
 
 These are the outcomes of a pair's transitions. The transitions themselves (each write of the inbox, each run of a
 handler) are ``outbox.observing``'s moments, the seams the simulator and the fault points use.

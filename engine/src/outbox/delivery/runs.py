@@ -7,6 +7,7 @@ one ``Runs`` per consumer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from outbox.subscriptions import Subscription
 
 if TYPE_CHECKING:
     from outbox.pairs.order import OrderBook
+
+logger = logging.getLogger(__name__)
 
 
 class Runs:
@@ -56,10 +59,15 @@ class Runs:
         self._metric_counts.metrics = metrics
 
     def tell(self, told: Told, log: Mapping[str, Any] | None = None, **facts: Any) -> None:
-        """Tell every observer of an outcome (``outbox.delivery.observers``), once it is recorded."""
+        """Tell every observer of an outcome (``outbox.delivery.observers``), once it is recorded. An observer that
+        raises is logged and passed over: watching never changes a delivery (one raising after a claim would leave
+        the claim held and, receive after receive, spend the pair's attempts)."""
         telling = Telling(told, facts, log or {})
         for observer in self.observers:
-            observer(telling)
+            try:
+                observer(telling)
+            except Exception:  # an observer's bug is its own
+                logger.exception("an observer of %s failed; the delivery goes on", told.value)
 
     @cached_property
     def order(self) -> OrderBook:
